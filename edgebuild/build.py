@@ -1,0 +1,156 @@
+"""``edgebuild run``: recipes -> variants -> stage chains -> store -> output directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgebuild.dag import hashstate
+from edgebuild.dag.atomic import replace_path, write_text_atomic
+from edgebuild.dag.executor import Executor, Job
+from edgebuild.dag.stages import Result, Stage, artifact_of, pipeline, versions
+from edgebuild.dag.store import Store
+from edgebuild.errors import UsageError
+from edgebuild.recipe import Variant, load_recipe
+
+LOCK_NAME = "edgebuild.lock.json"
+
+
+def cache_root(cache_dir: str | Path | None) -> Path:
+    if cache_dir:
+        return Path(cache_dir).expanduser().resolve()
+    if os.environ.get("EDGEBUILD_CACHE_DIR"):
+        return Path(os.environ["EDGEBUILD_CACHE_DIR"]).expanduser().resolve()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("edgebuild"))
+
+
+def open_store(cache_dir=None) -> Store:
+    root = cache_root(cache_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    hashstate.configure(root / "state.db")
+    return Store(root)
+
+
+def validate_sections(variant: Variant, registry) -> None:
+    """Let the plugins that own sections (compression, target.options, ...) validate them."""
+    from edgebuild.recipe.sections import validate_plugin_sections
+
+    validate_plugin_sections(variant, registry)
+
+
+def load_variants(paths: list[str], only: list[str] | None, registry) -> list[Variant]:
+    variants = []
+    for path in paths:
+        variants.extend(load_recipe(path, only=only or None, sections=lambda v: validate_sections(v, registry)))
+    return variants
+
+
+def source_resolver(variant: Variant, registry, store: Store):
+    from edgebuild.graph.resolvers import scheme_of
+
+    def resolve() -> Result:
+        uri = variant.recipe.source.model
+        scheme = scheme_of(uri)
+        resolver = registry.get("resolvers", scheme)
+        if resolver is None:
+            raise UsageError(f"source.model: no installed resolver for {scheme!r} sources")
+        start = time.perf_counter()
+        path = Path(resolver(uri, sha256=variant.recipe.source.sha256, workdir=store.root / "sources",
+                             base_dir=variant.base_dir))
+        known = hashstate.known_sha256(path)
+        digest = known or hashstate.file_sha256(path)
+        return Result("resolve", digest, digest, path, {"uri": uri, "sha256": digest},
+                      "cached" if known else "ran", round(time.perf_counter() - start, 3))
+
+    return resolve
+
+
+@dataclass
+class Build:
+    variant: Variant
+    job: Job
+    output_dir: Path
+    artifact: str
+
+
+def plan_jobs(variants: list[Variant], registry, store: Store) -> list[Build]:
+    builds = []
+    for variant in variants:
+        stages = pipeline(variant, registry, source_resolver(variant, registry, store))
+        job = Job(f"{variant.recipe.name}:{variant.name}", stages)
+        builds.append(Build(variant, job, variant.output_dir(), artifact_of(stages)))
+    return builds
+
+
+def lock_data(build: Build, registry) -> dict:
+    stages = {}
+    for stage in build.job.stages:
+        result = build.job.results.get(stage.name)
+        if result is None:
+            continue
+        stages[stage.name] = {
+            "key": result.key, "digest": result.digest, "params": stage.params,
+            "inputs": {d: build.job.results[d].digest for d in stage.deps}, "plugins": stage.plugins,
+        }
+    return {
+        "recipe": build.variant.recipe.name, "variant": build.variant.name,
+        "versions": versions(registry), "stages": stages, "artifact": build.artifact,
+    }
+
+
+def read_lock(output_dir: Path) -> dict | None:
+    try:
+        return json.loads((output_dir / LOCK_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def materialise(build: Build, registry, report_data: dict) -> None:
+    """Write the variant's output directory in one rename: artifact, reports, lock file."""
+    out = build.output_dir
+    lock = lock_data(build, registry)
+    previous = read_lock(out)
+    if previous is not None and previous.get("stages") == lock["stages"] and (out / build.artifact).exists():
+        return  # nothing changed: leave the directory (and its timestamps, for make) alone
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        final = build.job.stages[-1].name
+        for stage in reversed(build.job.stages):
+            if stage.extra.get("artifact"):
+                final = stage.name
+                break
+        source = build.job.results[final].path / build.artifact if build.artifact else None
+        if source is not None and source.exists():
+            if source.is_dir():
+                shutil.copytree(source, tmp / build.artifact)
+            else:
+                shutil.copy2(source, tmp / build.artifact)
+        from edgebuild.verify.report import write_report
+
+        write_report(tmp, report_data)
+        write_text_atomic(tmp / LOCK_NAME, json.dumps(lock, indent=2, sort_keys=True))
+        replace_path(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_depfile(path: Path, builds: list[Build]) -> None:
+    """Make-format dependencies: each variant's output dir depends on its recipe files and local sources."""
+    lines = []
+    for build in builds:
+        prereqs = [build.variant.path, *build.variant.includes]
+        resolved = build.job.results.get("resolve")
+        if resolved is not None and build.variant.recipe.source.model.split(":")[0] not in ("pypi", "https"):
+            prereqs.append(resolved.path)
+        escape = lambda p: str(os.path.relpath(p)).replace(" ", "\\ ")
+        lines.append(f"{escape(build.output_dir)}: " + " \\\n  ".join(escape(p) for p in prereqs))
+    write_text_atomic(path, "\n".join(lines) + "\n")

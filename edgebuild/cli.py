@@ -1,0 +1,221 @@
+"""The ``edgebuild`` command line (typer). Heavy libraries are imported inside commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from edgebuild.errors import EdgebuildError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Compile trained models into artifacts that run on Apple Silicon.")
+cache_app = typer.Typer(no_args_is_help=True, help="Inspect and prune the content-addressed store.")
+app.add_typer(cache_app, name="cache")
+
+_state = {"debug": False}
+
+
+def _stderr():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _registry():
+    from edgebuild.registry import get_registry
+
+    return get_registry()
+
+
+@app.callback()
+def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks")):
+    _state["debug"] = debug
+
+
+@app.command()
+def run(
+    recipes: List[Path] = typer.Argument(..., help="recipe files"),
+    variant: Optional[List[str]] = typer.Option(None, "--variant", help="build only this variant (repeatable)"),
+    jobs: int = typer.Option(1, "-j", "--jobs", min=1, help="stages to run in parallel"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="store location"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="build everything in temporaries, store nothing"),
+    force: bool = typer.Option(False, "--force", help="rebuild every stage, replacing store entries"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout"),
+    depfile: Optional[Path] = typer.Option(None, "--depfile", help="write Make dependencies here"),
+    verbose: bool = typer.Option(False, "-v", "--verbose"),
+):
+    """Build every variant of RECIPE... into its output directory."""
+    from edgebuild.run import run_recipes
+
+    code = run_recipes([str(r) for r in recipes], variants=variant, jobs=jobs, cache_dir=cache_dir,
+                       no_cache=no_cache, force=force, as_json=as_json, depfile=depfile,
+                       verbose=verbose, console=_stderr())
+    raise typer.Exit(code)
+
+
+@app.command()
+def plan(
+    recipe: Path = typer.Argument(...),
+    chip: Optional[str] = typer.Option(None, "--chip", help="chip profile for the compute plan"),
+    variant: Optional[List[str]] = typer.Option(None, "--variant"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Which stages would run (and why) and, where the backend can tell, the per-op compute plan."""
+    from edgebuild.run import plan_recipe
+
+    plan_recipe(str(recipe), chip=chip, variants=variant, cache_dir=cache_dir, as_json=as_json, console=_stderr())
+
+
+@app.command("validate")
+def validate_cmd(recipes: List[Path] = typer.Argument(...)):
+    """Check recipes (schema and semantics) without building anything."""
+    from edgebuild.build import load_variants
+
+    registry = _registry()
+    for recipe in recipes:
+        variants = load_variants([str(recipe)], None, registry)
+        from edgebuild.dag.stages import pipeline
+
+        for v in variants:
+            pipeline(v, registry, lambda: None)  # checks backend, frontend and pass names
+        _stderr().print(f"[green]ok[/] {recipe}: {len(variants)} variant(s): {', '.join(v.name for v in variants)}")
+
+
+@app.command()
+def schema(out: Optional[Path] = typer.Option(None, "--out", help="write here instead of stdout")):
+    """The JSON Schema of recipes."""
+    from edgebuild.recipe.schema import recipe_schema
+
+    text = json.dumps(recipe_schema(_registry()), indent=2, sort_keys=True) + "\n"
+    if out:
+        from edgebuild.dag.atomic import write_text_atomic
+
+        write_text_atomic(out, text)
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def plugins(as_json: bool = typer.Option(False, "--json")):
+    """Every plugin, its version and what it registered."""
+    registry = _registry()
+    data = [{"name": p.name, "distribution": p.distribution, "version": p.version, "registered": p.registered}
+            for p in registry.plugins.values()]
+    if as_json:
+        sys.stdout.write(json.dumps({"plugins": data}, indent=2) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("plugin", "distribution", "version", "registered")
+    for p in data:
+        parts = []
+        for kind, names in p["registered"].items():
+            shown = ", ".join(names[:6]) + (f", … ({len(names)} in all)" if len(names) > 6 else "")
+            parts.append(f"{kind}: {shown}")
+        table.add_row(p["name"], p["distribution"], p["version"], "\n".join(parts))
+    Console().print(table)
+
+
+@cache_app.command("info")
+def cache_info(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"), as_json: bool = typer.Option(False, "--json")):
+    """Where the store is and how big."""
+    from edgebuild.build import open_store
+
+    store = open_store(cache_dir)
+    entries = store.entries()
+    data = {"path": str(store.root), "entries": len(entries), "bytes": sum(store.size_of(e) for e in entries)}
+    if as_json:
+        sys.stdout.write(json.dumps(data) + "\n")
+    else:
+        typer.echo(f"{data['path']}\n{data['entries']} entries, {data['bytes'] / 1e6:.1f} MB")
+
+
+@cache_app.command("ls")
+def cache_ls(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"), as_json: bool = typer.Option(False, "--json")):
+    """List store entries: key, stage, size, age."""
+    import time
+
+    from edgebuild.build import open_store
+
+    store = open_store(cache_dir)
+    rows = [{"key": e.key, "stage": e.meta.get("stage"), "bytes": store.size_of(e),
+             "last_used": store.last_used(e)} for e in store.entries()]
+    if as_json:
+        sys.stdout.write(json.dumps(rows) + "\n")
+        return
+    for r in sorted(rows, key=lambda r: -r["last_used"]):
+        age = (time.time() - r["last_used"]) / 3600
+        typer.echo(f"{r['key'][:16]}  {r['stage']:<10} {r['bytes'] / 1e6:>9.2f} MB  {age:7.1f} h ago")
+
+
+def _parse_size(text: str) -> int:
+    units = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+    text = text.strip().lower().removesuffix("b")
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
+
+
+@cache_app.command("gc")
+def cache_gc(
+    max_age_days: Optional[float] = typer.Option(None, "--max-age-days", help="evict entries unused for longer"),
+    max_size: Optional[str] = typer.Option(None, "--max-size", help="evict least recently used until under, e.g. 5G"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
+):
+    """Evict entries by age and size budget."""
+    from edgebuild.build import open_store
+    from edgebuild.errors import UsageError
+
+    if max_age_days is None and max_size is None:
+        raise UsageError("cache gc: give --max-age-days and/or --max-size")
+    try:
+        budget = _parse_size(max_size) if max_size else None
+    except Exception:
+        raise UsageError(f"cache gc: --max-size {max_size!r} is not a size like 500M or 5G") from None
+    removed = open_store(cache_dir).gc(max_age_days=max_age_days, max_bytes=budget)
+    typer.echo(f"evicted {len(removed)} entries")
+
+
+@cache_app.command("clear")
+def cache_clear(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir")):
+    """Remove every entry."""
+    from edgebuild.build import open_store
+
+    open_store(cache_dir).clear()
+    typer.echo("cleared")
+
+
+def main() -> None:
+    """Entry point: user errors become one message and an exit code, never a traceback (unless --debug)."""
+    debug = "--debug" in sys.argv[1:]
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except EdgebuildError as exc:
+        if debug:
+            raise
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted: nothing half-written was kept; run again to continue\n")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and the unexpected
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):  # click's UsageError family
+            exc.show()
+            sys.exit(2)
+        if type(exc).__name__ == "Abort":
+            sys.stderr.write("aborted\n")
+            sys.exit(130)
+        if debug:
+            raise
+        sys.stderr.write(f"internal error: {type(exc).__name__}: {exc}\n  rerun with --debug for the traceback\n")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Runs the stages of many variants: shared stages once, independent ones in parallel.
+
+A stage's key depends on its inputs' digests, so keys are known only as upstream stages
+finish. Each variant runs its chain in a worker thread; a stage key claimed by one
+variant is awaited, not rebuilt, by the others (and across processes the store's file
+locks do the same).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from edgebuild.dag.keys import stage_key
+from edgebuild.dag.stages import Result, Stage
+from edgebuild.dag.store import Store
+from edgebuild.errors import BuildError, EdgebuildError
+
+
+@dataclass
+class Job:
+    """One variant's chain of stages."""
+
+    label: str  # "recipe:variant"
+    stages: list[Stage]
+    results: dict[str, Result] = field(default_factory=dict)
+    error: EdgebuildError | None = None
+
+
+class Executor:
+    def __init__(self, store: Store | None, *, jobs: int = 1, force: bool = False,
+                 on_event: Callable[[str, str, Result | None], None] | None = None):
+        self.store = store  # None: --no-cache, build into temporaries
+        self.jobs = max(1, jobs)
+        self.force = force
+        self.on_event = on_event or (lambda *a: None)
+        self._claims: dict[str, Future] = {}
+        self._lock = threading.Lock()
+        self._forced: set[str] = set()
+
+    def key_of(self, stage: Stage, results: dict[str, Result]) -> str:
+        return stage_key(stage.name, stage.params, {d: results[d].digest for d in stage.deps}, stage.plugins)
+
+    def run(self, jobs: list[Job]) -> list[Job]:
+        if self.jobs == 1 or len(jobs) == 1:
+            for job in jobs:
+                self._run_job(job)
+        else:
+            with ThreadPoolExecutor(self.jobs) as pool:
+                list(pool.map(self._run_job, jobs))
+        return jobs
+
+    def _run_job(self, job: Job) -> None:
+        try:
+            for stage in job.stages:
+                job.results[stage.name] = self._run_stage(job, stage)
+        except EdgebuildError as exc:
+            job.error = exc
+
+    def _run_stage(self, job: Job, stage: Stage) -> Result:
+        if stage.resolve is not None:
+            self.on_event(job.label, f"{stage.name}:start", None)
+            result = stage.resolve()
+            self.on_event(job.label, f"{stage.name}:done", result)
+            return result
+        key = self.key_of(stage, job.results)
+        with self._lock:
+            claim = self._claims.get(key)
+            owner = claim is None
+            if owner:
+                claim = self._claims[key] = Future()
+        if not owner:
+            result = claim.result()  # raises the owner's error too
+            return Result(stage.name, key, result.digest, result.path, result.info, "cached", 0.0)
+        try:
+            self.on_event(job.label, f"{stage.name}:start", None)
+            result = self._build(stage, key, job.results)
+            claim.set_result(result)
+            self.on_event(job.label, f"{stage.name}:done", result)
+            return result
+        except BaseException as exc:
+            claim.set_exception(exc if isinstance(exc, Exception) else BuildError("interrupted"))
+            if isinstance(exc, EdgebuildError) or not isinstance(exc, Exception):
+                raise
+            raise BuildError(f"stage {stage.name} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _build(self, stage: Stage, key: str, results: dict[str, Result]) -> Result:
+        inputs = {d: results[d] for d in stage.deps}
+        start = time.perf_counter()
+        if self.store is None:
+            import tempfile
+
+            out = Path(tempfile.mkdtemp(prefix=f"edgebuild-{stage.name}-"))
+            info = stage.produce(inputs, out) or {}
+            from edgebuild.dag.store import manifest_digest, scan
+
+            return Result(stage.name, key, manifest_digest(scan(out)), out, info, "ran",
+                          round(time.perf_counter() - start, 3))
+        if self.force:
+            self.store.evict(key)
+        entry, built = self.store.build(key, stage.name, lambda out: stage.produce(inputs, out))
+        if not built:
+            self.store.touch(entry)
+        seconds = entry.meta.get("seconds", 0.0) if built else round(time.perf_counter() - start, 3)
+        return Result(stage.name, key, entry.digest, entry.out, entry.info, "ran" if built else "cached", seconds)

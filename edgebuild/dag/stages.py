@@ -1,0 +1,115 @@
+"""The stages of a variant's build, from DESIGN's data flow.
+
+Each stage declares its parameters (after defaults), the upstream stages it reads, the
+plugins whose code produces it (their versions go into the cache key) and a ``produce``
+function writing into an empty output directory. The executor does the caching.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from edgebuild import __version__
+from edgebuild.errors import UsageError
+from edgebuild.recipe import Variant
+
+
+@dataclass
+class Result:
+    """What a finished stage hands downstream."""
+
+    name: str
+    key: str
+    digest: str
+    path: Path  # output directory (a file for ``resolve``)
+    info: dict
+    status: str  # "ran" | "cached"
+    seconds: float
+
+
+@dataclass
+class Stage:
+    name: str
+    params: dict
+    deps: list[str]
+    plugins: dict[str, str]
+    produce: Callable[[dict[str, Result], Path], dict] | None = None
+    resolve: Callable[[], Result] | None = None  # stages outside the store (source resolution)
+    extra: dict = field(default_factory=dict)
+
+
+def _plugin(registry, kind: str, name) -> dict[str, str]:
+    info = registry.plugin_of(kind, name)
+    return {info.distribution or info.name: info.version} if info else {}
+
+
+def _source_format(variant: Variant, path_hint: str) -> str:
+    fmt = variant.recipe.source.format
+    if fmt:
+        return fmt
+    lower = path_hint.lower()
+    if lower.endswith(".onnx"):
+        return "onnx"
+    if lower.endswith((".pt", ".pt2", ".jit", ".pth", ".safetensors")) or ":" in lower.split("#")[-1]:
+        return "pytorch"
+    raise UsageError(f"source.model: cannot tell the format of {path_hint!r}; set source.format")
+
+
+def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -> list[Stage]:
+    """The ordered stages of one variant."""
+    recipe = variant.recipe
+    dump = recipe.model_dump(mode="json", by_alias=True)
+    fmt = _source_format(variant, recipe.source.model)
+    frontend = registry.get("frontends", fmt)
+    if frontend is None:
+        raise UsageError(
+            f"source.format {fmt!r}: no installed plugin provides this frontend",
+            hint="pip install the plugin for it (e.g. edgebuild-pytorch), then check `edgebuild plugins`",
+        )
+    stages = [Stage("resolve", {"model": recipe.source.model, "sha256": recipe.source.sha256}, [], {}, resolve=resolve_source)]
+    stages.append(Stage(
+        "import",
+        {"format": fmt, "inputs": dump["source"]["inputs"], "options": dump["source"]["options"]},
+        ["resolve"],
+        _plugin(registry, "frontends", fmt),
+        produce=lambda r, out: frontend.import_model(r["resolve"].path, dump["source"]["inputs"], out,
+                                                     options=dump["source"]["options"], base_dir=variant.base_dir),
+    ))
+    passes = {name: recipe.optimize.passes.get(name, getattr(entry.obj, "default", True))
+              for name, entry in registry.tables["passes"].items()}
+    unknown = sorted(set(recipe.optimize.passes) - set(passes))
+    if unknown:
+        raise UsageError(f"optimize.passes: unknown pass {unknown[0]!r}; installed passes: {', '.join(sorted(passes))}")
+    pass_plugins = {}
+    for name in passes:
+        pass_plugins.update(_plugin(registry, "passes", name))
+
+    def optimize(r, out):
+        from edgebuild.graph.optimize import optimize as run_optimize
+        return run_optimize(r["import"].path / "model.onnx", out, passes, registry=registry)
+
+    stages.append(Stage("optimize", {"passes": passes}, ["import"], pass_plugins, produce=optimize))
+
+    backend_name = recipe.target.backend
+    backend = registry.get("backends", backend_name)
+    if backend is None:
+        raise UsageError(
+            f"target.backend {backend_name!r}: no installed plugin provides this backend "
+            f"(installed: {', '.join(map(str, registry.names('backends'))) or 'none'})",
+        )
+    backend_plugins = _plugin(registry, "backends", backend_name)
+    stages.extend(backend.stages(variant, registry, backend_plugins))
+    return stages
+
+
+def artifact_of(stages: list[Stage]) -> str:
+    for stage in reversed(stages):
+        if "artifact" in stage.extra:
+            return stage.extra["artifact"]
+    return ""
+
+
+def versions(registry) -> dict[str, str]:
+    return {"edgebuild": __version__, **registry.versions()}

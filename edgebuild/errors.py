@@ -1,0 +1,43 @@
+"""Errors a user sees. Each carries the exit code the CLI returns for it."""
+
+from __future__ import annotations
+
+
+class EdgebuildError(Exception):
+    """A failure with a message meant for a person; never shown as a traceback."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+
+class UsageError(EdgebuildError):
+    """Bad command line or bad recipe (exit 2)."""
+
+    exit_code = 2
+
+
+class RecipeError(UsageError):
+    """A recipe that does not validate; the message starts with file:line:column."""
+
+
+class BuildError(EdgebuildError):
+    """A stage failed (exit 1)."""
+
+    exit_code = 1
+
+
+class PluginError(BuildError):
+    """A plugin failed to load or clashes with another."""
+
+
+class ValidationFailed(EdgebuildError):
+    """The artifact was built but misses the recipe's numeric thresholds (exit 3)."""
+
+    exit_code = 3

@@ -1,0 +1,216 @@
+"""The ONNX frontend: brings a source ``.onnx`` into the build as a clean, pinned IR model.
+
+Import does only what later stages need to be able to trust the model: external data that
+stays inside the model's directory, constants as initializers, fixed inputs folded in, the
+recipe's static dims pinned and an opset new enough for the passes. Weights are never
+copied into memory: onnx_ir keeps external tensors memory-mapped until the save writes them
+to ``model.onnx.data``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
+from onnx import version_converter
+
+from edgebuild.errors import BuildError
+from edgebuild.graph.external_data import check_external_data, iter_graphs
+
+MIN_OPSET = 13
+MODEL_FILE = "model.onnx"
+DATA_FILE = "model.onnx.data"
+
+
+def onnx_opset(model: ir.Model) -> int:
+    """The model's ai.onnx opset version (both spellings of the default domain count)."""
+    imports = model.opset_imports
+    return int(imports.get("", imports.get("ai.onnx", 1)))
+
+
+def dtype_from_name(name: str, where: str) -> ir.DataType:
+    try:
+        return ir.DataType.from_numpy(np.dtype(name))
+    except TypeError as exc:
+        raise BuildError(f"{where}: unknown dtype {name!r}", hint="use a numpy dtype name such as float32") from exc
+
+
+def describe_value(value: ir.Value) -> dict:
+    """A JSON-ready {"shape", "dtype"} of a graph input or output; symbolic dims as names."""
+    shape = None
+    if value.shape is not None:
+        shape = [d if isinstance(d, int) else (d.value if d.value is not None else "?") for d in value.shape]
+    dtype = value.dtype.name.lower() if value.dtype is not None else None
+    return {"shape": shape, "dtype": dtype}
+
+
+class OnnxFrontend:
+    """Imports ``.onnx`` files; registered by the core as the ``onnx`` frontend."""
+
+    def import_model(self, path: Path, inputs: dict[str, dict], out_dir: Path) -> dict:
+        path = Path(path)
+        out_dir = Path(out_dir)
+        notes: list[str] = []
+        model = load_checked(path)
+        model = upgrade_opset(model, path, notes)
+        lift_constants(model)
+        inputs = inputs or {}
+        check_input_names(model, inputs, path)
+        for name, spec in inputs.items():
+            value = next(v for v in model.graph.inputs if v.name == name)
+            if "value" in spec and spec["value"] is not None:
+                fold_fixed_input(model, value, spec, notes)
+            else:
+                pin_input(value, spec)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        ir.save(model, out_dir / MODEL_FILE, external_data=DATA_FILE)
+        return import_report(model, notes)
+
+
+def load_checked(path: Path) -> ir.Model:
+    """Load ``path`` with onnx_ir (weights stay lazy) and check its external data."""
+    if not path.is_file():
+        raise BuildError(f"{path}: no such ONNX file")
+    try:
+        model = ir.load(path)
+    except Exception as exc:
+        raise BuildError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
+    check_external_data(model, path.parent)
+    return model
+
+
+def upgrade_opset(model: ir.Model, path: Path, notes: list[str]) -> ir.Model:
+    """Convert models older than opset 13 with onnx's converter; keep the original if it fails."""
+    opset = onnx_opset(model)
+    if opset >= MIN_OPSET:
+        return model
+    try:
+        # The converter works on protos; external tensors serialize as references, so no
+        # weight bytes are read here.
+        proto = ir.serde.serialize_model(model)
+        converted = version_converter.convert_version(proto, MIN_OPSET)
+        upgraded = ir.serde.deserialize_model(converted)
+    except Exception as exc:  # the converter lacks adapters for some ops
+        notes.append(f"opset {opset} kept: conversion to {MIN_OPSET} failed ({type(exc).__name__}: {exc})")
+        return model
+    ir.external_data.set_base_dir(upgraded.graph, path.parent)
+    notes.append(f"opset upgraded from {opset} to {MIN_OPSET}")
+    return upgraded
+
+
+def lift_constants(model: ir.Model) -> None:
+    """Turn every ``Constant`` node into an initializer so passes see one kind of constant."""
+    common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
+
+
+def check_input_names(model: ir.Model, inputs: dict[str, dict], path: Path) -> None:
+    known = [v.name for v in model.graph.inputs]
+    unknown = [n for n in inputs if n not in known]
+    if unknown:
+        raise BuildError(
+            f"{path.name}: the recipe names input(s) {', '.join(map(repr, unknown))}, "
+            f"which the model does not have",
+            hint=f"the model's inputs are: {', '.join(known) or '(none)'}",
+        )
+
+
+def pin_input(value: ir.Value, spec: dict) -> None:
+    """Give ``value`` the recipe's shape: ints become static, flexible dims stay symbolic."""
+    where = f"input {value.name!r}"
+    if spec.get("dtype"):
+        wanted = dtype_from_name(spec["dtype"], where)
+        if value.dtype is not None and value.dtype != wanted:
+            raise BuildError(
+                f"{where}: the recipe says dtype {spec['dtype']}, the model takes "
+                f"{value.dtype.name.lower()}",
+                hint="fix the recipe's dtype for this input",
+            )
+        value.dtype = wanted
+    dims = spec.get("shape")
+    if dims is None:
+        return
+    old = list(value.shape) if value.shape is not None else [None] * len(dims)
+    if len(old) != len(dims):
+        raise BuildError(
+            f"{where}: the recipe gives {len(dims)} dims {dims}, the model's input has rank {len(old)}",
+            hint="give one entry per dimension",
+        )
+    new: list[int | str | None] = []
+    for axis, (model_dim, recipe_dim) in enumerate(zip(old, dims)):
+        new.append(pinned_dim(value.name, axis, model_dim, recipe_dim))
+    value.shape = ir.Shape(new)
+
+
+def pinned_dim(input_name: str, axis: int, model_dim, recipe_dim) -> int | str | None:
+    """One dim after pinning: the recipe's int, or a symbolic name for a flexible dim."""
+    where = f"input {input_name!r}"
+    model_static = model_dim if isinstance(model_dim, int) else None
+    if isinstance(recipe_dim, bool) or recipe_dim is None:
+        raise BuildError(f"{where}: dim {axis} is {recipe_dim!r}, expected an int, a name or a range")
+    if isinstance(recipe_dim, int):
+        if model_static is not None and model_static != recipe_dim:
+            raise BuildError(
+                f"{where}: dim {axis} is fixed to {model_static} in the model, the recipe asks for {recipe_dim}",
+                hint=f"use {model_static}, or re-export the model with a dynamic axis",
+            )
+        return recipe_dim
+    if model_static is not None:
+        raise BuildError(
+            f"{where}: dim {axis} is fixed to {model_static} in the model and cannot be flexible "
+            f"({recipe_dim!r})",
+            hint=f"use {model_static}, or re-export the model with a dynamic axis",
+        )
+    if isinstance(recipe_dim, str):
+        return recipe_dim
+    # enumerated / range dims keep the model's symbol (or get one) so the backend sees them
+    model_name = getattr(model_dim, "value", None)
+    return model_name if isinstance(model_name, str) else f"{input_name}_dim{axis}"
+
+
+def fold_fixed_input(model: ir.Model, value: ir.Value, spec: dict, notes: list[str]) -> None:
+    """Replace a graph input by an initializer holding the recipe's value."""
+    where = f"input {value.name!r}"
+    if spec.get("dtype"):
+        dtype = dtype_from_name(spec["dtype"], where)
+    elif value.dtype is not None:
+        dtype = value.dtype
+    else:
+        raise BuildError(f"{where}: fixed value given but neither the recipe nor the model says its dtype")
+    array = np.asarray(spec["value"], dtype=dtype.numpy())
+    if spec.get("shape") is not None:
+        try:
+            array = array.reshape([int(d) for d in spec["shape"]])
+        except (TypeError, ValueError) as exc:
+            raise BuildError(
+                f"{where}: the fixed value does not fit the shape {spec['shape']}",
+                hint="give a static shape matching the value, or drop the shape",
+            ) from exc
+    if value.shape is not None and len(value.shape) != array.ndim:
+        raise BuildError(
+            f"{where}: the fixed value has rank {array.ndim}, the model's input has rank {len(value.shape)}",
+        )
+    model.graph.inputs.remove(value)
+    value.const_value = ir.tensor(array, name=value.name)
+    value.dtype = dtype
+    value.shape = ir.Shape(array.shape)
+    model.graph.register_initializer(value)
+    notes.append(f"input {value.name!r} fixed to a {dtype.name.lower()} constant of shape {list(array.shape)}")
+
+
+def import_report(model: ir.Model, notes: list[str]) -> dict:
+    graphs = list(iter_graphs(model.graph))
+    initializers = [v for g in graphs for v in g.initializers.values() if v.const_value is not None]
+    return {
+        "opset": onnx_opset(model),
+        "nodes": sum(len(g) for g in graphs),
+        "initializers": len(initializers),
+        "weight_bytes": int(sum(v.const_value.nbytes for v in initializers)),
+        "inputs": {v.name: describe_value(v) for v in model.graph.inputs},
+        "outputs": {v.name: describe_value(v) for v in model.graph.outputs},
+        "notes": notes,
+    }
+
+
+__all__ = ["OnnxFrontend", "onnx_opset", "MODEL_FILE", "DATA_FILE"]

@@ -1,0 +1,110 @@
+"""Numpy references for the ``edgebuild::`` ops the fusion passes emit.
+
+onnxruntime cannot run these ops, so tests and validation evaluate fused models with
+``onnx.reference.ReferenceEvaluator`` plus the implementations below. Each function is the
+op's definition; backends must match it.
+
+Op definitions (domain ``edgebuild``, version 1):
+
+- ``Linear(X, W, B?)``: ``X @ W + B``; ``W`` is ``[in, out]`` (MatMul layout), ``B`` is ``[out]``.
+- ``Silu(X)``: ``X * sigmoid(X)``.
+- ``Gelu(X, approximate="none"|"tanh")``: exact erf form or the tanh approximation.
+- ``ScaledDotProductAttention(Q, K, V, mask?, scale: float)``:
+  ``softmax(Q @ swapaxes(K, -1, -2) * scale + mask, axis=-1) @ V``; ``K`` is ``[..., Lk, D]``.
+"""
+
+from __future__ import annotations
+
+import math
+from os import PathLike
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+
+DOMAIN = "edgebuild"
+
+
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    y = np.matmul(x, w)
+    return y if b is None else y + b
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
+        return (0.5 * x * (1.0 + np.tanh(inner))).astype(x.dtype)
+    if approximate != "none":
+        raise ValueError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))).astype(x.dtype)
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def scaled_dot_product_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, scale: float = 1.0
+) -> np.ndarray:
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, dtype=q.dtype)
+    if mask is not None:
+        scores = scores + mask
+    return np.matmul(softmax(scores, axis=-1), v).astype(q.dtype)
+
+
+# ---- onnx.reference glue ------------------------------------------------------------------
+
+
+class Linear(OpRun):
+    op_domain = DOMAIN
+
+    def _run(self, x, w, b=None):
+        return (linear(x, w, b),)
+
+
+class Silu(OpRun):
+    op_domain = DOMAIN
+
+    def _run(self, x):
+        return (silu(x).astype(x.dtype),)
+
+
+class Gelu(OpRun):
+    op_domain = DOMAIN
+
+    def _run(self, x, approximate="none"):
+        return (gelu(x, approximate),)
+
+
+class ScaledDotProductAttention(OpRun):
+    op_domain = DOMAIN
+
+    def _run(self, q, k, v, mask=None, scale=1.0):
+        return (scaled_dot_product_attention(q, k, v, mask, scale),)
+
+
+REFERENCE_OPS: list[type[OpRun]] = [Linear, Silu, Gelu, ScaledDotProductAttention]
+
+
+def run_reference(
+    model: ir.Model | onnx.ModelProto | str | PathLike, feeds: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Evaluate a (possibly fused) model with onnx's reference evaluator and these ops."""
+    if isinstance(model, ir.Model):
+        model = ir.to_proto(model)
+    elif not isinstance(model, onnx.ModelProto):
+        model = onnx.load(str(model))  # resolves external data next to the file
+    evaluator = ReferenceEvaluator(model, new_ops=REFERENCE_OPS)
+    outputs = evaluator.run(None, feeds)
+    return {o.name: r for o, r in zip(model.graph.output, outputs)}

@@ -1,0 +1,104 @@
+"""The built-in fusion passes, each a named set of onnxscript rewrite rules.
+
+A pass rewrites until nothing more matches, because the rules compose: SiLU first becomes
+``edgebuild::Silu``, a MatMul becomes ``edgebuild::Linear`` and a following Add then
+folds into its bias. Ops with their own ``edgebuild`` domain are defined, with numpy
+references, in :mod:`edgebuild.graph.fused_reference`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import onnx_ir as ir
+from onnxscript.rewriter import pattern
+
+from edgebuild.graph.fusion_rules import activations, attention, bias, conv_bn, dequant, layer_norm
+
+MAX_ROUNDS = 8
+
+
+@dataclass
+class GraphPass:
+    """A graph pass registered under ``name``; ``apply`` returns how many rewrites it made.
+
+    ``min_opset`` is the ai.onnx opset the rewritten graph needs (e.g. 17 for
+    LayerNormalization); the model's import is raised to it when the pass fires.
+    ``before_folding`` passes run before constant folding, for patterns folding would erase.
+    """
+
+    name: str
+    description: str
+    rules: Callable[[], Sequence[pattern.RewriteRule]]
+    default: bool = True
+    min_opset: int | None = None
+    before_folding: bool = False
+    commute: bool = True
+    _rule_set: pattern.RewriteRuleSet | None = field(default=None, repr=False)
+
+    def rule_set(self) -> pattern.RewriteRuleSet:
+        if self._rule_set is None:
+            self._rule_set = pattern.RewriteRuleSet(list(self.rules()), commute=self.commute)
+        return self._rule_set
+
+    def apply(self, model: ir.Model) -> int:
+        total = 0
+        for _ in range(MAX_ROUNDS):
+            fired = self.rule_set().apply_to_model(model)
+            total += fired
+            if not fired:
+                break
+        if total and self.min_opset is not None:
+            raise_onnx_opset(model, self.min_opset)
+        return total
+
+
+def raise_onnx_opset(model: ir.Model, version: int) -> None:
+    """Make the model import ai.onnx at ``version`` or newer."""
+    key = "ai.onnx" if "ai.onnx" in model.opset_imports and "" not in model.opset_imports else ""
+    if model.opset_imports.get(key, 0) < version:
+        model.opset_imports[key] = version
+
+
+PASSES: dict[str, GraphPass] = {
+    p.name: p
+    for p in (
+        GraphPass(
+            "dequantize_weights",
+            "INT8/UINT8 weight -> Cast -> [Sub zero point] -> Mul scale becomes DequantizeLinear, "
+            "so backends keep the weights compressed",
+            lambda: dequant.RULES,
+            before_folding=True,
+        ),
+        GraphPass(
+            "fuse_conv_bn",
+            "fold BatchNormalization into the preceding Conv's constant weights and bias",
+            lambda: conv_bn.RULES,
+            commute=False,
+        ),
+        GraphPass(
+            "fuse_bias",
+            "Conv + Add -> Conv with bias; Gemm / MatMul [+ Add] -> edgebuild::Linear",
+            lambda: bias.RULES,
+        ),
+        GraphPass(
+            "fuse_activations",
+            "ReLU6 -> Clip, HardSigmoid, HardSwish, x*sigmoid(x) -> edgebuild::Silu, "
+            "erf/tanh GELU -> edgebuild::Gelu",
+            lambda: activations.RULES,
+            min_opset=activations.MIN_OPSET,
+        ),
+        GraphPass(
+            "fuse_layer_norm",
+            "mean/variance/normalise/scale/shift chains -> LayerNormalization (opset 17)",
+            lambda: layer_norm.RULES,
+            min_opset=17,
+        ),
+        GraphPass(
+            "fuse_attention",
+            "softmax(Q @ K^T * scale + mask) @ V -> edgebuild::ScaledDotProductAttention",
+            lambda: attention.RULES,
+        ),
+    )
+}

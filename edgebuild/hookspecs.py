@@ -1,0 +1,105 @@
+"""Every hook edgebuild calls, documented where it is declared.
+
+Hooks follow the register-callback style: edgebuild calls ``edgebuild_register_X(register)``
+once per plugin and the plugin calls ``register(...)`` for each thing it provides. A name
+registered by two plugins is an error naming both, so a plugin cannot silently shadow
+another. Implement a hook with ``@edgebuild.hookimpl`` in the module named by your
+distribution's ``edgebuild`` entry point::
+
+    [project.entry-points.edgebuild]
+    my_ops = "my_ops.plugin"
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("edgebuild")
+hookimpl = pluggy.HookimplMarker("edgebuild")
+
+
+@hookspec
+def edgebuild_register_resolvers(register):
+    """Register source resolvers: ``register(scheme, resolver)``.
+
+    ``scheme`` is the URI prefix before ``:`` (``"file"`` for plain paths, ``"pypi"``,
+    ``"https"``). ``resolver(uri, *, sha256, workdir)`` returns the local path of the
+    model file; it must verify ``sha256`` when given and never execute what it fetched.
+    """
+
+
+@hookspec
+def edgebuild_register_frontends(register):
+    """Register model frontends: ``register(format, frontend)``.
+
+    ``format`` is the recipe's ``source.format`` (``"onnx"``, ``"pytorch"``).
+    ``frontend.import_model(path, source, out_dir)`` writes ``out_dir/model.onnx`` (weights
+    as external data beside it) and returns a dict for the report.
+    """
+
+
+@hookspec
+def edgebuild_register_passes(register):
+    """Register graph passes: ``register(name, graph_pass)``.
+
+    A pass has ``default: bool`` (on unless the recipe's ``optimize.passes`` says otherwise)
+    and ``apply(model: onnx_ir.Model) -> int``, returning how many times it rewrote the
+    graph. Fusion passes are usually onnxscript rewrite rules.
+    """
+
+
+@hookspec
+def edgebuild_register_lowerings(register):
+    """Register op lowerings: ``register(backend, op_type, fn, domain="", since=1, until=None)``.
+
+    ``fn`` lowers one ONNX node of ``op_type`` in ``domain`` for model opsets in
+    ``[since, until]`` to the backend's ops. Its signature is the backend's to define
+    (Core ML: ``fn(ctx, node) -> Var | tuple``). Registering the same (backend, domain,
+    op_type, opset range) twice is an error; overlapping ranges are too.
+    """
+
+
+@hookspec
+def edgebuild_register_backends(register):
+    """Register backends: ``register(name, backend)``.
+
+    A backend turns an optimised ONNX model into an artifact: ``backend.lower``,
+    ``backend.compress`` and ``backend.package`` are the bodies of the lower, compress and
+    package stages (see :mod:`edgebuild.dag.stages`).
+    """
+
+
+@hookspec
+def edgebuild_register_compressors(register):
+    """Register weight compressors: ``register(backend, mode, compressor)``.
+
+    ``mode`` is the recipe's ``compression.weights.mode`` (``"palettize"``, ``"linear"``,
+    ``"prune"``, ...).
+    """
+
+
+@hookspec
+def edgebuild_register_runtimes(register):
+    """Register runtimes that execute artifacts: ``register(name, runtime)``.
+
+    ``runtime.can_run(artifact_path) -> bool`` and ``runtime.run(artifact_path, inputs)``
+    returning a dict of numpy arrays. The MIL interpreter is one; Core ML on macOS another.
+    """
+
+
+@hookspec
+def edgebuild_register_recipe_sections(register):
+    """Register plugin-owned recipe sections: ``register(path, model)``.
+
+    ``path`` is a dotted recipe path (``"compression"``, ``"target.coreml"``) and ``model``
+    a pydantic model that validates it. Errors are reported with the recipe's file:line.
+    """
+
+
+@hookspec
+def edgebuild_register_custom_ops(register):
+    """Register custom ops: ``register(domain, op_type, spec)``.
+
+    ``spec`` carries the op's ONNX schema, a numpy reference and the kernels that
+    implement it (an MSL source, a Core ML decomposition).
+    """

@@ -1,0 +1,114 @@
+"""Turn pydantic validation errors into ``file:line:col dotted.path: message`` lines."""
+
+from __future__ import annotations
+
+import difflib
+import typing
+
+from pydantic import BaseModel, ValidationError
+
+from edgebuild.errors import RecipeError
+from edgebuild.recipe.locations import locate
+
+
+def _clean_path(loc: tuple, data) -> tuple:
+    """Drop pydantic's union-member tags from ``loc``, keeping only keys present in the data."""
+    path, node = [], data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, dict) and isinstance(part, str) and not path_is_tag(part):
+            path.append(part)  # a missing or unknown key
+            node = None
+    return tuple(path)
+
+
+def path_is_tag(part: str) -> bool:
+    return part[:1].isupper() or part in {"int", "str", "float", "bool", "list[int]", "dict[str,any]"} or "[" in part
+
+
+def _model_at(model: type[BaseModel], path: tuple):
+    """The pydantic model class that validates the mapping at ``path``, if there is one."""
+    annotation = model
+    for part in path:
+        annotation = _unwrap(annotation, part)
+        if annotation is None:
+            return None
+    annotation = _unwrap_model(annotation)
+    return annotation
+
+
+def _unwrap_model(annotation):
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _unwrap_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _unwrap(annotation, part):
+    model = _unwrap_model(annotation) if not isinstance(part, int) else None
+    if model is not None and isinstance(part, str):
+        for name, field in model.model_fields.items():
+            if part in (name, field.alias):
+                return field.annotation
+        return None
+    for arg in typing.get_args(annotation) or ():
+        origin = typing.get_origin(arg) or arg
+        if origin in (list, tuple) and isinstance(part, int):
+            return typing.get_args(arg)[0]
+        if origin is dict:
+            return typing.get_args(arg)[1]
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple) and isinstance(part, int):
+        return typing.get_args(annotation)[0]
+    if origin is dict:
+        return typing.get_args(annotation)[1]
+    return None
+
+
+def valid_keys(model: type[BaseModel], path: tuple) -> list[str]:
+    found = _model_at(model, path)
+    if found is None:
+        return []
+    return [field.alias or name for name, field in found.model_fields.items()]
+
+
+def _message(error: dict, path: tuple, model: type[BaseModel]) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        keys = valid_keys(model, path[:-1])
+        close = difflib.get_close_matches(str(path[-1]), keys, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else (f"; valid keys: {', '.join(keys)}" if keys else "")
+        return f"unknown key {path[-1]!r}{hint}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "literal_error":
+        expected = error.get("ctx", {}).get("expected", "")
+        return "must be one of " + expected.replace(" or ", ", ").replace("'", "")
+    message = error["msg"]
+    message = message.removeprefix("Value error, ")
+    return message[:1].lower() + message[1:]
+
+
+def format_errors(
+    exc: ValidationError, data, locations: dict, model: type[BaseModel], prefix: tuple = ()
+) -> RecipeError:
+    """One RecipeError whose message has a line per distinct problem, most specific first."""
+    lines, seen = [], set()
+    for error in exc.errors(include_url=False):
+        path = _clean_path(tuple(error["loc"]), data)
+        full = prefix + path
+        if full in seen:
+            continue
+        seen.add(full)
+        where = locate(locations, full, key=error["type"] == "extra_forbidden")
+        dotted = ".".join(str(p) for p in full) or "<recipe>"
+        lines.append(f"{where or '<recipe>'} {dotted}: {_message(error, path, model)}")
+    return RecipeError("\n".join(lines))

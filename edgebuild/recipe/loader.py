@@ -1,0 +1,122 @@
+"""Load a recipe file: ``extends:`` chains, variants, validation with file:line errors."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from edgebuild.errors import RecipeError
+from edgebuild.recipe.errors import format_errors
+from edgebuild.recipe.locations import load_yaml, locate
+from edgebuild.recipe.merge import deep_merge, merge_locations
+from edgebuild.recipe.model import Recipe
+
+DEFAULT_VARIANT = "default"
+
+
+@dataclass
+class Variant:
+    """A recipe with one variant's overrides applied, ready to build."""
+
+    name: str
+    recipe: Recipe
+    path: Path  # the recipe file the user named
+    data: dict  # the merged data, for plugin-owned sections
+    locations: dict = field(repr=False, default_factory=dict)
+    includes: list[Path] = field(default_factory=list)  # files pulled in by extends:
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def output_dir(self) -> Path:
+        out = self.recipe.outputs.dir or f"build/{self.recipe.name}"
+        return (self.base_dir / out / self.name).resolve()
+
+
+def _display(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
+def _load_chain(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, dict, list[Path]]:
+    """Data and locations of ``path`` with every file it extends merged underneath."""
+    path = path.resolve()
+    if path in chain:
+        cycle = " -> ".join(_display(p) for p in chain + (path,))
+        raise RecipeError(f"{_display(chain[-1])}: extends cycle: {cycle}")
+    data, locations = load_yaml(path, _display(path))
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RecipeError(f"{_display(path)}:1:1 a recipe is a mapping of keys (edgebuild, name, source, ...)")
+    parent = data.get("extends")
+    if parent is None:
+        return data, locations, []
+    if not isinstance(parent, str):
+        raise RecipeError(f"{locate(locations, ('extends',))} extends: must be a path to a recipe file")
+    parent_path = (path.parent / parent)
+    if not parent_path.exists():
+        raise RecipeError(f"{locate(locations, ('extends',))} extends: no such file {parent!r}")
+    base, base_locations, includes = _load_chain(parent_path, chain + (path,))
+    base = {k: v for k, v in base.items() if k != "extends"}
+    return deep_merge(base, data), merge_locations(base_locations, locations), includes + [parent_path.resolve()]
+
+
+def _variant_locations(locations: dict, name: str) -> dict:
+    prefix = ("variants", name)
+    override = {p[2:]: loc for p, loc in locations.items() if p[:2] == prefix and len(p) > 2}
+    base = {p: loc for p, loc in locations.items() if p[:1] != ("variants",)}
+    return merge_locations(base, override)
+
+
+def load_recipe(path: Path | str, *, only: list[str] | None = None, sections=None) -> list[Variant]:
+    """Every variant of the recipe at ``path`` (or just ``only``), validated.
+
+    ``sections`` validates plugin-owned sections: ``sections(variant)`` raises RecipeError.
+    """
+    path = Path(path)
+    data, locations, includes = _load_chain(path)
+    variants = data.get("variants") or {}
+    if not isinstance(variants, dict):
+        raise RecipeError(f"{locate(locations, ('variants',))} variants: must map variant names to overrides")
+    names = list(variants) or [DEFAULT_VARIANT]
+    for name in only or []:
+        if name not in names:
+            raise RecipeError(
+                f"{_display(path)}: no variant {name!r}; the recipe has {', '.join(names)}"
+            )
+    # validate the base once, so an error in it is reported once with its own location
+    base = {k: v for k, v in data.items() if k != "variants"}
+    base_locations = {p: l for p, l in locations.items() if p[:1] != ("variants",)}
+    _validate(dict(base, variants={}), base_locations)
+    result = []
+    for name in only or names:
+        override = variants.get(name) or {}
+        if not isinstance(override, dict):
+            raise RecipeError(f"{locate(locations, ('variants', name))} variants.{name}: must be a mapping of overrides")
+        if "variants" in override or "extends" in override:
+            raise RecipeError(f"{locate(locations, ('variants', name))} variants.{name}: a variant cannot set variants or extends")
+        merged = deep_merge(base, override)
+        merged_locations = _variant_locations(locations, name)
+        recipe = _validate(dict(merged, variants=variants), merged_locations, prefix_variant=name)
+        variant = Variant(name, recipe, path.resolve(), merged, merged_locations, includes)
+        if sections is not None:
+            sections(variant)
+        result.append(variant)
+    return result
+
+
+def _validate(data: dict, locations: dict, prefix_variant: str | None = None) -> Recipe:
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        error = format_errors(exc, data, locations, Recipe)
+        if prefix_variant:
+            error.message += f"\n  (in variant {prefix_variant!r})"
+        raise error from None

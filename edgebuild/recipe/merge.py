@@ -1,0 +1,27 @@
+"""Deep merge of recipe dicts, for ``extends:`` and ``variants:``."""
+
+from __future__ import annotations
+
+
+def deep_merge(base, override):
+    """``override`` onto ``base``: mappings merge key by key, anything else replaces.
+
+    An explicit ``null`` replaces too, so ``compression: null`` in a variant turns it off.
+    """
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = dict(base)
+        for key, value in override.items():
+            merged[key] = deep_merge(base[key], value) if key in base else value
+        return merged
+    return override
+
+
+def merge_locations(base: dict, override: dict) -> dict:
+    """Locations of a merge: the override's where it has a path, the base's elsewhere."""
+    merged = dict(base)
+    overridden = {path for path in override if path}
+    for path in list(merged):
+        if any(path[: len(o)] == o for o in overridden if len(o) <= len(path)):
+            del merged[path]
+    merged.update(override)
+    return merged

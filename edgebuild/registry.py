@@ -1,0 +1,191 @@
+"""The plugin registry: pluggy loads every ``edgebuild`` entry point and collects what each registers."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pluggy
+
+from edgebuild import hookspecs
+from edgebuild.errors import PluginError
+
+KINDS = (
+    "resolvers",
+    "frontends",
+    "passes",
+    "lowerings",
+    "backends",
+    "compressors",
+    "runtimes",
+    "recipe_sections",
+    "custom_ops",
+)
+
+
+@dataclass
+class Entry:
+    plugin: str
+    obj: Any
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class PluginInfo:
+    name: str
+    distribution: str
+    version: str
+    registered: dict[str, list[str]] = field(default_factory=dict)
+
+
+class Registry:
+    """Tables of what plugins registered, keyed by kind then by name."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, dict[Any, Entry]] = {k: {} for k in KINDS}
+        self.plugins: dict[str, PluginInfo] = {}
+
+    # -- registration -------------------------------------------------------------------
+    def _add(self, kind: str, key, plugin: str, obj, label: str, **meta) -> None:
+        held = self.tables[kind].get(key)
+        if held is not None:
+            raise PluginError(
+                f"plugin {plugin!r} registers {kind[:-1]} {label!r}, "
+                f"which plugin {held.plugin!r} already holds",
+                hint="uninstall one of the two, or give the new one another name",
+            )
+        self.tables[kind][key] = Entry(plugin, obj, meta)
+        self.plugins[plugin].registered.setdefault(kind, []).append(label)
+
+    def _callbacks(self, plugin: str) -> dict[str, Callable]:
+        def named(kind):
+            return lambda name, obj: self._add(kind, name, plugin, obj, name)
+
+        def lowering(backend, op_type, fn, domain="", since=1, until=None):
+            domain = "" if domain in ("ai.onnx", None) else domain
+            for (b, d, t, lo, hi), held in self.tables["lowerings"].items():
+                if (b, d, t) == (backend, domain, op_type) and lo <= (until or 10**6) and since <= (hi or 10**6):
+                    raise PluginError(
+                        f"plugin {plugin!r} registers a {backend} lowering of "
+                        f"{(domain + '::') if domain else ''}{op_type} for opsets "
+                        f"{since}-{until or 'latest'}, overlapping the one plugin {held.plugin!r} holds "
+                        f"({lo}-{hi or 'latest'})",
+                        hint="narrow the opset range (since/until) or drop one of the plugins",
+                    )
+            label = f"{backend}:{(domain + '::') if domain else ''}{op_type}"
+            key = (backend, domain, op_type, since, until)
+            self.tables["lowerings"][key] = Entry(plugin, fn)
+            self.plugins[plugin].registered.setdefault("lowerings", []).append(label)
+
+        def compressor(backend, mode, obj):
+            self._add("compressors", (backend, mode), plugin, obj, f"{backend}:{mode}")
+
+        def custom_op(domain, op_type, spec):
+            self._add("custom_ops", (domain, op_type), plugin, spec, f"{domain}::{op_type}")
+
+        return {
+            "resolvers": named("resolvers"),
+            "frontends": named("frontends"),
+            "passes": named("passes"),
+            "lowerings": lowering,
+            "backends": named("backends"),
+            "compressors": compressor,
+            "runtimes": named("runtimes"),
+            "recipe_sections": named("recipe_sections"),
+            "custom_ops": custom_op,
+        }
+
+    def collect(self, pm: pluggy.PluginManager, dists: dict[str, tuple[str, str]]) -> None:
+        """Call each plugin's hook implementations with callbacks that remember its name."""
+        for name, _ in pm.list_name_plugin():
+            dist, version = dists.get(name, ("", ""))
+            self.plugins.setdefault(name, PluginInfo(name, dist, version))
+        for kind in KINDS:
+            hook = getattr(pm.hook, f"edgebuild_register_{kind}")
+            for impl in reversed(hook.get_hookimpls()):  # registration order
+                try:
+                    impl.function(register=self._callbacks(impl.plugin_name)[kind])
+                except PluginError:
+                    raise
+                except Exception as exc:
+                    dist, version = dists.get(impl.plugin_name, ("", ""))
+                    raise PluginError(
+                        f"plugin {impl.plugin_name!r} ({dist or '?'} {version}) failed while registering "
+                        f"{kind}: {type(exc).__name__}: {exc}",
+                        hint=f"fix or uninstall it: pip uninstall {dist or impl.plugin_name}",
+                    ) from exc
+
+    # -- lookup -------------------------------------------------------------------------
+    def get(self, kind: str, name):
+        entry = self.tables[kind].get(name)
+        return entry.obj if entry else None
+
+    def names(self, kind: str) -> list:
+        return list(self.tables[kind])
+
+    def lowering(self, backend: str, op_type: str, domain: str, opset: int):
+        """The lowering for ``op_type`` at ``opset``, or None."""
+        domain = "" if domain in ("ai.onnx", None) else domain
+        for (b, d, t, lo, hi), entry in self.tables["lowerings"].items():
+            if (b, d, t) == (backend, domain, op_type) and lo <= opset <= (hi or 10**6):
+                return entry.obj
+        return None
+
+    def lowerings(self, backend: str) -> dict[tuple[str, str], list[tuple[int, int | None, Callable]]]:
+        table: dict = {}
+        for (b, d, t, lo, hi), entry in self.tables["lowerings"].items():
+            if b == backend:
+                table.setdefault((d, t), []).append((lo, hi, entry.obj))
+        return table
+
+    def versions(self) -> dict[str, str]:
+        return {p.distribution or p.name: p.version for p in self.plugins.values()}
+
+    def plugin_of(self, kind: str, name) -> PluginInfo | None:
+        entry = self.tables[kind].get(name)
+        return self.plugins.get(entry.plugin) if entry else None
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> dict[str, tuple[str, str]]:
+    dists = {}
+    for ep in sorted(md.entry_points(group="edgebuild"), key=lambda e: e.name):
+        dist = ep.dist.name if ep.dist else ""
+        version = ep.dist.version if ep.dist else ""
+        try:
+            module = ep.load()
+        except Exception as exc:  # a broken plugin must not look like a broken edgebuild
+            raise PluginError(
+                f"plugin {ep.name!r} (distribution {dist or '?'} {version}) failed to import: "
+                f"{type(exc).__name__}: {exc}",
+                hint=f"fix or uninstall it: pip uninstall {dist or ep.name}",
+            ) from exc
+        if pm.is_registered(module) or pm.get_plugin(ep.name) is not None:
+            continue
+        pm.register(module, name=ep.name)
+        dists[ep.name] = (dist, version)
+    return dists
+
+
+_REGISTRY: Registry | None = None
+
+
+def build_registry(extra: dict[str, object] | None = None) -> Registry:
+    """A registry of the installed entry points plus ``extra`` plugin objects (for tests)."""
+    pm = pluggy.PluginManager("edgebuild")
+    pm.add_hookspecs(hookspecs)
+    dists = _load_entry_points(pm)
+    for name, plugin in (extra or {}).items():
+        pm.register(plugin, name=name)
+        dists[name] = (name, "0")
+    registry = Registry()
+    registry.collect(pm, dists)
+    return registry
+
+
+def get_registry(refresh: bool = False) -> Registry:
+    """The process-wide registry, built on first use from the installed entry points."""
+    global _REGISTRY
+    if _REGISTRY is None or refresh:
+        _REGISTRY = build_registry()
+    return _REGISTRY

@@ -1,0 +1,1 @@
+"""Numeric validation: sample inputs, metrics, thresholds and the build report."""

@@ -1,0 +1,169 @@
+"""The recipe's ``validate`` section: which inputs to feed, which limits to hold the outputs to.
+
+Every model forbids unknown keys so a typo (``cosine_mni``) is a recipe error, not a silently
+ignored limit. Thresholds left out are not checked: an empty ``thresholds`` means "report only".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RandomInput(_Strict):
+    """Random tensors with the input's shape and dtype.
+
+    ``uniform`` draws from ``[low, high)`` (integers for integer dtypes); ``normal`` draws
+    ``mean + std * N(0, 1)`` and, when ``low``/``high`` are given, clips to them.
+    """
+
+    distribution: Literal["uniform", "normal"] = "uniform"
+    low: Optional[float] = None
+    high: Optional[float] = None
+    mean: float = 0.0
+    std: float = Field(default=1.0, ge=0.0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
+        return self
+
+
+class SpecialTokens(_Strict):
+    """Ids wrapped around the real tokens, e.g. BERT's [CLS]=101 and [SEP]=102."""
+
+    first: Optional[int] = None
+    last: Optional[int] = None
+
+
+class TokensInput(_Strict):
+    """Token id sequences: ``first``, random ids, ``last``, then ``pad`` up to ``length``.
+
+    ``real_tokens`` fixes how many ids precede the padding (specials included); by default each
+    sample picks a length between half and all of ``length``. ``length`` defaults to the input's
+    last dimension.
+    """
+
+    vocab_size: int = Field(ge=2)
+    seed: int = 0
+    special: SpecialTokens = SpecialTokens()
+    pad: int = 0
+    length: Optional[int] = Field(default=None, ge=1)
+    real_tokens: Optional[int] = Field(default=None, ge=1)
+
+
+class ImagesInput(_Strict):
+    """Images from a folder (``.npy`` always; PNG/JPEG when Pillow is installed), one per sample.
+
+    Pixels are divided by ``scale``, then normalised per channel with ``mean``/``std``.
+    ``size`` is ``[height, width]``; default: taken from the input's shape.
+    """
+
+    dir: str
+    size: Optional[tuple[int, int]] = None
+    mean: Optional[list[float]] = None
+    std: Optional[list[float]] = None
+    layout: Literal["nchw", "nhwc"] = "nchw"
+    scale: float = Field(default=255.0, gt=0.0)
+
+    @field_validator("std")
+    @classmethod
+    def _nonzero(cls, value):
+        if value is not None and any(s == 0 for s in value):
+            raise ValueError("std entries must be non-zero")
+        return value
+
+
+INPUT_KINDS = ("random", "tokens", "value", "images", "file")
+
+
+class InputSource(_Strict):
+    """Where one model input's sample values come from: exactly one of ``random``, ``tokens``,
+    ``value``, ``images`` or ``file`` (``.npy``, or ``.npz`` with ``key``, default: the input's name).
+    """
+
+    random: Optional[RandomInput] = None
+    tokens: Optional[TokensInput] = None
+    value: Any = None
+    images: Optional[ImagesInput] = None
+    file: Optional[str] = None
+    key: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self):
+        given = [kind for kind in INPUT_KINDS if getattr(self, kind) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(INPUT_KINDS)} (got {', '.join(given) or 'none'})")
+        if self.key is not None and self.file is None:
+            raise ValueError("'key' only applies to 'file' inputs (.npz archives)")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(kind for kind in INPUT_KINDS if getattr(self, kind) is not None)
+
+
+class Thresholds(_Strict):
+    """Limits on the aggregated metrics. ``*_min`` is held against the worst (lowest) sample,
+    ``*_max`` against the worst (highest) one. Omitted limits are reported but not enforced.
+    """
+
+    cosine_min: Optional[float] = None
+    max_abs_max: Optional[float] = Field(default=None, ge=0.0)
+    mean_abs_max: Optional[float] = Field(default=None, ge=0.0)
+    p99_abs_max: Optional[float] = Field(default=None, ge=0.0)
+    max_rel_max: Optional[float] = Field(default=None, ge=0.0)
+    snr_db_min: Optional[float] = None
+    top1_agreement_min: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    top5_agreement_min: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+
+    def merged(self, override: "Thresholds | None") -> "Thresholds":
+        """These limits with ``override``'s explicitly set ones on top."""
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_unset=True))
+
+
+class OutputOverride(_Strict):
+    thresholds: Thresholds = Thresholds()
+
+
+class ValidateSection(_Strict):
+    """``validate:`` in a recipe."""
+
+    samples: int = Field(default=8, ge=1, description="how many input samples to compare")
+    inputs: dict[str, InputSource] = Field(
+        default={}, description="per model input; inputs not listed get uniform random values in [0, 1)"
+    )
+    thresholds: Thresholds = Thresholds()
+    per_output: dict[str, OutputOverride] = Field(default={}, description="per-output threshold overrides")
+    runtimes: list[str] = Field(
+        default=["interpreter", "coreml"],
+        min_length=1,
+        description="candidate runtimes to run; 'coreml' runs only on macOS and is skipped elsewhere",
+    )
+    fp16_emulation: Literal["auto", "on", "off"] = Field(
+        default="auto", description="round interpreter activations to fp16 (auto: when the artifact is fp16)"
+    )
+
+    @field_validator("fp16_emulation", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value):
+        # YAML 1.1 reads bare on/off as booleans.
+        if value is True:
+            return "on"
+        if value is False:
+            return "off"
+        return value
+
+    def thresholds_for(self, output: str) -> Thresholds:
+        """The limits that apply to ``output``: the global ones with its override on top."""
+        override = self.per_output.get(output)
+        return self.thresholds.merged(override.thresholds if override else None)

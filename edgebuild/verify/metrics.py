@@ -1,0 +1,187 @@
+"""How far a candidate's outputs are from the reference's, per output and per sample.
+
+Definitions (``r`` reference, ``c`` candidate, ``d = c - r``, all in float64):
+
+- ``max_abs``, ``mean_abs``, ``p90_abs``, ``p99_abs``: max / mean / percentiles (linear
+  interpolation) of ``|d|``.
+- ``max_rel``: ``max(|d| / max(|r|, rel_floor))``. The floor (default ``REL_FLOOR = 1e-3``)
+  stops elements near zero from turning tiny absolute errors into huge relative ones.
+- ``cosine``: ``r.c / (|r| |c|)`` over the flattened output; 1.0 when both are all zeros,
+  0.0 when only one is.
+- ``snr_db``: ``10 log10(sum r^2 / sum d^2)``; ``inf`` when the outputs are identical.
+- ``top1_agreement``, ``top5_agreement`` (floating outputs whose last dimension is at least
+  2 / 5, read as scores over classes): per row of the last dimension, the share of the
+  reference's top-k classes that are also in the candidate's top-k, averaged over rows.
+  For k=1 this is "same argmax".
+- ``nonfinite``: how many candidate elements are NaN/inf where the reference is finite. Such
+  a candidate fails on its own (see ``thresholds.check``); the other metrics are computed
+  over the elements finite in both, so they stay informative.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from edgebuild.errors import BuildError
+
+REL_FLOOR = 1e-3
+TOP_K = (1, 5)
+STATISTICS = ("avg", "p90", "p99", "max", "min")
+
+# Fixed log-spaced bins for |error| histograms, so per-sample histograms simply add up.
+# Bin 0 holds exact zeros (and anything below 1e-9), the last bin everything from 1e3 up.
+HISTOGRAM_EDGES = tuple(float(e) for e in 10.0 ** np.arange(-9, 3.5, 0.5))
+
+OutputMetrics = dict[str, float]
+
+
+def compare(
+    reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], *, rel_floor: float = REL_FLOOR
+) -> dict[str, OutputMetrics]:
+    """Metrics for each reference output of one sample (see the module docstring)."""
+    return {name: compare_output(name, ref, _candidate_output(name, ref, candidate), rel_floor=rel_floor) for name, ref in reference.items()}
+
+
+def compare_output(name: str, reference: np.ndarray, candidate: np.ndarray, *, rel_floor: float = REL_FLOOR) -> OutputMetrics:
+    ref = np.asarray(reference)
+    cand = np.asarray(candidate)
+    ref64 = ref.astype(np.float64).reshape(-1)
+    cand64 = cand.astype(np.float64).reshape(-1)
+    ref_finite = np.isfinite(ref64)
+    both_finite = ref_finite & np.isfinite(cand64)
+    result: OutputMetrics = {"nonfinite": float(np.count_nonzero(ref_finite & ~both_finite))}
+    r, c = ref64[both_finite], cand64[both_finite]
+    diff = np.abs(c - r)
+    if diff.size:
+        result.update(
+            max_abs=float(diff.max()),
+            mean_abs=float(diff.mean()),
+            p90_abs=float(np.percentile(diff, 90)),
+            p99_abs=float(np.percentile(diff, 99)),
+            max_rel=float((diff / np.maximum(np.abs(r), rel_floor)).max()),
+        )
+    else:
+        result.update(max_abs=0.0, mean_abs=0.0, p90_abs=0.0, p99_abs=0.0, max_rel=0.0)
+    result["cosine"] = _cosine(r, c)
+    result["snr_db"] = _snr_db(r, diff)
+    if _is_classifier_like(ref):
+        classes = ref.shape[-1]
+        ref_rows = np.nan_to_num(ref64.reshape(-1, classes), nan=-np.inf)
+        cand_rows = np.nan_to_num(cand64.reshape(-1, classes), nan=-np.inf)
+        for k in TOP_K:
+            if classes >= k:
+                result[f"top{k}_agreement"] = _topk_agreement(ref_rows, cand_rows, k)
+    return result
+
+
+def aggregate(samples: Sequence[Mapping[str, OutputMetrics]]) -> dict[str, dict[str, dict[str, float]]]:
+    """``{output: {metric: {"avg", "p90", "p99", "max", "min"}}}`` over the per-sample results.
+
+    A metric missing from some samples is aggregated over the samples that have it.
+    """
+    collected: dict[str, dict[str, list[float]]] = {}
+    for sample in samples:
+        for output, metrics in sample.items():
+            per_output = collected.setdefault(output, {})
+            for metric, value in metrics.items():
+                per_output.setdefault(metric, []).append(float(value))
+    return {
+        output: {metric: _statistics(values) for metric, values in metrics.items()}
+        for output, metrics in collected.items()
+    }
+
+
+def error_histogram(reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray]) -> dict[str, dict]:
+    """Per output: counts of ``|c - r|`` in ``HISTOGRAM_EDGES`` bins (finite elements only).
+
+    ``{"edges": [...], "counts": [...]}`` where ``counts[i]`` covers ``[edges[i-1], edges[i])``,
+    ``counts[0]`` everything below ``edges[0]`` and ``counts[-1]`` everything from ``edges[-1]``.
+    """
+    histograms = {}
+    for name, ref in reference.items():
+        cand = _candidate_output(name, ref, candidate)
+        r = np.asarray(ref, dtype=np.float64).reshape(-1)
+        c = np.asarray(cand, dtype=np.float64).reshape(-1)
+        keep = np.isfinite(r) & np.isfinite(c)
+        bins = np.searchsorted(HISTOGRAM_EDGES, np.abs(c[keep] - r[keep]), side="right")
+        counts = np.bincount(bins, minlength=len(HISTOGRAM_EDGES) + 1)
+        histograms[name] = {"edges": list(HISTOGRAM_EDGES), "counts": [int(n) for n in counts]}
+    return histograms
+
+
+def merge_histograms(histograms: Sequence[Mapping[str, dict]]) -> dict[str, dict]:
+    """Sum per-sample ``error_histogram`` results."""
+    merged: dict[str, dict] = {}
+    for sample in histograms:
+        for name, hist in sample.items():
+            if name not in merged:
+                merged[name] = {"edges": list(hist["edges"]), "counts": list(hist["counts"])}
+            else:
+                merged[name]["counts"] = [a + b for a, b in zip(merged[name]["counts"], hist["counts"])]
+    return merged
+
+
+def _candidate_output(name: str, ref: np.ndarray, candidate: Mapping[str, np.ndarray]) -> np.ndarray:
+    if name not in candidate:
+        raise BuildError(
+            f"validate: the candidate has no output '{name}' (it has: {', '.join(candidate) or 'none'})",
+            hint="the artifact's outputs must keep the source model's names",
+        )
+    cand = np.asarray(candidate[name])
+    ref = np.asarray(ref)
+    # Runtimes may add or drop unit dimensions ([1, 1000] vs [1000]); same size compares flat.
+    if cand.shape != ref.shape and cand.size != ref.size:
+        raise BuildError(f"validate: output '{name}' has shape {list(cand.shape)} in the candidate, {list(ref.shape)} in the reference")
+    return cand.reshape(ref.shape)
+
+
+def _is_classifier_like(ref: np.ndarray) -> bool:
+    return ref.dtype.kind == "f" and ref.ndim >= 1 and ref.shape[-1] >= 2
+
+
+def _cosine(r: np.ndarray, c: np.ndarray) -> float:
+    norm_r, norm_c = np.linalg.norm(r), np.linalg.norm(c)
+    if norm_r == 0 and norm_c == 0:
+        return 1.0
+    if norm_r == 0 or norm_c == 0:
+        return 0.0
+    return float(np.clip(np.dot(r, c) / (norm_r * norm_c), -1.0, 1.0))
+
+
+def _snr_db(r: np.ndarray, abs_diff: np.ndarray) -> float:
+    noise = float(np.sum(abs_diff**2))
+    signal = float(np.sum(r**2))
+    if noise == 0:
+        return float("inf")
+    if signal == 0:
+        return float("-inf")
+    return 10.0 * float(np.log10(signal / noise))
+
+
+def _topk_agreement(ref_rows: np.ndarray, cand_rows: np.ndarray, k: int) -> float:
+    if k == 1:
+        return float(np.mean(np.argmax(ref_rows, axis=1) == np.argmax(cand_rows, axis=1)))
+    top_ref = np.argpartition(-ref_rows, k - 1, axis=1)[:, :k]
+    top_cand = np.argpartition(-cand_rows, k - 1, axis=1)[:, :k]
+    in_cand = np.zeros(ref_rows.shape, dtype=bool)
+    np.put_along_axis(in_cand, top_cand, True, axis=1)
+    shared = np.take_along_axis(in_cand, top_ref, axis=1).sum(axis=1)
+    return float(np.mean(shared / k))
+
+
+def _statistics(values: list[float]) -> dict[str, float]:
+    array = np.asarray(values, dtype=np.float64)
+    finite = array[np.isfinite(array)]
+    # Percentiles and means of inf (identical outputs' SNR) are meaningless; use the finite ones
+    # unless there are none, and keep min/max exact.
+    basis = finite if finite.size else array
+    with np.errstate(invalid="ignore"):
+        return {
+            "avg": float(np.mean(basis)),
+            "p90": float(np.percentile(basis, 90)),
+            "p99": float(np.percentile(basis, 99)),
+            "max": float(np.max(array)),
+            "min": float(np.min(array)),
+        }

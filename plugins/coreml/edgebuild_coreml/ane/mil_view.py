@@ -1,0 +1,97 @@
+"""Small read-only helpers over pymil ops and vars, shared by the rules, cost model and planner."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import reduce
+
+import numpy as np
+from coremltools.converters.mil.mil import types
+from coremltools.converters.mil.mil.ops.registry import SSAOpRegistry
+from coremltools.converters.mil.mil.types.symbolic import is_symbolic
+
+
+def is_tensor_like(var) -> bool:
+    """True for tensors and scalars (not lists, tuples or strings)."""
+    sym = var.sym_type
+    return types.is_tensor(sym) or (types.is_scalar(sym) and not types.is_str(sym))
+
+
+def dtype_name(var) -> str:
+    """``fp16``, ``fp32``, ``int32``, ``bool`` ... for a tensor or scalar var."""
+    return types.builtin_to_string(var.dtype)
+
+
+def is_constant(var) -> bool:
+    """A var whose value is known at build time (const or constexpr output)."""
+    return var.val is not None or (var.op is not None and var.op.op_type.startswith("constexpr_"))
+
+
+def input_vars(op) -> Iterator[tuple[str, object]]:
+    """(input name, var) for every input var, flattening tuple inputs such as concat's values."""
+    for name, value in op.inputs.items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for var in values:
+            yield name, var
+
+
+def data_inputs(op) -> list:
+    """Non-constant tensor inputs: the activations the op reads at run time."""
+    return [var for _, var in input_vars(op) if is_tensor_like(var) and not is_constant(var)]
+
+
+def tensor_outputs(op) -> list:
+    return [var for var in op.outputs if is_tensor_like(var)]
+
+
+def shape_of(var) -> tuple:
+    return tuple(var.shape) if types.is_tensor(var.sym_type) else ()
+
+
+def static_numel(var, symbolic_default: int = 1) -> int:
+    """Element count, counting each symbolic dimension as ``symbolic_default``."""
+    dims = [symbolic_default if is_symbolic(d) else int(d) for d in shape_of(var)]
+    return reduce(lambda a, b: a * b, dims, 1)
+
+
+def itemsize(var) -> int:
+    """Bytes per element; bool and int8 count one byte."""
+    name = dtype_name(var)
+    digits = "".join(ch for ch in name if ch.isdigit())
+    return max(1, int(digits) // 8) if digits else 1
+
+
+def nbytes(var) -> int:
+    return static_numel(var) * itemsize(var)
+
+
+def param(op, name: str, default=None):
+    """The compile-time value of input ``name`` (a numpy value or python scalar), or ``default``."""
+    var = op.inputs.get(name)
+    if var is None or isinstance(var, (list, tuple)) or var.val is None:
+        return default
+    value = var.val
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def symbols_in(var) -> set:
+    """Free sympy symbols appearing in the var's shape."""
+    found = set()
+    for dim in shape_of(var):
+        if is_symbolic(dim):
+            found |= set(getattr(dim, "free_symbols", {dim}))
+    return found
+
+
+def is_custom_op(op) -> bool:
+    return op.op_type in SSAOpRegistry.custom_ops or hasattr(op, "bindings")
+
+
+def main_function(prog, function_name: str = "main"):
+    if function_name in prog.functions:
+        return prog.functions[function_name]
+    return next(iter(prog.functions.values()))
+
+
+def is_symbolic_dim(dim) -> bool:
+    return is_symbolic(dim)

@@ -1,0 +1,48 @@
+"""Reading op parameters with the MIL op's documented defaults.
+
+The executor passes evaluated inputs; an optional parameter may be missing (or None) when a
+program was loaded back from a serialized model. ``param`` falls back to the op class's own
+``default_inputs()`` so every evaluator follows the spec's defaults without repeating them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def param(op, x: dict, name: str, fallback=None):
+    """Value of parameter ``name``: the given input, else the op's default, else ``fallback``."""
+    value = x.get(name)
+    if value is not None:
+        return value
+    defaults = getattr(op, "default_inputs", None)
+    if defaults is not None:
+        try:
+            value = dict(defaults().items()).get(name)
+        except Exception:  # default_inputs may need input shapes that a loaded op lacks
+            value = None
+    return fallback if value is None else value
+
+
+def scalar(value):
+    """A python scalar from a 0-d (or 1-element) array, str or number."""
+    if isinstance(value, np.ndarray):
+        return value.reshape(-1)[0].item() if value.size == 1 else value
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def ints(value) -> list[int]:
+    return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def as_float(value) -> np.ndarray:
+    """Compute in fp32 at least: fp16 inputs are widened, the executor casts results back."""
+    arr = np.asarray(value)
+    return arr if arr.dtype == np.float64 else arr.astype(np.float32, copy=False)
+
+
+def per_channel(values, rank: int) -> np.ndarray:
+    """Reshape a [C] vector to broadcast along axis 1 of a rank-``rank`` tensor."""
+    return np.asarray(values).reshape((1, -1) + (1,) * (rank - 2))

@@ -1,0 +1,67 @@
+"""constexpr_* ops: weights stored compressed (quantised, palettised, sparse, cast).
+
+The op classes carry exact static ``decompress`` functions; they are called with the
+evaluated inputs, so a chain of constexpr ops (e.g. lut_to_sparse -> sparse_to_dense) works.
+The iOS16 and iOS18 forms of an op share a name and differ in parameters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import evaluates
+
+
+def _optional(x, name):
+    value = x.get(name)
+    return None if value is None else np.asarray(value)
+
+
+@evaluates("constexpr_affine_dequantize")
+def affine_dequantize(op, x):
+    return type(op).decompress(
+        np.asarray(x["quantized_data"]), np.asarray(x["zero_point"]),
+        np.asarray(x["scale"]), int(x["axis"]),
+    )
+
+
+@evaluates("constexpr_cast")
+def constexpr_cast(op, x):
+    from coremltools.converters.mil.mil import types
+
+    return np.asarray(x["source_val"]).astype(types.string_to_nptype(str(x["output_dtype"])))
+
+
+@evaluates("constexpr_lut_to_dense")
+def lut_to_dense(op, x):
+    if "shape" in x:  # iOS16: flat packed indices and an explicit shape
+        return type(op).decompress(np.asarray(x["lut"]), np.asarray(x["indices"]), np.asarray(x["shape"]))
+    return type(op).decompress(np.asarray(x["indices"]), np.asarray(x["lut"]), _optional(x, "vector_axis"))
+
+
+@evaluates("constexpr_sparse_to_dense")
+def sparse_to_dense(op, x):
+    if "shape" in x:  # iOS16: bit-packed flat mask and an explicit shape
+        return type(op).decompress(np.asarray(x["nonzero_data"]), np.asarray(x["mask"]), np.asarray(x["shape"]))
+    return type(op).decompress(np.asarray(x["nonzero_data"]), np.asarray(x["mask"]))
+
+
+@evaluates("constexpr_blockwise_shift_scale")
+def blockwise_shift_scale(op, x):
+    return type(op).decompress(np.asarray(x["data"]), np.asarray(x["scale"]), _optional(x, "offset"))
+
+
+@evaluates("constexpr_lut_to_sparse")
+def lut_to_sparse(op, x):
+    return type(op).decompress(
+        np.asarray(x["indices_mask"]), np.asarray(x["indices_nonzero_data"]),
+        np.asarray(x["lut"]), _optional(x, "vector_axis"),
+    )
+
+
+@evaluates("constexpr_sparse_blockwise_shift_scale")
+def sparse_blockwise_shift_scale(op, x):
+    return type(op).decompress(
+        np.asarray(x["data_mask"]), np.asarray(x["nonzero_data"]),
+        np.asarray(x["scale"]), _optional(x, "offset"),
+    )

@@ -1,0 +1,107 @@
+"""Convolution evaluators: ``conv`` and ``conv_transpose`` (1-D, 2-D and 3-D)."""
+
+from __future__ import annotations
+
+import itertools
+import string
+
+import numpy as np
+
+from ._params import as_float, ints, param, per_channel, scalar
+from ._windows import effective_kernel, explicit_pads, output_sizes, pad_spatial, windows
+from .registry import evaluates
+
+
+def _spatial_params(op, x, nd):
+    strides = ints(param(op, x, "strides", [1] * nd))
+    dilations = ints(param(op, x, "dilations", [1] * nd))
+    groups = int(scalar(param(op, x, "groups", 1)))
+    pad_type = str(scalar(param(op, x, "pad_type", "valid")))
+    pad = param(op, x, "pad", [0] * 2 * nd)
+    return strides, dilations, groups, pad_type, pad
+
+
+def _add_bias(out: np.ndarray, bias) -> np.ndarray:
+    if bias is None:
+        return out
+    return out + per_channel(as_float(bias), out.ndim)
+
+
+@evaluates("conv")
+def conv(op, x):
+    inp, weight = as_float(x["x"]), as_float(x["weight"])
+    nd = inp.ndim - 2
+    strides, dilations, groups, pad_type, pad = _spatial_params(op, x, nd)
+    kernel = list(weight.shape[2:])
+    eff = effective_kernel(kernel, dilations)
+    pads = explicit_pads(pad_type, inp.shape[2:], eff, strides, pad)
+    out_sizes = output_sizes(inp.shape[2:], eff, strides, pads)
+    padded = pad_spatial(inp, pads, out_sizes, eff, strides)
+    win = windows(padded, kernel, strides, dilations, out_sizes)  # [N, C_in, *O, *K]
+
+    n, c_in = inp.shape[:2]
+    c_out = weight.shape[0]
+    win = win.reshape((n, groups, c_in // groups) + win.shape[2:])
+    w = weight.reshape((groups, c_out // groups) + weight.shape[1:])
+    o_axes, k_axes = string.ascii_lowercase[:nd], string.ascii_lowercase[nd : 2 * nd]
+    spec = f"NGC{o_axes}{k_axes},GFC{k_axes}->NGF{o_axes}"
+    out = np.einsum(spec, win, w, optimize=True).reshape([n, c_out] + out_sizes)
+    return _add_bias(out, x.get("bias"))
+
+
+@evaluates("conv_transpose")
+def conv_transpose(op, x):
+    inp, weight = as_float(x["x"]), as_float(x["weight"])
+    nd = inp.ndim - 2
+    strides, dilations, groups, pad_type, pad = _spatial_params(op, x, nd)
+    n, c_in = inp.shape[:2]
+    kernel = list(weight.shape[2:])
+    c_out = weight.shape[1] * groups
+    in_sizes = list(inp.shape[2:])
+
+    # Every input pixel times every kernel tap, then scattered into the full output:
+    # position i*stride + k*dilation. Loops run over kernel taps only.
+    xg = inp.reshape((n, groups, c_in // groups) + tuple(in_sizes))
+    wg = weight.reshape((groups, c_in // groups) + weight.shape[1:])
+    d_axes, k_axes = string.ascii_lowercase[:nd], string.ascii_lowercase[nd : 2 * nd]
+    taps = np.einsum(f"NGC{d_axes},GCF{k_axes}->NGF{d_axes}{k_axes}", xg, wg, optimize=True)
+    taps = taps.reshape((n, c_out) + taps.shape[3:])
+    full_sizes = [(d - 1) * s + e for d, s, e in zip(in_sizes, strides, effective_kernel(kernel, dilations))]
+    full = np.zeros([n, c_out] + full_sizes, dtype=taps.dtype)
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        target = tuple(
+            slice(k * d, k * d + (size - 1) * s + 1, s)
+            for k, d, s, size in zip(tap, dilations, strides, in_sizes)
+        )
+        full[(slice(None), slice(None)) + target] += taps[(Ellipsis,) + tap]
+
+    starts, out_sizes = _transpose_crop(op, x, pad_type, pad, in_sizes, strides, full_sizes)
+    out = np.zeros([n, c_out] + out_sizes, dtype=full.dtype)
+    src, dst = [slice(None)] * 2, [slice(None)] * 2
+    for start, size, full_size in zip(starts, out_sizes, full_sizes):
+        stop = min(start + size, full_size)
+        src.append(slice(start, stop))
+        dst.append(slice(0, max(stop - start, 0)))
+    out[tuple(dst)] = full[tuple(src)]
+    return _add_bias(out, x.get("bias"))
+
+
+def _transpose_crop(op, x, pad_type, pad, in_sizes, strides, full_sizes):
+    """Where the output window starts in the full (uncropped) result, and its size."""
+    nd = len(in_sizes)
+    output_shape = x.get("output_shape")
+    pad_type = pad_type.lower()
+    if pad_type == "custom":
+        pads = ints(pad)
+        starts = [pads[2 * i] for i in range(nd)]
+        sizes = [full_sizes[i] - pads[2 * i] - pads[2 * i + 1] for i in range(nd)]
+    elif pad_type == "same":
+        sizes = [d * s for d, s in zip(in_sizes, strides)]
+        starts = None
+    else:
+        starts, sizes = [0] * nd, list(full_sizes)
+    if output_shape is not None:
+        sizes = ints(output_shape)[2:]
+    if starts is None:
+        starts = [max(f - o, 0) // 2 for f, o in zip(full_sizes, sizes)]
+    return starts, sizes

@@ -1,0 +1,143 @@
+"""Elementwise MIL ops: binary arithmetic/comparison/logic, unary math, cast.
+
+Semantics follow the MIL op docs (coremltools ``ops/defs/iOS15..iOS17``). Inputs keep their
+dtype, so fp16 operands compute as numpy fp16 (each op rounded to fp16, as on device).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .registry import evaluates
+
+try:  # scipy ships with scikit-learn, a dependency of this plugin
+    from scipy.special import erf as _erf
+except ImportError:  # pragma: no cover - slow but exact fallback
+    _erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _floor_div(x, y):
+    if np.issubdtype(np.result_type(x, y), np.integer):
+        return np.floor_divide(x, y)
+    return np.floor(np.true_divide(x, y))
+
+
+def _power(x, y):
+    # numpy refuses integer ** negative integer; MIL defines it through real values.
+    if np.issubdtype(np.result_type(x, y), np.integer) and np.any(np.asarray(y) < 0):
+        return np.power(np.asarray(x, np.float64), y)
+    return np.power(x, y)
+
+
+_BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "real_div": np.true_divide,
+    "floor_div": _floor_div,
+    "mod": np.mod,  # sign follows the divisor, as Python's % (and torch.remainder)
+    "pow": _power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "equal": np.equal,
+    "not_equal": np.not_equal,
+    "less": np.less,
+    "less_equal": np.less_equal,
+    "greater": np.greater,
+    "greater_equal": np.greater_equal,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor,
+}
+
+
+@evaluates(*_BINARY)
+def binary(op, x):
+    return _BINARY[op.op_type](x["x"], x["y"])
+
+
+_UNARY = {
+    "abs": np.abs,
+    "acos": np.arccos,
+    "asin": np.arcsin,
+    "atan": np.arctan,
+    "atanh": np.arctanh,
+    "acosh": np.arccosh,
+    "asinh": np.arcsinh,
+    "ceil": np.ceil,
+    "cos": np.cos,
+    "cosh": np.cosh,
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "floor": np.floor,
+    "logical_not": np.logical_not,
+    "round": np.round,  # half to even: the doc's example rounds 0.5 to 0
+    "sign": np.sign,
+    "sin": np.sin,
+    "sinh": np.sinh,
+    "sqrt": np.sqrt,
+    "square": np.square,
+    "tan": np.tan,
+    "tanh": np.tanh,
+}
+
+
+@evaluates(*_UNARY)
+def unary(op, x):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return _UNARY[op.op_type](x["x"])
+
+
+@evaluates("erf")
+def erf(op, x):
+    value = x["x"]
+    return _erf(value.astype(np.float32) if value.dtype == np.float16 else value)
+
+
+@evaluates("inverse")
+def inverse(op, x):
+    with np.errstate(divide="ignore"):
+        return np.reciprocal(x["x"] + _epsilon(x, 1e-4))
+
+
+@evaluates("log")
+def log(op, x):
+    # The default epsilon (1e-45) is an fp32 denormal; add it in fp32 so it is not lost.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        epsilon = x.get("epsilon")
+        epsilon = np.float32(1e-45 if epsilon is None else epsilon)
+        return np.log(x["x"].astype(np.float32) + epsilon)
+
+
+@evaluates("rsqrt")
+def rsqrt(op, x):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return 1.0 / np.sqrt(x["x"] + _epsilon(x, 1e-12))
+
+
+def _epsilon(x, default):
+    epsilon = x.get("epsilon")
+    return np.asarray(default if epsilon is None else epsilon).astype(x["x"].dtype)
+
+
+@evaluates("clip")
+def clip(op, x):
+    return np.minimum(np.maximum(x["x"], x["alpha"]), x["beta"])
+
+
+@evaluates("threshold")
+def threshold(op, x):
+    return np.maximum(x["x"], x["alpha"])
+
+
+@evaluates("cast")
+def cast(op, x):
+    from coremltools.converters.mil.mil import types
+
+    target = np.dtype(types.string_to_nptype(str(x["dtype"])))
+    value = np.asarray(x["x"])
+    if np.issubdtype(target, np.integer) and np.issubdtype(value.dtype, np.floating):
+        value = np.trunc(value)  # float -> int rounds toward zero
+    return value.astype(target)

@@ -1,0 +1,40 @@
+"""Linear algebra evaluators (MIL ``linear.py``): ``linear``, ``matmul``, ``einsum``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._params import as_float, param, scalar
+from .registry import evaluates
+
+
+def _keeps_ints(*arrays) -> bool:
+    return all(np.issubdtype(np.asarray(a).dtype, np.integer) for a in arrays)
+
+
+def _operand(value, *others):
+    return np.asarray(value) if _keeps_ints(value, *others) else as_float(value)
+
+
+@evaluates("linear")
+def linear(op, x):
+    v, weight = _operand(x["x"], x["weight"]), _operand(x["weight"], x["x"])
+    out = np.matmul(v, np.swapaxes(weight, -1, -2))
+    bias = x.get("bias")
+    return out if bias is None else out + np.asarray(bias, dtype=out.dtype)
+
+
+@evaluates("matmul")
+def matmul(op, x):
+    a, b = _operand(x["x"], x["y"]), _operand(x["y"], x["x"])
+    if bool(scalar(param(op, x, "transpose_x", False))) and a.ndim >= 2:
+        a = np.swapaxes(a, -1, -2)
+    if bool(scalar(param(op, x, "transpose_y", False))) and b.ndim >= 2:
+        b = np.swapaxes(b, -1, -2)
+    return np.matmul(a, b)
+
+
+@evaluates("einsum")
+def einsum(op, x):
+    values = [as_float(v) for v in x["values"]]
+    return np.einsum(str(scalar(x["equation"])), *values, optimize=True)

@@ -1,0 +1,135 @@
+"""Recurrent evaluators (MIL ``recurrent.py``, iOS15/17/18): ``lstm``, ``gru``, ``rnn``.
+
+Layouts follow the op docs: lstm gates ``[input, forget, output, cell]``, gru gates
+``[reset, output(new), update]``. The time loop is inherent; each step is batched matmuls.
+Outputs of a ``reverse`` pass are listed in processing order, as the op tests expect.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._params import as_float, param, scalar
+from .ops_activation import RECURRENT_ACTIVATIONS
+from .registry import evaluates
+
+
+def _activation(op, x, name, default):
+    key = str(scalar(param(op, x, name, default))).lower()
+    if key not in RECURRENT_ACTIVATIONS:
+        raise ValueError(f"unsupported recurrent activation {key!r}")
+    return RECURRENT_ACTIVATIONS[key]
+
+
+def _steps(seq, reverse):
+    return seq[::-1] if reverse else seq
+
+
+def _outputs(hiddens, output_sequence):
+    stacked = np.stack(hiddens)
+    return stacked if output_sequence else stacked[-1:]
+
+
+def _lstm_pass(seq, h, c, w_ih, w_hh, bias, peephole, clip, acts):
+    recurrent_act, cell_act, out_act = acts
+    hidden = h.shape[-1]
+    p_i, p_f, p_o = np.split(peephole, 3) if peephole is not None else (0.0, 0.0, 0.0)
+    inputs = seq @ w_ih.T + bias  # all input projections at once: [s, b, 4H]
+    hiddens = []
+    for projected in inputs:
+        gates = projected + h @ w_hh.T
+        gi, gf, go, gz = (gates[:, k * hidden : (k + 1) * hidden] for k in range(4))
+        i = recurrent_act(gi + c * p_i)
+        f = recurrent_act(gf + c * p_f)
+        c = f * c + i * cell_act(gz)
+        if clip is not None:
+            c = np.clip(c, -clip, clip)
+        o = recurrent_act(go + c * p_o)
+        h = o * out_act(c)
+        hiddens.append(h)
+    return hiddens, h, c
+
+
+@evaluates("lstm")
+def lstm(op, x):
+    seq = as_float(x["x"])
+    direction = str(scalar(param(op, x, "direction", "forward")))
+    output_sequence = bool(scalar(param(op, x, "output_sequence", False)))
+    acts = (
+        _activation(op, x, "recurrent_activation", "sigmoid"),
+        _activation(op, x, "cell_activation", "tanh"),
+        _activation(op, x, "activation", "tanh"),
+    )
+    clip = x.get("clip")
+    clip = None if clip is None else float(scalar(clip))
+    h0, c0 = as_float(x["initial_h"]), as_float(x["initial_c"])
+    hidden = np.asarray(x["weight_hh"]).shape[1]
+
+    def run(suffix, h, c, reverse):
+        w_ih, w_hh = as_float(x[f"weight_ih{suffix}"]), as_float(x[f"weight_hh{suffix}"])
+        bias = x.get(f"bias{suffix}")
+        bias = np.zeros(4 * hidden, np.float32) if bias is None else as_float(bias)
+        peephole = x.get(f"peephole{suffix}")
+        peephole = None if peephole is None else as_float(peephole)
+        hiddens, h, c = _lstm_pass(_steps(seq, reverse), h, c, w_ih, w_hh, bias, peephole, clip, acts)
+        return hiddens, h, c
+
+    if direction == "bidirectional":
+        fwd, h_f, c_f = run("", h0[:, :hidden], c0[:, :hidden], False)
+        bwd, h_b, c_b = run("_back", h0[:, hidden:], c0[:, hidden:], True)
+        # Backward outputs are aligned with the input time steps before concatenation.
+        out = np.concatenate([np.stack(fwd), np.stack(bwd[::-1])], axis=-1)
+        out = out if output_sequence else np.concatenate([fwd[-1], bwd[-1]], axis=-1)[None]
+        return out, np.concatenate([h_f, h_b], -1), np.concatenate([c_f, c_b], -1)
+    hiddens, h, c = run("", h0, c0, direction == "reverse")
+    return _outputs(hiddens, output_sequence), h, c
+
+
+@evaluates("gru")
+def gru(op, x):
+    seq = as_float(x["x"])
+    reverse = str(scalar(param(op, x, "direction", "forward"))) == "reverse"
+    output_sequence = bool(scalar(param(op, x, "output_sequence", False)))
+    recurrent_act = _activation(op, x, "recurrent_activation", "sigmoid")
+    act = _activation(op, x, "activation", "tanh")
+    reset_after = bool(scalar(param(op, x, "reset_after", False)))
+    w_ih, w_hh = as_float(x["weight_ih"]), as_float(x["weight_hh"])
+    hidden = w_hh.shape[1]
+    bias = x.get("bias")
+    bias = np.zeros(3 * hidden, np.float32) if bias is None else as_float(bias)
+    input_bias = x.get("input_bias")
+    input_bias = np.zeros(3 * hidden, np.float32) if input_bias is None else as_float(input_bias)
+
+    w_hr, w_ho, w_hz = np.split(w_hh, 3)
+    b_r, b_o, b_z = np.split(bias, 3)
+    h = as_float(x["initial_h"])
+    inputs = _steps(seq, reverse) @ w_ih.T + input_bias  # [s, b, 3H]
+    hiddens = []
+    for projected in inputs:
+        x_r, x_o, x_z = np.split(projected, 3, axis=-1)
+        r = recurrent_act(x_r + h @ w_hr.T + b_r)
+        z = recurrent_act(x_z + h @ w_hz.T + b_z)
+        if reset_after:
+            o = act(x_o + r * (h @ w_ho.T + b_o))
+        else:
+            o = act(x_o + (r * h) @ w_ho.T + b_o)
+        h = (1 - z) * o + z * h
+        hiddens.append(h)
+    return _outputs(hiddens, output_sequence), h
+
+
+@evaluates("rnn")
+def rnn(op, x):
+    seq = as_float(x["x"])
+    reverse = str(scalar(param(op, x, "direction", "forward"))) == "reverse"
+    output_sequence = bool(scalar(param(op, x, "output_sequence", False)))
+    act = _activation(op, x, "activation", "tanh")
+    w_ih, w_hh = as_float(x["weight_ih"]), as_float(x["weight_hh"])
+    bias = x.get("bias")
+    bias = 0.0 if bias is None else as_float(bias)
+    h = as_float(x["initial_h"])
+    hiddens = []
+    for projected in _steps(seq, reverse) @ w_ih.T + bias:
+        h = act(projected + h @ w_hh.T)
+        hiddens.append(h)
+    return _outputs(hiddens, output_sequence), h

@@ -1,0 +1,360 @@
+"""ONNX graph (onnx_ir) -> pymil Program: one lowering per node, inside one MIL function.
+
+The walk is: check every op has a lowering (one error listing them all), turn initializers
+and ``Constant`` nodes into numpy constants, graph inputs into placeholders, lower each node
+in topological order, and bind graph outputs under valid Core ML names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import coremltools as ct
+import numpy as np
+import onnx_ir as ir
+from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil import Function, Program, get_new_symbol, types
+from coremltools.converters.mil.mil.var import Var
+
+from edgebuild.errors import BuildError, EdgebuildError
+from edgebuild_coreml.lowering.context import LoweringContext
+from edgebuild_coreml.lowering.errors import LoweringError
+
+BACKEND = "coreml"
+CONVERTER_HANDLED = {("", "Constant")}  # ops the converter turns into constants itself
+
+
+@dataclass
+class ConvertResult:
+    """The lowered program and how ONNX names map to its (identifier-safe) names."""
+
+    program: Program
+    input_names: dict[str, str] = field(default_factory=dict)  # ONNX name -> MIL name
+    output_names: dict[str, str] = field(default_factory=dict)
+    op_counts: dict[str, int] = field(default_factory=dict)  # MIL op type -> count in "main"
+    input_dtypes: dict[str, str] = field(default_factory=dict)  # MIL name -> MIL dtype string
+
+
+# -- names ----------------------------------------------------------------------------------
+def sanitize_name(name: str, taken: set[str]) -> str:
+    """A valid identifier for ``name`` not in ``taken`` (which it is then added to)."""
+    base = re.sub(r"[^A-Za-z0-9_]", "_", name) or "value"
+    if base[0].isdigit():
+        base = "v_" + base
+    candidate, n = base, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{base}_{n}"
+    taken.add(candidate)
+    return candidate
+
+
+# -- dtypes ---------------------------------------------------------------------------------
+_PLACEHOLDER_DTYPES = {
+    ir.DataType.FLOAT: types.fp32,
+    ir.DataType.DOUBLE: types.fp32,  # Core ML has no float64
+    ir.DataType.FLOAT16: types.fp16,
+    ir.DataType.INT64: types.int32,  # Core ML has no int64
+    ir.DataType.INT32: types.int32,
+    ir.DataType.INT16: types.int32,
+    ir.DataType.INT8: types.int32,
+    ir.DataType.UINT8: types.int32,
+    ir.DataType.UINT16: types.int32,
+    ir.DataType.UINT32: types.int32,
+    ir.DataType.BOOL: types.int32,  # Core ML inputs carry no bool; cast inside the program
+}
+
+MIL_DTYPE_NAMES = {types.fp32: "fp32", types.fp16: "fp16", types.int32: "int32", types.bool: "bool"}
+
+
+def placeholder_dtype(value: ir.Value):
+    dtype = value.dtype
+    if dtype is None:
+        return types.fp32
+    if dtype not in _PLACEHOLDER_DTYPES:
+        raise BuildError(
+            f"graph input {value.name!r} has type {dtype.name}, which Core ML inputs cannot carry",
+            hint="cast the input to float32 or int32 in the source model",
+        )
+    return _PLACEHOLDER_DTYPES[dtype]
+
+
+# -- unsupported-op scan --------------------------------------------------------------------
+def _subgraphs(node: ir.Node) -> Iterable[ir.Graph]:
+    for attribute in node.attributes.values():
+        if attribute.type == ir.AttributeType.GRAPH:
+            yield attribute.value
+        elif attribute.type == ir.AttributeType.GRAPHS:
+            yield from attribute.value
+
+
+def iter_nodes(graph: ir.Graph) -> Iterable[ir.Node]:
+    """Every node of ``graph`` and, recursively, of its If/Loop/Scan bodies."""
+    for node in graph:
+        yield node
+        for sub in _subgraphs(node):
+            yield from iter_nodes(sub)
+
+
+def opset_of(model: ir.Model, domain: str) -> int:
+    domain = "" if domain in ("ai.onnx", None) else domain
+    opsets = {("" if d == "ai.onnx" else d): v for d, v in model.opset_imports.items()}
+    if domain in opsets:
+        return opsets[domain]
+    return opsets.get("", 1) if domain == "" else 1
+
+
+def find_unsupported(model: ir.Model, registry) -> list[dict]:
+    """One entry per unsupported (domain, op type): opset, count and the first node names."""
+    missing: dict[tuple[str, str], dict] = {}
+    for node in iter_nodes(model.graph):
+        domain = "" if node.domain in ("ai.onnx", None) else node.domain
+        if (domain, node.op_type) in CONVERTER_HANDLED:
+            continue
+        opset = opset_of(model, domain)
+        if registry.lowering(BACKEND, node.op_type, domain, opset) is not None:
+            continue
+        entry = missing.setdefault(
+            (domain, node.op_type),
+            {"op_type": node.op_type, "domain": domain, "opset": opset, "count": 0, "nodes": []},
+        )
+        entry["count"] += 1
+        if len(entry["nodes"]) < 3:
+            entry["nodes"].append(node.name or "<unnamed>")
+    return sorted(missing.values(), key=lambda e: (e["domain"], e["op_type"]))
+
+
+def unsupported_error(missing: list[dict]) -> BuildError:
+    lines = [f"{len(missing)} op type(s) have no Core ML lowering:"]
+    for e in missing:
+        qualified = f"{e['domain']}::{e['op_type']}" if e["domain"] else e["op_type"]
+        lines.append(
+            f"  - {qualified} (opset {e['opset']}): {e['count']} node(s), e.g. {', '.join(e['nodes'])}"
+        )
+    return BuildError(
+        "\n".join(lines),
+        hint="add a lowering in a plugin: implement the hook edgebuild_register_lowerings and call "
+        "register('coreml', op_type, fn, domain=..., since=...) (see docs/plugins.md), "
+        "or route these ops to another backend with the recipe's compute policy",
+    )
+
+
+# -- constants ------------------------------------------------------------------------------
+def constant_node_value(node: ir.Node) -> np.ndarray:
+    """The value of an ONNX ``Constant`` node, whichever attribute carries it."""
+    for name, attribute in node.attributes.items():
+        value = attribute.value
+        if name == "value":
+            return value.numpy()
+        if name == "value_float":
+            return np.array(value, dtype=np.float32)
+        if name == "value_floats":
+            return np.array(list(value), dtype=np.float32)
+        if name == "value_int":
+            return np.array(value, dtype=np.int64)
+        if name == "value_ints":
+            return np.array(list(value), dtype=np.int64)
+    raise LoweringError(
+        f"{LoweringContext.where(node)}: only tensor, float and int constants are supported "
+        "(strings and sparse tensors have no Core ML equivalent)"
+    )
+
+
+# -- the walk -------------------------------------------------------------------------------
+def _as_var(value, name: str | None = None) -> Var:
+    if isinstance(value, Var):
+        return value
+    array = np.asarray(value)
+    array = LoweringContext.int32(array) if array.dtype == np.int64 else array
+    if array.dtype == np.float64:
+        array = array.astype(np.float32)
+    return mb.const(val=array, name=name) if name else mb.const(val=array)
+
+
+def _bind_outputs(ctx: LoweringContext, node: ir.Node, result) -> None:
+    outputs = list(node.outputs)
+    if not isinstance(result, (tuple, list)):
+        result = (result,)
+    if len(result) > len(outputs):
+        ctx.fail(node, f"the lowering produced {len(result)} outputs but the node has {len(outputs)}")
+    for value, produced in zip(outputs, result):
+        if value is None or value.name == "":
+            continue
+        if produced is None:
+            if value.uses():
+                ctx.fail(node, f"optional output {value.name!r} is used but the lowering does not produce it")
+            continue
+        if isinstance(produced, Var):
+            ctx.set(value, produced)
+        else:
+            ctx.consts[value.name] = np.asarray(produced)
+    for value in outputs[len(result):]:
+        if value is not None and value.name and value.uses():
+            ctx.fail(node, f"output {value.name!r} is used but the lowering does not produce it")
+
+
+def _renamed(exc: EdgebuildError, node: ir.Node) -> EdgebuildError:
+    """``exc`` with the node named in its message (same class, same hint)."""
+    where = LoweringContext.where(node)
+    if where in exc.message:
+        return exc
+    try:
+        renamed = type(exc)(f"{where}: {exc.message}", hint=exc.hint)
+    except TypeError:
+        renamed = BuildError(f"{where}: {exc.message}", hint=exc.hint)
+    return renamed
+
+
+def lower_node(ctx: LoweringContext, node: ir.Node) -> None:
+    """Lower one node and bind its outputs in ``ctx``."""
+    domain = "" if node.domain in ("ai.onnx", None) else node.domain
+    if (domain, node.op_type) == ("", "Constant"):
+        ctx.consts[node.outputs[0].name] = constant_node_value(node)
+        return
+    fn = ctx.lookup(node)
+    if fn is None:  # only reachable for subgraphs built after the scan
+        raise unsupported_error(
+            [{"op_type": node.op_type, "domain": domain, "opset": ctx.opset_for(domain), "count": 1, "nodes": [node.name]}]
+        )
+    try:
+        result = fn(ctx, node)
+        _bind_outputs(ctx, node, result)
+    except EdgebuildError as exc:
+        raise _renamed(exc, node) from exc
+    except Exception as exc:  # a lowering bug or a MIL type error: name the node
+        raise LoweringError(
+            f"{LoweringContext.where(node)}: lowering failed: {type(exc).__name__}: {exc}",
+            hint="this is a bug in the lowering or an unsupported attribute combination; "
+            "report it with the model, or route the op to another backend",
+        ) from exc
+
+
+def _load_initializers(ctx: LoweringContext, graph: ir.Graph) -> None:
+    for name, value in graph.initializers.items():
+        if value.const_value is not None:
+            ctx.consts[name] = value.const_value.numpy()
+
+
+def lower_subgraph(ctx: LoweringContext, graph: ir.Graph, inputs: Sequence) -> list[Var]:
+    """Lower a nested graph (If/Loop body) into the MIL block currently open.
+
+    ``inputs`` binds ``graph.inputs`` in order. Outer-scope values stay visible; the
+    subgraph's own names are forgotten afterwards. Returns one Var per graph output
+    (outer values passed straight through are wrapped in an identity, as blocks need).
+    """
+    saved_vars, saved_consts = dict(ctx.vars), dict(ctx.consts)
+    try:
+        _load_initializers(ctx, graph)
+        for value, var in zip(graph.inputs, inputs):
+            if isinstance(var, Var):
+                ctx.set(value, var)
+            else:
+                ctx.consts[value.name] = np.asarray(var)
+        local_names = {v.name for v in graph.inputs}
+        for node in graph:
+            lower_node(ctx, node)
+            local_names.update(o.name for o in node.outputs if o is not None)
+        results = []
+        for value in graph.outputs:
+            produced = ctx.get(value)
+            if not isinstance(produced, Var):
+                produced = _as_var(produced)
+            elif value.name not in local_names:
+                produced = mb.identity(x=produced)
+            results.append(produced)
+        return results
+    finally:
+        ctx.vars, ctx.consts = saved_vars, saved_consts
+
+
+def _input_shape(value: ir.Value, override, symbols: dict[str, object]) -> tuple:
+    dims = list(override) if override is not None else (list(value.shape) if value.shape is not None else None)
+    if dims is None:
+        raise BuildError(
+            f"graph input {value.name!r} has no shape",
+            hint="give its shape in the recipe's source.inputs",
+        )
+    shape = []
+    for dim in dims:
+        if isinstance(dim, (int, np.integer)) and dim >= 0:
+            shape.append(int(dim))
+            continue
+        key = str(getattr(dim, "value", dim)) if dim is not None else None
+        if key and key != "None":  # the same named dim is the same symbol
+            shape.append(symbols.setdefault(key, get_new_symbol()))
+        else:
+            shape.append(get_new_symbol())
+    return tuple(shape)
+
+
+def convert(
+    model: ir.Model,
+    *,
+    target: str = "iOS17",
+    precision: str = "float32",
+    registry=None,
+    input_shapes: dict | None = None,
+) -> ConvertResult:
+    """Lower ``model`` to a pymil Program with one function, ``main``.
+
+    ``input_shapes`` overrides graph input shapes ({onnx name: dims}); a dim that is None
+    or a string stays symbolic (package.py turns those into ranges or enumerations).
+    """
+    if registry is None:
+        from edgebuild.registry import get_registry
+
+        registry = get_registry()
+    graph = model.graph
+    missing = find_unsupported(model, registry)
+    if missing:
+        raise unsupported_error(missing)
+    graph.sort()
+
+    ctx = LoweringContext(opset_of(model, ""), target=target, precision=precision)
+    ctx.opset_for = lambda domain: opset_of(model, domain)
+    ctx.lookup = lambda node: registry.lowering(BACKEND, node.op_type, node.domain, opset_of(model, node.domain))
+    ctx.lower_subgraph = lambda sub, inputs: lower_subgraph(ctx, sub, inputs)
+    _load_initializers(ctx, graph)
+
+    taken: set[str] = set()
+    result = ConvertResult(program=Program())
+    placeholders = {}
+    symbols: dict[str, object] = {}
+    for value in graph.inputs:
+        if value.name in ctx.consts:  # an initializer listed as input (IR < 4): a constant
+            continue
+        mil_name = sanitize_name(value.name, taken)
+        override = (input_shapes or {}).get(value.name)
+        placeholders[mil_name] = mb.placeholder(
+            shape=_input_shape(value, override, symbols), dtype=placeholder_dtype(value)
+        )
+        result.input_names[value.name] = mil_name
+        result.input_dtypes[mil_name] = MIL_DTYPE_NAMES[placeholder_dtype(value)]
+    for value in graph.outputs:
+        result.output_names[value.name] = sanitize_name(value.name, taken)
+    ctx.reserve(taken)
+
+    with Function(placeholders, opset_version=getattr(ct.target, target)) as function:
+        for value in graph.inputs:
+            if value.name in result.input_names:
+                var = function.inputs[result.input_names[value.name]]
+                if value.dtype == ir.DataType.BOOL:
+                    var = mb.cast(x=var, dtype="bool", name=ctx.name_for(value.name, "as_bool"))
+                ctx.set(value, var)
+        for node in graph:
+            lower_node(ctx, node)
+        outputs = []
+        for value in graph.outputs:
+            mil_name = result.output_names[value.name]
+            produced = ctx.get(value)
+            if isinstance(produced, Var):
+                outputs.append(mb.identity(x=produced, name=mil_name))
+            else:
+                outputs.append(_as_var(produced, name=mil_name))
+        function.set_outputs(outputs)
+    result.program.add_function("main", function)
+    result.op_counts = dict(Counter(op.op_type for op in function.operations))
+    return result

@@ -1,0 +1,110 @@
+"""Small helpers shared by the op-family modules (dtypes, shapes, constants)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil import types
+from coremltools.converters.mil.mil.var import Var
+
+# ONNX element type -> the MIL dtype a Core ML program computes it in.
+_MIL_DTYPES = {
+    ir.DataType.FLOAT: "fp32",
+    ir.DataType.DOUBLE: "fp32",
+    ir.DataType.FLOAT16: "fp16",
+    ir.DataType.BFLOAT16: "fp32",
+    ir.DataType.INT64: "int32",
+    ir.DataType.INT32: "int32",
+    ir.DataType.INT16: "int32",
+    ir.DataType.INT8: "int32",
+    ir.DataType.UINT64: "int32",
+    ir.DataType.UINT32: "int32",
+    ir.DataType.UINT16: "int32",
+    ir.DataType.UINT8: "int32",
+    ir.DataType.BOOL: "bool",
+}
+_NUMPY_OF = {"fp32": np.float32, "fp16": np.float16, "int32": np.int32, "bool": np.bool_}
+
+
+def mil_dtype(onnx_dtype: int | ir.DataType) -> str | None:
+    """The MIL dtype string for an ONNX element type, or None if Core ML has none."""
+    return _MIL_DTYPES.get(ir.DataType(onnx_dtype))
+
+
+def numpy_dtype(mil: str):
+    return _NUMPY_OF[mil]
+
+
+def dtype_of(x) -> str:
+    """MIL dtype string of a Var or numpy constant."""
+    if isinstance(x, Var):
+        return types.builtin_to_string(x.dtype)
+    kind = np.asarray(x).dtype
+    if kind == np.bool_:
+        return "bool"
+    if kind.kind in "iu":
+        return "int32"
+    return "fp16" if kind == np.float16 else "fp32"
+
+
+def is_const(x) -> bool:
+    return not isinstance(x, Var) or x.val is not None
+
+
+def value_of(x) -> np.ndarray:
+    return np.asarray(x.val if isinstance(x, Var) else x)
+
+
+def shape_of(x) -> tuple:
+    """Static shape: ints, or symbols for unknown dims."""
+    return tuple(x.shape) if isinstance(x, Var) else np.shape(x)
+
+
+def rank_of(x) -> int:
+    return len(shape_of(x))
+
+
+def is_static(dim) -> bool:
+    return isinstance(dim, (int, np.integer))
+
+
+def const_like(value, like) -> np.ndarray:
+    """``value`` as a numpy constant of ``like``'s MIL dtype (so binary ops type-check)."""
+    return np.asarray(value, dtype=_NUMPY_OF[dtype_of(like)])
+
+
+def dim(x, axis: int, name: str | None = None):
+    """One dimension of ``x`` as an int32 scalar: a constant when static, else shape+gather."""
+    size = shape_of(x)[axis]
+    if is_static(size):
+        return np.int32(size)
+    kwargs = {"name": name} if name else {}
+    return mb.gather(x=mb.shape(x=x), indices=np.int32(axis % rank_of(x)), axis=0, **kwargs)
+
+
+def shape_tensor(x):
+    """The shape of ``x`` as an int32 vector (a constant when fully static)."""
+    shape = shape_of(x)
+    if all(is_static(d) for d in shape):
+        return np.array(shape, dtype=np.int32)
+    return mb.shape(x=x)
+
+
+def to_var(x):
+    return x if isinstance(x, Var) else mb.const(val=x)
+
+
+def normalize_axis(ctx, node, axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        ctx.fail(node, f"axis {axis} is out of range for a rank-{rank} input")
+    return axis % rank if rank else 0
+
+
+def axes_operand(ctx, node, *, input_index: int, attr: str = "axes", input_since: int = 13):
+    """Axes given as an attribute (older opsets) or as an optional constant input."""
+    if ctx.opset >= input_since:
+        axes = ctx.const(node, input_index, optional=True, what=attr)
+    else:
+        axes = ctx.attr(node, attr)
+    return None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]

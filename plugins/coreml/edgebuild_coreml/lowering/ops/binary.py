@@ -1,0 +1,91 @@
+"""Elementwise binary and variadic math: Add, Sub, Mul, Div, Pow, Mod, Max, Min, Sum, Mean.
+
+ONNX and MIL broadcast the same way (numpy rules). Where the semantics differ — integer
+Div truncates toward zero, Mod with ``fmod=1`` takes the dividend's sign — extra ops fix it.
+"""
+
+from __future__ import annotations
+
+from coremltools.converters.mil import Builder as mb
+
+from edgebuild_coreml.lowering.ops._util import const_like, dtype_of
+from edgebuild_coreml.lowering.registry import lowers
+
+_SIMPLE = {"Add": mb.add, "Sub": mb.sub, "Mul": mb.mul}
+
+
+@lowers("Add", "Sub", "Mul")
+def arithmetic(ctx, node):
+    x, y = ctx.input(node, 0), ctx.input(node, 1)
+    if dtype_of(x) == "bool":  # not valid ONNX, but cheap to reject clearly
+        ctx.fail(node, "boolean arithmetic is not defined")
+    return _SIMPLE[node.op_type](x=x, y=y, name=ctx.name(node))
+
+
+@lowers("Div")
+def div(ctx, node):
+    x, y = ctx.input(node, 0), ctx.input(node, 1)
+    if dtype_of(x) != "int32":
+        return mb.real_div(x=x, y=y, name=ctx.name(node))
+    # ONNX integer division truncates toward zero; MIL floor_div floors. Step the
+    # quotient back up by one where there is a remainder and the signs differ.
+    floored = mb.floor_div(x=x, y=y, name=ctx.name(node, "floor"))
+    remainder = mb.sub(x=x, y=mb.mul(x=floored, y=y), name=ctx.name(node, "rem"))
+    zero = const_like(0, x)
+    inexact = mb.not_equal(x=remainder, y=zero)
+    signs_differ = mb.logical_xor(x=mb.less(x=x, y=zero), y=mb.less(x=y, y=zero))
+    adjust = mb.cast(x=mb.logical_and(x=inexact, y=signs_differ), dtype="int32")
+    return mb.add(x=floored, y=adjust, name=ctx.name(node))
+
+
+@lowers("Pow")
+def power(ctx, node):
+    x, y = ctx.input(node, 0), ctx.input(node, 1)
+    if dtype_of(y) != dtype_of(x):  # ONNX allows e.g. a float base with an int exponent
+        y = mb.cast(x=y, dtype=dtype_of(x), name=ctx.name(node, "exponent"))
+    if dtype_of(x) == "int32":
+        # MIL pow is floating point only; integer results are exact below 2**24.
+        result = mb.pow(x=mb.cast(x=x, dtype="fp32"), y=mb.cast(x=y, dtype="fp32"))
+        return mb.cast(x=mb.round(x=result), dtype="int32", name=ctx.name(node))
+    return mb.pow(x=x, y=y, name=ctx.name(node))
+
+
+@lowers("Mod")
+def mod(ctx, node):
+    x, y = ctx.input(node, 0), ctx.input(node, 1)
+    if not ctx.attr(node, "fmod", 0):
+        if dtype_of(x) != "int32":
+            ctx.fail(node, "Mod with fmod=0 is defined for integers only", hint="set fmod=1 for floats")
+        return mb.mod(x=x, y=y, name=ctx.name(node))
+    # C fmod: the result takes the dividend's sign. MIL mod takes the divisor's, so where a
+    # nonzero result has the wrong sign, shift it by one divisor.
+    floored = mb.mod(x=x, y=y, name=ctx.name(node, "floored"))
+    zero = const_like(0, x)
+    nonzero = mb.not_equal(x=floored, y=zero)
+    wrong_sign = mb.logical_xor(x=mb.less(x=floored, y=zero), y=mb.less(x=x, y=zero))
+    shifted = mb.sub(x=floored, y=y)
+    return mb.select(cond=mb.logical_and(x=nonzero, y=wrong_sign), a=shifted, b=floored, name=ctx.name(node))
+
+
+_FOLD = {"Max": mb.maximum, "Min": mb.minimum, "Sum": mb.add, "Mean": mb.add}
+
+
+@lowers("Max", "Min", "Sum", "Mean")
+def variadic(ctx, node):
+    operands = [ctx.input(node, i) for i in range(len(node.inputs)) if ctx.has_input(node, i)]
+    if not operands:
+        ctx.fail(node, "needs at least one input")
+    op = _FOLD[node.op_type]
+    if len(operands) == 1:
+        result = mb.identity(x=operands[0], name=ctx.name(node)) if node.op_type != "Mean" else operands[0]
+        if node.op_type != "Mean":
+            return result
+    else:
+        result = operands[0]
+        last = len(operands) - 2
+        for i, operand in enumerate(operands[1:]):
+            final = i == last and node.op_type != "Mean"
+            result = op(x=result, y=operand, name=ctx.name(node) if final else ctx.name(node, f"acc{i}"))
+    if node.op_type == "Mean":
+        return mb.real_div(x=result, y=const_like(len(operands), result), name=ctx.name(node))
+    return result

@@ -1,0 +1,57 @@
+"""Cast, CastLike, Identity and inference-mode Dropout.
+
+Every ONNX integer type computes as int32 in Core ML (no int64), and float64 as fp32.
+Casting a constant stays a numpy constant so shape arithmetic keeps folding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from coremltools.converters.mil import Builder as mb
+
+from edgebuild_coreml.lowering.ops._util import dtype_of, mil_dtype, shape_tensor
+from edgebuild_coreml.lowering.registry import lowers
+
+
+def _cast_to(ctx, node, onnx_dtype: ir.DataType):
+    target = mil_dtype(onnx_dtype)
+    if target is None:
+        ctx.fail(node, f"Core ML has no {ir.DataType(onnx_dtype).name} tensors", hint="cast to float32 or int32")
+    value = ctx.const_value(node.inputs[0])
+    if value is not None and value.size <= 4096:  # fold small constants, keep ONNX's dtype
+        return np.asarray(value).astype(ir.DataType(onnx_dtype).numpy())
+    x = ctx.input(node, 0)
+    if dtype_of(x) == target:
+        return mb.identity(x=x, name=ctx.name(node))
+    return mb.cast(x=x, dtype=target, name=ctx.name(node))
+
+
+@lowers("Cast")
+def cast(ctx, node):
+    return _cast_to(ctx, node, ir.DataType(ctx.attr(node, "to")))
+
+
+@lowers("CastLike")
+def cast_like(ctx, node):
+    like = node.inputs[1]
+    if like.dtype is None:
+        ctx.fail(node, "the dtype of the second input is unknown", hint="run shape inference on the model")
+    return _cast_to(ctx, node, like.dtype)
+
+
+@lowers("Identity")
+def identity(ctx, node):
+    x = ctx.input(node, 0)
+    return mb.identity(x=x, name=ctx.name(node))
+
+
+@lowers("Dropout")
+def dropout(ctx, node):
+    """Inference: the output is the input, and the optional mask is all true."""
+    x = ctx.input(node, 0)
+    y = mb.identity(x=x, name=ctx.name(node))
+    if len(node.outputs) < 2 or node.outputs[1] is None or not node.outputs[1].uses():
+        return y, None
+    ones = mb.fill(shape=shape_tensor(x), value=1.0, name=ctx.name(node, "ones"))
+    return y, mb.cast(x=ones, dtype="bool", name=ctx.name(node, "mask"))

@@ -1,0 +1,57 @@
+"""Reductions (ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare), ArgMax, ArgMin.
+
+Axes moved from an attribute to an optional input at opset 13 for ReduceSum and at 18 for
+the rest. With no axes, ONNX reduces everything unless ``noop_with_empty_axes`` is set.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from coremltools.converters.mil import Builder as mb
+
+from edgebuild_coreml.lowering.ops._util import axes_operand, dim, normalize_axis, rank_of
+from edgebuild_coreml.lowering.registry import lowers
+
+_REDUCERS = {
+    "ReduceSum": mb.reduce_sum,
+    "ReduceMean": mb.reduce_mean,
+    "ReduceMax": mb.reduce_max,
+    "ReduceMin": mb.reduce_min,
+    "ReduceProd": mb.reduce_prod,
+    "ReduceL1": mb.reduce_l1_norm,
+    "ReduceL2": mb.reduce_l2_norm,
+    "ReduceLogSum": mb.reduce_log_sum,
+    "ReduceLogSumExp": mb.reduce_log_sum_exp,
+    "ReduceSumSquare": mb.reduce_sum_square,
+}
+
+
+@lowers(*_REDUCERS)
+def reduce(ctx, node):
+    x = ctx.input(node, 0)
+    axes = axes_operand(ctx, node, input_index=1, input_since=13 if node.op_type == "ReduceSum" else 18)
+    keep_dims = bool(ctx.attr(node, "keepdims", 1))
+    if not axes:
+        if ctx.attr(node, "noop_with_empty_axes", 0):
+            return mb.identity(x=x, name=ctx.name(node))
+        axes = None
+    rank = rank_of(x)
+    if rank == 0:  # a scalar reduces to itself
+        return mb.identity(x=x, name=ctx.name(node))
+    if axes is not None:
+        axes = sorted({normalize_axis(ctx, node, a, rank) for a in axes})
+    return _REDUCERS[node.op_type](x=x, axes=axes, keep_dims=keep_dims, name=ctx.name(node))
+
+
+@lowers("ArgMax", "ArgMin")
+def arg_reduce(ctx, node):
+    x = ctx.input(node, 0)
+    axis = normalize_axis(ctx, node, int(ctx.attr(node, "axis", 0)), rank_of(x))
+    keep_dims = bool(ctx.attr(node, "keepdims", 1))
+    reducer = mb.reduce_argmax if node.op_type == "ArgMax" else mb.reduce_argmin
+    if not ctx.attr(node, "select_last_index", 0):
+        return reducer(x=x, axis=axis, keep_dims=keep_dims, name=ctx.name(node))
+    # Last index among ties: search the reversed axis (first hit = last original), map back.
+    found = reducer(x=mb.reverse(x=x, axes=[axis]), axis=axis, keep_dims=keep_dims, name=ctx.name(node, "rev"))
+    last = mb.sub(x=dim(x, axis), y=np.int32(1))
+    return mb.sub(x=last, y=found, name=ctx.name(node))

@@ -1,0 +1,23 @@
+"""Registers the Core ML backend with edgebuild, through the same hooks a third party uses."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from edgebuild.hookspecs import hookimpl
+
+
+def _import_all(package: str) -> None:
+    module = importlib.import_module(package)
+    for info in pkgutil.iter_modules(module.__path__):
+        importlib.import_module(f"{package}.{info.name}")
+
+
+@hookimpl
+def edgebuild_register_lowerings(register):
+    from edgebuild_coreml.lowering.registry import LOWERINGS
+
+    _import_all("edgebuild_coreml.lowering.ops")
+    for domain, op_type, since, until, fn in LOWERINGS:
+        register("coreml", op_type, fn, domain=domain, since=since, until=until)
