@@ -57,6 +57,13 @@ def _source_format(variant: Variant, path_hint: str) -> str:
     raise UsageError(f"source.model: cannot tell the format of {path_hint!r}; set source.format")
 
 
+def _import(frontend, path: Path, source: dict, out: Path, base_dir: Path) -> dict:
+    """Frontends that take options (PyTorch) get them; the ONNX frontend needs none."""
+    if source["options"]:
+        return frontend.import_model(path, source["inputs"], out, options=source["options"], base_dir=base_dir)
+    return frontend.import_model(path, source["inputs"], out)
+
+
 def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -> list[Stage]:
     """The ordered stages of one variant."""
     recipe = variant.recipe
@@ -74,8 +81,7 @@ def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -
         {"format": fmt, "inputs": dump["source"]["inputs"], "options": dump["source"]["options"]},
         ["resolve"],
         _plugin(registry, "frontends", fmt),
-        produce=lambda r, out: frontend.import_model(r["resolve"].path, dump["source"]["inputs"], out,
-                                                     options=dump["source"]["options"], base_dir=variant.base_dir),
+        produce=lambda r, out: _import(frontend, r["resolve"].path, dump["source"], out, variant.base_dir),
     ))
     passes = {name: recipe.optimize.passes.get(name, getattr(entry.obj, "default", True))
               for name, entry in registry.tables["passes"].items()}

@@ -26,6 +26,8 @@ class GraphPass:
     ``min_opset`` is the ai.onnx opset the rewritten graph needs (e.g. 17 for
     LayerNormalization); the model's import is raised to it when the pass fires.
     ``before_folding`` passes run before constant folding, for patterns folding would erase.
+    ``prepare`` normalises the graph first (e.g. constants to one side) to keep patterns few;
+    ``commute`` asks onnxscript to also try every operand order of Add/Mul in the patterns.
     """
 
     name: str
@@ -35,6 +37,7 @@ class GraphPass:
     min_opset: int | None = None
     before_folding: bool = False
     commute: bool = True
+    prepare: Callable[[ir.Model], None] | None = None
     _rule_set: pattern.RewriteRuleSet | None = field(default=None, repr=False)
 
     def rule_set(self) -> pattern.RewriteRuleSet:
@@ -43,6 +46,8 @@ class GraphPass:
         return self._rule_set
 
     def apply(self, model: ir.Model) -> int:
+        if self.prepare is not None:
+            self.prepare(model)
         total = 0
         for _ in range(MAX_ROUNDS):
             fired = self.rule_set().apply_to_model(model)
@@ -88,6 +93,8 @@ PASSES: dict[str, GraphPass] = {
             "erf/tanh GELU -> edgebuild::Gelu",
             lambda: activations.RULES,
             min_opset=activations.MIN_OPSET,
+            commute=False,  # the rules list their own operand orders
+            prepare=activations.constants_to_the_right,
         ),
         GraphPass(
             "fuse_layer_norm",

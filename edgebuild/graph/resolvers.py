@@ -7,7 +7,6 @@ after checking its path stays inside our directory.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from edgebuild.errors import BuildError, UsageError
-from edgebuild.dag.atomic import atomic_dir, atomic_file
+from edgebuild.dag.atomic import atomic_file
 from edgebuild.dag.hashstate import file_sha256
 
 
@@ -68,6 +67,7 @@ def resolve_pypi(uri: str, *, sha256: str | None, workdir: Path, base_dir: Path)
     if target.is_file():
         check_digest(target, sha256, uri)
         return target
+    workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                    "--disable-pip-version-check", "-q", "-d", tmp, f"{name}=={version}"]

@@ -101,9 +101,15 @@ def format_errors(
     exc: ValidationError, data, locations: dict, model: type[BaseModel], prefix: tuple = ()
 ) -> RecipeError:
     """One RecipeError whose message has a line per distinct problem, most specific first."""
-    lines, seen = [], set()
+    errors = []
     for error in exc.errors(include_url=False):
-        path = _clean_path(tuple(error["loc"]), data)
+        raw = tuple(error["loc"])
+        path = _clean_path(raw, data)
+        errors.append((path, error, len(path) < len([p for p in raw if not (isinstance(p, str) and path_is_tag(p))])
+                       or any(isinstance(p, str) and path_is_tag(p) for p in raw)))
+    errors = _prefer_matching_branch(errors)
+    lines, seen = [], set()
+    for path, error, _ in errors:
         full = prefix + path
         if full in seen:
             continue
@@ -112,3 +118,19 @@ def format_errors(
         dotted = ".".join(str(p) for p in full) or "<recipe>"
         lines.append(f"{where or '<recipe>'} {dotted}: {_message(error, path, model)}")
     return RecipeError("\n".join(lines))
+
+
+def _prefer_matching_branch(errors: list) -> list:
+    """For a value that may take several shapes (a union), keep the error of the shape the user
+    evidently meant: the deepest one, not a 'missing key' of a shape they did not write."""
+    union = [e for e in errors if e[2]]
+    keep = []
+    for path, error, in_union in errors:
+        if in_union:
+            deeper = any(p[: len(path)] == path and len(p) > len(path) for p, _, _ in union)
+            sibling = error["type"] == "missing" and any(
+                p[: len(path) - 1] == path[:-1] and e["type"] != "missing" and len(p) >= len(path) for p, e, _ in union)
+            if deeper or sibling:
+                continue
+        keep.append((path, error, in_union))
+    return keep

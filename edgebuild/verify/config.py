@@ -6,7 +6,7 @@ ignored limit. Thresholds left out are not checked: an empty ``thresholds`` mean
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 

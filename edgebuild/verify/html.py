@@ -104,8 +104,8 @@ def worst_metrics(validation: Mapping[str, Any] | None) -> dict[str, float]:
         for metrics in (runtime.get("metrics") or {}).items():
             for metric, stats in metrics[1].items():
                 side = "max" if metric in ("max_abs", "mean_abs", "p99_abs", "max_rel", "nonfinite") else "min"
-                value = stats.get(side) if isinstance(stats, Mapping) else None
-                if not isinstance(value, (int, float)):
+                value = _as_float(stats.get(side)) if isinstance(stats, Mapping) else None
+                if value is None or math.isnan(value):
                     continue
                 current = worst.get(metric)
                 if current is None or (value > current if side == "max" else value < current):
@@ -197,6 +197,11 @@ def _metric_table(metrics, limits, failures, output) -> str:
         metric, side = metric_of(threshold)
         by_metric[metric] = (threshold, side, limit)
     failed = {_field(f, "metric") for f in failures if _field(f, "output") == output}
+    for failure in failures:  # limits not passed in: recover them from the failures
+        metric, limit, value = _field(failure, "metric"), _as_float(_field(failure, "limit")), _as_float(_field(failure, "value"))
+        if _field(failure, "output") == output and metric not in by_metric and None not in (limit, value):
+            side = "min" if value < limit else "max"
+            by_metric[metric] = (f"{metric}_{side}", side, limit)
     rows = []
     for metric, stats in metrics.items():
         stats = stats if isinstance(stats, Mapping) else {}
@@ -275,6 +280,15 @@ def _runtimes(validation) -> dict[str, Mapping[str, Any]]:
     if validation.get("metrics"):
         return {str(validation.get("runtime", "candidate")): validation}
     return {}
+
+
+def _as_float(value):
+    """Numbers, and the "inf"/"-inf"/"nan" strings report.json uses for non-finite ones."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if value in ("inf", "-inf", "nan"):
+        return float(value)
+    return None
 
 
 def _failure_count(validation) -> int:

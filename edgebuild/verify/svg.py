@@ -36,7 +36,7 @@ def grouped_bars(rows: Sequence[tuple[str, float, float]], *, labels: tuple[str,
     return "".join(parts)
 
 
-def histogram(counts: Sequence[int], edges: Sequence[float], *, title: str, width: int = 520, height: int = 180) -> str:
+def histogram(counts: Sequence[int], edges: Sequence[float], *, title: str, width: int = 440, height: int = 180) -> str:
     """Bars of the share of elements per ``|error|`` bin; ``edges`` are log-spaced bin bounds
     (``counts`` has one more entry than ``edges``: below the first, from the last)."""
     total = sum(counts)
@@ -81,7 +81,9 @@ def scatter(points: Sequence[tuple[str, float, float, bool]], *, x_label: str, y
         return ""
     left, bottom, top, right = 64, 40, 16, 120
     plot_w, plot_h = width - left - right, height - top - bottom
-    floor = 1e-12
+    # On a log axis an exact 0 sits one decade below the smallest non-zero value.
+    positive = [p[2] for p in points if p[2] > 0]
+    floor = min(positive) / 10 if positive else 1e-9
     xs = [p[1] for p in points]
     ys = [math.log10(max(p[2], floor)) if log_y else p[2] for p in points]
     x_lo, x_hi = _padded_range(0.0, max(xs))
@@ -107,7 +109,7 @@ def scatter(points: Sequence[tuple[str, float, float, bool]], *, x_label: str, y
     for (label, x, y_raw, ok), y in zip(points, ys):
         cls = "pass" if ok else "fail"
         parts.append(f'<circle class="{cls}" cx="{px(x):.1f}" cy="{py(y):.1f}" r="5"><title>{escape(label)}: {x:g}, {y_raw:.4g}</title></circle>')
-        parts.append(_text(px(x) + 8, py(y) + 4, label))
+        parts.append(_text(px(x) + 8, py(y) + 4, f"{label} (0)" if log_y and y_raw <= 0 else label))
     parts.append(_text(left + plot_w / 2, height - 6, x_label, anchor="middle"))
     parts.append(f'<text class="label" font-size="{FONT}" transform="translate(14 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">{escape(y_label)}</text>')
     parts.append("</svg>")

@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from edgebuild.graph.fusion_rules._values import EDGEBUILD_DOMAIN, is_scalar, new_initializer
+from edgebuild.graph.fusion_rules._values import EDGEBUILD_DOMAIN, const_array, is_scalar, new_initializer
 
 MIN_OPSET = 14  # HardSwish
 SQRT_2 = math.sqrt(2.0)
@@ -34,13 +35,26 @@ def _scalars(**expected: float):
     return check
 
 
-def _rule(name: str, target, replacement, **expected: float) -> pattern.RewriteRule:
-    return pattern.RewriteRule(target, replacement, _scalars(**expected), name=name)
+def _rules(name: str, target, replacement, commute: bool = True, **expected: float) -> list[pattern.RewriteRule]:
+    """The rule, plus its operand-swapped variants when ``commute`` (small patterns only)."""
+    rule = pattern.RewriteRule(target, replacement, _scalars(**expected), name=name)
+    return list(rule.commute()) if commute else [rule]
 
 
-def _three_factor_products(op, a, b, c):
-    """Every bracketing of a * b * c (operand order inside each Mul is left to commute)."""
-    return [op.Mul(op.Mul(a, b), c), op.Mul(op.Mul(a, c), b), op.Mul(op.Mul(b, c), a)]
+def _gelu_products(op, x, half, cdf):
+    """The spellings of x * 0.5 * cdf once constants sit on the right of Mul/Add.
+
+    Full commutation of the GELU patterns gives thousands of variants; the pass moves
+    constants right first (see :func:`constants_to_the_right`), leaving these six.
+    """
+    return [
+        op.Mul(op.Mul(x, half), cdf),
+        op.Mul(cdf, op.Mul(x, half)),
+        op.Mul(op.Mul(x, cdf), half),
+        op.Mul(op.Mul(cdf, x), half),
+        op.Mul(x, op.Mul(cdf, half)),
+        op.Mul(op.Mul(cdf, half), x),
+    ]
 
 
 # ---- ReLU6 -------------------------------------------------------------------------------
@@ -133,16 +147,17 @@ def _silu(op, x, **_):
 def _erf_gelu_target(inner, bracketing: int):
     def target(op, x, k, one, half):
         cdf = op.Add(op.Erf(inner(op, x, k)), one)
-        return _three_factor_products(op, x, half, cdf)[bracketing]
+        return _gelu_products(op, x, half, cdf)[bracketing]
 
     return target
 
 
-def _tanh_gelu_target(cube, bracketing: int):
+def _tanh_gelu_target(cube, x_first: bool, bracketing: int):
     def target(op, x, three, a, c, one, half):
-        inner = op.Mul(op.Add(x, op.Mul(cube(op, x, three), a)), c)
+        cubic = op.Mul(cube(op, x, three), a)
+        inner = op.Mul(op.Add(x, cubic) if x_first else op.Add(cubic, x), c)
         cdf = op.Add(op.Tanh(inner), one)
-        return _three_factor_products(op, x, half, cdf)[bracketing]
+        return _gelu_products(op, x, half, cdf)[bracketing]
 
     return target
 
@@ -152,7 +167,7 @@ def _erf_gelu_patterns():
     inner_forms = {"div": lambda op, x, k: op.Div(x, k), "mul": lambda op, x, k: op.Mul(x, k)}
     patterns = []
     for inner_name, inner in inner_forms.items():
-        for bracketing in range(3):
+        for bracketing in range(6):
             target = _erf_gelu_target(inner, bracketing)
             expected = {"k": SQRT_2 if inner_name == "div" else 1 / SQRT_2, "one": 1.0, "half": 0.5}
             patterns.append((f"gelu_erf_{inner_name}_{bracketing}", target, expected))
@@ -164,15 +179,17 @@ def _tanh_gelu_patterns():
     cube_forms = {
         "pow": lambda op, x, three: op.Pow(x, three),
         "mul": lambda op, x, three: op.Mul(op.Mul(x, x), x),
+        "mul2": lambda op, x, three: op.Mul(x, op.Mul(x, x)),
     }
     patterns = []
     for cube_name, cube in cube_forms.items():
-        for bracketing in range(3):
-            target = _tanh_gelu_target(cube, bracketing)
-            expected = {"a": 0.044715, "c": SQRT_2_OVER_PI, "one": 1.0, "half": 0.5}
-            if cube_name == "pow":
-                expected["three"] = 3.0
-            patterns.append((f"gelu_tanh_{cube_name}_{bracketing}", target, expected))
+        for x_first in (True, False):
+            for bracketing in range(6):
+                target = _tanh_gelu_target(cube, x_first, bracketing)
+                expected = {"a": 0.044715, "c": SQRT_2_OVER_PI, "one": 1.0, "half": 0.5}
+                if cube_name == "pow":
+                    expected["three"] = 3.0
+                patterns.append((f"gelu_tanh_{cube_name}_{int(x_first)}_{bracketing}", target, expected))
     return patterns
 
 
@@ -183,19 +200,29 @@ def _gelu(approximate: str):
     return replacement
 
 
+def constants_to_the_right(model: ir.Model) -> None:
+    """Put the constant operand of every Add/Mul second, so patterns need one spelling."""
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.op_type in ("Add", "Mul") and node.domain in ("", "ai.onnx") and len(node.inputs) == 2:
+            first, second = node.inputs
+            if const_array(first) is not None and const_array(second) is None:
+                node.replace_input_with(0, second)
+                node.replace_input_with(1, first)
+
+
 RULES = [
     # GELU and HardSwish first: their patterns contain the smaller ones.
-    *[_rule(name, target, _gelu("none"), **expected) for name, target, expected in _erf_gelu_patterns()],
-    *[_rule(name, target, _gelu("tanh"), **expected) for name, target, expected in _tanh_gelu_patterns()],
-    _rule("hardswish_div", _hswish_div, _hard_swish, three=3, zero=0, six=6, divisor=6),
-    _rule("hardswish_mul", _hswish_mul, _hard_swish, three=3, zero=0, six=6, sixth=1 / 6),
-    _rule("hardswish_x_hsig", _x_times_hsig, _hard_swish),
-    _rule("hardsigmoid_div", _hsig_div, _hard_sigmoid, three=3, zero=0, six=6, divisor=6),
-    _rule("hardsigmoid_mul", _hsig_mul, _hard_sigmoid, three=3, zero=0, six=6, sixth=1 / 6),
-    _rule("hardsigmoid_inner_div", _hsig_inner_div, _hard_sigmoid, three=3, divisor=6, zero=0, one=1),
-    _rule("hardsigmoid_affine", _hsig_affine, _hard_sigmoid, sixth=1 / 6, half=0.5, zero=0, one=1),
-    _rule("silu", _x_sigmoid, _silu),
-    _rule("relu6_min_max", _min_max, _clip06, zero=0, six=6),
-    _rule("relu6_max_min", _max_min, _clip06, zero=0, six=6),
-    _rule("relu6_relu_min", _relu_min, _clip06, six=6),
+    *[r for name, target, expected in _erf_gelu_patterns() for r in _rules(name, target, _gelu("none"), False, **expected)],
+    *[r for name, target, expected in _tanh_gelu_patterns() for r in _rules(name, target, _gelu("tanh"), False, **expected)],
+    *_rules("hardswish_div", _hswish_div, _hard_swish, three=3, zero=0, six=6, divisor=6),
+    *_rules("hardswish_mul", _hswish_mul, _hard_swish, three=3, zero=0, six=6, sixth=1 / 6),
+    *_rules("hardswish_x_hsig", _x_times_hsig, _hard_swish),
+    *_rules("hardsigmoid_div", _hsig_div, _hard_sigmoid, three=3, zero=0, six=6, divisor=6),
+    *_rules("hardsigmoid_mul", _hsig_mul, _hard_sigmoid, three=3, zero=0, six=6, sixth=1 / 6),
+    *_rules("hardsigmoid_inner_div", _hsig_inner_div, _hard_sigmoid, three=3, divisor=6, zero=0, one=1),
+    *_rules("hardsigmoid_affine", _hsig_affine, _hard_sigmoid, sixth=1 / 6, half=0.5, zero=0, one=1),
+    *_rules("silu", _x_sigmoid, _silu),
+    *_rules("relu6_min_max", _min_max, _clip06, zero=0, six=6),
+    *_rules("relu6_max_min", _max_min, _clip06, zero=0, six=6),
+    *_rules("relu6_relu_min", _relu_min, _clip06, six=6),
 ]

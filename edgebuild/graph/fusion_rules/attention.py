@@ -45,9 +45,8 @@ def _scaled_div_masked(op, q, kt_src, v, d, mask):
 
 def _sdpa(op, q, kt_src, v, kt, probs, s=None, d=None, mask=None):
     softmax = probs.producer()
-    n = rank(probs)
     axis = int_attr(softmax, "axis", -1)
-    if n is None or axis not in (-1, n - 1):
+    if axis != -1 and axis != (rank(probs) or 0) - 1:
         return None
     scale = 1.0
     if s is not None:

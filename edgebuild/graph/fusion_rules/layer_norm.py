@@ -74,10 +74,10 @@ def _ln_plus(op, x, scale, beta):
 def _affine_operand(ln_node, value) -> np.ndarray | None:
     """``value`` as an array of the normalised shape, if it only spans the normalised axes."""
     array = const_array(value)
-    out = ln_node.outputs[0]
-    if array is None or out.shape is None or array.ndim > len(out.shape):
+    x = ln_node.inputs[0]  # the output has x's shape
+    if array is None or x.shape is None or array.ndim > len(x.shape):
         return None
-    norm_shape = tuple(out.shape[int_attr(ln_node, "axis", -1):])
+    norm_shape = tuple(x.shape[int_attr(ln_node, "axis", -1):])
     if not all(isinstance(d, int) for d in norm_shape):
         return None
     extra = array.ndim - len(norm_shape)

@@ -21,3 +21,10 @@ def edgebuild_register_lowerings(register):
     _import_all("edgebuild_coreml.lowering.ops")
     for domain, op_type, since, until, fn in LOWERINGS:
         register("coreml", op_type, fn, domain=domain, since=since, until=until)
+
+
+@hookimpl
+def edgebuild_register_backends(register):
+    from edgebuild_coreml.backend import CoreMLBackend
+
+    register("coreml", CoreMLBackend())

@@ -112,7 +112,8 @@ def lower_and_run(
     feeds = {}
     for onnx_name, mil_name in result.input_names.items():
         dtype = {"fp32": np.float32, "fp16": np.float16, "int32": np.int32, "bool": np.bool_}[result.input_dtypes[mil_name]]
-        feeds[mil_name] = np.asarray(inputs[onnx_name]).astype(dtype)
+        feed = np.asarray(inputs[onnx_name]).astype(dtype)
+        feeds[mil_name] = feed.reshape(1) if feed.ndim == 0 else feed  # scalars go in as shape (1,)
     produced = run_program(result.program, feeds, fp16=precision == "float16")
     return {onnx_name: np.asarray(produced[mil_name]) for onnx_name, mil_name in result.output_names.items()}
 

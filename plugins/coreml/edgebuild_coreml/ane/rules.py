@@ -179,7 +179,16 @@ def _check_norm_epsilon(op, params, ctx) -> list[dict]:
     epsilon = mil_view.param(op, "epsilon")
     if epsilon is None or float(epsilon) >= params["min_epsilon"]:
         return []
-    return [{"epsilon": float(epsilon)}]
+    return [{"epsilon": _short_float(float(epsilon)), "suggested": _short_float(params["suggested"])}]
+
+
+def _short_float(value: float) -> str:
+    """1e-12 -> '1e-12', 1e-05 -> '1e-5': how people write epsilons."""
+    text = f"{value:.3g}"
+    if "e" not in text:
+        return text
+    mantissa, exponent = text.split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 def _check_linear_rank3(op, params, ctx) -> list[dict]:

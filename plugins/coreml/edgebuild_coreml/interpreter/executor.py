@@ -83,8 +83,8 @@ class _Interpreter:
         missing = [name for name in func.inputs if name not in inputs]
         if missing:
             raise BuildError(
-                f"MIL program input(s) {', '.join(missing)} not given",
-                hint=f"the program expects: {', '.join(func.inputs)}",
+                f"MIL program input(s) {', '.join(map(repr, missing))} not given",
+                hint=f"the program expects: {', '.join(map(repr, func.inputs))}",
             )
         env: dict = {}
         for name, var in func.inputs.items():
@@ -98,6 +98,8 @@ class _Interpreter:
                         f"expected {tuple(shape)}"
                     )
                 value = value.astype(dtype, copy=False)
+                if self.fp16 and dtype == np.float32:
+                    value = value.astype(np.float16).astype(np.float32)
             env[var] = value
         return env
 

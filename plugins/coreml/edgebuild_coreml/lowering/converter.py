@@ -36,6 +36,9 @@ class ConvertResult:
     output_names: dict[str, str] = field(default_factory=dict)
     op_counts: dict[str, int] = field(default_factory=dict)  # MIL op type -> count in "main"
     input_dtypes: dict[str, str] = field(default_factory=dict)  # MIL name -> MIL dtype string
+    # MIL name -> placeholder shape (ints, or None for a flexible dim). Rank-0 ONNX inputs
+    # are fed as shape (1,), since Core ML inputs need a rank.
+    input_shapes: dict[str, tuple] = field(default_factory=dict)
 
 
 # -- names ----------------------------------------------------------------------------------
@@ -328,11 +331,11 @@ def convert(
             continue
         mil_name = sanitize_name(value.name, taken)
         override = (input_shapes or {}).get(value.name)
-        placeholders[mil_name] = mb.placeholder(
-            shape=_input_shape(value, override, symbols), dtype=placeholder_dtype(value)
-        )
+        shape = _input_shape(value, override, symbols) or (1,)  # Core ML inputs have rank >= 1
+        placeholders[mil_name] = mb.placeholder(shape=shape, dtype=placeholder_dtype(value))
         result.input_names[value.name] = mil_name
         result.input_dtypes[mil_name] = MIL_DTYPE_NAMES[placeholder_dtype(value)]
+        result.input_shapes[mil_name] = tuple(d if isinstance(d, int) else None for d in shape)
     for value in graph.outputs:
         result.output_names[value.name] = sanitize_name(value.name, taken)
     ctx.reserve(taken)
@@ -341,6 +344,8 @@ def convert(
         for value in graph.inputs:
             if value.name in result.input_names:
                 var = function.inputs[result.input_names[value.name]]
+                if value.shape is not None and value.shape.rank() == 0 and value.name not in (input_shapes or {}):
+                    var = mb.squeeze(x=var, name=ctx.name_for(value.name, "scalar"))
                 if value.dtype == ir.DataType.BOOL:
                     var = mb.cast(x=var, dtype="bool", name=ctx.name_for(value.name, "as_bool"))
                 ctx.set(value, var)

@@ -68,7 +68,18 @@ def matmul(ctx, node):
         a = ctx.int32(a, node, "A")
     if isinstance(b, np.ndarray) and b.dtype.kind in "iu":
         b = ctx.int32(b, node, "B")
-    return mb.matmul(x=a, y=b, name=ctx.name(node))
+    # numpy's 1-D rules: a vector operand gains a unit axis that is squeezed out afterwards.
+    squeeze = []
+    if rank_of(a) == 1:
+        a = a.reshape(1, -1) if isinstance(a, np.ndarray) else mb.expand_dims(x=a, axes=[0], name=ctx.name(node, "a2d"))
+        squeeze.append(-2)
+    if rank_of(b) == 1:
+        b = b.reshape(-1, 1) if isinstance(b, np.ndarray) else mb.expand_dims(x=b, axes=[1], name=ctx.name(node, "b2d"))
+        squeeze = [-1] if not squeeze else [-2, -1]
+    if not squeeze:
+        return mb.matmul(x=a, y=b, name=ctx.name(node))
+    product = mb.matmul(x=a, y=b, name=ctx.name(node, "2d"))
+    return mb.squeeze(x=product, axes=squeeze, name=ctx.name(node))
 
 
 def _centred_int32(ctx, node, index: int, zero_index: int, what: str):

@@ -1,0 +1,95 @@
+"""The validate stage: reference (onnxruntime on the source) vs candidate (a runtime on the artifact)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+
+from edgebuild.errors import BuildError
+
+Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+def onnx_input_specs(model_path: Path, recipe_inputs: dict) -> dict[str, dict]:
+    """Shape and dtype of every graph input: the recipe's where given, else the model's static dims."""
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    initializers = {i.name for i in model.graph.initializer}
+    specs = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name
+        given = recipe_inputs.get(value.name) or {}
+        shape = given.get("shape") or dims
+        resolved = []
+        for i, dim in enumerate(shape):
+            if isinstance(dim, dict):  # enumerated / range: validate at the first / default size
+                dim = dim.get("default") or (dim.get("enumerated") or [None])[0] or (dim.get("range") or [None])[0]
+            if not isinstance(dim, int):
+                dim = dims[i] if i < len(dims) and dims[i] else 1
+            resolved.append(int(dim))
+        specs[value.name] = {"shape": resolved, "dtype": given.get("dtype", dtype) if given else dtype}
+        if given.get("value") is not None:
+            specs[value.name]["value"] = given["value"]
+    return specs
+
+
+def onnxruntime_runner(model_path: Path) -> Runner:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise BuildError("validation needs onnxruntime for the reference: pip install onnxruntime") from None
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+
+    def run(inputs):
+        feed = {n: inputs[n] for n in names if n in inputs}
+        return dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+
+    return run
+
+
+def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner, base_dir: Path,
+             candidate_name: str = "interpreter") -> dict:
+    """Run both sides on the recipe's inputs; return the report's ``validation`` record."""
+    from edgebuild.verify.inputs import generate_inputs
+    from edgebuild.verify.metrics import aggregate, compare, error_histogram, merge_histograms
+    from edgebuild.verify.report import runtime_record
+    from edgebuild.verify.thresholds import check
+
+    specs = onnx_input_specs(source_path, recipe_inputs)
+    fixed = {n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in specs.items() if "value" in s}
+    free = {n: s for n, s in specs.items() if "value" not in s}
+    samples = generate_inputs(section, free, base_dir)
+    reference = onnxruntime_runner(source_path)
+    per_sample, histograms = [], []
+    for sample in samples:
+        ref = reference({**sample, **fixed})
+        cand = candidate(sample)
+        per_sample.append(compare(ref, cand))
+        histograms.append(error_histogram(ref, cand))
+    aggregated = aggregate(per_sample)
+    failures = check(aggregated, section.thresholds, section.per_output)
+    record = runtime_record(aggregated, failures, histograms=merge_histograms(histograms))
+    return {
+        "samples": len(samples),
+        "reference": "onnxruntime",
+        "runtimes": {candidate_name: record},
+        "failures": [f.message for f in failures],
+    }
+
+
+def save(out: Path, record: dict) -> dict:
+    from edgebuild.verify.report import to_jsonable
+
+    (out / "validation.json").write_text(json.dumps(to_jsonable(record), indent=1))
+    return to_jsonable(record)

@@ -1,0 +1,103 @@
+"""The optimise stage: constant folding and clean-up, then the registered graph passes.
+
+Order matters: passes marked ``before_folding`` (weight dequantisation) run first because
+folding would expand int8 weights back to float; then onnxscript's optimizer folds
+constants (including ``If`` nodes whose condition a fixed input decided), removes dead
+code and infers shapes; then each enabled fusion pass; then shapes are inferred again so
+the backend sees typed values everywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
+import onnxscript.optimizer
+
+from edgebuild.errors import BuildError
+from edgebuild.graph.external_data import iter_graphs
+from edgebuild.graph.frontend import DATA_FILE, MODEL_FILE
+
+
+
+def op_counts(model: ir.Model) -> dict[str, int]:
+    """Ops by ``domain::type`` (plain type for ai.onnx), subgraphs included."""
+    counts: Counter[str] = Counter()
+    for graph in iter_graphs(model.graph):
+        for node in graph:
+            counts[f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type] += 1
+    return dict(sorted(counts.items()))
+
+
+def enabled_passes(passes: dict[str, bool] | None, registry=None) -> list[tuple[str, object]]:
+    """The registry's passes the recipe leaves on, in registration order."""
+    if registry is None:
+        from edgebuild.registry import get_registry
+
+        registry = get_registry()
+    passes = passes or {}
+    table = registry.tables["passes"]
+    unknown = sorted(set(passes) - set(table))
+    if unknown:
+        raise BuildError(
+            f"optimize.passes names unknown pass(es): {', '.join(unknown)}",
+            hint=f"known passes: {', '.join(table) or '(none)'} (see `edgebuild plugins`)",
+        )
+    return [(name, entry.obj) for name, entry in table.items() if passes.get(name, getattr(entry.obj, "default", True))]
+
+
+def run_pass(name: str, graph_pass, model: ir.Model) -> int:
+    try:
+        return int(graph_pass.apply(model))
+    except Exception as exc:  # a plugin's pass failing must say which pass it was
+        raise BuildError(
+            f"graph pass {name!r} failed: {type(exc).__name__}: {exc}",
+            hint=f"disable it with optimize.passes: {{{name}: false}} and report the model",
+        ) from exc
+
+
+def infer_shapes(model: ir.Model) -> None:
+    # Not strict: edgebuild:: ops have no onnx schema; inference flows around them.
+    common_passes.ShapeInferencePass(strict_mode=False)(model)
+
+
+def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = None, registry=None) -> dict:
+    """Optimise ``model_path`` into ``out_dir/model.onnx`` (+ ``model.onnx.data``); returns a report."""
+    start = time.perf_counter()
+    model_path, out_dir = Path(model_path), Path(out_dir)
+    model = ir.load(model_path)
+    selected = enabled_passes(passes, registry)
+    before = op_counts(model)
+    rules: dict[str, int] = {}
+
+    for name, graph_pass in selected:
+        if getattr(graph_pass, "before_folding", False):
+            rules[name] = run_pass(name, graph_pass, model)
+    onnxscript.optimizer.optimize_ir(model)
+    for name, graph_pass in selected:
+        if not getattr(graph_pass, "before_folding", False):
+            rules[name] = run_pass(name, graph_pass, model)
+    common_passes.RemoveUnusedNodesPass()(model)
+    try:
+        infer_shapes(model)
+    except Exception:  # custom-domain ops are opaque to onnx's inference; keep what we have
+        pass
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / MODEL_FILE
+    if target.resolve() == model_path.resolve():
+        # Saving over the data file the model is mapped from would corrupt it: read it first.
+        ir.external_data.load_to_model(model)
+    ir.save(model, target, external_data=DATA_FILE)
+    after = op_counts(model)
+    return {
+        "nodes_before": sum(before.values()),
+        "nodes_after": sum(after.values()),
+        "op_counts_before": before,
+        "op_counts_after": after,
+        "rules": rules,
+        "seconds": round(time.perf_counter() - start, 3),
+    }

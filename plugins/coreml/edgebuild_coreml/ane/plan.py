@@ -1,0 +1,377 @@
+"""Predict which compute unit (ANE, GPU, CPU) runs each op of a MIL program.
+
+Core ML decides placement itself when the model loads; this module makes the same kind of choice
+from published chip figures so a user can see, before shipping, what will likely leave the ANE and
+why. Per op: the units the policy allows and the rules permit, a roofline time on each, and a
+penalty for every tensor that crosses between units. A Viterbi pass along the program order picks
+units, then a few local passes account for the edges that skip ahead (residuals, shared inputs).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from edgebuild.errors import UsageError
+
+from edgebuild_coreml.ane import cost as cost_model
+from edgebuild_coreml.ane import mil_view
+from edgebuild_coreml.ane.chips import ChipProfile, get_chip
+from edgebuild_coreml.ane.fusion import fused_groups
+from edgebuild_coreml.ane.rules import Reason, constant_op_types, eligibility, gpu_eligibility
+
+NOTE = "Core ML decides placement when the model loads; this is a prediction."
+
+POLICY_UNITS = {
+    "auto": ("ane", "gpu", "cpu"),
+    "all": ("ane", "gpu", "cpu"),
+    "cpu_only": ("cpu",),
+    "cpu_and_gpu": ("gpu", "cpu"),
+    "cpu_and_ne": ("ane", "cpu"),
+    # Strict policies plan like their Core ML counterpart (the CPU stays as the fallback Core ML
+    # always keeps); Plan.violations lists what breaks the promise.
+    "ane_only": ("ane", "cpu"),
+    "gpu_only": ("gpu", "cpu"),
+}
+STRICT_POLICIES = {"ane_only": "ane", "gpu_only": "gpu"}
+_REFINE_PASSES = 3
+
+
+@dataclass
+class OpPlan:
+    name: str
+    op: str
+    unit: str
+    est_ms: float
+    fused_into: str | None
+    reasons: list[Reason]
+    ane_reasons: list[Reason] = field(default_factory=list, repr=False)
+    gpu_reasons: list[Reason] = field(default_factory=list, repr=False)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "op": self.op,
+            "unit": self.unit,
+            "est_ms": round(self.est_ms, 6),
+            "fused_into": self.fused_into,
+            "reasons": [r.to_json() for r in self.reasons],
+        }
+
+
+@dataclass
+class Plan:
+    ops: list[OpPlan]
+    chip: str
+    policy: str
+
+    @property
+    def total_ms(self) -> float:
+        return sum(op.est_ms for op in self.ops)
+
+    def breakdown(self) -> dict[str, float]:
+        """Share of the estimated time spent on each unit, in percent."""
+        total = self.total_ms or 1.0
+        return {
+            unit: round(100.0 * sum(op.est_ms for op in self.ops if op.unit == unit) / total, 1)
+            for unit in ("ane", "gpu", "cpu")
+        }
+
+    def unit_of(self, name: str) -> str:
+        return next(op.unit for op in self.ops if op.name == name)
+
+    def to_json(self) -> dict:
+        return {
+            "ops": [op.to_json() for op in self.ops],
+            "breakdown": self.breakdown(),
+            "total_ms": round(self.total_ms, 6),
+            "chip": self.chip,
+            "note": NOTE,
+        }
+
+    def violations(self, policy: str | None = None) -> list[dict]:
+        """For ``ane_only`` / ``gpu_only``: every op that cannot run on that unit, with reason and fix."""
+        unit = STRICT_POLICIES.get(_normalise_policy(policy or self.policy))
+        if unit is None:
+            return []
+        found = []
+        for op in self.ops:
+            reasons = op.ane_reasons if unit == "ane" else op.gpu_reasons
+            blocking = [r for r in reasons if r.blocking]
+            if blocking:
+                found.append({
+                    "name": op.name,
+                    "op": op.op,
+                    "unit": unit,
+                    "reasons": [r.to_json() for r in blocking],
+                })
+        return found
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+
+def _normalise_policy(policy: str) -> str:
+    key = policy.strip().lower().replace("-", "_")
+    if key not in POLICY_UNITS:
+        raise UsageError(
+            f"unknown compute policy {policy!r}",
+            hint=f"use one of: {', '.join(POLICY_UNITS)}",
+        )
+    return key
+
+
+def dynamic_symbol_map(function, shapes_dynamic: set[str] | None) -> dict:
+    """Shape symbols of range-flexible inputs -> input name.
+
+    ``shapes_dynamic=None`` treats every input with a symbolic dimension as range-flexible (the
+    cautious reading); pass the names of the range inputs to leave enumerated ones out.
+    """
+    mapping = {}
+    for name, var in function.inputs.items():
+        if shapes_dynamic is not None and name not in shapes_dynamic:
+            continue
+        for symbol in mil_view.symbols_in(var):
+            mapping[symbol] = name
+    return mapping
+
+
+@dataclass
+class _Override:
+    unit: str
+    op_type: str | None
+    name: re.Pattern | None
+
+    def matches(self, op) -> bool:
+        if self.op_type is not None and op.op_type != self.op_type:
+            return False
+        return self.name is None or bool(self.name.fullmatch(op.name))
+
+
+def _parse_overrides(overrides) -> list[_Override]:
+    parsed = []
+    for index, entry in enumerate(overrides or []):
+        match = dict(entry.get("match", {}))
+        unit = str(entry.get("unit", "")).lower()
+        if unit not in ("ane", "gpu", "cpu"):
+            raise UsageError(f"compute.overrides[{index}]: unit must be ane, gpu or cpu, got {unit!r}")
+        try:
+            pattern = re.compile(match["name"]) if match.get("name") else None
+        except re.error as exc:
+            raise UsageError(f"compute.overrides[{index}].match.name: bad regex: {exc}") from exc
+        parsed.append(_Override(unit=unit, op_type=match.get("op_type"), name=pattern))
+    return parsed
+
+
+# --- per-node facts ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Node:
+    """A host op plus the ops fused into it: the unit of placement."""
+
+    host: object
+    members: list
+    allowed: tuple[str, ...]
+    time_ms: dict[str, float]
+    notes: list[Reason]
+
+
+def _compute_dtype(op) -> str:
+    dtypes = {mil_view.dtype_name(v) for v in mil_view.tensor_outputs(op)}
+    return "fp32" if "fp32" in dtypes else "fp16"
+
+
+def _has_int8(op) -> bool:
+    return any(
+        mil_view.dtype_name(v) in ("int8", "uint8")
+        for v in mil_view.data_inputs(op) + mil_view.tensor_outputs(op)
+    )
+
+
+def _node_times(members, chip: ChipProfile, ane_factor: float) -> dict[str, float]:
+    host = members[0]
+    costs = [cost_model.op_cost(op) for op in members]
+    fused = cost_model.OpCost(flops=sum(c.flops for c in costs), bytes=costs[0].bytes)
+    times = {
+        unit: cost_model.unit_time_ms(fused, unit, chip, dtype=_compute_dtype(host), int8=_has_int8(host))
+        for unit in cost_model.UNITS
+    }
+    times["ane"] *= ane_factor
+    return times
+
+
+def _override_note(host, override: _Override, why: str) -> Reason:
+    return Reason(
+        rule="override",
+        message=f"override asked for {override.unit} for {host.op_type} '{host.name}', but {why}",
+        fix="remove the override or change compute.policy",
+        source="recipe compute.overrides",
+        severity="hint",
+        unit=override.unit,
+    )
+
+
+def _allowed_units(host, policy_units, eligible, overrides) -> tuple[tuple[str, ...], list[Reason]]:
+    allowed = tuple(u for u in policy_units if eligible[u])
+    override = next((o for o in overrides if o.matches(host)), None)
+    if override is None:
+        return allowed, []
+    if override.unit not in policy_units:
+        return allowed, [_override_note(host, override, "the policy excludes that unit")]
+    if not eligible[override.unit]:
+        return allowed, [_override_note(host, override, "the op cannot run there (see reasons)")]
+    return (override.unit,), []
+
+
+# --- assignment -------------------------------------------------------------------------------
+
+
+def _producers(nodes, node_of_op) -> list[list[tuple[int, float]]]:
+    """For each node: (producer node index, bytes) for every tensor it reads from another node."""
+    edges = []
+    for index, node in enumerate(nodes):
+        incoming = {}
+        for op in node.members:
+            for var in mil_view.data_inputs(op):
+                source = node_of_op.get(var.op.name) if var.op is not None else None
+                if source is not None and source != index:
+                    incoming[(source, var.name)] = mil_view.nbytes(var)
+        edges.append([(src, size) for (src, _), size in incoming.items()])
+    return edges
+
+
+def _incoming_switch_ms(index, unit, assignment, edges, chip) -> float:
+    return sum(
+        cost_model.switch_cost_ms(size, assignment[src], unit, chip) for src, size in edges[index]
+    )
+
+
+def _viterbi(nodes, edges, chip) -> list[str]:
+    """Cheapest units along program order, charging switches between consecutive nodes."""
+    best = [{u: (nodes[0].time_ms[u], None) for u in nodes[0].allowed}] if nodes else []
+    for index in range(1, len(nodes)):
+        adjacent = sum(size for src, size in edges[index] if src == index - 1)
+        layer = {}
+        for unit in nodes[index].allowed:
+            layer[unit] = min(
+                (
+                    total + cost_model.switch_cost_ms(adjacent, prev, unit, chip) + nodes[index].time_ms[unit],
+                    prev,
+                )
+                for prev, (total, _) in best[-1].items()
+            )
+        best.append(layer)
+    if not best:
+        return []
+    unit = min(best[-1], key=lambda u: best[-1][u][0])
+    assignment = [unit]
+    for layer in reversed(best[1:]):
+        unit = layer[unit][1]
+        assignment.append(unit)
+    return assignment[::-1]
+
+
+def _refine(nodes, edges, assignment, chip) -> list[str]:
+    """Local passes: move a node if that lowers its own time plus every switch it touches."""
+    consumers = [[] for _ in nodes]
+    for index, incoming in enumerate(edges):
+        for src, size in incoming:
+            consumers[src].append((index, size))
+    for _ in range(_REFINE_PASSES):
+        changed = False
+        for index, node in enumerate(nodes):
+            def local_cost(unit):
+                outgoing = sum(
+                    cost_model.switch_cost_ms(size, unit, assignment[dst], chip)
+                    for dst, size in consumers[index]
+                )
+                return node.time_ms[unit] + _incoming_switch_ms(index, unit, assignment, edges, chip) + outgoing
+
+            choice = min(node.allowed, key=local_cost)
+            if local_cost(choice) < local_cost(assignment[index]) - 1e-12:
+                assignment[index], changed = choice, True
+        if not changed:
+            break
+    return assignment
+
+
+# --- entry point ------------------------------------------------------------------------------
+
+
+def plan_program(
+    prog,
+    *,
+    chip: str = "m3",
+    policy: str = "auto",
+    overrides=None,
+    shapes_dynamic: set[str] | None = None,
+) -> Plan:
+    """Predict a compute unit and time for every op of ``prog``'s main function."""
+    profile = get_chip(chip)
+    policy_key = _normalise_policy(policy)
+    policy_units = POLICY_UNITS[policy_key]
+    parsed_overrides = _parse_overrides(overrides)
+    function = mil_view.main_function(prog)
+    dynamic = dynamic_symbol_map(function, shapes_dynamic)
+
+    skip = constant_op_types()
+    ops = [op for op in function.operations if op.op_type not in skip]
+    fused_into = fused_groups(ops, function.outputs)
+    ane_reasons = {op.name: eligibility(op, profile, dynamic_symbols=dynamic) for op in ops}
+    gpu_reasons = {op.name: gpu_eligibility(op, profile, dynamic_symbols=dynamic) for op in ops}
+
+    nodes: list[_Node] = []
+    node_of_op: dict[str, int] = {}
+    for op in ops:
+        if op.name in fused_into:
+            host_index = node_of_op[fused_into[op.name]]
+            nodes[host_index].members.append(op)
+            node_of_op[op.name] = host_index
+            continue
+        node_of_op[op.name] = len(nodes)
+        nodes.append(_Node(host=op, members=[op], allowed=(), time_ms={}, notes=[]))
+
+    for node in nodes:
+        members_ane = [r for m in node.members for r in ane_reasons[m.name]]
+        members_gpu = [r for m in node.members for r in gpu_reasons[m.name]]
+        eligible = {
+            "ane": not any(r.blocking for r in members_ane),
+            "gpu": not any(r.blocking for r in members_gpu),
+            "cpu": True,
+        }
+        allowed, notes = _allowed_units(node.host, policy_units, eligible, parsed_overrides)
+        node.allowed = allowed or ("cpu",)
+        node.notes = notes
+        ane_factor = 1.0
+        for reason in members_ane:
+            ane_factor *= reason.cost_factor if not reason.blocking else 1.0
+        node.time_ms = _node_times(node.members, profile, ane_factor)
+
+    edges = _producers(nodes, node_of_op)
+    assignment = _refine(nodes, edges, _viterbi(nodes, edges, profile), profile)
+
+    plans = []
+    for index, node in enumerate(nodes):
+        unit = assignment[index]
+        host_ms = node.time_ms[unit] + _incoming_switch_ms(index, unit, assignment, edges, profile)
+        for member in node.members:
+            reasons = []
+            if "ane" in policy_units:
+                reasons += ane_reasons[member.name]
+            if "gpu" in policy_units:
+                reasons += gpu_reasons[member.name]
+            is_host = member is node.host
+            plans.append(OpPlan(
+                name=member.name,
+                op=member.op_type,
+                unit=unit,
+                est_ms=host_ms if is_host else 0.0,
+                fused_into=None if is_host else node.host.name,
+                reasons=reasons + (node.notes if is_host else []),
+                ane_reasons=ane_reasons[member.name],
+                gpu_reasons=gpu_reasons[member.name],
+            ))
+    order = {op.name: i for i, op in enumerate(ops)}
+    plans.sort(key=lambda p: order[p.name])
+    return Plan(ops=plans, chip=profile.name, policy=policy_key)

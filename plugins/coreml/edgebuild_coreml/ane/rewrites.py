@@ -1,0 +1,219 @@
+"""ANE-friendly rewrites of a pymil Program, after Apple's ml-ane-transformers.
+
+Each pass takes a Program, edits its main function in place and returns how many sites it
+changed, so a caller can plan before and after (``plan.plan_program``) and show the effect.
+
+- ``linear_to_conv``: linear on a rank-3 [B, S, C] input becomes a 1x1 conv in the
+  (B, C, 1, S) layout the ANE prefers.
+- ``split_attention_heads``: a multi-head attention (``scaled_dot_product_attention``, or the
+  matmul -> [scale] -> softmax -> matmul chain) is computed per head, as ml-ane-transformers does.
+- ``clamp_norm_epsilon``: norm epsilons that underflow in fp16 are raised to 1e-5. It changes the
+  numbers slightly, so it runs only when asked for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil.types.symbolic import any_symbolic
+
+from edgebuild.errors import UsageError
+
+from edgebuild_coreml.ane import mil_view
+
+FP16_UNDERFLOW = 6.0e-8  # below the smallest fp16 subnormal (~5.96e-8) epsilon rounds to 0
+NORM_OPS = ("layer_norm", "instance_norm", "batch_norm", "l2_norm")
+
+
+def _replace(op, new_var) -> None:
+    block = op.enclosing_block
+    block.replace_uses_of_var_after_op(anchor_op=op, old_var=op.outputs[0], new_var=new_var)
+    block.remove_ops([op])
+
+
+def _np_dtype(var):
+    return np.float16 if mil_view.dtype_name(var) == "fp16" else np.float32
+
+
+# --- linear -> 1x1 conv -----------------------------------------------------------------------
+
+
+def _linear_to_conv_site(op) -> bool:
+    x, weight = op.inputs["x"], op.inputs["weight"]
+    bias = op.inputs.get("bias")
+    if len(mil_view.shape_of(x)) != 3 or any_symbolic(mil_view.shape_of(x)[-1:]):
+        return False
+    if weight.val is None or (bias is not None and bias.val is None):
+        return False  # compressed (constexpr) weights keep their linear form
+    out_features, in_features = weight.val.shape
+    kernel = weight.val.reshape(out_features, in_features, 1, 1)
+    with op.enclosing_block:
+        channels_first = mb.transpose(x=x, perm=[0, 2, 1], before_op=op, name=f"{op.name}_to_bcs")
+        bc1s = mb.expand_dims(x=channels_first, axes=[2], before_op=op, name=f"{op.name}_to_bc1s")
+        conv_args = dict(x=bc1s, weight=kernel, before_op=op, name=f"{op.name}_conv1x1")
+        if bias is not None:
+            conv_args["bias"] = bias.val
+        conv = mb.conv(**conv_args)
+        squeezed = mb.squeeze(x=conv, axes=[2], before_op=op, name=f"{op.name}_from_bc1s")
+        result = mb.transpose(x=squeezed, perm=[0, 2, 1], before_op=op, name=op.name)
+    _replace(op, result)
+    return True
+
+
+def linear_to_conv(prog) -> int:
+    """Rewrite every linear on a rank-3 input as transpose/expand -> 1x1 conv -> squeeze/transpose."""
+    function = mil_view.main_function(prog)
+    targets = [op for op in list(function.operations) if op.op_type == "linear"]
+    return sum(_linear_to_conv_site(op) for op in targets)
+
+
+# --- norm epsilon clamp -----------------------------------------------------------------------
+
+
+def _clamp_site(op, minimum: float, below: float) -> bool:
+    epsilon = mil_view.param(op, "epsilon")
+    if epsilon is None or float(epsilon) >= below:
+        return False
+    args = {name: var for name, var in op.inputs.items()}
+    args["epsilon"] = _np_dtype(op.inputs["x"])(minimum)
+    with op.enclosing_block:
+        new_var = getattr(mb, op.op_type)(**args, before_op=op, name=op.name)
+    _replace(op, new_var)
+    return True
+
+
+def clamp_norm_epsilon(prog, minimum: float = 1e-5, below: float = FP16_UNDERFLOW) -> int:
+    """Raise to ``minimum`` every norm epsilon smaller than ``below`` (fp16 underflow by default)."""
+    function = mil_view.main_function(prog)
+    targets = [op for op in list(function.operations) if op.op_type in NORM_OPS]
+    return sum(_clamp_site(op, minimum, below) for op in targets)
+
+
+# --- attention split per head -----------------------------------------------------------------
+
+
+def _head_count(var) -> int | None:
+    shape = mil_view.shape_of(var)
+    if len(shape) != 4 or any_symbolic(shape[1:2]) or int(shape[1]) < 2:
+        return None
+    return int(shape[1])
+
+
+def _split_heads(var, heads: int, op, name: str) -> list:
+    return list(mb.split(x=var, num_splits=heads, axis=1, before_op=op, name=name))
+
+
+def _split_sdpa(op) -> bool:
+    query, key, value = (op.inputs[n] for n in ("query", "key", "value"))
+    heads = _head_count(query)
+    if heads is None or _head_count(key) != heads or _head_count(value) != heads:
+        return False
+    mask = op.inputs.get("attn_mask")
+    mask_per_head = mask is not None and _head_count(mask) == heads
+    with op.enclosing_block:
+        qs = _split_heads(query, heads, op, f"{op.name}_q_heads")
+        ks = _split_heads(key, heads, op, f"{op.name}_k_heads")
+        vs = _split_heads(value, heads, op, f"{op.name}_v_heads")
+        masks = _split_heads(mask, heads, op, f"{op.name}_mask_heads") if mask_per_head else None
+        outputs = []
+        for h in range(heads):
+            args = dict(query=qs[h], key=ks[h], value=vs[h], before_op=op, name=f"{op.name}_head{h}")
+            if mask is not None:
+                args["attn_mask"] = masks[h] if mask_per_head else mask
+            outputs.append(mb.scaled_dot_product_attention(**args))
+        merged = mb.concat(values=outputs, axis=1, before_op=op, name=op.name)
+    _replace(op, merged)
+    return True
+
+
+def _sole_consumer(var):
+    return var.child_ops[0] if len(var.child_ops) == 1 else None
+
+
+def _match_attention_chain(scores_op):
+    """matmul(q, k) -> [mul | real_div by a scalar const] -> softmax(last axis) -> matmul(., v)."""
+    if scores_op.op_type != "matmul" or _head_count(scores_op.outputs[0]) is None:
+        return None
+    chain, current = [scores_op], _sole_consumer(scores_op.outputs[0])
+    if current is not None and current.op_type in ("mul", "real_div"):
+        scale = current.inputs["y"]
+        if scale.val is None or np.size(scale.val) != 1 or current.inputs["x"] is not scores_op.outputs[0]:
+            return None
+        chain.append(current)
+        current = _sole_consumer(current.outputs[0])
+    if current is None or current.op_type != "softmax" or mil_view.param(current, "axis") not in (-1, 3):
+        return None
+    chain.append(current)
+    weighted = _sole_consumer(current.outputs[0])
+    if weighted is None or weighted.op_type != "matmul" or weighted.inputs["x"] is not current.outputs[0]:
+        return None
+    if mil_view.param(weighted, "transpose_x", False):
+        return None
+    chain.append(weighted)
+    return chain
+
+
+def _split_chain(chain) -> bool:
+    first, last = chain[0], chain[-1]
+    query, key, value = first.inputs["x"], first.inputs["y"], last.inputs["y"]
+    heads = _head_count(first.outputs[0])
+    if any(_head_count(v) != heads for v in (query, key, value)):
+        return False
+    with last.enclosing_block:
+        qs = _split_heads(query, heads, first, f"{first.name}_q_heads")
+        ks = _split_heads(key, heads, first, f"{first.name}_k_heads")
+        vs = _split_heads(value, heads, first, f"{last.name}_v_heads")
+        outputs = []
+        for h in range(heads):
+            scores = mb.matmul(
+                x=qs[h], y=ks[h],
+                transpose_x=bool(mil_view.param(first, "transpose_x", False)),
+                transpose_y=bool(mil_view.param(first, "transpose_y", False)),
+                before_op=last, name=f"{first.name}_head{h}",
+            )
+            for op in chain[1:-1]:
+                if op.op_type == "softmax":
+                    scores = mb.softmax(x=scores, axis=-1, before_op=last, name=f"{op.name}_head{h}")
+                else:
+                    scores = getattr(mb, op.op_type)(
+                        x=scores, y=op.inputs["y"].val, before_op=last, name=f"{op.name}_head{h}"
+                    )
+            outputs.append(mb.matmul(
+                x=scores, y=vs[h],
+                transpose_y=bool(mil_view.param(last, "transpose_y", False)),
+                before_op=last, name=f"{last.name}_head{h}",
+            ))
+        merged = mb.concat(values=outputs, axis=1, before_op=last, name=last.name)
+    block = last.enclosing_block
+    block.replace_uses_of_var_after_op(anchor_op=last, old_var=last.outputs[0], new_var=merged)
+    block.remove_ops(list(reversed(chain)))
+    return True
+
+
+def split_attention_heads(prog) -> int:
+    """Compute each multi-head attention one head at a time; returns the number of attentions split."""
+    function = mil_view.main_function(prog)
+    count = 0
+    for op in list(function.operations):
+        if op.enclosing_block is None:
+            continue  # removed by an earlier rewrite in this loop
+        if op.op_type == "scaled_dot_product_attention":
+            count += _split_sdpa(op)
+        elif (chain := _match_attention_chain(op)) is not None:
+            count += _split_chain(chain)
+    return count
+
+
+REWRITES = {
+    "linear_to_conv": linear_to_conv,
+    "split_attention_heads": split_attention_heads,
+    "clamp_norm_epsilon": clamp_norm_epsilon,
+}
+
+
+def apply_rewrites(prog, names) -> dict[str, int]:
+    """Run the named rewrites in order; returns {name: sites changed}."""
+    unknown = [n for n in names if n not in REWRITES]
+    if unknown:
+        raise UsageError(f"unknown ANE rewrite(s): {', '.join(unknown)}", hint=f"use: {', '.join(REWRITES)}")
+    return {name: REWRITES[name](prog) for name in names}

@@ -1,0 +1,283 @@
+"""Apply a recipe's compression section to an .mlpackage with coremltools.optimize.coreml.
+
+The section becomes one OptimizationConfig per coremltools pass (prune, then linear, then
+palettise): the global weights go to ``global_config``, type-only overrides to
+``op_type_configs`` and name-regex overrides to ``op_name_configs`` (regexes resolved against
+the program's op names). An op whose configuration belongs to another pass is set to None so
+the global one does not reach it. Precedence is coremltools': op name, then op type, then global.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import coremltools as ct
+import coremltools.optimize.coreml as cto
+import numpy as np
+
+from edgebuild.errors import BuildError, RecipeError
+
+from .config import (
+    CompressionSection,
+    LinearWeights,
+    PalettizeWeights,
+    PruneWeights,
+    validate_compression,
+)
+from .gating import check_deployment_target
+from .lut import KmeansLutFunction, channel_groups
+from .program import iter_ops, is_weight_op, load_program, weight_uses
+
+_PASS_ORDER = ("prune", "linear", "palettize")
+
+
+def compress_mlpackage(
+    src: Path,
+    dst: Path,
+    section: CompressionSection | dict,
+    *,
+    target: str,
+    calibration: list[dict[str, np.ndarray]] | None = None,
+) -> dict:
+    """Compress ``src`` into ``dst`` (written atomically) and report every weight's sizes."""
+    if not isinstance(section, CompressionSection):
+        section = validate_compression(section)
+    check_deployment_target(section, target)
+    src, dst = Path(src), Path(dst)
+
+    model = ct.models.MLModel(str(src), skip_model_load=True)
+    before = weight_uses(load_program(model))
+    if section.activations is not None:
+        model = _quantize_activations(model, calibration, src)
+    for stage in plan_weight_passes(section, load_program(model)):
+        model = stage.run(model)
+    after = weight_uses(load_program(model))
+    _save_atomically(model, dst)
+    return _report(before, after)
+
+
+@dataclass
+class WeightPass:
+    """One coremltools compression pass with its configuration."""
+
+    kind: str  # "prune" | "linear" | "palettize"
+    config: cto.OptimizationConfig
+    joint: bool = False
+    lut_functions: list[KmeansLutFunction] = field(default_factory=list)
+
+    def run(self, model: ct.models.MLModel) -> ct.models.MLModel:
+        if self.lut_functions:
+            prepare_lut_functions(self.config, load_program(model), self.lut_functions)
+        run_pass = {
+            "prune": cto.prune_weights,
+            "linear": cto.linear_quantize_weights,
+            "palettize": cto.palettize_weights,
+        }[self.kind]
+        try:
+            return run_pass(model, self.config, joint_compression=self.joint)
+        except ValueError as error:  # coremltools reports unsupported combinations this way
+            raise BuildError(f"{self.kind} compression failed: {error}") from error
+
+
+def plan_weight_passes(section: CompressionSection, program) -> list[WeightPass]:
+    """The coremltools passes the section needs, in the order they must run."""
+    selectors = _resolve_selectors(section, program)
+    threshold = max(section.weight_threshold - 1, 0)  # coremltools compresses sizes > threshold
+    passes = []
+    for kind in _PASS_ORDER:
+        configs = {key: _pass_config(kind, weights, threshold) for key, weights in selectors.items()}
+        if all(config is None for config in configs.values()):
+            continue
+        global_config = configs.pop(("global", None), None)
+        config = cto.OptimizationConfig(
+            global_config=global_config,
+            op_type_configs={name: cfg for (scope, name), cfg in configs.items() if scope == "type"},
+            op_name_configs={name: cfg for (scope, name), cfg in configs.items() if scope == "name"},
+        )
+        joint = kind != "prune" and any(
+            isinstance(w, PruneWeights) and w.then is not None for w in selectors.values()
+        )
+        luts = [
+            c.lut_function
+            for c in _all_op_configs(config)
+            if isinstance(getattr(c, "lut_function", None), KmeansLutFunction)
+        ]
+        passes.append(WeightPass(kind, config, joint, luts))
+    return passes
+
+
+def _resolve_selectors(section: CompressionSection, program) -> dict[tuple[str, str | None], object]:
+    """(scope, key) -> weights config; scope is global, type (op type) or name (op name)."""
+    selectors: dict[tuple[str, str | None], object] = {("global", None): section.weights}
+    compute_ops = [op for op in iter_ops(program) if not is_weight_op(op)]
+    for override in section.overrides:
+        match = override.match
+        if match.name is None:
+            selectors[("type", match.op_type)] = override.weights
+            continue
+        pattern = re.compile(match.name)
+        for op in compute_ops:
+            if pattern.fullmatch(op.name) and match.op_type in (None, op.op_type):
+                selectors[("name", op.name)] = override.weights
+    return selectors
+
+
+def _pass_config(kind: str, weights, threshold: int):
+    """The coremltools op config for ``weights`` in pass ``kind``, or None if not its pass."""
+    if isinstance(weights, PruneWeights):
+        if kind == "prune":
+            return _pruner_config(weights, threshold)
+        weights = weights.then
+    if isinstance(weights, LinearWeights) and kind == "linear":
+        return _linear_config(weights, threshold)
+    if isinstance(weights, PalettizeWeights) and kind == "palettize":
+        return _palettizer_config(weights, threshold)
+    return None
+
+
+def _pruner_config(weights: PruneWeights, threshold: int):
+    if weights.method == "threshold":
+        return cto.OpThresholdPrunerConfig(
+            threshold=weights.threshold, minimum_sparsity_percentile=0.0, weight_threshold=threshold
+        )
+    if weights.method == "magnitude":
+        return cto.OpMagnitudePrunerConfig(
+            target_sparsity=weights.target_sparsity, weight_threshold=threshold
+        )
+    return cto.OpMagnitudePrunerConfig(n_m_ratio=tuple(weights.n_m), weight_threshold=threshold)
+
+
+def _linear_config(weights: LinearWeights, threshold: int):
+    extra = {"block_size": weights.block_size} if weights.granularity == "per_block" else {}
+    return cto.OpLinearQuantizerConfig(
+        mode="linear_symmetric" if weights.symmetric else "linear",
+        dtype=weights.dtype,
+        granularity=weights.granularity,
+        weight_threshold=threshold,
+        **extra,
+    )
+
+
+def _palettizer_config(weights: PalettizeWeights, threshold: int):
+    common = dict(
+        granularity=weights.granularity,
+        group_size=weights.group_size,
+        cluster_dim=weights.cluster_dim,
+        enable_per_channel_scale=weights.per_channel_scale,
+        weight_threshold=threshold,
+    )
+    # Our clustering is scalar; vector palettisation (cluster_dim > 1) stays with coremltools.
+    if weights.algorithm == "kmeans" and weights.cluster_dim == 1:
+        return cto.OpPalettizerConfig(
+            mode="custom", lut_function=KmeansLutFunction(weights.nbits), **common
+        )
+    mode = "kmeans" if weights.algorithm.startswith("kmeans") else weights.algorithm
+    return cto.OpPalettizerConfig(mode=mode, nbits=weights.nbits, **common)
+
+
+def _all_op_configs(config: cto.OptimizationConfig) -> list:
+    configs = [
+        config.global_config,
+        *config.op_type_configs.values(),
+        *config.op_name_configs.values(),
+    ]
+    return [c for c in configs if c is not None]
+
+
+def prepare_lut_functions(config: cto.OptimizationConfig, program, lut_functions) -> None:
+    """Cluster every weight our lut functions will be asked for, in parallel, ahead of the pass.
+
+    This mirrors how the pass picks a weight's configuration and channel groups; anything it
+    misses is simply clustered when the pass asks for it.
+    """
+    from coremltools.optimize._utils import infer_block_sizes
+
+    wanted = {id(fn): [] for fn in lut_functions}
+    for op in iter_ops(program):
+        if op.op_type != "const" or not op.outputs[0].child_ops:
+            continue
+        try:
+            op_config = config._get_const_op_config(op)
+        except (ValueError, TypeError):
+            continue
+        lut_function = getattr(op_config, "lut_function", None)
+        value = op.outputs[0].val
+        if id(lut_function) not in wanted or not isinstance(value, np.ndarray):
+            continue
+        if value.ndim <= 1 or value.size <= op_config.weight_threshold:
+            continue
+        block_sizes, axis = infer_block_sizes(op, op_config, value, return_channel_axis=True)
+        if block_sizes is None:
+            continue
+        axis = 0 if axis is None else axis
+        group_size = block_sizes[axis] if any(block_sizes) else 0
+        groups = channel_groups(value, axis, group_size)
+        if groups is not None:
+            wanted[id(lut_function)].append(groups)
+    for fn in lut_functions:
+        fn.prepare(wanted[id(fn)])
+
+
+def _quantize_activations(model, calibration, src: Path) -> ct.models.MLModel:
+    from coremltools.optimize.coreml.experimental import (
+        OpActivationLinearQuantizerConfig,
+        linear_quantize_activations,
+    )
+
+    if not calibration:
+        raise RecipeError(
+            f"{src}: activation quantisation needs calibration samples",
+            hint="give validate.inputs so the validation inputs can calibrate activations",
+        )
+    config = cto.OptimizationConfig(
+        global_config=OpActivationLinearQuantizerConfig(mode="linear_symmetric")
+    )
+    try:
+        return linear_quantize_activations(model, config, calibration)
+    except Exception as error:  # calibration runs the model, which only Core ML can do
+        raise BuildError(
+            f"{src}: activation calibration failed: {error}",
+            hint="calibrating activations runs the model with Core ML, which needs macOS",
+        ) from error
+
+
+def _save_atomically(model: ct.models.MLModel, dst: Path) -> None:
+    """Write next to ``dst`` and rename into place, so readers never see a partial package."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    try:
+        written = staging / dst.name
+        model.save(str(written))
+        if dst.exists():
+            retired = staging / "previous"
+            os.replace(dst, retired)
+        os.replace(written, dst)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _report(before: dict, after: dict) -> dict:
+    """Per weight: name, op type, shape, bytes before and after, and how it was compressed."""
+    weights = []
+    for name, original in before.items():
+        compressed = after.get(name, original)
+        weights.append(
+            {
+                "name": name,
+                "op_type": original.op_type,
+                "shape": list(original.shape),
+                "bytes_before": original.bytes,
+                "bytes_after": compressed.bytes,
+                "mode": compressed.mode,
+            }
+        )
+    return {
+        "weights": weights,
+        "bytes_before": sum(w["bytes_before"] for w in weights),
+        "bytes_after": sum(w["bytes_after"] for w in weights),
+    }

@@ -1,0 +1,139 @@
+"""The recipe's ``compression`` section, as this plugin understands it.
+
+The core passes the section through as a dict; ``validate_compression`` turns it into these
+models (raising pydantic's ValidationError, which the core maps to file:line).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+PALETTE_NBITS = (1, 2, 3, 4, 6, 8)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PalettizeWeights(_Strict):
+    """Weights become indices into a look-up table of 2^nbits entries (per tensor or group)."""
+
+    mode: Literal["palettize"]
+    nbits: int | None = None
+    granularity: Literal["per_tensor", "per_grouped_channel"] = "per_tensor"
+    group_size: int = Field(32, gt=0)
+    # kmeans: this plugin's fast 1-D k-means; kmeans_sklearn: coremltools' own (for comparison).
+    algorithm: Literal["kmeans", "kmeans_sklearn", "uniform", "unique"] = "kmeans"
+    cluster_dim: int = Field(1, ge=1)
+    per_channel_scale: bool = False
+
+    @field_validator("nbits")
+    @classmethod
+    def _nbits_supported(cls, nbits: int | None) -> int | None:
+        if nbits is not None and nbits not in PALETTE_NBITS:
+            raise PydanticCustomError("nbits", "must be one of 1, 2, 3, 4, 6, 8")
+        return nbits
+
+    @model_validator(mode="after")
+    def _nbits_matches_algorithm(self) -> PalettizeWeights:
+        if self.algorithm == "unique" and self.nbits is not None:
+            raise ValueError("algorithm 'unique' picks nbits itself; remove nbits")
+        if self.algorithm != "unique" and self.nbits is None:
+            raise ValueError(f"algorithm {self.algorithm!r} needs nbits (1, 2, 3, 4, 6 or 8)")
+        if self.algorithm == "uniform" and self.cluster_dim > 1:
+            raise ValueError("algorithm 'uniform' cannot do vector palettisation (cluster_dim > 1)")
+        return self
+
+
+class LinearWeights(_Strict):
+    """Weights become integers with a scale (and offset unless symmetric)."""
+
+    mode: Literal["linear"]
+    dtype: Literal["int8", "int4", "uint8", "uint4"] = "int8"
+    granularity: Literal["per_tensor", "per_channel", "per_block"] = "per_channel"
+    block_size: int = Field(32, gt=0)
+    symmetric: bool = True
+
+
+class PruneWeights(_Strict):
+    """Small weights become zeros stored sparsely; ``then`` compresses the survivors (joint)."""
+
+    mode: Literal["prune"]
+    method: Literal["threshold", "magnitude", "n_m"] = "threshold"
+    threshold: float = Field(1e-3, ge=0)
+    target_sparsity: float | None = Field(None, gt=0, lt=1)
+    n_m: tuple[int, int] | None = None
+    then: Annotated[Union[PalettizeWeights, LinearWeights], Field(discriminator="mode")] | None = None
+
+    @model_validator(mode="after")
+    def _method_has_its_parameter(self) -> PruneWeights:
+        if self.method == "magnitude" and self.target_sparsity is None:
+            raise ValueError("method 'magnitude' needs target_sparsity (between 0 and 1)")
+        if self.method == "n_m":
+            if self.n_m is None:
+                raise ValueError("method 'n_m' needs n_m: [n, m], e.g. [2, 4]")
+            n, m = self.n_m
+            if not 0 < n <= m:
+                raise ValueError(f"n_m must satisfy 0 < n <= m, got [{n}, {m}]")
+        return self
+
+
+WeightCompression = Annotated[
+    Union[PalettizeWeights, LinearWeights, PruneWeights], Field(discriminator="mode")
+]
+
+
+class ActivationCompression(_Strict):
+    """W8A8: activations quantised with ranges calibrated on the recipe's validation inputs."""
+
+    mode: Literal["linear"] = "linear"
+    dtype: Literal["int8"] = "int8"
+    calibration: Literal["validate"] = "validate"
+
+
+class OverrideMatch(_Strict):
+    """Which ops an override applies to: a MIL op type and/or a regex over op names."""
+
+    op_type: str | None = None
+    name: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_regex(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise ValueError(f"not a valid regular expression: {error}") from None
+        return pattern
+
+    @model_validator(mode="after")
+    def _matches_something(self) -> OverrideMatch:
+        if self.op_type is None and self.name is None:
+            raise ValueError("match needs op_type, name, or both")
+        return self
+
+
+class Override(_Strict):
+    """Compression for matched ops; ``weights: null`` leaves them uncompressed."""
+
+    match: OverrideMatch
+    weights: WeightCompression | None
+
+
+class CompressionSection(_Strict):
+    """The whole ``compression`` section of a recipe."""
+
+    weights: WeightCompression | None = None
+    weight_threshold: int = Field(2048, ge=0)
+    activations: ActivationCompression | None = None
+    overrides: list[Override] = Field(default_factory=list)
+
+
+def validate_compression(data: dict) -> CompressionSection:
+    """Validate a recipe's ``compression`` mapping; raises pydantic.ValidationError."""
+    return CompressionSection.model_validate(data)

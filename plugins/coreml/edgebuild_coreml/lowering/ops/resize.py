@@ -1,0 +1,203 @@
+"""Resize (opsets 10-19) and the deprecated Upsample.
+
+Every mode, nearest_mode and coordinate_transformation_mode is reproduced exactly: the
+sampling along each resized axis is computed in numpy at build time (``_resize_weights``)
+and applied with MIL ``gather`` (nearest) or ``matmul`` (linear, cubic, antialias). The
+common integer nearest upsampling becomes ``upsample_nearest_neighbor`` instead. This needs
+static input shapes and constant scales/sizes/roi; runtime ones are refused with a reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from coremltools.converters.mil import Builder as mb
+
+from edgebuild_coreml.lowering.ops._nn_util import as_float, float_np, is_float, static_shape
+from edgebuild_coreml.lowering.ops._resize_weights import COORDINATE_MODES, AxisPlan, axis_plan
+from edgebuild_coreml.lowering.registry import lowers
+
+_MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "trilinear": "linear", "cubic": "cubic"}
+
+
+def _text(value, default: str) -> str:
+    value = default if value is None else value
+    return (value.decode() if isinstance(value, bytes) else str(value)).lower()
+
+
+def _output_geometry(ctx, node, shape, scales, sizes, axes, coordinate_mode, roi):
+    """(output sizes, per-axis scales) for every axis of the input."""
+    rank = len(shape)
+    out, factors = list(shape), [1.0] * rank
+    if sizes is not None:
+        sizes = [int(s) for s in np.asarray(sizes).reshape(-1)]
+        policy = _text(ctx.attr(node, "keep_aspect_ratio_policy"), "stretch")
+        ratios = [sizes[i] / shape[a] for i, a in enumerate(axes)]
+        if policy == "stretch":
+            for i, a in enumerate(axes):
+                out[a], factors[a] = sizes[i], ratios[i]
+        elif policy in ("not_larger", "not_smaller"):
+            common = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in axes:
+                out[a], factors[a] = int(np.floor(common * shape[a] + 0.5)), common
+        else:
+            ctx.fail(node, f"unknown keep_aspect_ratio_policy {policy!r}")
+        return out, factors
+    if scales is None:
+        ctx.fail(node, "neither scales nor sizes is given")
+    scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+    if len(scales) != len(axes):
+        ctx.fail(node, f"{len(scales)} scales for {len(axes)} axes")
+    for i, a in enumerate(axes):
+        # onnxruntime sizes the output as floor(in * scale) in every mode (roi is not applied).
+        out[a] = int(np.floor(shape[a] * scales[i]))
+        factors[a] = scales[i]
+    return out, factors
+
+
+def _roi_pairs(ctx, node, roi, axes) -> list[tuple[float, float]]:
+    if roi is None or np.asarray(roi).size == 0:
+        return [(0.0, 1.0)] * len(axes)
+    roi = np.asarray(roi, dtype=np.float64).reshape(-1)
+    n = len(axes)
+    if roi.size != 2 * n:
+        ctx.fail(node, f"roi has {roi.size} values; expected {2 * n} (starts then ends)")
+    return [(roi[i], roi[n + i]) for i in range(n)]
+
+
+def _apply_matrix(ctx, node, x, weights: np.ndarray, axis: int, rank: int, last: bool):
+    """Contract ``x`` along ``axis`` with ``weights`` [out, in]."""
+    name = ctx.name(node) if last else ctx.name(node, f"axis{axis}")
+    w = weights.astype(float_np(x))
+    if axis == rank - 1:
+        return mb.matmul(x=x, y=np.ascontiguousarray(w.T), name=name)
+    if axis == rank - 2:
+        return mb.matmul(x=w, y=x, name=name)
+    perm = list(range(rank))
+    perm[axis], perm[-1] = perm[-1], perm[axis]
+    moved = mb.transpose(x=x, perm=perm, name=ctx.name(node, f"axis{axis}_in"))
+    product = mb.matmul(x=moved, y=np.ascontiguousarray(w.T), name=ctx.name(node, f"axis{axis}_mm"))
+    return mb.transpose(x=product, perm=perm, name=name)
+
+
+def _nearest_upsample_factors(plans: dict[int, AxisPlan], shape, rank) -> tuple[int, int] | None:
+    """(sh, sw) when the plan is plain integer nearest upsampling of the last two axes."""
+    if rank < 3 or any(a < rank - 2 for a in plans) or any(p.indices is None or p.outside is not None for p in plans.values()):
+        return None
+    factors = []
+    for axis in (rank - 2, rank - 1):
+        plan = plans.get(axis)
+        if plan is None:
+            factors.append(1)
+            continue
+        size = len(plan.indices)
+        if size % shape[axis]:
+            return None
+        factor = size // shape[axis]
+        if not np.array_equal(plan.indices, np.arange(size) // factor):
+            return None
+        factors.append(factor)
+    return factors[0], factors[1]
+
+
+def _is_identity(plan: AxisPlan, size: int) -> bool:
+    if plan.outside is not None:
+        return False
+    if plan.indices is not None:
+        return len(plan.indices) == size and np.array_equal(plan.indices, np.arange(size))
+    return plan.weights.shape == (size, size) and np.allclose(plan.weights, np.eye(size), atol=0, rtol=0)
+
+
+def resample(ctx, node, x, *, mode, coordinate_mode, nearest_mode, scales=None, sizes=None, roi=None, axes=None):
+    """Shared by Resize and Upsample: build the per-axis plans and apply them."""
+    shape = static_shape(x)
+    if shape is None:
+        ctx.fail(node, "Resize needs static input shapes: the sampling grid is computed at build time",
+                 "pin the input shapes in the recipe")
+    rank = len(shape)
+    axes = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
+    roi_pairs = _roi_pairs(ctx, node, roi, axes)
+    out, factors = _output_geometry(ctx, node, shape, scales, sizes, axes, coordinate_mode, roi_pairs)
+    antialias = bool(ctx.attr(node, "antialias", 0))
+    plans: dict[int, AxisPlan] = {}
+    for i, a in enumerate(axes):
+        plan = axis_plan(
+            mode, coordinate_mode, out[a], shape[a], factors[a], roi=roi_pairs[i], nearest_mode=nearest_mode,
+            cubic_a=float(ctx.attr(node, "cubic_coeff_a", -0.75)), exclude_outside=bool(ctx.attr(node, "exclude_outside", 0)),
+            antialias=antialias,
+        )
+        if not _is_identity(plan, shape[a]):
+            plans[a] = plan
+    if not plans:
+        return mb.identity(x=x, name=ctx.name(node))
+    if mode != "nearest" and not is_float(x):
+        ctx.fail(node, f"{mode} Resize of an integer tensor is not supported", "cast the input to float first")
+
+    fast = _nearest_upsample_factors(plans, shape, rank) if rank == 4 else None
+    if fast is not None:
+        return mb.upsample_nearest_neighbor(x=x, scale_factor_height=fast[0], scale_factor_width=fast[1],
+                                            name=ctx.name(node))
+    outside = [p.outside for p in plans.values() if p.outside is not None]
+    ordered = sorted(plans)
+    y = x
+    for k, axis in enumerate(ordered):
+        plan = plans[axis]
+        last = k == len(ordered) - 1 and not outside
+        if plan.indices is not None:
+            y = mb.gather(x=y, indices=plan.indices, axis=axis,
+                          name=ctx.name(node) if last else ctx.name(node, f"axis{axis}"))
+        else:
+            y = _apply_matrix(ctx, node, y, plan.weights, axis, rank, last)
+    if outside:
+        mask = np.zeros([1] * rank, dtype=bool)
+        for axis, plan in plans.items():
+            if plan.outside is not None:
+                view = [1] * rank
+                view[axis] = len(plan.outside)
+                mask = mask | plan.outside.reshape(view)
+        fill = np.asarray(float(ctx.attr(node, "extrapolation_value", 0.0)), dtype=float_np(y))
+        y = mb.select(cond=mask, a=fill, b=y, name=ctx.name(node))
+    return y
+
+
+def _mode(ctx, node) -> str:
+    mode = _text(ctx.attr(node, "mode"), "nearest")
+    if mode not in _MODES:
+        ctx.fail(node, f"unknown mode {mode!r}")
+    return _MODES[mode]
+
+
+@lowers("Resize", since=11)
+def resize(ctx, node):
+    x = as_float(ctx.input(node, 0))
+    coordinate_mode = _text(ctx.attr(node, "coordinate_transformation_mode"), "half_pixel")
+    if coordinate_mode not in COORDINATE_MODES:
+        ctx.fail(node, f"unknown coordinate_transformation_mode {coordinate_mode!r}")
+    roi = ctx.const(node, 1, optional=True, what="roi") if coordinate_mode == "tf_crop_and_resize" else None
+    scales = ctx.const(node, 2, optional=True, what="scales")
+    sizes = ctx.const(node, 3, optional=True, what="sizes")
+    if scales is not None and np.asarray(scales).size == 0:
+        scales = None
+    if sizes is not None and np.asarray(sizes).size == 0:
+        sizes = None
+    axes = ctx.attr(node, "axes")
+    return resample(ctx, node, x, mode=_mode(ctx, node), coordinate_mode=coordinate_mode,
+                    nearest_mode=_text(ctx.attr(node, "nearest_mode"), "round_prefer_floor"),
+                    scales=scales, sizes=sizes, roi=roi, axes=axes)
+
+
+@lowers("Resize", since=10, until=10)
+def resize_v10(ctx, node):
+    """Opset 10 Resize is Upsample-9 by another name (asymmetric coordinates)."""
+    return _upsample(ctx, node, ctx.const(node, 1, what="scales"))
+
+
+@lowers("Upsample", since=7, until=9)
+def upsample(ctx, node):
+    scales = ctx.attr(node, "scales") if ctx.opset < 9 else ctx.const(node, 1, what="scales")
+    return _upsample(ctx, node, scales)
+
+
+def _upsample(ctx, node, scales):
+    x = as_float(ctx.input(node, 0))
+    return resample(ctx, node, x, mode=_mode(ctx, node), coordinate_mode="asymmetric", nearest_mode="simple",
+                    scales=np.asarray(scales, dtype=np.float64))

@@ -1,0 +1,60 @@
+"""Ordering and running ops: Trilu, CumSum, TopK, ReverseSequence."""
+
+from __future__ import annotations
+
+import numpy as np
+from coremltools.converters.mil import Builder as mb
+
+from edgebuild_coreml.lowering.ops._util import const_like, dim, dtype_of, normalize_axis, rank_of
+from edgebuild_coreml.lowering.registry import lowers
+
+
+@lowers("Trilu")
+def trilu(ctx, node):
+    """Keep elements with col - row >= k (upper) or <= k (lower); zero the rest."""
+    x = ctx.input(node, 0)
+    k = ctx.input(node, 1, optional=True)
+    k = np.int32(0) if k is None else (mb.cast(x=k, dtype="int32") if dtype_of(k) != "int32" else k)
+    if rank_of(x) < 2:
+        ctx.fail(node, "needs a rank >= 2 input")
+    rows = mb.expand_dims(x=mb.range_1d(start=np.int32(0), end=dim(x, -2), step=np.int32(1)), axes=[1])
+    cols = mb.expand_dims(x=mb.range_1d(start=np.int32(0), end=dim(x, -1), step=np.int32(1)), axes=[0])
+    offset = mb.sub(x=mb.sub(x=cols, y=rows), y=mb.reshape(x=k, shape=[1, 1]) if not isinstance(k, np.integer) else k)
+    keep = mb.greater_equal(x=offset, y=np.int32(0)) if ctx.attr(node, "upper", 1) else mb.less_equal(x=offset, y=np.int32(0))
+    zeros = const_like(0, x) if dtype_of(x) != "bool" else np.bool_(False)
+    return mb.select(cond=keep, a=x, b=zeros, name=ctx.name(node))
+
+
+@lowers("CumSum")
+def cumsum(ctx, node):
+    x = ctx.input(node, 0)
+    axis = int(np.asarray(ctx.const(node, 1, what="axis")).reshape(-1)[0])
+    axis = normalize_axis(ctx, node, axis, rank_of(x))
+    return mb.cumsum(
+        x=x, axis=axis, exclusive=bool(ctx.attr(node, "exclusive", 0)),
+        reverse=bool(ctx.attr(node, "reverse", 0)), name=ctx.name(node),
+    )
+
+
+@lowers("TopK")
+def topk(ctx, node):
+    x = ctx.input(node, 0)
+    if ctx.opset < 10:
+        k = int(ctx.attr(node, "k"))
+    else:
+        k = int(np.asarray(ctx.const(node, 1, what="k")).reshape(-1)[0])
+    axis = normalize_axis(ctx, node, int(ctx.attr(node, "axis", -1)), rank_of(x))
+    largest = bool(ctx.attr(node, "largest", 1))
+    values, indices = mb.topk(x=x, k=k, axis=axis, ascending=not largest, name=ctx.name(node))
+    return values, indices
+
+
+@lowers("ReverseSequence")
+def reverse_sequence(ctx, node):
+    x, lengths = ctx.input(node, 0), ctx.input(node, 1)
+    if dtype_of(lengths) != "int32":
+        lengths = mb.cast(x=lengths, dtype="int32")
+    return mb.reverse_sequence(
+        x=x, lengths=lengths, seq_axis=int(ctx.attr(node, "time_axis", 0)),
+        batch_axis=int(ctx.attr(node, "batch_axis", 1)), name=ctx.name(node),
+    )

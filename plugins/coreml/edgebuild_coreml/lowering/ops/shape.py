@@ -1,0 +1,152 @@
+"""Shape queries and reshaping: Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze, Transpose.
+
+Static shapes fold to numpy int64 constants, so the shape arithmetic that usually follows
+(Gather, Concat, Reshape) folds too and the program keeps only the data path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from coremltools.converters.mil import Builder as mb
+
+from edgebuild_coreml.lowering.ops._util import (
+    axes_operand,
+    dim,
+    dtype_of,
+    is_static,
+    normalize_axis,
+    rank_of,
+    shape_of,
+    to_var,
+)
+from edgebuild_coreml.lowering.registry import lowers
+
+
+def _clamped_range(start: int, end: int | None, rank: int) -> tuple[int, int]:
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = rank if end is None else end
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    return start, end
+
+
+@lowers("Shape")
+def shape(ctx, node):
+    x = ctx.input(node, 0)
+    dims = shape_of(x)
+    start, end = _clamped_range(int(ctx.attr(node, "start", 0)), ctx.attr(node, "end"), len(dims))
+    if all(is_static(d) for d in dims[start:end]):
+        return np.array(dims[start:end], dtype=np.int64)
+    full = mb.shape(x=x, name=ctx.name(node, "full") if (start, end) != (0, len(dims)) else ctx.name(node))
+    if (start, end) == (0, len(dims)):
+        return full
+    return mb.slice_by_index(x=full, begin=[start], end=[end], name=ctx.name(node))
+
+
+@lowers("Size")
+def size(ctx, node):
+    x = ctx.input(node, 0)
+    dims = shape_of(x)
+    if all(is_static(d) for d in dims):
+        return np.array(int(np.prod(dims, dtype=np.int64)), dtype=np.int64)
+    return mb.reduce_prod(x=mb.shape(x=x), axes=[0], keep_dims=False, name=ctx.name(node))
+
+
+def _target_shape(ctx, node, x, requested, allow_zero: bool):
+    """ONNX Reshape's shape with 0 ('copy this dim') resolved; a Var when dims are symbolic."""
+    dims = shape_of(x)
+    resolved = []
+    for i, size in enumerate(int(v) for v in requested):
+        if size == 0 and not allow_zero:
+            if i >= len(dims):
+                ctx.fail(node, f"shape entry {i} is 0 (copy) but the input has rank {len(dims)}")
+            resolved.append(dims[i])
+        else:
+            resolved.append(size)
+    if all(is_static(d) for d in resolved):
+        return np.array(resolved, dtype=np.int32)
+    # A symbolic dim is copied: assemble the shape at run time.
+    parts = [mb.expand_dims(x=dim(x, i), axes=[0]) if not is_static(d) else np.array([d], np.int32)
+             for i, d in enumerate(resolved)]
+    return mb.concat(values=parts, axis=0, name=ctx.name(node, "shape"))
+
+
+@lowers("Reshape")
+def reshape(ctx, node):
+    x = ctx.input(node, 0)
+    allow_zero = bool(ctx.attr(node, "allowzero", 0))
+    if ctx.opset < 5:
+        requested = ctx.attr(node, "shape")
+    else:
+        requested = ctx.const_value(node.inputs[1])
+    if requested is None:  # a runtime shape: fine for MIL unless it uses ONNX's 0 = copy
+        shape_var = ctx.input(node, 1)
+        if dtype_of(shape_var) != "int32":
+            shape_var = mb.cast(x=shape_var, dtype="int32")
+        return mb.reshape(x=x, shape=shape_var, name=ctx.name(node))
+    if allow_zero and 0 in list(requested) and -1 in list(requested):
+        ctx.fail(node, "allowzero=1 with both 0 and -1 in the shape is invalid ONNX")
+    return mb.reshape(x=x, shape=_target_shape(ctx, node, x, requested, allow_zero), name=ctx.name(node))
+
+
+@lowers("Flatten")
+def flatten(ctx, node):
+    x = ctx.input(node, 0)
+    rank = rank_of(x)
+    axis = int(ctx.attr(node, "axis", 1))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis <= rank:
+        ctx.fail(node, f"axis {axis} is out of range for a rank-{rank} input")
+    dims = shape_of(x)
+    outer, inner = dims[:axis], dims[axis:]
+    if all(is_static(d) for d in outer):
+        target = np.array([int(np.prod(outer, dtype=np.int64)), -1], dtype=np.int32)
+    elif all(is_static(d) for d in inner):
+        target = np.array([-1, int(np.prod(inner, dtype=np.int64))], dtype=np.int32)
+    else:
+        leading = mb.reduce_prod(x=mb.slice_by_index(x=mb.shape(x=x), begin=[0], end=[axis]), axes=[0], keep_dims=True)
+        target = mb.concat(values=[leading, np.array([-1], np.int32)], axis=0)
+    return mb.reshape(x=x, shape=target, name=ctx.name(node))
+
+
+@lowers("Squeeze")
+def squeeze(ctx, node):
+    x = ctx.input(node, 0)
+    axes = axes_operand(ctx, node, input_index=1)
+    rank = rank_of(x)
+    if axes is None:
+        dims = shape_of(x)
+        if not all(is_static(d) for d in dims):
+            ctx.fail(node, "squeezing every size-1 dim needs a static shape", hint="pass axes or pin input shapes")
+        axes = [i for i, d in enumerate(dims) if d == 1]
+    else:
+        axes = sorted({normalize_axis(ctx, node, a, rank) for a in axes})
+    if not axes:
+        return mb.identity(x=x, name=ctx.name(node))
+    value = ctx.const_value(node.inputs[0])
+    if value is not None and value.size <= 4096:
+        return np.squeeze(value, axis=tuple(axes))
+    if len(axes) == rank:  # MIL squeeze of every dim yields a scalar; match ONNX's rank 0
+        return mb.squeeze(x=x, name=ctx.name(node))
+    return mb.squeeze(x=x, axes=axes, name=ctx.name(node))
+
+
+@lowers("Unsqueeze")
+def unsqueeze(ctx, node):
+    x = ctx.input(node, 0)
+    axes = axes_operand(ctx, node, input_index=1)
+    if axes is None:
+        ctx.fail(node, "axes are required")
+    out_rank = rank_of(x) + len(axes)
+    axes = sorted({normalize_axis(ctx, node, a, out_rank) for a in axes})
+    value = ctx.const_value(node.inputs[0])
+    if value is not None and value.size <= 4096:
+        return np.expand_dims(value, axis=tuple(axes))
+    return mb.expand_dims(x=to_var(x), axes=axes, name=ctx.name(node))
+
+
+@lowers("Transpose")
+def transpose(ctx, node):
+    x = ctx.input(node, 0)
+    rank = rank_of(x)
+    perm = ctx.attr(node, "perm") or list(range(rank))[::-1]
+    return mb.transpose(x=x, perm=[int(p) for p in perm], name=ctx.name(node))

@@ -1,0 +1,92 @@
+"""The fast 1-D k-means against scikit-learn and against exhaustive search."""
+
+from itertools import combinations
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+
+from edgebuild_coreml.compress.kmeans1d import kmeans1d, palettize_groups
+
+
+def _mse(values, centroids, labels):
+    return float(np.mean((values.ravel() - centroids[labels.ravel()]) ** 2))
+
+
+def _tensors():
+    rng = np.random.default_rng(1234)
+    return {
+        "normal": rng.standard_normal(6000),
+        "laplace": rng.laplace(scale=0.05, size=6000),
+        "duplicates": rng.integers(-20, 20, size=6000) * 0.25,
+    }
+
+
+@pytest.mark.parametrize("name", ["normal", "laplace", "duplicates"])
+@pytest.mark.parametrize("k", [2, 4, 16])
+def test_not_worse_than_sklearn(name, k):
+    values = _tensors()[name]
+    centroids, labels = kmeans1d(values, k)
+    sklearn = KMeans(n_clusters=k, n_init=3, random_state=0).fit(values.reshape(-1, 1))
+    sklearn_mse = sklearn.inertia_ / values.size
+    assert _mse(values, centroids, labels) <= sklearn_mse * 1.001 + 1e-12
+
+
+def _brute_force_optimum(values, k):
+    """Least squared error over every split of the sorted values into k contiguous runs."""
+    x = np.sort(values)
+    best = np.inf
+    for cuts in combinations(range(1, len(x)), k - 1):
+        runs = np.split(x, cuts)
+        best = min(best, sum(float(((run - run.mean()) ** 2).sum()) for run in runs))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_equals_exhaustive_optimum_on_tiny_inputs(seed, k):
+    rng = np.random.default_rng(seed)
+    values = np.round(rng.standard_normal(11), 1)  # rounding makes ties likely
+    centroids, labels = kmeans1d(values, k)
+    ours = float(((values - centroids[labels]) ** 2).sum())
+    assert ours == pytest.approx(_brute_force_optimum(values, k), rel=1e-9, abs=1e-12)
+
+
+def test_fewer_unique_values_than_clusters_is_exact():
+    values = np.array([0.5, -1.0, 0.5, 2.0, -1.0, 2.0, 2.0])
+    centroids, labels = kmeans1d(values, 16)
+    assert centroids.shape == (16,)
+    np.testing.assert_array_equal(centroids[labels], values)
+    assert np.all(np.diff(centroids) >= 0)
+
+
+def test_sample_weights_pull_centroids():
+    values = np.array([0.0, 1.0, 10.0])
+    centroids, labels = kmeans1d(values, 2, weights=np.array([1.0, 3.0, 1.0]))
+    # {0, 1} with weights 1 and 3 has its weighted mean at 0.75.
+    np.testing.assert_allclose(centroids, [0.75, 10.0])
+    np.testing.assert_array_equal(labels, [0, 0, 1])
+
+
+def test_groups_match_one_call_per_group():
+    rng = np.random.default_rng(7)
+    matrix = rng.standard_normal((40, 512)).astype(np.float16)
+    luts, labels = palettize_groups(matrix, 16)
+    assert luts.shape == (40, 16) and labels.shape == matrix.shape and labels.dtype == np.uint8
+    for row in (0, 17, 39):
+        centroids, row_labels = kmeans1d(matrix[row], 16)
+        np.testing.assert_allclose(luts[row], centroids)
+        np.testing.assert_array_equal(labels[row], row_labels)
+
+
+def test_labels_are_nearest_centroids():
+    values = np.random.default_rng(3).laplace(size=5000).astype(np.float32)
+    centroids, labels = kmeans1d(values, 8)
+    nearest = np.argmin(np.abs(values[:, None] - centroids[None, :]), axis=1)
+    chosen = np.abs(values - centroids[labels])
+    np.testing.assert_allclose(chosen, np.abs(values - centroids[nearest]), atol=1e-6)
+
+
+def test_rejects_nan():
+    with pytest.raises(ValueError, match="NaN"):
+        kmeans1d(np.array([1.0, np.nan, 2.0]), 2)

@@ -1,0 +1,311 @@
+"""Lowerings of NN, normalisation, resize, RNN, control-flow, quantisation and fused ops.
+
+Each case builds a small ONNX model, lowers it to MIL, runs the program in edgebuild's MIL
+interpreter and compares with onnxruntime on the same random inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx.numpy_helper as onh
+import pytest
+from onnx_cases import IR_VERSION, assert_matches, check, check_op, lower, lower_and_run, run_onnxruntime, single_node_model
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def rand(*shape, seed=0, low=-1.0, high=1.0):
+    return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
+
+
+X4 = rand(2, 3, 9, 8, seed=1)
+
+# -- activations -------------------------------------------------------------------------
+ACTIVATIONS = [
+    ("Relu", {}, 14), ("LeakyRelu", {"alpha": 0.2}, 16), ("Elu", {"alpha": 0.7}, 6), ("Selu", {}, 6),
+    ("Celu", {"alpha": 1.5}, 12), ("Sigmoid", {}, 13), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, 6),
+    ("HardSwish", {}, 14), ("Softplus", {}, 1), ("Softsign", {}, 1), ("Tanh", {}, 13),
+    ("ThresholdedRelu", {"alpha": 0.25}, 10), ("Gelu", {}, 20), ("Gelu", {"approximate": "tanh"}, 20),
+    ("Mish", {}, 18), ("Shrink", {"lambd": 0.3, "bias": 0.1}, 9),
+]
+
+
+@pytest.mark.parametrize("op,attrs,opset", ACTIVATIONS, ids=lambda v: str(v))
+def test_activation(op, attrs, opset):
+    check_op(op, {"x": X4 * 3}, attrs=attrs, opset=opset, rtol=RTOL, atol=ATOL)
+
+
+def test_thresholded_relu_drops_values_equal_to_alpha():
+    x = np.array([[0.5, 1.0, 1.5]], np.float32)
+    check_op("ThresholdedRelu", {"x": x}, attrs={"alpha": 1.0}, opset=10)
+
+
+@pytest.mark.parametrize("slope_shape", [(1,), (3, 1, 1), (8,)])
+def test_prelu_broadcasts_slope(slope_shape):
+    check_op("PRelu", {"x": X4, "slope": rand(*slope_shape, seed=2)}, opset=16, initializers=("slope",))
+
+
+def test_prelu_runtime_slope():
+    check_op("PRelu", {"x": X4, "slope": rand(3, 1, 1, seed=2)}, opset=16)
+
+
+@pytest.mark.parametrize("low,high", [(0.0, 6.0), (0.0, None), (-0.5, 0.25), (None, 0.1), (0.7, 0.2)])
+def test_clip_inputs(low, high):
+    inputs = {"x": X4 * 8, "min": None if low is None else np.float32(low), "max": None if high is None else np.float32(high)}
+    if low is None:
+        inputs = {"x": X4 * 8, "min": None, "max": np.float32(high)}
+    check_op("Clip", inputs, opset=13, initializers=("min", "max"))
+
+
+def test_clip_attributes_before_opset_11():
+    check_op("Clip", {"x": X4 * 8}, attrs={"min": -1.0, "max": 2.0}, opset=6)
+
+
+def test_clip_int():
+    ints = (X4 * 10).astype(np.int32)
+    check_op("Clip", {"x": ints, "min": np.int32(-2), "max": np.int32(4)}, opset=13, initializers=("min", "max"))
+
+
+def test_clip_relu6_is_a_single_op():
+    model = single_node_model("Clip", {"x": X4, "lo": np.float32(0), "hi": np.float32(6)}, opset=13,
+                              initializers=("lo", "hi"))
+    assert lower(model).op_counts.get("relu6") == 1
+
+
+def test_activation_fp16():
+    x = X4 * 3
+    model = single_node_model("HardSwish", {"x": x}, opset=14)
+    expected = run_onnxruntime(model, {"x": x})["y"]
+    actual = lower_and_run(model, {"x": x}, precision="float16")["y"]
+    assert_matches(actual, expected, rtol=1e-2, atol=1e-2)
+
+
+# -- softmax family ----------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+@pytest.mark.parametrize("opset,axis", [(11, 1), (11, 2), (11, -1), (13, 1), (13, -1), (13, 0)])
+def test_softmax_family(op, opset, axis):
+    check_op(op, {"x": X4 * 4}, attrs={"axis": axis}, opset=opset, rtol=RTOL, atol=ATOL)
+
+
+def test_softmax_opset11_default_axis_coerces_to_2d():
+    check_op("Softmax", {"x": X4 * 4}, opset=11, rtol=RTOL, atol=ATOL)
+
+
+# -- gemm / matmul -----------------------------------------------------------------------
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+@pytest.mark.parametrize("const_b", [True, False])
+@pytest.mark.parametrize("c_shape", [None, (5,), (1, 5), (4, 5), ()])
+def test_gemm(trans_a, trans_b, const_b, c_shape):
+    a = rand(*((6, 4) if trans_a else (4, 6)), seed=3)
+    b = rand(*((5, 6) if trans_b else (6, 5)), seed=4)
+    inputs = {"a": a, "b": b, "c": None if c_shape is None else rand(*c_shape, seed=5)}
+    attrs = {"transA": trans_a, "transB": trans_b, "alpha": 0.5, "beta": 2.0}
+    check_op("Gemm", inputs, attrs=attrs, opset=13, initializers=("b", "c") if const_b else ("c",) if c_shape == () else (), rtol=RTOL, atol=ATOL)
+
+
+def test_gemm_runtime_c():
+    check_op("Gemm", {"a": rand(4, 6), "b": rand(6, 5, seed=1), "c": rand(4, 5, seed=2)}, attrs={"beta": 0.5},
+             opset=13, initializers=("b",), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("a_shape,b_shape,const_b", [
+    ((2, 3, 4, 6), (6, 5), True), ((2, 3, 4, 6), (6, 5), False), ((3, 4, 6), (3, 6, 5), False),
+    ((6,), (6, 5), False), ((2, 4, 6), (6,), False), ((1, 4, 6), (2, 6, 5), False),
+])
+def test_matmul(a_shape, b_shape, const_b):
+    check_op("MatMul", {"a": rand(*a_shape), "b": rand(*b_shape, seed=1)}, opset=13,
+             initializers=("b",) if const_b else (), rtol=RTOL, atol=ATOL)
+
+
+def test_matmul_integer():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 255, (3, 4)).astype(np.uint8)
+    b = rng.integers(0, 255, (4, 5)).astype(np.uint8)
+    check_op("MatMulInteger", {"a": a, "b": b, "az": np.uint8(12), "bz": np.uint8(200)}, opset=10,
+             initializers=("b", "az", "bz"))
+
+
+def test_gemm_fp16():
+    a, b = rand(4, 6), rand(6, 5, seed=1)
+    model = single_node_model("Gemm", {"a": a, "b": b}, opset=13, initializers=("b",))
+    expected = run_onnxruntime(model, {"a": a})["y"]
+    assert_matches(lower_and_run(model, {"a": a}, precision="float16")["y"], expected, rtol=1e-2, atol=1e-2)
+
+
+# -- convolution -------------------------------------------------------------------------
+CONV_CASES = [
+    ({}, (1, 6, 10, 9), (4, 6, 3, 3)),
+    ({"pads": [1, 0, 2, 1], "strides": [2, 1]}, (1, 6, 10, 9), (4, 6, 3, 3)),
+    ({"auto_pad": "SAME_UPPER", "strides": [2, 2]}, (1, 6, 10, 9), (4, 6, 3, 2)),
+    ({"auto_pad": "SAME_LOWER", "strides": [2, 3]}, (1, 6, 10, 9), (4, 6, 4, 3)),
+    ({"auto_pad": "VALID", "dilations": [2, 1]}, (1, 6, 10, 9), (4, 6, 3, 3)),
+    ({"group": 2, "pads": [1, 1, 1, 1]}, (2, 6, 10, 9), (4, 3, 3, 3)),
+    ({"group": 6}, (1, 6, 10, 9), (6, 1, 3, 3)),
+    ({"pads": [2, 1], "strides": [2]}, (1, 6, 11), (4, 6, 3)),
+    ({"pads": [1, 0, 1, 0, 1, 1]}, (1, 2, 5, 6, 4), (3, 2, 2, 3, 2)),
+]
+
+
+@pytest.mark.parametrize("attrs,x_shape,w_shape", CONV_CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_conv(attrs, x_shape, w_shape, with_bias):
+    inputs = {"x": rand(*x_shape), "w": rand(*w_shape, seed=1), "b": rand(w_shape[0], seed=2) if with_bias else None}
+    check_op("Conv", inputs, attrs=attrs, opset=11, initializers=("w", "b"), rtol=RTOL, atol=ATOL)
+
+
+def test_conv_runtime_weight_and_bias():
+    inputs = {"x": rand(1, 4, 7, 7), "w": rand(5, 4, 3, 3, seed=1), "b": rand(5, seed=2)}
+    check_op("Conv", inputs, attrs={"pads": [1, 1, 1, 1]}, opset=11, rtol=RTOL, atol=ATOL)
+
+
+CONV_TRANSPOSE_CASES = [
+    ({"strides": [2, 2]}, (1, 4, 5, 6), (4, 3, 3, 3)),
+    ({"strides": [2, 2], "pads": [1, 0, 1, 2]}, (1, 4, 5, 6), (4, 3, 3, 3)),
+    ({"strides": [2, 3], "output_padding": [1, 2], "pads": [1, 1, 0, 0]}, (1, 4, 5, 6), (4, 3, 3, 3)),
+    ({"strides": [2, 2], "output_shape": [11, 13]}, (1, 4, 5, 6), (4, 3, 3, 3)),
+    ({"strides": [2, 2], "auto_pad": "SAME_UPPER"}, (1, 4, 5, 6), (4, 3, 3, 3)),
+    ({"strides": [2, 2], "auto_pad": "SAME_LOWER"}, (1, 4, 5, 6), (4, 3, 3, 3)),
+    ({"group": 2, "dilations": [2, 1], "strides": [1, 2]}, (1, 4, 5, 6), (4, 2, 3, 2)),
+    ({"strides": [3], "output_padding": [2]}, (1, 4, 7), (4, 2, 3)),
+]
+
+
+@pytest.mark.parametrize("attrs,x_shape,w_shape", CONV_TRANSPOSE_CASES, ids=lambda v: str(v))
+def test_conv_transpose(attrs, x_shape, w_shape):
+    out_channels = w_shape[1] * attrs.get("group", 1)
+    inputs = {"x": rand(*x_shape), "w": rand(*w_shape, seed=1), "b": rand(out_channels, seed=2)}
+    check_op("ConvTranspose", inputs, attrs=attrs, opset=11, initializers=("w", "b"), rtol=RTOL, atol=ATOL)
+
+
+def test_conv_fp16():
+    x, w = rand(1, 4, 8, 8), rand(6, 4, 3, 3, seed=1)
+    model = single_node_model("Conv", {"x": x, "w": w}, attrs={"pads": [1, 1, 1, 1]}, opset=11, initializers=("w",))
+    expected = run_onnxruntime(model, {"x": x})["y"]
+    assert_matches(lower_and_run(model, {"x": x}, precision="float16")["y"], expected, rtol=2e-2, atol=2e-2)
+
+
+# -- pooling -----------------------------------------------------------------------------
+POOL_CASES = [
+    {"kernel_shape": [3, 3]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 0], "ceil_mode": 1},
+    {"kernel_shape": [2, 3], "strides": [2, 1], "auto_pad": "SAME_UPPER"},
+    {"kernel_shape": [3, 2], "strides": [2, 3], "auto_pad": "SAME_LOWER"},
+    {"kernel_shape": [2, 2], "dilations": [2, 2], "pads": [1, 0, 0, 1]},
+    {"kernel_shape": [2, 2], "dilations": [2, 1], "strides": [2, 2], "ceil_mode": 1},
+]
+
+
+@pytest.mark.parametrize("attrs", POOL_CASES, ids=str)
+def test_max_pool(attrs):
+    check_op("MaxPool", {"x": X4}, attrs=attrs, opset=12, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("attrs", POOL_CASES, ids=str)
+@pytest.mark.parametrize("include_pad", [0, 1])
+def test_average_pool(attrs, include_pad):
+    check_op("AveragePool", {"x": X4}, attrs={**attrs, "count_include_pad": include_pad}, opset=19, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("storage_order", [0, 1])
+@pytest.mark.parametrize("attrs", [POOL_CASES[1], POOL_CASES[3], POOL_CASES[6]], ids=str)
+def test_max_pool_indices(attrs, storage_order):
+    x = rand(2, 3, 9, 8, seed=7)
+    check_op("MaxPool", {"x": x}, attrs={**attrs, "storage_order": storage_order}, opset=12, outputs=2)
+
+
+def test_pool_1d_and_3d():
+    check_op("MaxPool", {"x": rand(2, 3, 11)}, attrs={"kernel_shape": [3], "strides": [2], "ceil_mode": 1}, opset=12)
+    check_op("AveragePool", {"x": rand(1, 2, 5, 6, 7)}, attrs={"kernel_shape": [2, 3, 2], "pads": [1, 1, 0, 0, 1, 1]},
+             opset=11, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lp_pool(p):
+    check_op("LpPool", {"x": X4}, attrs={"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1], "p": p},
+             opset=18, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
+def test_global_pool(op):
+    check_op(op, {"x": X4}, opset=13, rtol=RTOL, atol=ATOL)
+
+
+def test_pool_fp16():
+    model = single_node_model("AveragePool", {"x": X4}, attrs={"kernel_shape": [3, 3], "ceil_mode": 1, "strides": [2, 2]},
+                              opset=19)
+    expected = run_onnxruntime(model, {"x": X4})["y"]
+    assert_matches(lower_and_run(model, {"x": X4}, precision="float16")["y"], expected, rtol=1e-2, atol=1e-2)
+
+
+# -- normalisation -----------------------------------------------------------------------
+def test_batch_normalization():
+    c = X4.shape[1]
+    inputs = {"x": X4, "s": rand(c, seed=2), "b": rand(c, seed=3), "m": rand(c, seed=4), "v": rand(c, seed=5, low=0.1)}
+    check_op("BatchNormalization", inputs, opset=15, initializers=("s", "b", "m", "v"), rtol=RTOL, atol=ATOL)
+    check_op("BatchNormalization", inputs, opset=15, rtol=RTOL, atol=ATOL)  # runtime statistics
+    flat = {**inputs, "x": rand(4, c, seed=6)}
+    check_op("BatchNormalization", flat, opset=15, initializers=("s", "b", "m", "v"), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 9, 8), (2, 3, 7), (1, 3, 4, 5, 3)])
+def test_instance_normalization(shape):
+    inputs = {"x": rand(*shape), "s": rand(3, seed=2), "b": rand(3, seed=3)}
+    check_op("InstanceNormalization", inputs, opset=6, initializers=("s", "b"), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("axis", [-1, 1, 2])
+def test_layer_normalization(axis):
+    scale_shape = X4.shape[axis:]
+    inputs = {"x": X4, "s": rand(*scale_shape, seed=2), "b": rand(*scale_shape, seed=3)}
+    check_op("LayerNormalization", inputs, attrs={"axis": axis, "epsilon": 1e-3}, opset=17,
+             initializers=("s", "b"), rtol=RTOL, atol=ATOL)
+
+
+def test_layer_normalization_stats_and_broadcast_scale():
+    inputs = {"x": X4, "s": rand(1, 8, seed=2), "b": None}
+    check_op("LayerNormalization", inputs, attrs={"axis": 2}, opset=17, outputs=3, initializers=("s",),
+             rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+def test_group_normalization(opset):
+    x = rand(2, 6, 5, 4)
+    size = 3 if opset < 21 else 6
+    inputs = {"x": x, "s": rand(size, seed=2), "b": rand(size, seed=3)}
+    model = single_node_model("GroupNormalization", inputs, attrs={"num_groups": 3, "epsilon": 1e-4}, opset=opset,
+                              initializers=("s", "b"))
+    # the reference: per-group statistics, then the opset's affine
+    grouped = x.reshape(2, 3, -1)
+    normed = ((grouped - grouped.mean(-1, keepdims=True)) / np.sqrt(grouped.var(-1, keepdims=True) + 1e-4))
+    if opset < 21:
+        expected = (normed * inputs["s"].reshape(1, 3, 1) + inputs["b"].reshape(1, 3, 1)).reshape(x.shape)
+    else:
+        expected = normed.reshape(x.shape) * inputs["s"].reshape(1, 6, 1, 1) + inputs["b"].reshape(1, 6, 1, 1)
+    assert_matches(lower_and_run(model, {"x": x})["y"], expected, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("p,axis", [(1, 1), (2, -1), (2, 0)])
+def test_lp_normalization(p, axis):
+    check_op("LpNormalization", {"x": X4}, attrs={"p": p, "axis": axis}, opset=1, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("size", [3, 4])
+def test_lrn(size):
+    check_op("LRN", {"x": X4 * 3}, attrs={"size": size, "alpha": 0.01, "beta": 0.6, "bias": 1.5}, opset=13,
+             rtol=RTOL, atol=ATOL)
+
+
+def test_mean_variance_normalization():
+    check_op("MeanVarianceNormalization", {"x": X4}, opset=13, rtol=RTOL, atol=ATOL)
+    check_op("MeanVarianceNormalization", {"x": X4}, attrs={"axes": [1, 3]}, opset=13, rtol=RTOL, atol=ATOL)
+
+
+def test_normalization_fp16():
+    inputs = {"x": X4, "s": rand(8, seed=2), "b": rand(8, seed=3)}
+    model = single_node_model("LayerNormalization", inputs, opset=17, initializers=("s", "b"))
+    expected = run_onnxruntime(model, {"x": X4})["y"]
+    assert_matches(lower_and_run(model, {"x": X4}, precision="float16")["y"], expected, rtol=2e-2, atol=2e-2)

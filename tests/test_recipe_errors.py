@@ -1,0 +1,100 @@
+"""Malformed recipes: each names the file, line, column and dotted field, and exits 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgebuild.errors import RecipeError
+from edgebuild.recipe import load_recipe
+from edgebuild.registry import get_registry
+from edgebuild.build import load_variants
+
+GOOD = """\
+edgebuild: 1
+name: demo
+source:
+  model: m.onnx
+  inputs: {x: {shape: [1, 3, 8, 8], dtype: float32}}
+target: {backend: testcopy}
+"""
+
+CASES = [
+    # (recipe text, expected "file:line:col path: message" fragment)
+    (GOOD.replace("edgebuild: 1", "edgebuild: 2"), "recipe.yaml:1:12 edgebuild: must be one of 1"),
+    (GOOD.replace("name: demo", "name: 'has space'"), "recipe.yaml:2:7 name: string should match pattern"),
+    (GOOD.replace("  model: m.onnx\n", ""), "recipe.yaml:4:3 source.model: required key is missing"),
+    (GOOD.replace("target: {backend: testcopy}", "target: {backend: testcopy, deploymnt_target: iOS17}"),
+     "recipe.yaml:6:29 target.deploymnt_target: unknown key 'deploymnt_target'; did you mean 'deployment_target'?"),
+    (GOOD.replace("target: {backend: testcopy}", "target: {backend: testcopy, precision: float8}"),
+     "recipe.yaml:6:40 target.precision: must be one of float16, float32"),
+    (GOOD.replace("target: {backend: testcopy}", "target: {backend: testcopy, deployment_target: iOS12}"),
+     "recipe.yaml:6:48 target.deployment_target: must be one of iOS15"),
+    (GOOD + "compute: {policy: cpu_and_nee}\n", "recipe.yaml:7:19 compute.policy: must be one of auto, all, cpu_only"),
+    (GOOD + "compute:\n  overrides:\n    - {match: {name: 'conv[('}, unit: cpu}\n",
+     "recipe.yaml:9:22 compute.overrides.0.match.name: not a valid regular expression"),
+    (GOOD + "compute:\n  overrides:\n    - {match: {op_type: conv}, unit: tpu}\n",
+     "recipe.yaml:9:38 compute.overrides.0.unit: must be one of ane, gpu, cpu"),
+    (GOOD.replace("dtype: float32", "dtype: complex64"), "recipe.yaml:5:44 source.inputs.x.dtype: must be one of float32, float16, int64"),
+    (GOOD.replace("source:", "sorce:", 1), "recipe.yaml:3:1 sorce: unknown key 'sorce'; did you mean 'source'?"),
+    (GOOD + "source2: {}\n", "recipe.yaml:7:1 source2: unknown key 'source2'; did you mean 'source'?"),
+    (GOOD + "validate:\n  samples: 0\n", "recipe.yaml:8:12 validate.samples: input should be greater than or equal to 1"),
+    (GOOD + "validate:\n  thresholds: {cosine_mni: 0.9}\n",
+     "recipe.yaml:8:16 validate.thresholds.cosine_mni: unknown key 'cosine_mni'; did you mean 'cosine_min'?"),
+    (GOOD + "variants:\n  fp16: {target: {precision: half}}\n",
+     "recipe.yaml:8:30 target.precision: must be one of float16, float32"),
+    (GOOD + "variants:\n  - fp16\n", "recipe.yaml:8:3 variants: must map variant names to overrides"),
+    (GOOD + "compression: {level: high}\n", "recipe.yaml:7:22 compression.level: input should be a valid integer"),
+    (GOOD + "compression: {levle: 2}\n", "recipe.yaml:7:15 compression.levle: unknown key 'levle'; did you mean 'level'?"),
+    (GOOD + "name: again\n", "recipe.yaml:7:1 name: duplicate key (first at line 2)"),
+    (GOOD + "source: [unclosed\n", "recipe.yaml:8:1 invalid YAML"),
+    (GOOD.replace("shape: [1, 3, 8, 8]", "shape: [1, 3, {enumerated: []}, 8]"),
+     "recipe.yaml:5:43 source.inputs.x.shape.2.enumerated: list should have at least 1 item"),
+    (GOOD + "optimize: {passes: {fuse_conv_bn: maybe}}\n", "recipe.yaml:7:35 optimize.passes.fuse_conv_bn: input should be a valid boolean"),
+]
+
+
+@pytest.mark.parametrize("text, expected", CASES, ids=[c[1].split(" ")[1].rstrip(":") + f"-{i}" for i, c in enumerate(CASES)])
+def test_malformed_recipe_reports_location(tmp_path, monkeypatch, text, expected):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "recipe.yaml").write_text(text)
+    with pytest.raises(RecipeError) as info:
+        load_variants(["recipe.yaml"], None, get_registry())
+    assert expected in str(info.value), str(info.value)
+    assert info.value.exit_code == 2
+
+
+def test_extends_cycle_is_detected(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.yaml").write_text(GOOD + "extends: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
+    with pytest.raises(RecipeError, match=r"extends cycle: .*a.yaml -> .*b.yaml -> .*a.yaml"):
+        load_recipe("a.yaml")
+
+
+def test_extends_and_variants_deep_merge(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base.yaml").write_text(GOOD + "compute: {policy: cpu_only, chip: m1}\n")
+    (tmp_path / "child.yaml").write_text(
+        "extends: base.yaml\nname: child\ncompute: {chip: m4}\n"
+        "compression: {level: 3}\n"
+        "variants:\n  plain: {compression: null}\n  strong: {compression: {level: 9}, target: {precision: float32}}\n"
+    )
+    variants = {v.name: v.recipe for v in load_recipe("child.yaml")}
+    assert variants["plain"].compute.policy == "cpu_only" and variants["plain"].compute.chip == "m4"
+    assert variants["plain"].compression is None
+    assert variants["strong"].compression == {"level": 9}
+    assert variants["strong"].target.precision == "float32" and variants["strong"].target.backend == "testcopy"
+
+
+def test_unknown_variant_is_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.yaml").write_text(GOOD + "variants: {a: {}, b: {}}\n")
+    with pytest.raises(RecipeError, match="no variant 'c'; the recipe has a, b"):
+        load_recipe("r.yaml", only=["c"])
+
+
+def test_yaml_tags_cannot_construct_objects(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.yaml").write_text(GOOD + "metadata: !!python/object/apply:os.system ['echo hacked']\n")
+    with pytest.raises(RecipeError, match="invalid YAML"):
+        load_recipe("r.yaml")
