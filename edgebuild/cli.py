@@ -103,7 +103,7 @@ def schema(out: Optional[Path] = typer.Option(None, "--out", help="write here in
 @app.command()
 def plugins(as_json: bool = typer.Option(False, "--json")):
     """Every plugin, its version and what it registered."""
-    registry = _registry()
+    registry = _registry().load_all()
     data = [{"name": p.name, "distribution": p.distribution, "version": p.version, "registered": p.registered}
             for p in registry.plugins.values()]
     if as_json:

@@ -39,12 +39,30 @@ class PluginInfo:
     registered: dict[str, list[str]] = field(default_factory=dict)
 
 
+class _LazyTables(dict):
+    """Kind -> table, each filled on first access: a build that never lowers never imports
+    the lowering modules (and coremltools behind them), which keeps no-op runs fast."""
+
+    def __init__(self, registry: "Registry"):
+        super().__init__()
+        self._registry = registry
+
+    def __missing__(self, kind: str) -> dict:
+        if kind not in KINDS:
+            raise KeyError(kind)
+        table = self[kind] = {}
+        self._registry._load(kind)
+        return table
+
+
 class Registry:
     """Tables of what plugins registered, keyed by kind then by name."""
 
     def __init__(self) -> None:
-        self.tables: dict[str, dict[Any, Entry]] = {k: {} for k in KINDS}
+        self.tables: dict[str, dict[Any, Entry]] = _LazyTables(self)
         self.plugins: dict[str, PluginInfo] = {}
+        self._pm: pluggy.PluginManager | None = None
+        self._dists: dict[str, tuple[str, str]] = {}
 
     # -- registration -------------------------------------------------------------------
     def _add(self, kind: str, key, plugin: str, obj, label: str, **meta) -> None:
@@ -97,24 +115,34 @@ class Registry:
         }
 
     def collect(self, pm: pluggy.PluginManager, dists: dict[str, tuple[str, str]]) -> None:
-        """Call each plugin's hook implementations with callbacks that remember its name."""
+        """Remember the plugins; their hooks run per kind, on first use of that kind."""
+        self._pm, self._dists = pm, dists
         for name, _ in pm.list_name_plugin():
             dist, version = dists.get(name, ("", ""))
             self.plugins.setdefault(name, PluginInfo(name, dist, version))
+
+    def load_all(self) -> "Registry":
         for kind in KINDS:
-            hook = getattr(pm.hook, f"edgebuild_register_{kind}")
-            for impl in reversed(hook.get_hookimpls()):  # registration order
-                try:
-                    impl.function(register=self._callbacks(impl.plugin_name)[kind])
-                except PluginError:
-                    raise
-                except Exception as exc:
-                    dist, version = dists.get(impl.plugin_name, ("", ""))
-                    raise PluginError(
-                        f"plugin {impl.plugin_name!r} ({dist or '?'} {version}) failed while registering "
-                        f"{kind}: {type(exc).__name__}: {exc}",
-                        hint=f"fix or uninstall it: pip uninstall {dist or impl.plugin_name}",
-                    ) from exc
+            self.tables[kind]
+        return self
+
+    def _load(self, kind: str) -> None:
+        """Call each plugin's hook for ``kind`` with callbacks that remember the plugin's name."""
+        if self._pm is None:
+            return
+        hook = getattr(self._pm.hook, f"edgebuild_register_{kind}")
+        for impl in reversed(hook.get_hookimpls()):  # registration order
+            try:
+                impl.function(register=self._callbacks(impl.plugin_name)[kind])
+            except PluginError:
+                raise
+            except Exception as exc:
+                dist, version = self._dists.get(impl.plugin_name, ("", ""))
+                raise PluginError(
+                    f"plugin {impl.plugin_name!r} ({dist or '?'} {version}) failed while registering "
+                    f"{kind}: {type(exc).__name__}: {exc}",
+                    hint=f"fix or uninstall it: pip uninstall {dist or impl.plugin_name}",
+                ) from exc
 
     # -- lookup -------------------------------------------------------------------------
     def get(self, kind: str, name):
@@ -189,3 +217,28 @@ def get_registry(refresh: bool = False) -> Registry:
     if _REGISTRY is None or refresh:
         _REGISTRY = build_registry()
     return _REGISTRY
+
+
+class Lazy:
+    """Stands in for ``"package.module:Name"`` until first used, so registering a plugin
+    costs no import of the heavy libraries behind it (onnx, coremltools)."""
+
+    def __init__(self, target: str, *args, **kwargs):
+        self._target, self._args, self._kwargs, self._obj = target, args, kwargs, None
+
+    def _resolve(self):
+        if self._obj is None:
+            import importlib
+
+            module, _, name = self._target.partition(":")
+            factory = getattr(importlib.import_module(module), name)
+            self._obj = factory(*self._args, **self._kwargs)
+        return self._obj
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._resolve(), name)
+
+    def __repr__(self) -> str:
+        return f"Lazy({self._target!r})"

@@ -46,13 +46,24 @@ def _report_data(build: Build) -> dict:
     results = build.job.results
     data = {
         "recipe": build.variant.recipe.name, "variant": build.variant.name,
-        "artifact": build.artifact, "status": "built",
+        "artifact": {"path": build.artifact, "kind": Path(build.artifact).suffix.lstrip(".") or "bundle",
+                     "size_bytes": _size(build, results)},
+        "status": "built",
         "stages": [{"name": r.name, "status": r.status, "seconds": r.seconds, "key": r.key} for r in results.values()],
     }
     for name, result in results.items():
         if name != "resolve":
             data[name] = result.info
     return data
+
+
+def _size(build: Build, results) -> int:
+    final = next((r for r in reversed(list(results.values())) if (r.path / build.artifact).exists()), None) \
+        if build.artifact else None
+    if final is None:
+        return 0
+    path = final.path / build.artifact
+    return path.stat().st_size if path.is_file() else sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=False, force=False,

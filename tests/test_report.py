@@ -129,3 +129,12 @@ def test_report_renders_in_headless_chromium(tmp_path):
         data = png.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
         assert len(data) > 20_000  # a blank page compresses to a few KB
+
+
+def test_failed_limit_shown_even_without_limits(tmp_path):
+    ref = {"y": np.arange(10.0)}
+    aggregated = aggregate([compare(ref, {"y": ref["y"] + 0.5})])
+    failures = check(aggregated, {"max_abs_max": 0.1})
+    _, html_path = write_report(tmp_path, {"validation": {"runtimes": {"interpreter": runtime_record(aggregated, failures)}}})
+    html = html_path.read_text()
+    assert "≤ 0.1" in html and ">FAIL<" in html

@@ -64,7 +64,7 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
     from edgebuild.verify.inputs import generate_inputs
     from edgebuild.verify.metrics import aggregate, compare, error_histogram, merge_histograms
     from edgebuild.verify.report import runtime_record
-    from edgebuild.verify.thresholds import check
+    from edgebuild.verify.thresholds import check, limits_for
 
     specs = onnx_input_specs(source_path, recipe_inputs)
     fixed = {n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in specs.items() if "value" in s}
@@ -79,7 +79,8 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
         histograms.append(error_histogram(ref, cand))
     aggregated = aggregate(per_sample)
     failures = check(aggregated, section.thresholds, section.per_output)
-    record = runtime_record(aggregated, failures, histograms=merge_histograms(histograms))
+    limits = {o: limits_for(section.thresholds, section.per_output, o) for o in aggregated}
+    record = runtime_record(aggregated, failures, limits=limits, histograms=merge_histograms(histograms))
     return {
         "samples": len(samples),
         "reference": "onnxruntime",

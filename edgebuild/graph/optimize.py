@@ -59,6 +59,26 @@ def run_pass(name: str, graph_pass, model: ir.Model) -> int:
         ) from exc
 
 
+def drop_unreferenced_initializers(model: ir.Model) -> int:
+    """Remove initializers no live node reads, e.g. the weights of an ``If`` branch folded away.
+
+    Nodes of a dropped subgraph still count as users in the IR's use lists, so liveness is
+    recomputed from the nodes actually reachable from the main graph.
+    """
+    live: set[int] = set()
+    for graph in iter_graphs(model.graph):
+        for node in graph:
+            live.update(id(v) for v in node.inputs if v is not None)
+        live.update(id(v) for v in graph.outputs)
+    removed = 0
+    for graph in iter_graphs(model.graph):
+        for name, value in list(graph.initializers.items()):
+            if id(value) not in live and not value.is_graph_input():
+                del graph.initializers[name]
+                removed += 1
+    return removed
+
+
 def infer_shapes(model: ir.Model) -> None:
     # Not strict: edgebuild:: ops have no onnx schema; inference flows around them.
     common_passes.ShapeInferencePass(strict_mode=False)(model)
@@ -81,6 +101,7 @@ def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = N
         if not getattr(graph_pass, "before_folding", False):
             rules[name] = run_pass(name, graph_pass, model)
     common_passes.RemoveUnusedNodesPass()(model)
+    drop_unreferenced_initializers(model)
     try:
         infer_shapes(model)
     except Exception:  # custom-domain ops are opaque to onnx's inference; keep what we have

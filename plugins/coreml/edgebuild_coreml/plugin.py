@@ -25,6 +25,6 @@ def edgebuild_register_lowerings(register):
 
 @hookimpl
 def edgebuild_register_backends(register):
-    from edgebuild_coreml.backend import CoreMLBackend
+    from edgebuild.registry import Lazy
 
-    register("coreml", CoreMLBackend())
+    register("coreml", Lazy("edgebuild_coreml.backend:CoreMLBackend"))

@@ -379,8 +379,19 @@ def test_linear_to_conv_preserves_semantics_and_clears_the_hint():
     np.testing.assert_allclose(_run(prog, {"x": x}), before_out, rtol=1e-4, atol=1e-4)
     after = plan_program(prog, policy="cpu_and_ne")
     assert not any(r["rule"] == "linear_rank3" for op in after.to_json()["ops"] for r in op["reasons"])
-    # Reference for the projection alone, straight from numpy.
-    assert np.allclose((x @ weight.T + bias).shape, (2, 16, 64))
+
+
+def test_linear_to_conv_matches_numpy_projection():
+    weight = RNG.standard_normal((24, 32)).astype(np.float32)
+    bias = RNG.standard_normal(24).astype(np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(3, 10, 32), dtype=types.fp32)], opset_version=IOS17)
+    def prog(x):
+        return mb.linear(x=x, weight=weight, bias=bias, name="proj")
+
+    assert linear_to_conv(prog) == 1
+    x = RNG.standard_normal((3, 10, 32)).astype(np.float32)
+    np.testing.assert_allclose(_run(prog, {"x": x}), x @ weight.T + bias, rtol=1e-4, atol=1e-4)
 
 
 def test_split_attention_heads_preserves_semantics():

@@ -270,8 +270,9 @@ def test_shape_ops(tmp_path):
         )
 
     o = roundtrip(prog, tmp_path, {"x": x, "y": y})
-    np.testing.assert_array_equal(o["reshaped"], x.reshape(2, 12))
-    np.testing.assert_array_equal(o["reshaped_ios17"], x.reshape(1, 3, 2, 4))
+    # iOS17 reshape: a 0 copies the input dim at the same place counted from the right.
+    np.testing.assert_array_equal(o["reshaped"], x.reshape(3, 8))
+    np.testing.assert_array_equal(o["reshaped_ios17"], x.reshape(1, 2, 3, 4))
     np.testing.assert_array_equal(o["transposed"], x.transpose(2, 0, 1))
     np.testing.assert_array_equal(o["concat"], np.concatenate([x, y], 1))
     interleaved = np.empty((2, 6, 4), np.float32)
@@ -342,41 +343,54 @@ def test_gather_family(tmp_path):
     np.testing.assert_array_equal(o["gnd"], expected_nd)
 
 
-@pytest.mark.parametrize("mode", ["update", "add", "sub", "mul", "div", "max", "min"])
-def test_scatter_family(tmp_path, mode):
-    data = RNG.uniform(1, 2, (4, 3)).astype(np.float32)
-    updates = RNG.uniform(1, 2, (2, 3)).astype(np.float32)
-    indices = np.array([3, 1], np.int32)
-    along_idx = np.array([[0, 2, 1], [3, 0, 1]], np.int32)
-    nd_idx = np.array([[0, 1], [2, 2]], np.int32)
-    nd_upd = np.array([5.0, 7.0], np.float32)
+SCATTER_MODES = {
+    "update": lambda old, new: new, "add": np.add, "sub": np.subtract, "mul": np.multiply,
+    "div": np.divide, "max": np.maximum, "min": np.minimum,
+}
+SCATTER_DATA = RNG.uniform(1, 2, (4, 3)).astype(np.float32)
+SCATTER_UPDATES = RNG.uniform(1, 2, (2, 3)).astype(np.float32)
+SCATTER_INDICES = np.array([3, 1], np.int32)
+SCATTER_ALONG = np.array([[0, 2, 1], [3, 0, 1]], np.int32)
+SCATTER_ND = np.array([[0, 1], [2, 2]], np.int32)
+SCATTER_ND_UPDATES = np.array([5.0, 7.0], np.float32)
 
+
+@pytest.fixture(scope="module")
+def scatter_outputs(tmp_path_factory):
     @mb.program(input_specs=[spec((4, 3)), spec((2, 3)), spec((2,))], opset_version=ct.target.iOS17)
     def prog(data, updates, nd_upd):
-        return (
-            mb.scatter(data=data, indices=indices, updates=updates, axis=0, mode=mode, name="s"),
-            mb.scatter_along_axis(data=data, indices=along_idx, updates=updates, axis=0, mode=mode, name="sa"),
-            mb.scatter_nd(data=data, indices=nd_idx, updates=nd_upd, mode=mode, name="snd"),
-        )
+        outs = []
+        for mode in SCATTER_MODES:
+            outs += [
+                mb.scatter(data=data, indices=SCATTER_INDICES, updates=updates, axis=0, mode=mode, name=f"s_{mode}"),
+                mb.scatter_along_axis(
+                    data=data, indices=SCATTER_ALONG, updates=updates, axis=0, mode=mode, name=f"sa_{mode}"
+                ),
+                mb.scatter_nd(data=data, indices=SCATTER_ND, updates=nd_upd, mode=mode, name=f"snd_{mode}"),
+            ]
+        return tuple(outs)
 
-    combine = {
-        "update": lambda old, new: new, "add": np.add, "sub": np.subtract, "mul": np.multiply,
-        "div": np.divide, "max": np.maximum, "min": np.minimum,
-    }[mode]
-    o = roundtrip(prog, tmp_path, {"data": data, "updates": updates, "nd_upd": nd_upd})
-    expected = data.copy()
-    for row, target in enumerate(indices):
-        expected[target] = combine(expected[target], updates[row])
-    np.testing.assert_allclose(o["s"], expected, rtol=1e-6)
-    expected = data.copy()
+    inputs = {"data": SCATTER_DATA, "updates": SCATTER_UPDATES, "nd_upd": SCATTER_ND_UPDATES}
+    return roundtrip(prog, tmp_path_factory.mktemp("scatter"), inputs)
+
+
+@pytest.mark.parametrize("mode", list(SCATTER_MODES))
+def test_scatter_family(scatter_outputs, mode):
+    combine, o = SCATTER_MODES[mode], scatter_outputs
+    expected = SCATTER_DATA.copy()
+    for row, target in enumerate(SCATTER_INDICES):
+        expected[target] = combine(expected[target], SCATTER_UPDATES[row])
+    np.testing.assert_allclose(o[f"s_{mode}"], expected, rtol=1e-6)
+    expected = SCATTER_DATA.copy()
     for i in range(2):
         for j in range(3):
-            expected[along_idx[i, j], j] = combine(expected[along_idx[i, j], j], updates[i, j])
-    np.testing.assert_allclose(o["sa"], expected, rtol=1e-6)
-    expected = data.copy()
-    for (r, c), u in zip(nd_idx, nd_upd):
+            target = SCATTER_ALONG[i, j]
+            expected[target, j] = combine(expected[target, j], SCATTER_UPDATES[i, j])
+    np.testing.assert_allclose(o[f"sa_{mode}"], expected, rtol=1e-6)
+    expected = SCATTER_DATA.copy()
+    for (r, c), u in zip(SCATTER_ND, SCATTER_ND_UPDATES):
         expected[r, c] = combine(expected[r, c], u)
-    np.testing.assert_allclose(o["snd"], expected, rtol=1e-6)
+    np.testing.assert_allclose(o[f"snd_{mode}"], expected, rtol=1e-6)
 
 
 def test_sorting_and_selection(tmp_path):
@@ -696,3 +710,52 @@ def test_joint_sparse_palettized_weights_ios18(tmp_path):
     nonzero = W[kept]
     step = (nonzero.max() - nonzero.min()) / 15
     assert np.max(np.abs(dense[kept] - nonzero)) <= step / 2 + 1e-5
+
+
+# ---------------------------------------------------------------- iOS17/18 odds and ends
+
+
+def test_quantize_dequantize_activations():
+    x = np.linspace(-3, 3, 24, dtype=np.float32).reshape(2, 3, 4)
+    scale = np.array([0.02, 0.05, 0.1], np.float32)
+    zero_point = np.array([3, -2, 0], np.int8)
+
+    @mb.program(input_specs=[spec((2, 3, 4))], opset_version=ct.target.iOS17)
+    def prog(x):
+        q = mb.quantize(input=x, scale=scale, zero_point=zero_point, axis=1, output_dtype="int8", name="q")
+        return q, mb.dequantize(input=q, scale=scale, zero_point=zero_point, axis=1, name="dq")
+
+    o = run_program(prog, {"x": x})
+    s, z = scale[None, :, None], zero_point[None, :, None].astype(np.float32)
+    q = np.clip(np.round(x / s) + z, -128, 127)
+    assert o["q"].dtype == np.int8
+    np.testing.assert_array_equal(o["q"], q)
+    np.testing.assert_allclose(o["dq"], s * (q - z), rtol=1e-6)
+
+
+def test_slice_update_ios18(tmp_path):
+    x = np.zeros((4, 6), np.float32)
+    update = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+    @mb.program(input_specs=[spec((4, 6)), spec((2, 3))], opset_version=ct.target.iOS18)
+    def prog(x, update):
+        return mb.slice_update(x=x, update=update, begin=[1, 0], end=[3, 6], stride=[1, 2], name="updated")
+
+    o = roundtrip(prog, tmp_path, {"x": x, "update": update}, target=ct.target.iOS18)
+    expected = x.copy()
+    expected[1:3, 0:6:2] = update
+    np.testing.assert_array_equal(o["updated"], expected)
+
+
+def test_state_read_and_update_ios18():
+    @mb.program(
+        input_specs=[mb.StateTensorSpec((1, 4), dtype=types.fp16), spec((1, 4), types.fp16)],
+        opset_version=ct.target.iOS18,
+    )
+    def prog(cache, x):
+        mb.coreml_update_state(state=cache, value=mb.add(x=mb.read_state(input=cache), y=x))
+        return mb.mul(x=mb.read_state(input=cache), y=np.float16(2), name="out")
+
+    cache = np.ones((1, 4), np.float16)
+    x = np.arange(4, dtype=np.float16).reshape(1, 4)
+    np.testing.assert_array_equal(run_program(prog, {"cache": cache, "x": x})["out"], 2 * (cache + x))

@@ -293,10 +293,19 @@ def test_lp_normalization(p, axis):
     check_op("LpNormalization", {"x": X4}, attrs={"p": p, "axis": axis}, opset=1, rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("size", [3, 4])
-def test_lrn(size):
-    check_op("LRN", {"x": X4 * 3}, attrs={"size": size, "alpha": 0.01, "beta": 0.6, "bias": 1.5}, opset=13,
+def test_lrn():
+    check_op("LRN", {"x": X4 * 3}, attrs={"size": 3, "alpha": 0.01, "beta": 0.6, "bias": 1.5}, opset=13,
              rtol=RTOL, atol=ATOL)
+
+
+def test_lrn_even_size_window_is_asymmetric():
+    """onnxruntime refuses even sizes; the reference is the ONNX formula in numpy."""
+    x = X4 * 3
+    model = single_node_model("LRN", {"x": x}, attrs={"size": 4, "alpha": 0.01, "beta": 0.6, "bias": 1.5}, opset=13)
+    padded = np.pad(x * x, [(0, 0), (1, 2), (0, 0), (0, 0)])
+    window = sum(padded[:, i:i + x.shape[1]] for i in range(4))
+    expected = x / (1.5 + 0.01 / 4 * window) ** 0.6
+    assert_matches(lower_and_run(model, {"x": x})["y"], expected, rtol=RTOL, atol=ATOL)
 
 
 def test_mean_variance_normalization():
@@ -309,3 +318,75 @@ def test_normalization_fp16():
     model = single_node_model("LayerNormalization", inputs, opset=17, initializers=("s", "b"))
     expected = run_onnxruntime(model, {"x": X4})["y"]
     assert_matches(lower_and_run(model, {"x": X4}, precision="float16")["y"], expected, rtol=2e-2, atol=2e-2)
+
+
+# -- resize ------------------------------------------------------------------------------
+RESIZE_X = rand(1, 2, 5, 7, seed=11)
+RESIZE_GEOMETRY = {
+    "up": {"scales": np.array([1, 1, 2, 3], np.float32)},
+    "down": {"scales": np.array([1, 1, 0.6, 0.5], np.float32)},
+    "fractional": {"scales": np.array([1, 1, 1.7, 0.8], np.float32)},
+    "sizes": {"sizes": np.array([1, 2, 9, 5], np.int64)},
+}
+COORDINATE_MODES = ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+                    "tf_crop_and_resize"]
+RESIZE_GRID = [(m, c, n, g) for m in ("nearest", "linear", "cubic") for c in COORDINATE_MODES
+               for n in (["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"] if m == "nearest" else [None])
+               for g in RESIZE_GEOMETRY]
+
+
+@pytest.mark.parametrize("mode,coordinate_mode,nearest_mode,geometry", RESIZE_GRID, ids=str)
+def test_resize_modes_grid(mode, coordinate_mode, nearest_mode, geometry):
+    roi = np.array([0, 0, 0.1, 0.2, 1, 1, 0.8, 1.1], np.float32) if coordinate_mode == "tf_crop_and_resize" else None
+    inputs = {"x": RESIZE_X, "roi": roi, "scales": None, "sizes": None, **RESIZE_GEOMETRY[geometry]}
+    attrs = {"mode": mode, "coordinate_transformation_mode": coordinate_mode, "extrapolation_value": -3.0}
+    if nearest_mode:
+        attrs["nearest_mode"] = nearest_mode
+    check_op("Resize", inputs, attrs=attrs, opset=13, initializers=("roi", "scales", "sizes"), rtol=RTOL, atol=ATOL)
+
+
+RESIZE_OPTIONS = [
+    ({"mode": "linear", "antialias": 1}, {"scales": np.array([1, 1, 0.5, 0.4], np.float32)}),
+    ({"mode": "cubic", "antialias": 1}, {"scales": np.array([1, 1, 0.5, 0.4], np.float32)}),
+    ({"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5}, {"scales": np.array([1, 1, 1.5, 0.7], np.float32)}),
+    ({"mode": "linear", "axes": [3, 2]}, {"scales": np.array([0.7, 1.5], np.float32)}),
+    ({"mode": "linear", "keep_aspect_ratio_policy": "not_larger", "axes": [2, 3]}, {"sizes": np.array([5, 8], np.int64)}),
+    ({"mode": "nearest", "keep_aspect_ratio_policy": "not_smaller", "axes": [2, 3]}, {"sizes": np.array([5, 8], np.int64)}),
+]
+
+
+@pytest.mark.parametrize("attrs,extra", RESIZE_OPTIONS, ids=str)
+def test_resize_options_opset18(attrs, extra):
+    inputs = {"x": rand(1, 2, 9, 11, seed=12), "roi": None, "scales": None, "sizes": None, **extra}
+    check_op("Resize", inputs, attrs=attrs, opset=18, initializers=("roi", "scales", "sizes"), rtol=RTOL, atol=ATOL)
+
+
+def test_resize_integer_nearest_upsample_is_one_op():
+    inputs = {"x": RESIZE_X, "roi": None, "scales": np.array([1, 1, 2, 2], np.float32)}
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    model = single_node_model("Resize", inputs, attrs=attrs, opset=13, initializers=("scales",))
+    assert lower(model).op_counts.get("upsample_nearest_neighbor") == 1
+    check(model, inputs, initializers=("scales",))
+
+
+@pytest.mark.parametrize("op,opset", [("Resize", 10), ("Upsample", 9)])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_opset10_and_upsample(op, opset, mode):
+    inputs = {"x": rand(1, 2, 9, 11), "scales": np.array([1, 1, 2, 1.5], np.float32)}
+    check_op(op, inputs, attrs={"mode": mode}, opset=opset, initializers=("scales",), rtol=RTOL, atol=ATOL)
+
+
+def test_resize_runtime_sizes_are_refused():
+    from edgebuild.errors import BuildError
+
+    inputs = {"x": RESIZE_X, "roi": None, "scales": None, "sizes": np.array([1, 2, 9, 5], np.int64)}
+    model = single_node_model("Resize", inputs, opset=13)
+    with pytest.raises(BuildError, match="sizes must be a constant"):
+        lower(model)
+
+
+def test_resize_fp16():
+    inputs = {"x": RESIZE_X, "roi": None, "scales": np.array([1, 1, 1.7, 0.8], np.float32)}
+    model = single_node_model("Resize", inputs, attrs={"mode": "cubic"}, opset=13, initializers=("scales",))
+    expected = run_onnxruntime(model, {"x": RESIZE_X})["y"]
+    assert_matches(lower_and_run(model, {"x": RESIZE_X}, precision="float16")["y"], expected, rtol=1e-2, atol=1e-2)

@@ -181,13 +181,15 @@ def _bind_outputs(ctx: LoweringContext, node: ir.Node, result) -> None:
     outputs = list(node.outputs)
     if not isinstance(result, (tuple, list)):
         result = (result,)
+    while len(result) > len(outputs) and result[-1] is None:
+        result = result[:-1]
     if len(result) > len(outputs):
         ctx.fail(node, f"the lowering produced {len(result)} outputs but the node has {len(outputs)}")
     for value, produced in zip(outputs, result):
         if value is None or value.name == "":
             continue
         if produced is None:
-            if value.uses():
+            if value.uses() or value.is_graph_output():
                 ctx.fail(node, f"optional output {value.name!r} is used but the lowering does not produce it")
             continue
         if isinstance(produced, Var):
@@ -195,7 +197,7 @@ def _bind_outputs(ctx: LoweringContext, node: ir.Node, result) -> None:
         else:
             ctx.consts[value.name] = np.asarray(produced)
     for value in outputs[len(result):]:
-        if value is not None and value.name and value.uses():
+        if value is not None and value.name and (value.uses() or value.is_graph_output()):
             ctx.fail(node, f"output {value.name!r} is used but the lowering does not produce it")
 
 

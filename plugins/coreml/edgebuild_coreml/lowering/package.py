@@ -127,10 +127,8 @@ def save_atomically(model, path: Path) -> None:
     try:
         staged = staging / path.name
         model.save(str(staged))
-        old = None
-        if path.exists():
-            old = staging / "previous"
-            os.rename(path, old)
+        if path.exists():  # move the old package aside; the staging dir's cleanup removes it
+            os.rename(path, staging / "previous")
         os.rename(staged, path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

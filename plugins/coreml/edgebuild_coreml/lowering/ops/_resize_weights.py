@@ -31,19 +31,20 @@ class AxisPlan:
 def source_coordinates(mode: str, out_size: int, in_size: int, scale: float, roi=(0.0, 1.0)) -> np.ndarray:
     """x_original for every output index, following the ONNX Resize formulas.
 
-    Computed in float32 like onnxruntime, so rounding ties land on the same pixel.
+    Evaluated in float32 (float64 where onnxruntime widens) so that coordinates landing
+    exactly on a rounding boundary pick the same pixel as onnxruntime's CPU kernel.
     """
     f = np.float32
     x = np.arange(out_size, dtype=f)
     scale, length_in, length_out = f(scale), f(in_size), f(out_size)
-    if mode == "half_pixel":
+    if mode in ("half_pixel", "pytorch_half_pixel"):
+        if mode == "pytorch_half_pixel" and out_size <= 1:
+            return np.zeros(out_size, f)
         return (x + f(0.5)) / scale - f(0.5)
     if mode == "half_pixel_symmetric":
         adjustment = length_out / (scale * length_in)
         offset = length_in / f(2) * (f(1) - adjustment)
-        return offset + (x + f(0.5)) / scale - f(0.5)
-    if mode == "pytorch_half_pixel":
-        return (x + f(0.5)) / scale - f(0.5) if out_size > 1 else np.zeros(out_size, f)
+        return (offset + (x.astype(np.float64) + 0.5) / np.float64(scale) - 0.5).astype(f)
     if mode == "align_corners":
         return x * (length_in - f(1)) / (length_out - f(1)) if out_size > 1 else np.zeros(out_size, f)
     if mode == "asymmetric":
@@ -52,7 +53,7 @@ def source_coordinates(mode: str, out_size: int, in_size: int, scale: float, roi
         start, end = f(roi[0]), f(roi[1])
         if out_size > 1:
             return start * (length_in - f(1)) + x * (end - start) * (length_in - f(1)) / (length_out - f(1))
-        return np.full(out_size, f(0.5) * (start + end) * (length_in - f(1)), f)
+        return np.full(out_size, 0.5 * (float(start) + float(end)) * (in_size - 1), f)
     raise ValueError(f"unknown coordinate_transformation_mode {mode!r}")
 
 

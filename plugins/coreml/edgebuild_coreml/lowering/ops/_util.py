@@ -108,3 +108,8 @@ def axes_operand(ctx, node, *, input_index: int, attr: str = "axes", input_since
     else:
         axes = ctx.attr(node, attr)
     return None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+
+
+def wanted(value) -> bool:
+    """Whether an (optional) ONNX output is consumed: by a node or as a graph output."""
+    return value is not None and value.name != "" and (bool(value.uses()) or value.is_graph_output())

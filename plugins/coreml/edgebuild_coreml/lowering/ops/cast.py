@@ -10,7 +10,7 @@ import numpy as np
 import onnx_ir as ir
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._util import dtype_of, mil_dtype, shape_tensor
+from edgebuild_coreml.lowering.ops._util import dtype_of, mil_dtype, shape_tensor, wanted
 from edgebuild_coreml.lowering.registry import lowers
 
 
@@ -51,7 +51,7 @@ def dropout(ctx, node):
     """Inference: the output is the input, and the optional mask is all true."""
     x = ctx.input(node, 0)
     y = mb.identity(x=x, name=ctx.name(node))
-    if len(node.outputs) < 2 or node.outputs[1] is None or not node.outputs[1].uses():
-        return y, None
+    if len(node.outputs) < 2 or not wanted(node.outputs[1]):
+        return y
     ones = mb.fill(shape=shape_tensor(x), value=1.0, name=ctx.name(node, "ones"))
     return y, mb.cast(x=ones, dtype="bool", name=ctx.name(node, "mask"))

@@ -10,10 +10,8 @@ from edgebuild_coreml.lowering.ops._util import (
     is_static,
     normalize_axis,
     numpy_dtype,
-    mil_dtype,
     rank_of,
     shape_of,
-    shape_tensor,
     to_var,
 )
 from edgebuild_coreml.lowering.registry import lowers
