@@ -193,7 +193,10 @@ def main() -> None:
     """Entry point: user errors become one message and an exit code, never a traceback (unless --debug)."""
     debug = "--debug" in sys.argv[1:]
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # typer returns Exit codes in this mode
+        if code == 130:  # typer's translation of KeyboardInterrupt
+            raise KeyboardInterrupt
+        sys.exit(code if isinstance(code, int) else 0)
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except EdgebuildError as exc:

@@ -371,6 +371,30 @@ def test_attention_with_head_split_transpose_keeps_a_transpose_on_k():
     assert_same(model, fused, feeds)
 
 
+def test_attention_as_torch_exports_it():
+    """sqrt(scale) on Q and on K^T, a NaN guard after the softmax."""
+    b, h, l, d = 1, 2, 4, 8
+    root = np.float32(d ** -0.25)
+    inits = [const("r", root), const("zero", np.float32(0))]
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("Mul", ["q", "r"], ["qs"]), helper.make_node("Mul", ["kt", "r"], ["kts"]),
+        helper.make_node("MatMul", ["qs", "kts"], ["s"]), helper.make_node("Add", ["s", "mask"], ["sm"]),
+        helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+        helper.make_node("IsNaN", ["p"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p"], ["pg"]),
+        helper.make_node("MatMul", ["pg", "v"], ["y"]),
+    ]
+    shape = [b, h, l, d]
+    model = make_model(nodes, [vi("q", shape), vi("k", shape), vi("v", shape), vi("mask", [b, 1, 1, l])],
+                       [vi("y", shape)], inits)
+    feeds = {n: RNG.standard_normal(shape).astype(np.float32) for n in "qkv"}
+    feeds["mask"] = np.array([0, 0, 0, -np.inf], np.float32).reshape(b, 1, 1, l)
+    fused, fired = fuse(model, "fuse_attention")
+    assert fired == 1 and op_types(fused) == ["ScaledDotProductAttention"]
+    assert fused.graph.node(0).attributes["scale"].as_float() == pytest.approx(d ** -0.5, rel=1e-6)
+    assert_same(model, fused, feeds)
+
+
 def test_softmax_on_other_axis_is_not_attention():
     model, _ = attention_model(None, False)
     for node in model.graph.node:

@@ -42,7 +42,12 @@ def describe_value(value: ir.Value) -> dict:
     shape = None
     if value.shape is not None:
         shape = [d if isinstance(d, int) else (d.value if d.value is not None else "?") for d in value.shape]
-    dtype = value.dtype.name.lower() if value.dtype is not None else None
+    dtype = None
+    if value.dtype is not None:  # recipe spelling (numpy's), e.g. float32, int64
+        try:
+            dtype = np.dtype(value.dtype.numpy()).name
+        except TypeError:
+            dtype = value.dtype.name.lower()
     return {"shape": shape, "dtype": dtype}
 
 

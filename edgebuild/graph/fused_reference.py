@@ -94,7 +94,21 @@ class ScaledDotProductAttention(OpRun):
         return (scaled_dot_product_attention(q, k, v, mask, scale),)
 
 
-REFERENCE_OPS: list[type[OpRun]] = [Linear, Silu, Gelu, ScaledDotProductAttention]
+class DequantizeLinear(OpRun):
+    """ai.onnx DequantizeLinear for opsets 13-18, which onnx's evaluator only has from 19."""
+
+    op_domain = ""
+
+    def _run(self, x, scale, zero_point=None, axis=1, block_size=None, output_dtype=None):
+        zp = np.zeros_like(scale, dtype=x.dtype) if zero_point is None else zero_point
+        if scale.ndim == 1 and scale.size > 1:  # per axis
+            shape = [1] * x.ndim
+            shape[axis] = -1
+            scale, zp = scale.reshape(shape), zp.reshape(shape)
+        return (((x.astype(np.float32) - zp.astype(np.float32)) * scale).astype(scale.dtype),)
+
+
+REFERENCE_OPS: list[type[OpRun]] = [Linear, Silu, Gelu, ScaledDotProductAttention, DequantizeLinear]
 
 
 def run_reference(

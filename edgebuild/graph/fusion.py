@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import pattern
 
 from edgebuild.graph.fusion_rules import activations, attention, bias, conv_bn, dequant, layer_norm
@@ -54,8 +55,11 @@ class GraphPass:
             total += fired
             if not fired:
                 break
-        if total and self.min_opset is not None:
-            raise_onnx_opset(model, self.min_opset)
+        if total:
+            # Rules may leave producers they looked through (e.g. a Transpose) without users.
+            common_passes.RemoveUnusedNodesPass()(model)
+            if self.min_opset is not None:
+                raise_onnx_opset(model, self.min_opset)
         return total
 
 

@@ -299,7 +299,10 @@ def test_slicing(tmp_path):
                 x=x, begin=[0, -1, 2], end=[2, 0, 4], begin_mask=[True, False, False],
                 end_mask=[False, True, False], squeeze_mask=[False, True, False], name="masked",
             ),
-            mb.slice_by_index(x=x, begin=[3, 0, 0], end=[0, 5, 6], stride=[-1, 1, 3], begin_mask=[True, False, False], end_mask=[True, False, False], name="backwards"),
+            mb.slice_by_index(
+                x=x, begin=[3, 0, 0], end=[0, 5, 6], stride=[-1, 1, 3],
+                begin_mask=[True, False, False], end_mask=[True, False, False], name="backwards",
+            ),
             mb.slice_by_size(x=x, begin=[1, 2, 0], size=[2, -1, 3], name="by_size"),
         )
 
@@ -619,7 +622,8 @@ def test_missing_evaluator_names_op_type_and_op(monkeypatch):
 def test_evaluator_failure_is_a_build_error_naming_the_op():
     @mb.program(input_specs=[spec((3,)), spec((1,), types.int32)], opset_version=ct.target.iOS17)
     def prog(x, i):
-        return mb.list_read(ls=mb.make_list(init_length=2, elem_shape=["s"], dtype="fp32"), index=mb.squeeze(x=i), name="bad_read")
+        never_written = mb.make_list(init_length=2, elem_shape=["s"], dtype="fp32")
+        return mb.list_read(ls=never_written, index=mb.squeeze(x=i), name="bad_read")
 
     with pytest.raises(BuildError, match="bad_read"):
         run_program(prog, {"x": np.zeros(3, np.float32), "i": np.array([0], np.int32)})

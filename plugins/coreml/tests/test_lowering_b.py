@@ -390,3 +390,195 @@ def test_resize_fp16():
     model = single_node_model("Resize", inputs, attrs={"mode": "cubic"}, opset=13, initializers=("scales",))
     expected = run_onnxruntime(model, {"x": RESIZE_X})["y"]
     assert_matches(lower_and_run(model, {"x": RESIZE_X}, precision="float16")["y"], expected, rtol=1e-2, atol=1e-2)
+
+
+# -- depth/space and pad -----------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_to_space(mode):
+    check_op("DepthToSpace", {"x": rand(2, 8, 3, 4)}, attrs={"blocksize": 2, "mode": mode}, opset=13)
+
+
+def test_space_to_depth():
+    check_op("SpaceToDepth", {"x": rand(2, 3, 6, 4)}, attrs={"blocksize": 2}, opset=13)
+
+
+PAD_CASES = [
+    ("constant", [0, 0, 1, 2, 0, 1, 3, 0], 1.5),
+    ("constant", [0, 1, -1, 2, 0, 0, 1, -2], 0.0),
+    ("reflect", [0, 0, 2, 1, 0, 0, 1, 3], None),
+    ("reflect", [0, 1, 0, 0, 0, 2, 0, 0], None),
+    ("edge", [0, 0, 4, 1, 0, 0, 9, 2], None),
+    ("edge", [1, 0, 0, 1, 0, 2, 0, 0], None),
+    ("wrap", [0, 0, 2, 3, 0, 0, 1, 2], None),
+]
+
+
+@pytest.mark.parametrize("mode,pads,value", PAD_CASES, ids=str)
+def test_pad(mode, pads, value):
+    inputs = {"x": rand(2, 3, 5, 4), "pads": np.array(pads, np.int64),
+              "value": None if value is None else np.float32(value)}
+    check_op("Pad", inputs, attrs={"mode": mode}, opset=19, initializers=("pads", "value"))
+
+
+def test_pad_axes_input_and_old_attribute_form():
+    inputs = {"x": rand(2, 3, 5, 4), "pads": np.array([1, 2, 0, 3], np.int64), "value": np.float32(-1),
+              "axes": np.array([-1, 1], np.int64)}
+    check_op("Pad", inputs, attrs={"mode": "constant"}, opset=18, initializers=("pads", "value", "axes"))
+    check_op("Pad", {"x": rand(2, 3, 5, 4)}, attrs={"pads": [0, 0, 1, 1, 0, 0, 2, 0], "value": 2.0}, opset=2)
+
+
+# -- recurrent ---------------------------------------------------------------------------
+def _lstm_inputs(direction, *, peepholes, layout=0, steps=5, batch=2, features=3, hidden=4):
+    d = 2 if direction == "bidirectional" else 1
+    x_shape = (steps, batch, features) if layout == 0 else (batch, steps, features)
+    state_shape = (d, batch, hidden) if layout == 0 else (batch, d, hidden)
+    return {"x": rand(*x_shape), "w": rand(d, 4 * hidden, features, seed=1), "r": rand(d, 4 * hidden, hidden, seed=2),
+            "b": rand(d, 8 * hidden, seed=3), "seq": None, "h0": rand(*state_shape, seed=4),
+            "c0": rand(*state_shape, seed=5), "p": rand(d, 3 * hidden, seed=6) if peepholes else None}
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("peepholes", [False, True])
+def test_lstm(direction, peepholes):
+    inputs = _lstm_inputs(direction, peepholes=peepholes)
+    check_op("LSTM", inputs, attrs={"hidden_size": 4, "direction": direction}, opset=14, outputs=3,
+             initializers=("w", "r", "b", "p"), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("with_states", [True, False])
+def test_lstm_batch_first_layout(with_states):
+    """onnxruntime lacks layout=1; the reference is the time-major model on transposed data."""
+    attrs = {"hidden_size": 4, "direction": "bidirectional"}
+    time_major = _lstm_inputs("bidirectional", peepholes=False)
+    if not with_states:
+        time_major.update(h0=None, c0=None)
+    batch_major = {**time_major, "x": time_major["x"].transpose(1, 0, 2)}
+    if with_states:
+        batch_major.update(h0=time_major["h0"].transpose(1, 0, 2), c0=time_major["c0"].transpose(1, 0, 2))
+    weights = ("w", "r", "b")
+    reference = single_node_model("LSTM", time_major, attrs=attrs, opset=14, outputs=3, initializers=weights)
+    expected = run_onnxruntime(reference, {k: v for k, v in time_major.items() if v is not None and k not in weights})
+    model = single_node_model("LSTM", batch_major, attrs={**attrs, "layout": 1}, opset=14, outputs=3,
+                              initializers=weights)
+    actual = lower_and_run(model, {k: v for k, v in batch_major.items() if v is not None and k not in weights})
+    assert_matches(actual["y0"], expected["y0"].transpose(2, 0, 1, 3), rtol=RTOL, atol=ATOL)
+    assert_matches(actual["y1"], expected["y1"].transpose(1, 0, 2), rtol=RTOL, atol=ATOL)
+    assert_matches(actual["y2"], expected["y2"].transpose(1, 0, 2), rtol=RTOL, atol=ATOL)
+
+
+def test_lstm_refuses_partial_sequence_lengths():
+    from edgebuild.errors import BuildError
+
+    inputs = {**_lstm_inputs("forward", peepholes=False), "seq": np.array([5, 3], np.int32)}
+    model = single_node_model("LSTM", inputs, attrs={"hidden_size": 4}, opset=14, outputs=3,
+                              initializers=("w", "r", "b", "seq"))
+    with pytest.raises(BuildError, match="sequence_lens"):
+        lower(model)
+
+
+# -- control flow ------------------------------------------------------------------------
+def _if_model():
+    then_graph = oh.make_graph([oh.make_node("Mul", ["x", "x"], ["t"])], "then", [],
+                               [oh.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [2, 3])])
+    else_graph = oh.make_graph([oh.make_node("Neg", ["x"], ["e"])], "else", [],
+                               [oh.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [2, 3])])
+    nodes = [
+        oh.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        oh.make_node("Greater", ["s", "zero"], ["c"]),
+        oh.make_node("If", ["c"], ["y"], then_branch=then_graph, else_branch=else_graph),
+    ]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+                          [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])],
+                          [onh.from_array(np.float32(0), "zero")])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=IR_VERSION)
+
+
+@pytest.mark.parametrize("sign", [1, -1], ids=["then", "else"])
+def test_if_runs_either_branch(sign):
+    x = np.abs(rand(2, 3)) * sign + 0.01 * sign
+    model = _if_model()
+    assert lower(model).op_counts.get("cond") == 1
+    check(model, {"x": x})
+
+
+# -- quantisation ------------------------------------------------------------------------
+def _program_ops(result):
+    return [op.op_type for op in result.program.functions["main"].operations]
+
+
+@pytest.mark.parametrize("target,op", [("iOS18", "constexpr_blockwise_shift_scale"), ("iOS16", "constexpr_affine_dequantize")])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_dequantize_constant_weight_stays_compressed(target, op, per_axis):
+    rng = np.random.default_rng(0)
+    weight = rng.integers(-128, 127, (6, 4)).astype(np.int8)
+    scale = rand(6, seed=1, low=0.01, high=0.1) if per_axis else np.float32(0.05)
+    zero = rng.integers(-5, 5, 6).astype(np.int8) if per_axis else np.int8(3)
+    deq = oh.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], axis=0)
+    matmul = oh.make_node("MatMul", ["x", "wf"], ["y"])
+    graph = oh.make_graph([deq, matmul], "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 6])],
+                          [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3, 4])],
+                          [onh.from_array(weight, "w"), onh.from_array(np.asarray(scale), "s"),
+                           onh.from_array(np.asarray(zero), "z")])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=IR_VERSION)
+    result = lower(model, target=target)
+    assert op in _program_ops(result)
+    x = rand(3, 6, seed=2)
+    expected = run_onnxruntime(model, {"x": x})["y"]
+    assert_matches(lower_and_run(model, {"x": x}, target=target)["y"], expected, rtol=RTOL, atol=ATOL)
+
+
+def test_dequantize_runtime_tensor_per_axis():
+    rng = np.random.default_rng(0)
+    inputs = {"x": rng.integers(0, 255, (2, 3, 4)).astype(np.uint8), "s": rand(3, seed=1, low=0.01, high=0.1),
+              "z": rng.integers(0, 255, 3).astype(np.uint8)}
+    check_op("DequantizeLinear", inputs, attrs={"axis": 1}, opset=13, initializers=("s", "z"), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("zero_dtype", [np.uint8, np.int8])
+def test_quantize_linear(zero_dtype):
+    inputs = {"x": rand(2, 3, 4) * 5, "s": rand(3, seed=1, low=0.02, high=0.05), "z": np.array([0, 7, 3], zero_dtype)}
+    check_op("QuantizeLinear", inputs, attrs={"axis": 1}, opset=13, initializers=("s", "z"))
+
+
+# -- fused edgebuild:: ops ---------------------------------------------------------------
+def _fused_model(op, inputs, *, attrs=None, initializers=()):
+    model = single_node_model(op, inputs, attrs=attrs, domain="edgebuild", initializers=initializers)
+    return model
+
+
+def test_fused_linear_silu_gelu():
+    x, w, b = rand(2, 3, 6), rand(6, 5, seed=1), rand(5, seed=2)
+    for const in (True, False):
+        model = _fused_model("Linear", {"x": x, "w": w, "b": b}, initializers=("w", "b") if const else ())
+        feeds = {"x": x} if const else {"x": x, "w": w, "b": b}
+        assert_matches(lower_and_run(model, feeds)["y"], x @ w + b, rtol=RTOL, atol=ATOL)
+    model = _fused_model("Silu", {"x": x})
+    assert_matches(lower_and_run(model, {"x": x})["y"], x / (1 + np.exp(-x)), rtol=RTOL, atol=ATOL)
+    from math import erf, pi, sqrt
+
+    exact = 0.5 * x * (1 + np.vectorize(erf)(x / sqrt(2)))
+    tanh = 0.5 * x * (1 + np.tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))
+    assert_matches(lower_and_run(_fused_model("Gelu", {"x": x}), {"x": x})["y"], exact, rtol=RTOL, atol=ATOL)
+    model = _fused_model("Gelu", {"x": x}, attrs={"approximate": "tanh"})
+    assert_matches(lower_and_run(model, {"x": x})["y"], tanh, rtol=RTOL, atol=ATOL)
+
+
+def _attention_reference(q, k, v, mask, scale):
+    scores = q @ np.swapaxes(k, -1, -2) * scale + (0 if mask is None else mask)
+    scores = np.exp(scores - scores.max(-1, keepdims=True))
+    return (scores / scores.sum(-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("target", ["iOS17", "iOS18"])
+@pytest.mark.parametrize("scale", [None, 0.3])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_fused_attention(target, scale, with_mask):
+    q, k, v = rand(2, 3, 4, 8), rand(2, 3, 5, 8, seed=1), rand(2, 3, 5, 6, seed=2)
+    mask = rand(4, 5, seed=3) if with_mask else None
+    model = _fused_model("ScaledDotProductAttention", {"q": q, "k": k, "v": v, "mask": mask},
+                         attrs=None if scale is None else {"scale": scale}, initializers=("mask",))
+    result = lower(model, target=target)
+    assert ("scaled_dot_product_attention" in _program_ops(result)) == (target == "iOS18")
+    actual = lower_and_run(model, {"q": q, "k": k, "v": v}, target=target)["y"]
+    expected = _attention_reference(q, k, v, mask, 1 / np.sqrt(8) if scale is None else scale)
+    assert_matches(actual, expected, rtol=RTOL, atol=ATOL)

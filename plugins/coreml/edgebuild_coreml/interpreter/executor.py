@@ -226,4 +226,6 @@ def _shape_matches(actual: tuple, declared: tuple) -> bool:
     """Declared symbolic dims match anything; static dims must be equal."""
     if len(actual) != len(declared):
         return False
-    return all(not isinstance(d, (int, np.integer)) or int(d) == a for a, d in zip(actual, declared))
+    return all(
+        not isinstance(d, (int, np.integer)) or int(d) == a for a, d in zip(actual, declared)
+    )

@@ -34,21 +34,24 @@ def constexpr_cast(op, x):
 
 @evaluates("constexpr_lut_to_dense")
 def lut_to_dense(op, x):
+    lut, indices = np.asarray(x["lut"]), np.asarray(x["indices"])
     if "shape" in x:  # iOS16: flat packed indices and an explicit shape
-        return type(op).decompress(np.asarray(x["lut"]), np.asarray(x["indices"]), np.asarray(x["shape"]))
-    return type(op).decompress(np.asarray(x["indices"]), np.asarray(x["lut"]), _optional(x, "vector_axis"))
+        return type(op).decompress(lut, indices, np.asarray(x["shape"]))
+    return type(op).decompress(indices, lut, _optional(x, "vector_axis"))
 
 
 @evaluates("constexpr_sparse_to_dense")
 def sparse_to_dense(op, x):
+    nonzero_data, mask = np.asarray(x["nonzero_data"]), np.asarray(x["mask"])
     if "shape" in x:  # iOS16: bit-packed flat mask and an explicit shape
-        return type(op).decompress(np.asarray(x["nonzero_data"]), np.asarray(x["mask"]), np.asarray(x["shape"]))
-    return type(op).decompress(np.asarray(x["nonzero_data"]), np.asarray(x["mask"]))
+        return type(op).decompress(nonzero_data, mask, np.asarray(x["shape"]))
+    return type(op).decompress(nonzero_data, mask)
 
 
 @evaluates("constexpr_blockwise_shift_scale")
 def blockwise_shift_scale(op, x):
-    return type(op).decompress(np.asarray(x["data"]), np.asarray(x["scale"]), _optional(x, "offset"))
+    data, scale = np.asarray(x["data"]), np.asarray(x["scale"])
+    return type(op).decompress(data, scale, _optional(x, "offset"))
 
 
 @evaluates("constexpr_lut_to_sparse")

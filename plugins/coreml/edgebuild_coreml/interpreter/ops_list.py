@@ -52,7 +52,8 @@ def list_length(op, x):
 
 @evaluates("list_gather")
 def list_gather(op, x):
-    return np.stack([list_read(op, {"ls": x["ls"], "index": i}) for i in np.atleast_1d(x["indices"])])
+    indices = np.atleast_1d(x["indices"])
+    return np.stack([list_read(op, {"ls": x["ls"], "index": i}) for i in indices])
 
 
 @evaluates("list_scatter")

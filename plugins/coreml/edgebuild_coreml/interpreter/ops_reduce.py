@@ -21,6 +21,7 @@ def _widened(value: np.ndarray) -> np.ndarray:
 
 
 def _log_sum_exp(value, axis, keepdims):
+    axis = tuple(range(value.ndim)) if axis is None else axis
     peak = np.max(value, axis=axis, keepdims=True)
     peak = np.where(np.isfinite(peak), peak, 0)
     total = np.sum(np.exp(value - peak), axis=axis, keepdims=True)
@@ -38,7 +39,7 @@ _REDUCTIONS = {
     "reduce_l1_norm": lambda v, a, k: np.sum(np.abs(v), axis=a, keepdims=k),
     "reduce_l2_norm": lambda v, a, k: np.sqrt(np.sum(np.square(v), axis=a, keepdims=k)),
     "reduce_log_sum": lambda v, a, k: np.log(np.sum(v, axis=a, keepdims=k)),
-    "reduce_log_sum_exp": lambda v, a, k: _log_sum_exp(v, a if a is not None else tuple(range(v.ndim)), k),
+    "reduce_log_sum_exp": lambda v, a, k: _log_sum_exp(v, a, k),
 }
 
 

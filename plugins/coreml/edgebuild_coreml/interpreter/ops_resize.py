@@ -84,9 +84,10 @@ def _resize_linear(v, out_h, out_w, mode):
     return linear_along(v, -1, sample_positions(mode, v.shape[-1], out_w))
 
 
-def _take_index(v, axis, size_out, scale):
-    """Nearest neighbour by integer index floor(i / scale), clamped to the input."""
-    index = np.minimum(np.floor(np.arange(size_out) / scale), v.shape[axis] - 1).astype(np.int64)
+def _take_index(v, axis, size_out):
+    """Nearest neighbour at index floor(i * in / out): the scale is recomputed from the sizes."""
+    size_in = v.shape[axis]
+    index = np.minimum(np.arange(size_out) * size_in // size_out, size_in - 1)
     return np.take(v, index, axis=axis)
 
 
@@ -96,15 +97,14 @@ def upsample_nearest_neighbor(op, x):
     scale_h = float(scalar(param(op, x, "scale_factor_height", 1)))
     scale_w = float(scalar(param(op, x, "scale_factor_width", 1)))
     out_h, out_w = int(np.floor(v.shape[-2] * scale_h)), int(np.floor(v.shape[-1] * scale_w))
-    return _take_index(_take_index(v, -2, out_h, scale_h), -1, out_w, scale_w)
+    return _take_index(_take_index(v, -2, out_h), -1, out_w)
 
 
 @evaluates("resize_nearest_neighbor")
 def resize_nearest_neighbor(op, x):
     v = np.asarray(x["x"])
     out_h, out_w = int(scalar(x["target_size_height"])), int(scalar(x["target_size_width"]))
-    v = _take_index(v, -2, out_h, out_h / v.shape[-2])
-    return _take_index(v, -1, out_w, out_w / v.shape[-1])
+    return _take_index(_take_index(v, -2, out_h), -1, out_w)
 
 
 @evaluates("upsample_bilinear")

@@ -61,19 +61,19 @@ def einsum(ctx, node):
         x, term = _sum_out(operands[0], terms[0], out)
         return mb.identity(x=_permute(x, term, out), name=ctx.name(node))
 
-    (a, ta), (b, tb) = operands, terms
+    (a, b), (ta, tb) = operands, terms
     a, ta = _sum_out(a, ta, tb + out)
     b, tb = _sum_out(b, tb, ta + out)
     batch = "".join(c for c in ta if c in tb and c in out)
     contracted = "".join(c for c in ta if c in tb and c not in out)
     left = "".join(c for c in ta if c not in tb)
     right = "".join(c for c in tb if c not in ta)
-    batch_dims = [sizes[c] for c in batch]
     flat = lambda letters: int(np.prod([sizes[c] for c in letters], dtype=np.int64))  # noqa: E731
-    a = mb.reshape(x=_permute(a, ta, batch + left + contracted), shape=batch_dims + [flat(left), flat(contracted)])
-    b = mb.reshape(x=_permute(b, tb, batch + contracted + right), shape=batch_dims + [flat(contracted), flat(right)])
-    # Size-1 batch dims broadcast in matmul, as they do in ONNX Einsum.
+    # Each operand keeps its own batch sizes: size-1 dims broadcast in matmul, as in ONNX.
+    a_batch = [int(shape_of(a)[ta.index(c)]) for c in batch]
+    b_batch = [int(shape_of(b)[tb.index(c)]) for c in batch]
+    a = mb.reshape(x=_permute(a, ta, batch + left + contracted), shape=a_batch + [flat(left), flat(contracted)])
+    b = mb.reshape(x=_permute(b, tb, batch + contracted + right), shape=b_batch + [flat(contracted), flat(right)])
     product = mb.matmul(x=a, y=b, name=ctx.name(node, "matmul"))
-    full_batch = [max(sizes[c], 1) for c in batch]
-    product = mb.reshape(x=product, shape=full_batch + [sizes[c] for c in left + right])
+    product = mb.reshape(x=product, shape=[sizes[c] for c in batch + left + right])
     return mb.identity(x=_permute(product, batch + left + right, out), name=ctx.name(node))

@@ -1,0 +1,30 @@
+"""If and Loop, lowered through the converter's ``lower_subgraph`` into MIL blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+from coremltools.converters.mil import Builder as mb
+
+from edgebuild_coreml.lowering.registry import lowers
+
+
+def _lower_branch(ctx, graph):
+    outputs = ctx.lower_subgraph(graph, [])
+    return tuple(outputs) if len(outputs) != 1 else outputs[0]
+
+
+@lowers("If")
+def if_(ctx, node):
+    """A constant condition picks its branch at build time; otherwise MIL ``cond``."""
+    then_graph, else_graph = ctx.attr(node, "then_branch"), ctx.attr(node, "else_branch")
+    condition = ctx.input(node, 0)
+    if isinstance(condition, np.ndarray) or getattr(condition, "val", None) is not None:
+        chosen = then_graph if bool(np.asarray(getattr(condition, "val", condition)).reshape(())) else else_graph
+        outputs = ctx.lower_subgraph(chosen, [])
+        return tuple(outputs) if len(outputs) != 1 else outputs[0]
+    if len(then_graph.outputs) != len(else_graph.outputs):
+        ctx.fail(node, "the branches produce different numbers of outputs")
+    pred = mb.reshape(x=condition, shape=[], name=ctx.name(node, "pred")) if condition.rank else condition
+    result = mb.cond(pred=pred, _true_fn=lambda: _lower_branch(ctx, then_graph),
+                     _false_fn=lambda: _lower_branch(ctx, else_graph), name=ctx.name(node))
+    return tuple(result) if isinstance(result, (list, tuple)) else result

@@ -1,0 +1,69 @@
+"""Ops of the "edgebuild" domain, produced by edgebuild's fusion passes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from coremltools.converters.mil import Builder as mb
+
+from edgebuild_coreml.lowering.context import target_index
+from edgebuild_coreml.lowering.ops._nn_util import as_float, fconst, float_np, shape_of
+from edgebuild_coreml.lowering.registry import lowers
+
+DOMAIN = "edgebuild"
+
+
+@lowers("Linear", domain=DOMAIN)
+def linear(ctx, node):
+    """X @ W + B with W shaped [K, N] (MatMul's layout); MIL ``linear`` wants [N, K]."""
+    x, w = as_float(ctx.input(node, 0)), as_float(ctx.input(node, 1))
+    b = as_float(ctx.input(node, 2, optional=True))
+    if isinstance(w, np.ndarray) and (b is None or isinstance(b, np.ndarray)):
+        dtype = float_np(x)
+        bias = np.zeros([w.shape[1]], dtype) if b is None else np.broadcast_to(b, [w.shape[1]]).astype(dtype)
+        return mb.linear(x=x, weight=np.ascontiguousarray(w.T).astype(dtype), bias=bias, name=ctx.name(node))
+    product = mb.matmul(x=x, y=w, name=ctx.name(node) if b is None else ctx.name(node, "matmul"))
+    return product if b is None else mb.add(x=product, y=b, name=ctx.name(node))
+
+
+@lowers("Silu", domain=DOMAIN)
+def silu(ctx, node):
+    return mb.silu(x=as_float(ctx.input(node, 0)), name=ctx.name(node))
+
+
+@lowers("Gelu", domain=DOMAIN)
+def gelu(ctx, node):
+    approximate = ctx.attr(node, "approximate", "none")
+    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+    modes = {"none": "EXACT", "tanh": "TANH_APPROXIMATION"}
+    if approximate not in modes:
+        ctx.fail(node, f"approximate={approximate!r}; expected 'none' or 'tanh'")
+    return mb.gelu(x=as_float(ctx.input(node, 0)), mode=modes[approximate], name=ctx.name(node))
+
+
+@lowers("ScaledDotProductAttention", domain=DOMAIN)
+def scaled_dot_product_attention(ctx, node):
+    """softmax(Q K^T * scale + mask) V: the fused iOS18 op, or matmul/softmax before that."""
+    q, k, v = (as_float(ctx.input(node, i)) for i in range(3))
+    mask = as_float(ctx.input(node, 3, optional=True))
+    depth = shape_of(q)[-1]
+    default_scale = 1.0 / math.sqrt(depth) if isinstance(depth, (int, np.integer)) else None
+    scale = ctx.attr(node, "scale", default_scale)
+    if scale is None:
+        ctx.fail(node, "the head size is dynamic and no scale is given", "pin the input shapes in the recipe")
+    scale = float(scale)
+    if mask is not None and isinstance(mask, np.ndarray):
+        mask = mask.astype(float_np(q))
+    if target_index(ctx.target) >= target_index("iOS18") and default_scale is not None:
+        if not math.isclose(scale, default_scale, rel_tol=1e-7):
+            # MIL's op always divides by sqrt(D): fold the difference into Q.
+            q = mb.mul(x=q, y=fconst(q, scale / default_scale), name=ctx.name(node, "q_scaled"))
+        kwargs = {"attn_mask": mask} if mask is not None else {}
+        return mb.scaled_dot_product_attention(query=q, key=k, value=v, name=ctx.name(node), **kwargs)
+    scores = mb.matmul(x=q, y=k, transpose_y=True, name=ctx.name(node, "scores"))
+    scores = mb.mul(x=scores, y=fconst(scores, scale), name=ctx.name(node, "scaled"))
+    if mask is not None:
+        scores = mb.add(x=scores, y=mask, name=ctx.name(node, "masked"))
+    weights = mb.softmax(x=scores, axis=-1, name=ctx.name(node, "weights"))
+    return mb.matmul(x=weights, y=v, name=ctx.name(node))
