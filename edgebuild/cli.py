@@ -87,11 +87,14 @@ def validate_cmd(recipes: List[Path] = typer.Argument(...)):
 
 
 @app.command()
-def schema(out: Optional[Path] = typer.Option(None, "--out", help="write here instead of stdout")):
+def schema(
+    out: Optional[Path] = typer.Option(None, "--out", help="write here instead of stdout"),
+    installed: bool = typer.Option(False, "--installed", help="include third-party plugins' sections"),
+):
     """The JSON Schema of recipes."""
     from edgebuild.recipe.schema import recipe_schema
 
-    text = json.dumps(recipe_schema(_registry()), indent=2, sort_keys=True) + "\n"
+    text = json.dumps(recipe_schema(_registry(), installed=installed), indent=2, sort_keys=True) + "\n"
     if out:
         from edgebuild.dag.atomic import write_text_atomic
 

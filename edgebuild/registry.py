@@ -131,7 +131,7 @@ class Registry:
         if self._pm is None:
             return
         hook = getattr(self._pm.hook, f"edgebuild_register_{kind}")
-        for impl in reversed(hook.get_hookimpls()):  # registration order
+        for impl in hook.get_hookimpls():  # registration order
             try:
                 impl.function(register=self._callbacks(impl.plugin_name)[kind])
             except PluginError:

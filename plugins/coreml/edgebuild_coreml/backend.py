@@ -85,7 +85,7 @@ class CoreMLBackend:
         model = _load_onnx(model_path)
         result = convert(model, target=params["deployment_target"], precision=params["precision"], registry=registry)
         save_mlpackage(result, artifact, target=params["deployment_target"], precision=params["precision"],
-                       input_specs=params["inputs"], metadata={})
+                       input_specs=params["inputs"], metadata={}, consume=True)
         return {
             "op_counts": result.op_counts,
             "renamed_inputs": {k: v for k, v in result.input_names.items() if k != v},

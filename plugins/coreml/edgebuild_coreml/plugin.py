@@ -28,3 +28,17 @@ def edgebuild_register_backends(register):
     from edgebuild.registry import Lazy
 
     register("coreml", Lazy("edgebuild_coreml.backend:CoreMLBackend"))
+
+
+@hookimpl
+def edgebuild_register_recipe_sections(register):
+    from edgebuild_coreml.compress.config import CompressionSection
+
+    register("coreml:compression", CompressionSection)
+
+
+@hookimpl
+def edgebuild_register_runtimes(register):
+    from edgebuild.registry import Lazy
+
+    register("mil-interpreter", Lazy("edgebuild_coreml.runtime:InterpreterRuntime"))

@@ -14,6 +14,8 @@ mb = pytest.importorskip("coremltools.converters.mil").Builder
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
+from coremltools.converters.mil.mil import Function, Program  # noqa: E402
+
 from edgebuild_coreml.interpreter import run_program  # noqa: E402
 
 RNG = np.random.default_rng(7)
@@ -23,19 +25,15 @@ def randn(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def run_mil(build, **inputs):
-    specs = [mb.TensorSpec(shape=v.shape) for v in inputs.values()]
-    names = list(inputs)
-
-    @mb.program(input_specs=specs)
-    def prog(*args):
-        return build(**dict(zip(names, args)))
-
-    # mb.program names inputs after the function's parameters: map ours onto them.
-    placeholders = list(prog.functions["main"].inputs)
-    values = dict(zip(placeholders, inputs.values()))
-    outputs = run_program(prog, values)
-    return list(outputs.values())
+def run_mil(build, opset=None, **inputs):
+    """Build a program from ``build(**placeholders)`` and run it; returns the output list."""
+    placeholders = {k: mb.placeholder(shape=v.shape) for k, v in inputs.items()}
+    prog = Program()
+    with Function(placeholders, opset_version=opset) as func:
+        outs = build(**func.inputs)
+        func.set_outputs(list(outs) if isinstance(outs, (list, tuple)) else [outs])
+        prog.add_function("main", func)
+    return list(run_program(prog, inputs).values())
 
 
 def run_onnx(op_type, inputs: dict, n_outputs=1, **attrs):
@@ -165,15 +163,15 @@ def test_max_pool_matches_onnxruntime(ceil_mode):
 
 
 def test_pool_same_padding_3d_and_l2():
-    x = randn(1, 2, 5, 6, 7)
+    x, x2d = randn(1, 2, 5, 6, 7), randn(1, 2, 6, 7)
     got_max, got_l2 = run_mil(
-        lambda x: [mb.max_pool(x=x, kernel_sizes=[2, 3, 2], strides=[2, 2, 3], pad_type="same"),
-                   mb.l2_pool(x=x, kernel_sizes=[2, 3, 2], strides=[2, 2, 3], pad_type="same")],
-        x=x,
+        lambda x, x2d: [mb.max_pool(x=x, kernel_sizes=[2, 3, 2], strides=[2, 2, 3], pad_type="same"),
+                        mb.l2_pool(x=x2d, kernel_sizes=[3, 2], strides=[2, 3], pad_type="same")],
+        x=x, x2d=x2d,
     )
     (want_max,) = run_onnx("MaxPool", {"x": x}, kernel_shape=[2, 3, 2], strides=[2, 2, 3],
                            auto_pad="SAME_UPPER")
-    (want_l2,) = run_onnx("LpPool", {"x": x}, kernel_shape=[2, 3, 2], strides=[2, 2, 3],
+    (want_l2,) = run_onnx("LpPool", {"x": x2d}, kernel_shape=[3, 2], strides=[2, 3],
                           auto_pad="SAME_UPPER", p=2)
     np.testing.assert_array_equal(got_max, want_max)
     np.testing.assert_allclose(got_l2, want_l2, rtol=1e-5, atol=1e-5)
@@ -208,11 +206,11 @@ def test_layer_norm_over_trailing_axes():
 def test_local_response_norm_and_l2_norm():
     x = randn(2, 7, 3, 4)
     got_lrn, got_l2 = run_mil(
-        lambda x: [mb.local_response_norm(x=x, size=4, alpha=1e-2, beta=0.6, k=2.0),
+        lambda x: [mb.local_response_norm(x=x, size=5, alpha=1e-2, beta=0.6, k=2.0),
                    mb.l2_norm(x=x, epsilon=1e-6)],
         x=x,
     )
-    (want_lrn,) = run_onnx("LRN", {"x": x}, size=4, alpha=1e-2, beta=0.6, bias=2.0)
+    (want_lrn,) = run_onnx("LRN", {"x": x}, size=5, alpha=1e-2, beta=0.6, bias=2.0)
     np.testing.assert_allclose(got_lrn, want_lrn, rtol=1e-5, atol=1e-5)
     norms = np.sqrt((x.astype(np.float64) ** 2).sum(axis=(1, 2, 3), keepdims=True) + 1e-6)
     np.testing.assert_allclose(got_l2, x / norms, rtol=1e-5, atol=1e-6)
@@ -220,16 +218,16 @@ def test_local_response_norm_and_l2_norm():
 
 def test_linear_matmul_einsum():
     x, w, b = randn(2, 3, 5), randn(4, 5), randn(4)
-    y = randn(2, 4, 5)
+    y, p, q = randn(4, 5), randn(2, 3, 4, 5), randn(2, 5, 4, 6)
     got_lin, got_mm, got_es = run_mil(
-        lambda x, y: [mb.linear(x=x, weight=w, bias=b),
-                      mb.matmul(x=x, y=y, transpose_y=True),
-                      mb.einsum(values=(x, y), equation="bij,bkj->bik")],
-        x=x, y=y,
+        lambda x, y, p, q: [mb.linear(x=x, weight=w, bias=b),
+                            mb.matmul(x=x, y=y, transpose_y=True),  # broadcasts over the batch
+                            mb.einsum(values=(p, q), equation="nchw,nwhr->nchr")],
+        x=x, y=y, p=p, q=q,
     )
     np.testing.assert_allclose(got_lin, x @ w.T + b, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(got_mm, x @ np.swapaxes(y, 1, 2), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(got_es, got_mm, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_mm, x @ y.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_es, np.einsum("nchw,nwhr->nchr", p, q), rtol=1e-4, atol=1e-4)
 
 
 def test_scaled_dot_product_attention_with_bool_mask():
@@ -374,7 +372,7 @@ def test_resample_matches_grid_sample(padding_mode, onnx_padding):
                                  coordinates_mode="normalized_minus_one_to_one", align_corners=False),
         x=x, g=grid,
     )
-    (want,) = run_onnx("GridSample", {"x": x, "g": grid}, mode="linear", padding_mode=onnx_padding,
+    (want,) = run_onnx("GridSample", {"x": x, "g": grid}, mode="bilinear", padding_mode=onnx_padding,
                        align_corners=0)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 

@@ -51,6 +51,8 @@ def shape_spec(spec, where: str = "input") -> Any:
     """
     if isinstance(spec, (ct.Shape, ct.EnumeratedShapes)):
         return spec
+    if isinstance(spec, Mapping) and "shape" in spec:
+        spec = _recipe_shape(spec["shape"])
     if isinstance(spec, Mapping) and "shapes" in spec:
         shapes = [[int(d) for d in shape] for shape in spec["shapes"]]
         if len(shapes) == 1:
@@ -60,9 +62,33 @@ def shape_spec(spec, where: str = "input") -> Any:
     return ct.Shape([_dim(d, f"{where} dim {i}") for i, d in enumerate(dims)])
 
 
+def _recipe_shape(dims) -> Any:
+    """A recipe's ``source.inputs.X.shape`` (ints, names, ``{range: [lo, hi]}``, ``{enumerated: [...]}``)
+    in :func:`shape_spec`'s spelling: ranges as ``[lo, hi]``, enumerations as every combination."""
+    ranged = [list(d["range"]) if isinstance(d, Mapping) and "range" in d else d for d in dims]
+    choices = [d["enumerated"] if isinstance(d, Mapping) and "enumerated" in d else None for d in ranged]
+    if not any(choices):
+        return {"dims": ranged}
+    import itertools
+
+    options = [c if c is not None else [d] for c, d in zip(choices, ranged)]
+    return {"shapes": [list(shape) for shape in itertools.product(*options)]}
+
+
+def _pins_shape(spec) -> bool:
+    """False for recipe entries that fix a value (folded away, no longer an input) or give no shape."""
+    if isinstance(spec, Mapping) and ("value" in spec or "dtype" in spec) and "dims" not in spec and "shapes" not in spec:
+        return spec.get("value") is None and spec.get("shape") is not None
+    return True
+
+
 def input_types(result: ConvertResult, input_specs: Mapping[str, Any] | None) -> list:
-    """One ct.TensorType per program input, named by its MIL name."""
-    specs = dict(input_specs or {})
+    """One ct.TensorType per program input, named by its MIL name.
+
+    ``input_specs`` may be the recipe's ``source.inputs`` as is: inputs fixed to a value were
+    folded into the graph at import and are skipped here.
+    """
+    specs = {name: spec for name, spec in (input_specs or {}).items() if _pins_shape(spec)}
     unknown = set(specs) - set(result.input_names)
     if unknown:
         raise UsageError(
@@ -144,12 +170,16 @@ def save_mlpackage(
     metadata: Mapping[str, Any],
     compute_units: str | ct.ComputeUnit | None = None,
     keep_fp32: Iterable[str] | None = None,
+    consume: bool = False,
 ):
     """Run coremltools' mlprogram pipeline on ``result.program`` and save it to ``path``.
 
     ``input_specs``: {ONNX input name: shape spec} for flexible inputs (see
     :func:`shape_spec`); inputs not named keep the program's shape (a symbolic dim
     without a spec is an error: Core ML needs bounds). ``keep_fp32``: MIL op names left in fp32 under float16 precision.
+    ``consume``: let coremltools' passes rewrite ``result.program`` in place instead of working on a
+    deep copy; a caller that lowers once saves the copy's memory (a second set of weights) and
+    its recursion through every op of a large graph.
     Returns the MLModel (not loaded: Core ML cannot run here).
     """
     path = Path(path)
@@ -160,7 +190,8 @@ def save_mlpackage(
     units = _COMPUTE_UNITS.get(compute_units, compute_units) if isinstance(compute_units, str) else compute_units
     if isinstance(compute_units, str) and compute_units not in _COMPUTE_UNITS:
         raise UsageError(f"compute_units {compute_units!r} is not one of {', '.join(_COMPUTE_UNITS)}")
-    program = copy.deepcopy(result.program)  # coremltools' passes rewrite the program in place
+    # coremltools' passes rewrite the program in place
+    program = result.program if consume else copy.deepcopy(result.program)
     try:
         model = ct.convert(
             program,
