@@ -125,6 +125,106 @@ def plugins(as_json: bool = typer.Option(False, "--json")):
     Console().print(table)
 
 
+def _runtime_for(artifact: Path):
+    from edgebuild.errors import UsageError
+
+    if not artifact.exists():
+        raise UsageError(f"{artifact}: no such artifact")
+    registry = _registry()
+    for name in registry.names("runtimes"):
+        runtime = registry.get("runtimes", name)
+        if runtime.can_run(artifact):
+            return runtime
+    raise UsageError(f"{artifact}: no installed runtime can read this artifact",
+                     hint="check `edgebuild plugins` for a backend that produces it")
+
+
+@app.command()
+def inspect(artifact: Path = typer.Argument(...), as_json: bool = typer.Option(False, "--json")):
+    """Ops, weights, compression and sizes of a built artifact."""
+    info = _runtime_for(artifact).inspect(artifact)
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{info['artifact']}[/]  {info['size_bytes'] / 1e6:.2f} MB, "
+                  f"{len(info['weights'])} weights ({info['compressed_weights']} compressed, "
+                  f"{info['weight_bytes'] / 1e6:.2f} MB stored)")
+    ops = Table("op", "count", title="ops")
+    for op, count in info["ops"].items():
+        ops.add_row(op, str(count))
+    console.print(ops)
+    for key, value in info.get("metadata", {}).items():
+        if value:
+            console.print(f"[dim]{key}[/] {value}")
+
+
+@app.command()
+def verify(
+    artifact: Path = typer.Argument(...),
+    reference: Path = typer.Option(..., "--reference", help="the source ONNX model"),
+    samples: int = typer.Option(8, "--samples", min=1),
+    cosine_min: Optional[float] = typer.Option(None, "--cosine-min"),
+    max_abs_max: Optional[float] = typer.Option(None, "--max-abs-max"),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Compare an artifact with its source model on random inputs (exit 3 if a threshold fails)."""
+    from edgebuild.dag.validate import validate
+    from edgebuild.errors import UsageError
+    from edgebuild.verify.config import ValidateSection
+    from edgebuild.verify.report import to_jsonable
+
+    if not reference.exists():
+        raise UsageError(f"--reference {reference}: no such file")
+    runtime = _runtime_for(artifact)
+    thresholds = {k: v for k, v in {"cosine_min": cosine_min, "max_abs_max": max_abs_max}.items() if v is not None}
+    section = ValidateSection.model_validate({"samples": samples, "thresholds": thresholds})
+    record = validate(section, reference, {}, lambda inputs: runtime.run(artifact, inputs), Path.cwd(),
+                      candidate_name=runtime.name)
+    if as_json:
+        sys.stdout.write(json.dumps(to_jsonable(record)) + "\n")
+    else:
+        from rich.console import Console
+
+        metrics = next(iter(record["runtimes"].values()))["metrics"]
+        for output, values in metrics.items():
+            Console().print(f"[bold]{output}[/] " + "  ".join(
+                f"{m}={values[m]['min' if m in ('cosine', 'snr_db') else 'max']:.6g}"
+                for m in ("cosine", "max_abs", "max_rel", "snr_db") if m in values))
+    for failure in record["failures"]:
+        _stderr().print(f"[red]threshold[/] {failure}")
+    raise typer.Exit(3 if record["failures"] else 0)
+
+
+@app.command()
+def report(directory: Path = typer.Argument(..., help="a recipe's outputs.dir")):
+    """Rebuild the page comparing every variant under DIRECTORY."""
+    from edgebuild.errors import UsageError
+    from edgebuild.verify.report import write_combined
+
+    if not directory.is_dir():
+        raise UsageError(f"{directory}: no such directory")
+    typer.echo(write_combined(directory))
+
+
+@app.command()
+def conformance(
+    suite: str = typer.Option("onnx-node", "--suite"),
+    backend: str = typer.Option("coreml", "--backend"),
+    ops: Optional[str] = typer.Option(None, "--ops", help="comma-separated op types"),
+    jobs: int = typer.Option(2, "-j", "--jobs", min=1),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Run the ONNX backend node tests through a backend and its reference executor."""
+    from edgebuild.conformance import cli_main
+
+    raise typer.Exit(cli_main(suite, backend, ops.split(",") if ops else None, as_json, jobs))
+
+
 @cache_app.command("info")
 def cache_info(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"), as_json: bool = typer.Option(False, "--json")):
     """Where the store is and how big."""

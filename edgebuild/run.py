@@ -54,6 +54,14 @@ def _report_data(build: Build) -> dict:
     for name, result in results.items():
         if name != "resolve":
             data[name] = result.info
+    # the sections the report page draws, lifted from the stages that measure them
+    if "validate" in results:
+        data["validation"] = results["validate"].info
+    for name in ("lower", "compress", "package"):
+        info = results[name].info if name in results else {}
+        for key in ("plan", "sizes", "notes", "fp16_guard"):
+            if key in info:
+                data[key] = info[key]
     return data
 
 
@@ -90,11 +98,25 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
             code = max(code, ValidationFailed.exit_code) if code != 1 else code
         console.print(f"[bold]{build.job.label}[/] -> {_relative(build.output_dir / build.artifact) if build.artifact else _relative(build.output_dir)}"
                       f"  (report: {_relative(build.output_dir / 'report.html')})")
+    _write_comparisons(builds)
     if depfile:
         write_depfile(Path(depfile), builds)
     if as_json:
         sys.stdout.write(json.dumps({"variants": [_variant_json(b) for b in builds]}) + "\n")
     return code
+
+
+def _write_comparisons(builds: list[Build]) -> None:
+    """One page per recipe with several variants, comparing their size and error."""
+    from edgebuild.verify.report import write_combined
+
+    roots = {}
+    for build in builds:
+        if build.job.error is None:
+            roots.setdefault(build.output_dir.parent, []).append(build)
+    for root, members in roots.items():
+        if len(members) > 1 or len(list(root.glob("*/report.json"))) > 1:
+            write_combined(root)
 
 
 def _relative(path: Path) -> str:

@@ -74,8 +74,10 @@ class Executor:
             if owner:
                 claim = self._claims[key] = Future()
         if not owner:
-            result = claim.result()  # raises the owner's error too
-            return Result(stage.name, key, result.digest, result.path, result.info, "cached", 0.0)
+            shared = claim.result()  # raises the owner's error too
+            result = Result(stage.name, key, shared.digest, shared.path, shared.info, "cached", 0.0)
+            self.on_event(job.label, f"{stage.name}:done", result)
+            return result
         try:
             self.on_event(job.label, f"{stage.name}:start", None)
             result = self._build(stage, key, job.results)

@@ -151,7 +151,8 @@ def pin_input(value: ir.Value, spec: dict) -> None:
 def pinned_dim(input_name: str, axis: int, model_dim, recipe_dim) -> int | str | None:
     """One dim after pinning: the recipe's int, or a symbolic name for a flexible dim."""
     where = f"input {input_name!r}"
-    model_static = model_dim if isinstance(model_dim, int) else None
+    # some exporters (Paddle) write -1 for a dynamic dim
+    model_static = model_dim if isinstance(model_dim, int) and model_dim >= 0 else None
     if isinstance(recipe_dim, bool) or recipe_dim is None:
         raise BuildError(f"{where}: dim {axis} is {recipe_dim!r}, expected an int, a name or a range")
     if isinstance(recipe_dim, int):

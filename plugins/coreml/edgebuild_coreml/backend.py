@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import shutil
+import sys
 from pathlib import Path
 
 from edgebuild.dag.stages import Stage
@@ -25,18 +26,9 @@ class CoreMLBackend:
         recipe = variant.recipe
         target = recipe.target
         dump = recipe.model_dump(mode="json", by_alias=True)
-        lower_params = {
-            "deployment_target": target.deployment_target,
-            "precision": target.precision,
-            "inputs": dump["source"]["inputs"],
-            "options": dump["target"]["options"],
-            "compute": {"fp16_guard": recipe.compute.fp16_guard, "rewrites": recipe.compute.rewrites},
-        }
+        lower_params = self.lower_params(variant)
 
-        def lower(results, out: Path) -> dict:
-            return self.lower(results["optimize"].path / "model.onnx", out / ARTIFACT, lower_params, registry)
-
-        stages = [Stage("lower", lower_params, ["optimize"], plugins, produce=lower)]
+        stages = [Stage("lower", lower_params, ["optimize"], plugins, produce=self.lower_stage_body(variant, registry))]
         last = "lower"
         if recipe.compression:
             compress_params = {"compression": recipe.compression, "deployment_target": target.deployment_target}
@@ -68,29 +60,113 @@ class CoreMLBackend:
             def validate(results, out: Path) -> dict:
                 from edgebuild.dag.validate import save, validate as run_validation
 
-                runner = self.runner(results["package"].path / ARTIFACT, target.precision)
+                runner = self.runner(results["package"].path / ARTIFACT, target.precision,
+                                     emulate_fp16=section.fp16_emulation == "on", lowered=results["lower"].info)
                 record = run_validation(section, results["resolve"].path, dump["source"]["inputs"], runner,
                                         variant.base_dir)
                 return save(out, record)
 
-            stages.append(Stage("validate", {"validate": dump["validate"]}, ["package", "resolve"], plugins,
+            stages.append(Stage("validate", {"validate": dump["validate"]}, ["package", "resolve", "lower"], plugins,
                                 produce=validate))
         return stages
 
-    # -- stage bodies ---------------------------------------------------------------------
-    def lower(self, model_path: Path, artifact: Path, params: dict, registry) -> dict:
-        from edgebuild_coreml.lowering.converter import convert
-        from edgebuild_coreml.lowering.package import save_mlpackage
+    @staticmethod
+    def lower_params(variant) -> dict:
+        recipe = variant.recipe
+        dump = recipe.model_dump(mode="json", by_alias=True)
+        params = {
+            "deployment_target": recipe.target.deployment_target,
+            "precision": recipe.target.precision,
+            "inputs": dump["source"]["inputs"],
+            "options": dump["target"]["options"],
+            "compute": dump["compute"],
+        }
+        if recipe.target.precision == "float16" and recipe.compute.fp16_guard:
+            # The guard calibrates on the validation inputs, so they shape the lowered program.
+            section = dump.get("validate") or {}
+            params["calibration"] = {"samples": section.get("samples"), "inputs": section.get("inputs")}
+        return params
 
+    def lower_stage_body(self, variant, registry):
+        """``produce`` of the lower stage: results + output dir -> stage info."""
+        params = self.lower_params(variant)
+
+        def lower(results, out: Path, *, enforce_policy: bool = True) -> dict:
+            return self.lower(results["optimize"].path / "model.onnx", out / ARTIFACT, params, registry,
+                              validate_section=variant.recipe.validate_, base_dir=variant.base_dir,
+                              enforce_policy=enforce_policy)
+
+        return lower
+
+    # -- stage bodies ---------------------------------------------------------------------
+    def lower(self, model_path: Path, artifact: Path, params: dict, registry, *,
+              validate_section=None, base_dir: Path | None = None, enforce_policy: bool = True) -> dict:
+        """ONNX -> MIL, ANE rewrites, fp16 guard, save; then plan it and enforce strict policies."""
+        from edgebuild_coreml import compute as policy
+        from edgebuild_coreml.interpreter import load_mlpackage
+        from edgebuild_coreml.lowering.converter import convert
+
+        compute = params["compute"]
         model = _load_onnx(model_path)
         result = convert(model, target=params["deployment_target"], precision=params["precision"], registry=registry)
-        save_mlpackage(result, artifact, target=params["deployment_target"], precision=params["precision"],
-                       input_specs=params["inputs"], metadata={}, consume=True)
+        rewrites = policy.apply_enabled_rewrites(result.program, compute.get("rewrites") or {})
+        save = _saver(result, target=params["deployment_target"], input_specs=policy.shape_specs(params["inputs"]))
+        info: dict = {}
+        keep_fp32: set[str] = set()
+        if "calibration" in params:
+            guard = self._fp16_guard(save, model_path, params["inputs"], result.input_names, validate_section,
+                                     base_dir or model_path.parent, artifact.parent)
+            info["fp16_guard"] = guard.to_json()
+            keep_fp32 = guard.keep_fp32
+        units = policy.compute_units_for(compute["policy"])
+        save(artifact, params["precision"], keep_fp32=keep_fp32, compute_units=units,
+             metadata={policy.COMPUTE_UNITS_KEY: units.name})
+        program = load_mlpackage(artifact)
+        if keep_fp32:
+            self._check_kept_fp32(program, keep_fp32, artifact.name)
+        renamed_inputs = {k: v for k, v in result.input_names.items() if k != v}
+        plan = policy.plan_for(program, compute,
+                               shapes_dynamic=policy.range_inputs(params["inputs"], result.input_names))
+        error = policy.violation_error(plan, model_path.name) if enforce_policy else None
+        if error is not None:
+            raise error
         return {
             "op_counts": result.op_counts,
-            "renamed_inputs": {k: v for k, v in result.input_names.items() if k != v},
+            "renamed_inputs": renamed_inputs,
             "renamed_outputs": {k: v for k, v in result.output_names.items() if k != v},
+            "compute_units": units.name,
+            "rewrites": rewrites,
+            "plan": plan.to_json(),
+            **info,
         }
+
+    def _fp16_guard(self, save, model_path: Path, recipe_inputs: dict, input_names: dict, validate_section,
+                    base_dir: Path, scratch_parent: Path):
+        """Find the ops to keep in fp32 by running the post-pass fp32 program on calibration inputs."""
+        import tempfile
+
+        from edgebuild_coreml import fp16_guard
+        from edgebuild_coreml.interpreter import load_mlpackage
+
+        samples = fp16_guard.calibration_samples(validate_section, model_path, recipe_inputs, base_dir, input_names)
+        scratch_parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".fp32-reference.", dir=scratch_parent) as scratch:
+            reference = Path(scratch) / ARTIFACT
+            save(reference, "float32", metadata={})
+            return fp16_guard.find_overflows(load_mlpackage(reference), samples)
+
+    @staticmethod
+    def _check_kept_fp32(program, keep_fp32: set[str], artifact_name: str) -> None:
+        from edgebuild.errors import BuildError
+        from edgebuild_coreml.fp16_guard import ops_not_fp32
+
+        wrong = ops_not_fp32(program, sorted(keep_fp32))
+        if wrong:
+            raise BuildError(
+                f"{artifact_name}: the fp16 guard asked to keep {', '.join(wrong)} in fp32, but the saved "
+                "program computes them in fp16 (or renamed them), so they would overflow",
+                hint="set target.precision: float32, or compute.fp16_guard: false to accept the overflow",
+            )
 
     def package(self, src: Path, dst: Path, metadata: dict) -> dict:
         import coremltools as ct
@@ -111,11 +187,93 @@ class CoreMLBackend:
         model.save(str(dst))
         return {"size_bytes": sum(f.stat().st_size for f in dst.rglob("*") if f.is_file())}
 
-    def runner(self, artifact: Path, precision: str):
+    def runner(self, artifact: Path, precision: str, *, emulate_fp16: bool = False, lowered: dict | None = None):
+        """The interpreter on ``artifact``, fed and read by ONNX names.
+
+        An fp16 artifact already computes in its own (typed) fp16, including the ops the guard
+        kept in fp32; ``emulate_fp16`` also rounds those through fp16. ``lowered`` is the lower
+        stage's info, for inputs and outputs whose ONNX names were not valid MIL names.
+        """
         from edgebuild_coreml.interpreter import load_mlpackage, run_program
 
         program = load_mlpackage(artifact)
-        return lambda inputs: run_program(program, inputs)
+        to_mil = (lowered or {}).get("renamed_inputs", {})
+        to_onnx = {mil: onnx for onnx, mil in (lowered or {}).get("renamed_outputs", {}).items()}
+
+        def run(inputs):
+            outputs = run_program(program, {to_mil.get(k, k): v for k, v in inputs.items()}, fp16=emulate_fp16)
+            return {to_onnx.get(k, k): v for k, v in outputs.items()}
+
+        return run
+
+    # -- compute plan (``edgebuild plan``) ------------------------------------------------
+    def compute_plan(self, build, store, registry, *, chip: str | None = None, console=None) -> dict:
+        """The per-op compute plan of the variant's lowered program: {"ops", "breakdown", "total_ms", ...}."""
+        from edgebuild_coreml import compute as policy
+        from edgebuild_coreml.plan_source import lowered_program
+
+        compute = build.variant.recipe.model_dump(mode="json", by_alias=True)["compute"]
+        program, shapes_dynamic, violation = lowered_program(self, build, store, registry)
+
+        plan = policy.plan_for(program, compute, chip=chip, shapes_dynamic=shapes_dynamic)
+        if console is not None:
+            from edgebuild_coreml.ane import render_plan
+
+            render_plan(plan, console)
+        data = plan.to_json()
+        data["policy"] = plan.policy
+        violations = plan.violations()
+        if violations or violation is not None:
+            data["violations"] = violations
+        return data
+
+
+def _saver(result, *, target: str, input_specs: dict):
+    """save_mlpackage bound to one lowered program.
+
+    The save deep-copies the program, recursing along its chain of ops, so a deep network needs
+    more than Python's default recursion limit: it runs in a thread with a large stack.
+    """
+    from edgebuild_coreml.lowering.package import save_mlpackage
+
+    def save(path: Path, precision: str, *, metadata: dict, keep_fp32=None, compute_units=None):
+        return _with_deep_stack(lambda: save_mlpackage(
+            result, path, target=target, precision=precision, input_specs=input_specs,
+            metadata=metadata, compute_units=compute_units, keep_fp32=keep_fp32))
+
+    return save
+
+
+_DEEP_RECURSION_LIMIT = 100_000
+_DEEP_STACK_BYTES = 512 * 1024 * 1024  # virtual; pages are committed only as the stack grows
+
+
+def _with_deep_stack(work):
+    import threading
+
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # re-raised in the caller's thread
+            outcome["error"] = exc
+
+    previous_stack = threading.stack_size(_DEEP_STACK_BYTES)
+    previous_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous_limit, _DEEP_RECURSION_LIMIT))
+    try:
+        worker = threading.Thread(target=run, name="edgebuild-save")
+        worker.start()
+    finally:
+        threading.stack_size(previous_stack)
+    try:
+        worker.join()
+    finally:
+        sys.setrecursionlimit(previous_limit)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 def on_macos() -> bool:

@@ -19,3 +19,8 @@ class InterpreterRuntime:
         from edgebuild_coreml.interpreter import run_mlpackage
 
         return run_mlpackage(artifact, inputs, fp16=fp16)
+
+    def inspect(self, artifact: Path) -> dict:
+        from edgebuild_coreml.inspect import inspect_mlpackage
+
+        return inspect_mlpackage(artifact)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -28,8 +28,13 @@ def run_program(
     *,
     fp16: bool = False,
     function: str = "main",
+    observer: Callable[[Any, list], None] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Evaluate ``prog.functions[function]`` on ``inputs``; returns {output name: array}."""
+    """Evaluate ``prog.functions[function]`` on ``inputs``; returns {output name: array}.
+
+    ``observer(op, outputs)`` is called after every evaluated (non-constant) op with its output
+    values, e.g. to record activation ranges.
+    """
     load_evaluators()
     if function not in prog.functions:
         raise BuildError(
@@ -37,7 +42,7 @@ def run_program(
             hint=f"available functions: {', '.join(sorted(prog.functions))}",
         )
     func = prog.functions[function]
-    interpreter = _Interpreter(fp16=fp16)
+    interpreter = _Interpreter(fp16=fp16, observer=observer)
     env = interpreter.bind_function_inputs(func, inputs)
     outputs = interpreter.run_block(func, env)
     return {var.name: value for var, value in zip(func.outputs, outputs)}
@@ -74,8 +79,9 @@ def run_mlpackage(
 class _Interpreter:
     """Evaluates blocks against an environment {Var: value}; nested blocks share it."""
 
-    def __init__(self, *, fp16: bool):
+    def __init__(self, *, fp16: bool, observer: Callable[[Any, list], None] | None = None):
         self.fp16 = fp16
+        self.observer = observer
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -166,6 +172,8 @@ class _Interpreter:
             )
         for out, value in zip(op.outputs, results):
             env[out] = self._conform(out, value, op=op)
+        if self.observer is not None:
+            self.observer(op, [env[out] for out in op.outputs])
 
     def _gather_inputs(self, op, env: dict) -> dict:
         args = {}

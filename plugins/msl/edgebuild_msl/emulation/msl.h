@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstddef>
+#include <cfloat>
 #include <cstring>
 #include <limits>
 #include <mutex>

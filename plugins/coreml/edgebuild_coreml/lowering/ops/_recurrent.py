@@ -6,9 +6,7 @@ in ``_recurrent_unrolled.py``); both hand per-direction results to :func:`assemb
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
-
+from dataclasses import dataclass
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
@@ -71,7 +69,6 @@ class RecurrentSpec:
     clip: float | None
     lengths: object = None  # None when every sequence is full length; else [B] int32 (Var or numpy)
     dtype: type = np.float32
-    extra: dict = field(default_factory=dict)
 
     @property
     def num_directions(self) -> int:
@@ -206,5 +203,3 @@ def _stack(ctx, node, values: list, axis: int, tag: str):
         return mb.expand_dims(x=values[0], axes=[axis], name=ctx.name(node, tag))
     return mb.stack(values=values, axis=axis, name=ctx.name(node, tag))
 
-
-Builder = Callable[..., object]

@@ -1,8 +1,12 @@
-"""LSTM onto MIL's fused ``lstm`` op (forward, reverse, bidirectional; peepholes; layouts).
+"""LSTM, GRU and RNN: MIL's fused ``lstm``/``gru``/``rnn`` when they mean exactly the ONNX op,
+otherwise an exact unroll over the static sequence (``_recurrent_unrolled.py``).
 
-ONNX stacks gates as i, o, f, c; MIL as i, f, o, z(=c), so weights are re-ordered at
-build time, which needs them constant. What MIL's lstm cannot express (per-sequence
-lengths, coupled input/forget gates, parametric activations, gate clipping) is refused with the reason.
+The fused ops need constant weights and know only plain sigmoid/tanh/relu, full-length
+sequences and no gate clipping. Gate orders differ: ONNX LSTM stacks i, o, f, c and MIL i, f,
+o, z(=c); ONNX GRU stacks z, r, h and MIL r, o(=h), z. MIL's gru applies the reset gate to
+the hidden state before the recurrent matmul, which is ONNX's linear_before_reset=0; its
+iOS18 ``reset_after`` form is not used (coremltools marks its on-device parity with the
+reset-after formula as a known failure), so linear_before_reset=1 unrolls.
 """
 
 from __future__ import annotations
@@ -10,126 +14,220 @@ from __future__ import annotations
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._nn_util import as_float, float_np, static_shape
+from edgebuild_coreml.lowering.context import target_index
+from edgebuild_coreml.lowering.ops import _recurrent_unrolled as unrolled
+from edgebuild_coreml.lowering.ops._nn_util import as_float
+from edgebuild_coreml.lowering.ops._recurrent import (
+    RecurrentSpec,
+    assemble_outputs,
+    constant,
+    initial_state,
+    is_constant,
+    parse,
+    per_direction,
+)
 from edgebuild_coreml.lowering.registry import lowers
 
-_ACTIVATIONS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu"}
-_DIRECTIONS = {"forward": "forward", "reverse": "reverse", "bidirectional": "bidirectional"}
+
+def _operands(ctx, node, indices):
+    return [as_float(ctx.input(node, i, optional=i > 2)) for i in indices]
 
 
-def _iofc_to_ifoc(array: np.ndarray, hidden: int) -> np.ndarray:
-    i, o, f, c = (array[k * hidden:(k + 1) * hidden] for k in range(4))
-    return np.concatenate([i, f, o, c])
+def _fused_allowed(ctx, spec: RecurrentSpec, operands) -> bool:
+    """Whether a fused MIL op can express this node exactly."""
+    simple = all(a.mil_simple for acts in spec.activations for a in acts)
+    same = all(acts == spec.activations[0] for acts in spec.activations)
+    fp_ok = spec.dtype == np.float32 or target_index(ctx.target) >= target_index("iOS17")
+    return (simple and same and fp_ok and spec.clip is None and spec.lengths is None
+            and all(is_constant(v) for v in operands))
 
 
-def _weights(ctx, node, index: int, what: str) -> np.ndarray:
-    value = ctx.input(node, index)
-    if not isinstance(value, np.ndarray):
-        ctx.fail(node, f"{what} must be a constant: MIL's lstm takes const weights", "make it an initializer")
-    return value.astype(np.float32)
+def _reorder(array: np.ndarray, hidden: int, order: list[int]) -> np.ndarray:
+    blocks = [array[k * hidden:(k + 1) * hidden] for k in range(len(order))]
+    return np.concatenate([blocks[k] for k in order])
 
 
-def _activations(ctx, node, directions: int) -> tuple[str, str, str]:
-    names = [a.decode() if isinstance(a, bytes) else a for a in ctx.attr(node, "activations", [])]
-    if not names:
-        return "sigmoid", "tanh", "tanh"
-    names = [n.lower() for n in names]
-    if directions == 2 and names[:3] != names[3:6]:
-        ctx.fail(node, "bidirectional LSTM with different activations per direction is not expressible in MIL")
-    unknown = [n for n in names[:3] if n not in _ACTIVATIONS]
-    if unknown:
-        ctx.fail(node, f"activation(s) {unknown} are not available in MIL's lstm (sigmoid, tanh, relu are)")
-    if ctx.attr(node, "activation_alpha") or ctx.attr(node, "activation_beta"):
-        ctx.fail(node, "parametric activations (activation_alpha/beta) are not expressible in MIL's lstm")
-    return tuple(_ACTIVATIONS[n] for n in names[:3])
+def _fused_sequence(ctx, node, spec: RecurrentSpec, d: int, build):
+    """Run a single-direction fused op; a reverse direction runs forward on the reversed input."""
+    sequence = spec.x
+    reverse = spec.directions[d] == "reverse"
+    if reverse:  # no doubt about the fused op's output order this way
+        sequence = mb.reverse(x=sequence, axes=[0], name=ctx.name(node, f"d{d}_reversed"))
+    y, *states = build(sequence)
+    if reverse:
+        y = mb.reverse(x=y, axes=[0], name=ctx.name(node, f"d{d}_y_in_order"))
+    return y, states
 
 
-def _initial_state(ctx, node, index, batch, directions, hidden, layout, x, tag):
-    state = as_float(ctx.input(node, index, optional=True))
-    if state is None:
-        return np.zeros([batch, directions * hidden], float_np(x))
-    if isinstance(state, np.ndarray):
-        state = state if layout == 0 else state.transpose(1, 0, 2)
-        return state.transpose(1, 0, 2).reshape(batch, directions * hidden).astype(float_np(x))
-    if layout == 0:
-        state = mb.transpose(x=state, perm=[1, 0, 2], name=ctx.name(node, tag + "_bdh"))
-    return mb.reshape(x=state, shape=[batch, directions * hidden], name=ctx.name(node, tag))
+def _initial_states(ctx, node, spec, index, tag):
+    return [as_float(initial_state(ctx, node, index, spec, d, f"{tag}{d}")) for d in range(spec.num_directions)]
 
 
+# -- LSTM -----------------------------------------------------------------------------------
 @lowers("LSTM", since=7)
 def lstm(ctx, node):
-    x = as_float(ctx.input(node, 0))
-    layout = int(ctx.attr(node, "layout", 0))
-    direction = ctx.attr(node, "direction", "forward")
-    direction = _DIRECTIONS[direction.decode() if isinstance(direction, bytes) else direction]
-    directions = 2 if direction == "bidirectional" else 1
-    hidden = int(ctx.attr(node, "hidden_size"))
-    if int(ctx.attr(node, "input_forget", 0)):
-        ctx.fail(node, "input_forget=1 (coupled input and forget gates) is not expressible in MIL's lstm")
-    shape = static_shape(x)
-    if shape is None:
-        ctx.fail(node, "LSTM needs static input shapes", "pin the input shapes in the recipe")
-    steps, batch = (shape[0], shape[1]) if layout == 0 else (shape[1], shape[0])
-    if ctx.has_input(node, 4):
-        lengths = ctx.const(node, 4, what="sequence_lens")
-        if np.any(np.asarray(lengths) != steps):
-            ctx.fail(node, "sequence_lens shorter than the sequence are not expressible in MIL's lstm "
-                     "(it has no per-sequence lengths)", "pad or split the batch so every sequence is full length")
-    recurrent, cell, output = _activations(ctx, node, directions)
+    spec = parse(ctx, node, default_activations=["sigmoid", "tanh", "tanh"])
+    w, r, b, p = _operands(ctx, node, (1, 2, 3, 7))
+    input_forget = bool(int(ctx.attr(node, "input_forget", 0)))
+    h0 = _initial_states(ctx, node, spec, 5, "h0_")
+    c0 = _initial_states(ctx, node, spec, 6, "c0_")
+    if not input_forget and _fused_allowed(ctx, spec, (w, r, b, p)):
+        return _lstm_fused(ctx, node, spec, constant(w), constant(r), constant(b), constant(p), h0, c0)
+    hidden = spec.hidden
+    sequences, finals_h, finals_c = [], [], []
+    for d in range(spec.num_directions):
+        cell = unrolled.Cell(ctx, node, spec, d)
+        b_d = per_direction(ctx, node, b, d, "b")
+        bias = unrolled.add(ctx, node, unrolled.part(ctx, node, b_d, 0, 4 * hidden, 0, f"wb{d}"),
+                            unrolled.part(ctx, node, b_d, 1, 4 * hidden, 0, f"rb{d}"), f"bias{d}")
+        p_d = per_direction(ctx, node, p, d, "p")
+        peepholes = None if p_d is None else [unrolled.part(ctx, node, p_d, k, hidden, 0, f"p{d}_{k}") for k in range(3)]
+        if peepholes is not None and isinstance(p_d, np.ndarray):
+            peepholes = [v.astype(spec.dtype) for v in peepholes]
+        step = unrolled.lstm_step(cell, per_direction(ctx, node, r, d, "r"), peepholes, input_forget)
+        projected = cell.input_projection(per_direction(ctx, node, w, d, "w"), bias)
+        y, (h, c) = unrolled.run(cell, step, projected, (h0[d], c0[d]))
+        sequences.append(y)
+        finals_h.append(h)
+        finals_c.append(c)
+    return assemble_outputs(ctx, node, spec, sequences, [finals_h, finals_c])
 
-    w, r = _weights(ctx, node, 1, "W"), _weights(ctx, node, 2, "R")
-    b = ctx.input(node, 3, optional=True)
-    if b is not None and not isinstance(b, np.ndarray):
-        ctx.fail(node, "B must be a constant: MIL's lstm takes a const bias", "make it an initializer")
-    b = np.zeros([directions, 8 * hidden], np.float32) if b is None else b.astype(np.float32)
-    p = ctx.input(node, 7, optional=True)
-    if p is not None and not isinstance(p, np.ndarray):
-        ctx.fail(node, "P must be a constant: MIL's lstm takes const peepholes", "make it an initializer")
-    dtype = float_np(x)
 
-    def direction_params(d):
-        params = {
-            "weight_ih": _iofc_to_ifoc(w[d], hidden).astype(dtype),
-            "weight_hh": _iofc_to_ifoc(r[d], hidden).astype(dtype),
-            "bias": _iofc_to_ifoc(b[d, :4 * hidden] + b[d, 4 * hidden:], hidden).astype(dtype),
+def _lstm_fused(ctx, node, spec, w, r, b, p, h0, c0):
+    hidden, dtype = spec.hidden, spec.dtype
+    iofc_to_ifoc = [0, 2, 1, 3]
+    if b is None:
+        b = np.zeros([spec.num_directions, 8 * hidden], np.float32)
+
+    def params(d):
+        found = {
+            "weight_ih": _reorder(w[d], hidden, iofc_to_ifoc).astype(dtype),
+            "weight_hh": _reorder(r[d], hidden, iofc_to_ifoc).astype(dtype),
+            "bias": _reorder(b[d, :4 * hidden] + b[d, 4 * hidden:], hidden, iofc_to_ifoc).astype(dtype),
         }
         if p is not None:
-            i, o, f = (p[d, k * hidden:(k + 1) * hidden] for k in range(3))
-            params["peephole"] = np.concatenate([i, f, o]).astype(dtype)
-        return params
+            found["peephole"] = _reorder(p[d], hidden, [0, 2, 1]).astype(dtype)  # i, o, f -> i, f, o
+        return found
 
-    kwargs = direction_params(0)
-    if directions == 2:
-        kwargs.update({f"{k}_back": v for k, v in direction_params(1).items()})
-    if ctx.attr(node, "clip") is not None:
-        ctx.fail(node, "clip is not expressible: ONNX clips every gate's pre-activation, MIL's lstm only the cell")
-    sequence = x if layout == 0 else mb.transpose(x=x, perm=[1, 0, 2], name=ctx.name(node, "time_major"))
-    reverse = direction == "reverse"
-    if reverse:  # run forward over the reversed sequence: no doubt about MIL's output order
-        sequence = mb.reverse(x=sequence, axes=[0], name=ctx.name(node, "reversed"))
-        direction = "forward"
-    initial_h = _initial_state(ctx, node, 5, batch, directions, hidden, layout, x, "h0")
-    initial_c = _initial_state(ctx, node, 6, batch, directions, hidden, layout, x, "c0")
-    y, h, c = mb.lstm(
-        x=sequence, initial_h=initial_h, initial_c=initial_c, direction=direction, output_sequence=True,
-        recurrent_activation=recurrent, cell_activation=cell, activation=output, name=ctx.name(node, "lstm"),
-        **kwargs,
-    )
-    outputs = list(node.outputs) + [None] * 3
+    f_act, g_act, h_act = (a.mil_simple for a in spec.activations[0])
+    acts = {"recurrent_activation": f_act, "cell_activation": g_act, "activation": h_act}
+    if spec.num_directions == 2:  # one bidirectional op: outputs [T, B, 2H], states [B, 2H]
+        kwargs = {**params(0), **{f"{k}_back": v for k, v in params(1).items()}}
+        both_h = mb.concat(values=[_var(v) for v in h0], axis=-1, name=ctx.name(node, "h0"))
+        both_c = mb.concat(values=[_var(v) for v in c0], axis=-1, name=ctx.name(node, "c0"))
+        y, h, c = mb.lstm(x=spec.x, initial_h=both_h, initial_c=both_c, direction="bidirectional",
+                          output_sequence=True, name=ctx.name(node, "lstm"), **acts, **kwargs)
+        split = [mb.split(x=v, num_splits=2, axis=-1, name=ctx.name(node, f"{tag}_dirs"))
+                 for v, tag in ((y, "y"), (h, "y_h"), (c, "y_c"))]
+        return assemble_outputs(ctx, node, spec, list(split[0]), [list(split[1]), list(split[2])])
 
-    def wanted(k):
-        return outputs[k] is not None and outputs[k].name != ""
+    def build(sequence):
+        return mb.lstm(x=sequence, initial_h=_var(h0[0], dtype), initial_c=_var(c0[0], dtype), output_sequence=True,
+                       name=ctx.name(node, "lstm"), **acts, **params(0))
 
-    if reverse:
-        y = mb.reverse(x=y, axes=[0], name=ctx.name(node, "y_in_order"))
-    results = [None, None, None]
-    if wanted(0):  # [T, B, D*H] -> ONNX [T, D, B, H] (layout 1: [B, T, D, H])
-        split = mb.reshape(x=y, shape=[steps, batch, directions, hidden], name=ctx.name(node, "y_split"))
-        perm = [0, 2, 1, 3] if layout == 0 else [1, 0, 2, 3]
-        results[0] = mb.transpose(x=split, perm=perm, name=ctx.name(node))
-    for k, state, tag in ((1, h, "y_h"), (2, c, "y_c")):
-        if wanted(k):  # [B, D*H] -> ONNX [D, B, H] (layout 1: [B, D, H])
-            split = mb.reshape(x=state, shape=[batch, directions, hidden], name=ctx.name(node, tag + "_split"))
-            results[k] = (mb.transpose(x=split, perm=[1, 0, 2], name=ctx.name(node, tag)) if layout == 0
-                          else mb.identity(x=split, name=ctx.name(node, tag)))
-    return tuple(results)
+    y, (h, c) = _fused_sequence(ctx, node, spec, 0, build)
+    return assemble_outputs(ctx, node, spec, [y], [[h], [c]])
+
+
+def _var(value, dtype=np.float32):
+    return value.astype(dtype) if isinstance(value, np.ndarray) else value
+
+
+# -- GRU ------------------------------------------------------------------------------------
+@lowers("GRU", since=7)
+def gru(ctx, node):
+    spec = parse(ctx, node, default_activations=["sigmoid", "tanh"])
+    w, r, b = _operands(ctx, node, (1, 2, 3))
+    linear_before_reset = bool(int(ctx.attr(node, "linear_before_reset", 0)))
+    h0 = _initial_states(ctx, node, spec, 5, "h0_")
+    if not linear_before_reset and _fused_allowed(ctx, spec, (w, r, b)):
+        return _gru_fused(ctx, node, spec, constant(w), constant(r), constant(b), h0)
+    hidden = spec.hidden
+    sequences, finals = [], []
+    for d in range(spec.num_directions):
+        cell = unrolled.Cell(ctx, node, spec, d)
+        b_d = per_direction(ctx, node, b, d, "b")
+        input_bias = unrolled.part(ctx, node, b_d, 0, 3 * hidden, 0, f"wb{d}")
+        recurrent_bias = unrolled.part(ctx, node, b_d, 1, 3 * hidden, 0, f"rb{d}")
+        recurrent_h_bias = None
+        if linear_before_reset and recurrent_bias is not None:  # R's h bias stays inside r * (...)
+            recurrent_h_bias = unrolled.part(ctx, node, recurrent_bias, 2, hidden, 0, f"rbh{d}")
+            recurrent_bias = _zero_last_block(ctx, node, recurrent_bias, hidden, spec.dtype, d)
+        bias = unrolled.add(ctx, node, input_bias, recurrent_bias, f"bias{d}")
+        if isinstance(recurrent_h_bias, np.ndarray):
+            recurrent_h_bias = recurrent_h_bias.astype(spec.dtype)
+        r_d = per_direction(ctx, node, r, d, "r")
+        step = unrolled.gru_step(cell, unrolled.part(ctx, node, r_d, 0, 2 * hidden, 0, f"rzr{d}"),
+                                 unrolled.part(ctx, node, r_d, 2, hidden, 0, f"rh{d}"),
+                                 recurrent_h_bias, linear_before_reset)
+        projected = cell.input_projection(per_direction(ctx, node, w, d, "w"), bias)
+        y, (h,) = unrolled.run(cell, step, projected, (h0[d],))
+        sequences.append(y)
+        finals.append(h)
+    return assemble_outputs(ctx, node, spec, sequences, [finals])
+
+
+def _zero_last_block(ctx, node, bias, hidden, dtype, d):
+    """[b_z, b_r, b_h] -> [b_z, b_r, 0]."""
+    if isinstance(bias, np.ndarray):
+        return np.concatenate([bias[:2 * hidden], np.zeros(hidden, bias.dtype)])
+    head = unrolled.part(ctx, node, bias, 0, 2 * hidden, 0, f"rbzr{d}")
+    return mb.concat(values=[head, np.zeros(hidden, dtype)], axis=0, name=ctx.name(node, f"rb_zr0_{d}"))
+
+
+def _gru_fused(ctx, node, spec, w, r, b, h0):
+    hidden, dtype = spec.hidden, spec.dtype
+    zrh_to_rhz = [1, 2, 0]
+    f_act, g_act = (a.mil_simple for a in spec.activations[0])
+    sequences, finals = [], []
+    for d in range(spec.num_directions):
+        bias = np.zeros(3 * hidden, np.float32) if b is None else b[d, :3 * hidden] + b[d, 3 * hidden:]
+
+        def build(sequence, d=d, bias=bias):
+            return mb.gru(x=sequence, initial_h=_var(h0[d], dtype), output_sequence=True,
+                          weight_ih=_reorder(w[d], hidden, zrh_to_rhz).astype(dtype),
+                          weight_hh=_reorder(r[d], hidden, zrh_to_rhz).astype(dtype),
+                          bias=_reorder(bias, hidden, zrh_to_rhz).astype(dtype),
+                          recurrent_activation=f_act, activation=g_act, name=ctx.name(node, f"gru{d}"))
+
+        y, (h,) = _fused_sequence(ctx, node, spec, d, build)
+        sequences.append(y)
+        finals.append(h)
+    return assemble_outputs(ctx, node, spec, sequences, [finals])
+
+
+# -- RNN ------------------------------------------------------------------------------------
+@lowers("RNN", since=7)
+def rnn(ctx, node):
+    spec = parse(ctx, node, default_activations=["tanh"])
+    w, r, b = _operands(ctx, node, (1, 2, 3))
+    h0 = _initial_states(ctx, node, spec, 5, "h0_")
+    hidden = spec.hidden
+    fused = _fused_allowed(ctx, spec, (w, r, b))
+    sequences, finals = [], []
+    for d in range(spec.num_directions):
+        if fused:
+            y, (h,) = _rnn_fused(ctx, node, spec, d, constant(w), constant(r), constant(b), h0)
+        else:
+            cell = unrolled.Cell(ctx, node, spec, d)
+            b_d = per_direction(ctx, node, b, d, "b")
+            bias = unrolled.add(ctx, node, unrolled.part(ctx, node, b_d, 0, hidden, 0, f"wb{d}"),
+                                unrolled.part(ctx, node, b_d, 1, hidden, 0, f"rb{d}"), f"bias{d}")
+            step = unrolled.rnn_step(cell, per_direction(ctx, node, r, d, "r"))
+            projected = cell.input_projection(per_direction(ctx, node, w, d, "w"), bias)
+            y, (h,) = unrolled.run(cell, step, projected, (h0[d],))
+        sequences.append(y)
+        finals.append(h)
+    return assemble_outputs(ctx, node, spec, sequences, [finals])
+
+
+def _rnn_fused(ctx, node, spec, d, w, r, b, h0):
+    hidden, dtype = spec.hidden, spec.dtype
+    bias = np.zeros(hidden, np.float32) if b is None else b[d, :hidden] + b[d, hidden:]
+
+    def build(sequence):
+        return mb.rnn(x=sequence, initial_h=_var(h0[d], dtype), weight_ih=w[d].astype(dtype),
+                      weight_hh=r[d].astype(dtype), bias=bias.astype(dtype), output_sequence=True,
+                      activation=spec.activations[d][0].mil_simple, name=ctx.name(node, f"rnn{d}"))
+
+    return _fused_sequence(ctx, node, spec, d, build)

@@ -1,0 +1,150 @@
+"""The recipe's ``compute`` section applied to a Core ML build.
+
+Maps a policy to the ``ct.ComputeUnit`` stored with the artifact, turns the recipe's input
+shapes into coremltools shape specs, runs the enabled ANE rewrites, plans the saved program and
+enforces the strict policies (``ane_only`` / ``gpu_only``), which Core ML itself cannot promise.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Mapping
+
+from edgebuild.errors import BuildError, UsageError
+
+COMPUTE_UNITS_KEY = "com.edgebuild.compute_units"
+
+# Core ML has no "only the ANE" or "only the GPU" setting: the strict policies use the closest
+# compute units and rely on the plan check for the promise.
+POLICY_COMPUTE_UNITS = {
+    "auto": "ALL",
+    "all": "ALL",
+    "cpu_only": "CPU_ONLY",
+    "cpu_and_gpu": "CPU_AND_GPU",
+    "gpu_only": "CPU_AND_GPU",
+    "cpu_and_ne": "CPU_AND_NE",
+    "ane_only": "CPU_AND_NE",
+}
+
+
+class PolicyViolation(BuildError):
+    """A strict compute policy (``ane_only`` / ``gpu_only``) cannot be met by some ops."""
+
+    def __init__(self, message: str, *, hint: str | None = None, violations: list[dict] | None = None):
+        super().__init__(message, hint=hint)
+        self.violations = violations or []
+
+
+def compute_units_for(policy: str):
+    """The ``ct.ComputeUnit`` an artifact built under ``policy`` should be loaded with."""
+    import coremltools as ct
+
+    if policy not in POLICY_COMPUTE_UNITS:
+        raise UsageError(f"compute.policy: unknown policy {policy!r}",
+                         hint=f"use one of: {', '.join(POLICY_COMPUTE_UNITS)}")
+    return getattr(ct.ComputeUnit, POLICY_COMPUTE_UNITS[policy])
+
+
+# -- input shapes -----------------------------------------------------------------------------
+
+
+def _dim_spec(dim, where: str):
+    """One recipe dim -> (save_mlpackage dim, enumerated sizes or None)."""
+    if isinstance(dim, int):
+        return dim, None
+    if isinstance(dim, Mapping) and "range" in dim:
+        low, high = dim["range"]
+        return [int(low), int(high)], None
+    if isinstance(dim, Mapping) and "enumerated" in dim:
+        return None, [int(v) for v in dim["enumerated"]]
+    raise UsageError(
+        f"{where} is {dim!r}: Core ML needs a fixed size, a range or an enumeration",
+        hint="write an int, {range: [low, high]} or {enumerated: [a, b, ...]}",
+    )
+
+
+def shape_specs(recipe_inputs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The recipe's ``source.inputs`` as ``save_mlpackage`` input specs.
+
+    Inputs without a shape (the model's own is used) and fixed-value inputs (folded away by the
+    frontend) are left out. Enumerated dims become the list of every combination of sizes.
+    """
+    specs = {}
+    for name, spec in recipe_inputs.items():
+        if spec.get("value") is not None or not spec.get("shape"):
+            continue
+        where = f"source.inputs.{name}.shape"
+        dims, choices = [], []
+        for index, dim in enumerate(spec["shape"]):
+            fixed, options = _dim_spec(dim, f"{where}[{index}]")
+            dims.append(fixed)
+            choices.append(options)
+        if not any(choices):
+            specs[name] = dims
+            continue
+        if any(isinstance(d, list) for d in dims):
+            raise UsageError(f"{where}: Core ML cannot mix range and enumerated dims in one input",
+                             hint="use ranges only, or enumerate every flexible dim")
+        per_dim = [options if options else [fixed] for fixed, options in zip(dims, choices)]
+        specs[name] = {"shapes": [list(shape) for shape in itertools.product(*per_dim)]}
+    return specs
+
+
+def range_inputs(recipe_inputs: Mapping[str, Mapping[str, Any]], renamed: Mapping[str, str]) -> set[str]:
+    """MIL names of the inputs with a range (dynamic) dim: the plan treats their shapes as unknown."""
+    names = set()
+    for name, spec in recipe_inputs.items():
+        if any(isinstance(d, Mapping) and "range" in d for d in spec.get("shape") or ()):
+            names.add(renamed.get(name, name))
+    return names
+
+
+# -- rewrites, plan, strict policies ----------------------------------------------------------
+
+
+def enabled_rewrites(rewrites: Mapping[str, bool]) -> list[str]:
+    return [name for name, enabled in rewrites.items() if enabled]
+
+
+def apply_enabled_rewrites(program, rewrites: Mapping[str, bool]) -> dict[str, int]:
+    """Run the rewrites switched on in ``compute.rewrites`` on ``program`` in place."""
+    names = enabled_rewrites(rewrites)
+    if not names:
+        return {}
+    from edgebuild_coreml.ane import apply_rewrites
+
+    return apply_rewrites(program, names)
+
+
+def plan_for(program, compute: Mapping[str, Any], *, chip: str | None = None,
+             shapes_dynamic: set[str] | None = None):
+    """The compute plan of ``program`` under the recipe's compute section (``chip`` overrides)."""
+    from edgebuild_coreml.ane import plan_program
+
+    return plan_program(
+        program,
+        chip=chip or compute.get("chip") or "m3",
+        policy=compute.get("policy") or "auto",
+        overrides=compute.get("overrides") or [],
+        shapes_dynamic=shapes_dynamic,
+    )
+
+
+def violation_error(plan, artifact_name: str) -> PolicyViolation | None:
+    """A build error listing every op that breaks a strict policy, or None if all comply."""
+    violations = plan.violations()
+    if not violations:
+        return None
+    unit = violations[0]["unit"].upper()
+    lines = []
+    for entry in violations:
+        for reason in entry["reasons"]:
+            lines.append(f"  {entry['op']} '{entry['name']}': {reason['message']}"
+                         + (f" -> fix: {reason['fix']}" if reason.get("fix") else ""))
+    return PolicyViolation(
+        f"{artifact_name}: compute.policy {plan.policy} needs every op on the {unit}, but "
+        f"{len(violations)} op(s) cannot run there:\n" + "\n".join(lines),
+        hint=f"apply the fixes above, or relax compute.policy (e.g. "
+             f"{'cpu_and_ne' if unit == 'ANE' else 'cpu_and_gpu'}); `edgebuild plan` shows the full plan",
+        violations=violations,
+    )

@@ -1,0 +1,150 @@
+"""fp16 overflow guard: find the ops whose activations leave the fp16 range and keep them fp32.
+
+fp16 tops out at 65504; an activation beyond that becomes inf in a float16 artifact and usually
+turns the outputs into NaN. The guard runs the fp32 program (after coremltools' passes, so op
+names match the ones its FP16ComputePrecision pass sees) on calibration inputs, records each
+op's largest output magnitude, and names the ops to leave in fp32: every op whose output goes
+out of range, plus every op that reads such an output (it would cast it down to fp16 on input).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+FP16_MAX = 65504.0
+MAX_CALIBRATION_SAMPLES = 8  # the guard runs the interpreter once per sample; keep builds quick
+
+
+@dataclass
+class GuardResult:
+    overflowing: dict[str, float]  # op name -> largest |output| seen (inf when it overflowed fp32 too)
+    readers: list[str]  # ops reading an overflowing output
+    checked_samples: int
+    ranges: dict[str, float] = field(default_factory=dict, repr=False)  # op name -> max |output|
+
+    @property
+    def keep_fp32(self) -> set[str]:
+        return set(self.overflowing) | set(self.readers)
+
+    def to_json(self) -> dict:
+        return {
+            "kept_fp32": [{"op": name, "max_abs": _json_number(value)} for name, value in self.overflowing.items()],
+            "readers_kept_fp32": list(self.readers),
+            "checked_samples": self.checked_samples,
+        }
+
+
+def _json_number(value: float):
+    return float(value) if np.isfinite(value) else "inf"
+
+
+# -- calibration inputs -----------------------------------------------------------------------
+
+
+def calibration_samples(section, source_path: Path, recipe_inputs: Mapping[str, Any], base_dir: Path,
+                        input_names: Mapping[str, str]) -> list[dict[str, np.ndarray]]:
+    """Up to MAX_CALIBRATION_SAMPLES inputs for the program, keyed by its (MIL) input names.
+
+    The recipe's ``validate`` inputs when it has a section, else uniform random values in [0, 1).
+    Fixed-value inputs are folded into the model, so they are not fed.
+    """
+    from edgebuild.dag.validate import onnx_input_specs
+    from edgebuild.verify.config import ValidateSection
+    from edgebuild.verify.inputs import generate_inputs
+
+    specs = onnx_input_specs(source_path, recipe_inputs)
+    free = {name: spec for name, spec in specs.items() if "value" not in spec}
+    if section is None:
+        section = ValidateSection(samples=MAX_CALIBRATION_SAMPLES)
+    count = min(section.samples, MAX_CALIBRATION_SAMPLES)
+    section = section.model_copy(update={"samples": count})
+    samples = generate_inputs(section, free, base_dir)
+    return [{input_names.get(name, name): value for name, value in sample.items() if name in input_names}
+            for sample in samples]
+
+
+# -- ranges -----------------------------------------------------------------------------------
+
+
+def _max_abs(value) -> float | None:
+    array = np.asarray(value)
+    if array.dtype.kind != "f" or array.size == 0:
+        return None
+    return float(np.max(np.abs(array.astype(np.float64, copy=False))))
+
+
+def activation_ranges(program, samples) -> dict[str, float]:
+    """Largest |output| of every float-producing op over ``samples`` (NaN counts as inf)."""
+    from edgebuild_coreml.interpreter import run_program
+
+    ranges: dict[str, float] = {}
+
+    def observe(op, outputs) -> None:
+        peaks = [m for m in map(_max_abs, outputs) if m is not None]
+        if not peaks:
+            return
+        peak = max(np.inf if np.isnan(m) else m for m in peaks)
+        ranges[op.name] = max(peak, ranges.get(op.name, 0.0))
+
+    for sample in samples:
+        run_program(program, sample, observer=observe)
+    return ranges
+
+
+def _all_ops(block):
+    for op in block.operations:
+        yield op
+        for inner in op.blocks:
+            yield from _all_ops(inner)
+
+
+def _input_vars(op):
+    for var in op.inputs.values():
+        yield from (var if isinstance(var, (list, tuple)) else (var,))
+
+
+def readers_of(program, producers: set[str]) -> list[str]:
+    """Ops (outside ``producers``) reading an output of one of ``producers``."""
+    found = []
+    for op in _all_ops(program.functions["main"]):
+        if op.name in producers:
+            continue
+        if any(var.op is not None and var.op.name in producers for var in _input_vars(op)):
+            found.append(op.name)
+    return found
+
+
+def find_overflows(program, samples, *, limit: float = FP16_MAX) -> GuardResult:
+    """Run ``program`` (fp32) on ``samples`` and name the ops fp16 could not hold."""
+    ranges = activation_ranges(program, samples)
+    overflowing = {name: peak for name, peak in ranges.items() if not peak <= limit}
+    return GuardResult(
+        overflowing=overflowing,
+        readers=readers_of(program, set(overflowing)) if overflowing else [],
+        checked_samples=len(samples),
+        ranges=ranges,
+    )
+
+
+# -- check the saved artifact -----------------------------------------------------------------
+
+
+def ops_not_fp32(program, names) -> list[str]:
+    """Names in ``names`` that are missing from ``program`` or produce a non-fp32 float output."""
+    from coremltools.converters.mil.mil import types
+
+    by_name = {op.name: op for op in _all_ops(program.functions["main"])}
+    wrong = []
+    for name in names:
+        op = by_name.get(name)
+        if op is None:
+            wrong.append(name)
+            continue
+        float_outputs = [v for v in op.outputs if v.dtype in (types.fp16, types.fp32)]
+        if any(v.dtype != types.fp32 for v in float_outputs):
+            wrong.append(name)
+    return wrong

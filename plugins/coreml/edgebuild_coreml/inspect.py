@@ -1,0 +1,58 @@
+"""``edgebuild inspect`` for .mlpackage files: ops, weights, compression, sizes, metadata."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+_COMPRESSED = {
+    "constexpr_affine_dequantize": "linear", "constexpr_blockwise_shift_scale": "linear",
+    "constexpr_lut_to_dense": "palettized", "constexpr_lut_to_sparse": "palettized+sparse",
+    "constexpr_sparse_to_dense": "sparse", "constexpr_sparse_blockwise_shift_scale": "linear+sparse",
+    "constexpr_cast": "fp16",
+}
+
+
+def _nbytes(value) -> int:
+    return int(np.asarray(value).nbytes) if value is not None else 0
+
+
+def inspect_mlpackage(path: Path) -> dict:
+    import coremltools as ct
+
+    from edgebuild_coreml.interpreter import load_mlpackage
+
+    path = Path(path)
+    program = load_mlpackage(path)
+    main = program.functions["main"]
+    ops, weights = Counter(), []
+    for op in main.find_ops(exclude_const=False):
+        ops[op.op_type] += 1
+        if op.op_type == "const" and op.outputs[0].val is not None and np.asarray(op.outputs[0].val).size > 16:
+            value = np.asarray(op.outputs[0].val)
+            weights.append({"name": op.name, "shape": list(value.shape), "dtype": str(value.dtype),
+                            "bytes": _nbytes(value), "compression": None})
+        elif op.op_type in _COMPRESSED:
+            stored = sum(_nbytes(v.val) for v in op.inputs.values() if getattr(v, "val", None) is not None)
+            out = op.outputs[0]
+            weights.append({"name": op.name, "shape": [int(d) for d in out.shape], "dtype": str(out.dtype),
+                            "bytes": stored, "compression": _COMPRESSED[op.op_type], "op": op.op_type})
+    spec = ct.utils.load_spec(str(path))
+    meta = spec.description.metadata
+    files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path]
+    return {
+        "artifact": str(path),
+        "format": "mlpackage",
+        "spec_version": spec.specificationVersion,
+        "inputs": [{"name": i.name} for i in spec.description.input],
+        "outputs": [{"name": o.name} for o in spec.description.output],
+        "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
+        "weights": weights,
+        "weight_bytes": sum(w["bytes"] for w in weights),
+        "compressed_weights": sum(1 for w in weights if w["compression"]),
+        "size_bytes": sum(f.stat().st_size for f in files),
+        "metadata": {"author": meta.author, "license": meta.license, "description": meta.shortDescription,
+                     **dict(meta.userDefined)},
+    }
