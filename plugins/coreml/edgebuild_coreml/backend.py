@@ -91,16 +91,16 @@ class CoreMLBackend:
         """``produce`` of the lower stage: results + output dir -> stage info."""
         params = self.lower_params(variant)
 
-        def lower(results, out: Path, *, enforce_policy: bool = True) -> dict:
+        def lower(results, out: Path) -> dict:
             return self.lower(results["optimize"].path / "model.onnx", out / ARTIFACT, params, registry,
                               validate_section=variant.recipe.validate_, base_dir=variant.base_dir,
-                              enforce_policy=enforce_policy)
+                              where=f"{variant.path.name} ({variant.name})")
 
         return lower
 
     # -- stage bodies ---------------------------------------------------------------------
     def lower(self, model_path: Path, artifact: Path, params: dict, registry, *,
-              validate_section=None, base_dir: Path | None = None, enforce_policy: bool = True) -> dict:
+              validate_section=None, base_dir: Path | None = None, where: str | None = None) -> dict:
         """ONNX -> MIL, ANE rewrites, fp16 guard, save; then plan it and enforce strict policies."""
         from edgebuild_coreml import compute as policy
         from edgebuild_coreml.interpreter import load_mlpackage
@@ -127,8 +127,9 @@ class CoreMLBackend:
         renamed_inputs = {k: v for k, v in result.input_names.items() if k != v}
         plan = policy.plan_for(program, compute,
                                shapes_dynamic=policy.range_inputs(params["inputs"], result.input_names))
-        error = policy.violation_error(plan, model_path.name) if enforce_policy else None
+        error = policy.violation_error(plan, where or model_path.name)
         if error is not None:
+            error.program, error.renamed_inputs = program, renamed_inputs
             raise error
         return {
             "op_counts": result.op_counts,
@@ -210,20 +211,24 @@ class CoreMLBackend:
     def compute_plan(self, build, store, registry, *, chip: str | None = None, console=None) -> dict:
         """The per-op compute plan of the variant's lowered program: {"ops", "breakdown", "total_ms", ...}."""
         from edgebuild_coreml import compute as policy
+        from edgebuild_coreml.ane.plan import STRICT_POLICIES
         from edgebuild_coreml.plan_source import lowered_program
 
         compute = build.variant.recipe.model_dump(mode="json", by_alias=True)["compute"]
-        program, shapes_dynamic, violation = lowered_program(self, build, store, registry)
-
+        program, shapes_dynamic, _ = lowered_program(build, store)
         plan = policy.plan_for(program, compute, chip=chip, shapes_dynamic=shapes_dynamic)
+        violations = plan.violations()
         if console is not None:
             from edgebuild_coreml.ane import render_plan
 
             render_plan(plan, console)
+            if violations:
+                names = ", ".join(f"{v['op']} '{v['name']}'" for v in violations)
+                console.print(f"[red]{plan.policy}[/]: {len(violations)} op(s) cannot run on the "
+                              f"{violations[0]['unit'].upper()}: {names}")
         data = plan.to_json()
         data["policy"] = plan.policy
-        violations = plan.violations()
-        if violations or violation is not None:
+        if plan.policy in STRICT_POLICIES:
             data["violations"] = violations
         return data
 

@@ -33,6 +33,9 @@ class PolicyViolation(BuildError):
     def __init__(self, message: str, *, hint: str | None = None, violations: list[dict] | None = None):
         super().__init__(message, hint=hint)
         self.violations = violations or []
+        # Set by the lower stage, so `edgebuild plan` can still show the plan of the failed build.
+        self.program = None
+        self.renamed_inputs: dict[str, str] = {}
 
 
 def compute_units_for(policy: str):
@@ -130,8 +133,11 @@ def plan_for(program, compute: Mapping[str, Any], *, chip: str | None = None,
     )
 
 
-def violation_error(plan, artifact_name: str) -> PolicyViolation | None:
-    """A build error listing every op that breaks a strict policy, or None if all comply."""
+def violation_error(plan, where: str) -> PolicyViolation | None:
+    """A build error listing every op that breaks a strict policy, or None if all comply.
+
+    ``where`` names what the user wrote (the recipe file and variant).
+    """
     violations = plan.violations()
     if not violations:
         return None
@@ -139,10 +145,12 @@ def violation_error(plan, artifact_name: str) -> PolicyViolation | None:
     lines = []
     for entry in violations:
         for reason in entry["reasons"]:
-            lines.append(f"  {entry['op']} '{entry['name']}': {reason['message']}"
-                         + (f" -> fix: {reason['fix']}" if reason.get("fix") else ""))
+            message = reason["message"]
+            if entry["name"] not in message:
+                message = f"{entry['op']} '{entry['name']}': {message}"
+            lines.append(f"  - {message}" + (f" (fix: {reason['fix']})" if reason.get("fix") else ""))
     return PolicyViolation(
-        f"{artifact_name}: compute.policy {plan.policy} needs every op on the {unit}, but "
+        f"{where}: compute.policy {plan.policy} needs every op on the {unit}, but "
         f"{len(violations)} op(s) cannot run there:\n" + "\n".join(lines),
         hint=f"apply the fixes above, or relax compute.policy (e.g. "
              f"{'cpu_and_ne' if unit == 'ANE' else 'cpu_and_gpu'}); `edgebuild plan` shows the full plan",

@@ -3,6 +3,11 @@
 This is the Core ML side of ``edgebuild conformance``: the core collects the cases and
 compares outputs; this module only turns (model, inputs) into outputs, the way a built
 ``.mlpackage`` would compute them (iOS18 target, float32 compute).
+
+The cases feed operator parameters (axes, pads, scales, k, weights) as graph inputs, which
+MIL takes only as build-time constants. When the lowering asks for a constant, the case is
+lowered again with every input but the first baked in as an initializer — what a recipe's
+fixed input (``source.inputs: {name: {value: ...}}``) does — and run on the first input.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Sequence
 import numpy as np
 import onnx
 import onnx_ir as ir
+from onnx import numpy_helper
 
 from edgebuild.errors import BuildError
 
@@ -35,23 +41,36 @@ def _feed(value: np.ndarray, mil_dtype: str) -> np.ndarray:
     return feed.reshape(1) if feed.ndim == 0 else feed
 
 
-def run_onnx_case(model_proto: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Lower ``model_proto`` and interpret it on ``inputs`` (in graph input order).
+def _with_shapes(model_proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with inferred value types (the optimise stage's shape inference does the same)."""
+    try:
+        return onnx.shape_inference.infer_shapes(model_proto, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is a help, not a requirement
+        return model_proto
 
-    Returns one array per graph output, in graph output order. Lowering problems raise the
-    converter's edgebuild errors unchanged (unsupported op -> BuildError, LoweringError).
-    """
+
+def _fold_inputs(model_proto: onnx.ModelProto, values: dict[str, np.ndarray], names: list[str]) -> onnx.ModelProto:
+    """A copy of the model where graph inputs ``names`` are initializers holding ``values``."""
+    folded = onnx.ModelProto()
+    folded.CopyFrom(model_proto)
+    kept = [v for v in folded.graph.input if v.name not in names]
+    del folded.graph.input[:]
+    folded.graph.input.extend(kept)
+    folded.graph.initializer.extend(numpy_helper.from_array(np.asarray(values[n]), n) for n in names)
+    return folded
+
+
+def _wants_constants(exc: BuildError) -> bool:
+    """Whether a lowering refused an operand because it is not a build-time constant."""
+    text = str(exc).lower()
+    return "constant" in text or "initializer" in text
+
+
+def _lower_and_run(model_proto: onnx.ModelProto, values: dict[str, np.ndarray]) -> list[np.ndarray]:
     from edgebuild_coreml.interpreter import run_program
     from edgebuild_coreml.lowering.converter import convert
 
-    model = ir.serde.deserialize_model(model_proto)
-    initializer_names = set(model.graph.initializers)
-    graph_inputs = [v.name for v in model.graph.inputs if v.name not in initializer_names]
-    if len(inputs) != len(graph_inputs):
-        raise BuildError(
-            f"the case feeds {len(inputs)} inputs but the model has {len(graph_inputs)} ({', '.join(graph_inputs)})"
-        )
-    values = dict(zip(graph_inputs, inputs))
+    model = ir.serde.deserialize_model(_with_shapes(model_proto))
     result = convert(model, target=TARGET, precision=PRECISION, registry=_registry())
     feeds = {
         mil_name: _feed(values[onnx_name], result.input_dtypes[mil_name])
@@ -59,3 +78,26 @@ def run_onnx_case(model_proto: onnx.ModelProto, inputs: Sequence[np.ndarray]) ->
     }
     produced = run_program(result.program, feeds)
     return [np.asarray(produced[mil_name]) for mil_name in result.output_names.values()]
+
+
+def run_onnx_case(model_proto: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Lower ``model_proto`` and interpret it on ``inputs`` (in graph input order).
+
+    Returns one array per graph output, in graph output order. Lowering problems raise the
+    converter's edgebuild errors unchanged (unsupported op -> BuildError, LoweringError).
+    """
+    from edgebuild_coreml.lowering.errors import LoweringError
+
+    initializer_names = {t.name for t in model_proto.graph.initializer}
+    graph_inputs = [v.name for v in model_proto.graph.input if v.name not in initializer_names]
+    if len(inputs) != len(graph_inputs):
+        raise BuildError(
+            f"the case feeds {len(inputs)} inputs but the model has {len(graph_inputs)} ({', '.join(graph_inputs)})"
+        )
+    values = dict(zip(graph_inputs, inputs))
+    try:
+        return _lower_and_run(model_proto, values)
+    except LoweringError as exc:
+        if len(graph_inputs) < 2 or not _wants_constants(exc):
+            raise
+    return _lower_and_run(_fold_inputs(model_proto, values, graph_inputs[1:]), values)

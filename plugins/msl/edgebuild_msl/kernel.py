@@ -102,14 +102,18 @@ class CompiledKernel:
             raise KernelError(f"kernel {self.spec.entry!r} failed on the CPU emulation: {message}")
 
 
-def race_summary(report: str, limit: int = 12) -> str:
-    """The SUMMARY line and the kernel-source frames of a ThreadSanitizer report."""
+def race_summary(report: str) -> str:
+    """ThreadSanitizer's SUMMARY line and the two racing accesses, each at its kernel line."""
     lines = report.splitlines()
-    summary = [line.strip() for line in lines if line.startswith("SUMMARY: ThreadSanitizer")]
-    frames = [line.strip() for line in lines if re.search(r"\.metal:\d+", line)]
-    accesses = [line.strip() for line in lines if re.match(r"\s*(Write|Read|Previous write|Previous read|Atomic)", line)]
-    picked = summary[:1] + accesses[:2] + frames[: limit - 3]
-    return "\n".join(picked) or "\n".join(lines[:limit])
+    summary = next((line.strip() for line in lines if line.startswith("SUMMARY: ThreadSanitizer")), "")
+    summary = re.sub(r"\s+in\s+\S.*$", "", re.sub(r"\S*/([^/\s]+\.metal:\d+)", r"\1", summary))
+    accesses = []
+    for i, line in enumerate(lines):
+        access = re.match(r"\s*((?:Previous )?(?:atomic )?(?:[Ww]rite|[Rr]ead) of size \d+) at \S+ by (thread T\d+|main thread)", line)
+        if access:
+            frame = next((re.search(r"([^/\s]+\.metal:\d+)", f) for f in lines[i + 1:i + 6] if ".metal:" in f), None)
+            accesses.append(f"{access.group(1)} by {access.group(2)} at {frame.group(1) if frame else '?'}")
+    return "\n".join([summary, *accesses[:2]]).strip() or "\n".join(lines[:12])
 
 
 def compile_kernel(spec: KernelSpec, *, tsan: bool = False) -> CompiledKernel:

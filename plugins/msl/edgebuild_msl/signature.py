@@ -128,6 +128,16 @@ def check_signature(spec: KernelSpec, source: str | None = None) -> KernelSignat
     tensors = {t.name: (t, "input") for t in spec.inputs} | {t.name: (t, "output") for t in spec.outputs}
     by_index = {index: name for name, index in spec.buffers.items()}
     constants = {c.index: c for c in spec.constants}
+    bound = {p.index for p in sig.parameters if p.attribute == "buffer"}
+    for name, index in spec.buffers.items():
+        if index not in bound:
+            fail(None, f"{tensors[name][1]} {name!r} is declared at [[buffer({index})]] but no kernel parameter has that index")
+    for c in spec.constants:
+        if c.index not in bound:
+            fail(None, f"constant {c.name!r} is declared at [[buffer({c.index})]] but no kernel parameter has that index")
+    for index in spec.threadgroup_memory:
+        if not any(p.attribute == "threadgroup" and p.index == index for p in sig.parameters):
+            fail(None, f"threadgroup memory {index} is declared but no parameter has [[threadgroup({index})]]")
     for param in sig.parameters:
         if param.attribute is None:
             fail(param, "has no attribute; every kernel parameter needs one ([[buffer(i)]], [[thread_position_in_grid]], ...)")
@@ -156,16 +166,6 @@ def check_signature(spec: KernelSpec, source: str | None = None) -> KernelSignat
                 f"kernel {label}, line {param.line}: parameter attribute [[{param.attribute}]] is outside the supported MSL subset",
                 hint="see docs/msl.md (stage_in, textures, samplers and argument buffers are not emulated)",
             )
-    bound = {p.index for p in sig.parameters if p.attribute == "buffer"}
-    for name, index in spec.buffers.items():
-        if index not in bound:
-            fail(None, f"{tensors[name][1]} {name!r} is declared at [[buffer({index})]] but no kernel parameter has that index")
-    for c in spec.constants:
-        if c.index not in bound:
-            fail(None, f"constant {c.name!r} is declared at [[buffer({c.index})]] but no kernel parameter has that index")
-    for index in spec.threadgroup_memory:
-        if not any(p.attribute == "threadgroup" and p.index == index for p in sig.parameters):
-            fail(None, f"threadgroup memory {index} is declared but no parameter has [[threadgroup({index})]]")
     return sig
 
 

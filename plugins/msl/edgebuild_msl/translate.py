@@ -39,6 +39,7 @@ def harness(sig: KernelSignature, *, cooperative: bool, workers: int) -> str:
     """``main``: argv = grid xyz, threadgroup xyz, then one buffer spec per buffer/threadgroup parameter."""
     bound = [p for p in sig.parameters if p.attribute in ("buffer", "threadgroup")]
     lines = [
+        '#line 1 "edgebuild-msl-harness.cpp"',
         "using namespace metal;",
         "int main(int argc, char** argv) {",
         f"  if (argc != {7 + len(bound)}) eb::fail(\"harness: wrong argument count\");",

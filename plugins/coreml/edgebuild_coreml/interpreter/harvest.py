@@ -18,6 +18,7 @@ import glob
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -86,6 +87,7 @@ def _read_jsonl(directory: str, prefix: str) -> list[dict]:
 
 
 _VECTOR_STATUSES = ("matched", "mismatched", "eval_error")
+_OP_NAME = re.compile(r" \(op '[^']*'\)|op '[^']*' ")  # group errors across op instances
 
 
 def summarize(records: list[dict], outcomes: list[dict]) -> dict:
@@ -98,7 +100,9 @@ def summarize(records: list[dict], outcomes: list[dict]) -> dict:
             per_op[op_type]["captured"] += 1
             per_op[op_type][r["status"]] += 1
             per_op[op_type]["strict_matched"] += bool(r.get("strict"))
-    errors = collections.Counter(r.get("error", "") for r in vectors if r["status"] == "eval_error")
+    errors = collections.Counter(
+        _OP_NAME.sub("", r.get("error", "")) for r in vectors if r["status"] == "eval_error"
+    )
     tests_with_vectors = {r["test"] for r in vectors}
     test_outcomes = collections.Counter(o["outcome"] for o in outcomes)
     without = [o for o in outcomes if o["test"] not in tests_with_vectors]

@@ -12,12 +12,14 @@ from coremltools.converters.mil import Builder as mb
 
 from edgebuild_coreml.lowering.ops._nn_util import as_float, float_np, static_shape
 
-# ONNX activation name -> (uses alpha, uses beta, default alpha, default beta)
+# ONNX activation name -> (uses alpha, uses beta, default alpha, default beta). The defaults
+# are onnxruntime's (the reference models are validated against), which differ from the
+# standalone operators' for ThresholdedRelu, Affine and ScaledTanh.
 _PARAMETRIC = {
-    "affine": (True, True, 1.0, 0.0),
+    "affine": (True, True, 0.0, 0.0),
     "leakyrelu": (True, False, 0.01, None),
-    "thresholdedrelu": (True, False, 1.0, None),
-    "scaledtanh": (True, True, 1.0, 1.0),
+    "thresholdedrelu": (True, False, 0.0, None),
+    "scaledtanh": (True, True, 0.0, 0.0),
     "hardsigmoid": (True, True, 0.2, 0.5),
     "elu": (True, False, 1.0, None),
 }

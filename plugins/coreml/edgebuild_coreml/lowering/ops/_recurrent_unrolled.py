@@ -53,8 +53,10 @@ class Cell:
     def const(self, value) -> np.ndarray:
         return np.asarray(value, self.spec.dtype)
 
-    def activate(self, activation: Activation, x, tag: str, t: int):
-        if self.spec.clip is not None:  # ONNX clips the input of every activation
+    def activate(self, activation: Activation, x, tag: str, t: int, clip: bool = True):
+        """``activation(clip(x))``; ONNX (as onnxruntime reads it) clips every gate's input,
+        but not the cell state LSTM's output activation reads."""
+        if clip and self.spec.clip is not None:
             x = mb.clip(x=x, alpha=self.const(-self.spec.clip), beta=self.const(self.spec.clip),
                         name=self.name(tag + "_clip", t))
         return activation.apply(x, self.name(tag, t))
@@ -100,7 +102,21 @@ def run(cell: Cell, step: Step, projected: list, initial: tuple) -> tuple[object
             outputs[t] = mb.select(cond=valid, a=new[0], b=cell.const(0), name=cell.name("y", t))
         states = new
     sequence = mb.stack(values=outputs, axis=0, name=cell.ctx.name(cell.node, f"d{cell.d}_y"))
-    return sequence, states
+    return sequence, _zero_empty_sequences(cell, states)
+
+
+def _zero_empty_sequences(cell: Cell, states: tuple) -> tuple:
+    """onnxruntime reports zero final states for a sequence of length 0 (not the initial ones)."""
+    lengths = cell.spec.lengths
+    if lengths is None or (isinstance(lengths, np.ndarray) and np.all(lengths > 0)):
+        return states
+    if isinstance(lengths, np.ndarray):
+        started = (lengths > 0).reshape(-1, 1)
+    else:
+        started = mb.expand_dims(x=mb.greater(x=lengths, y=np.int32(0), name=cell.ctx.name(cell.node, f"d{cell.d}_started")),
+                                 axes=[1], name=cell.ctx.name(cell.node, f"d{cell.d}_started_b1"))
+    return tuple(mb.select(cond=started, a=s, b=cell.const(0), name=cell.ctx.name(cell.node, f"d{cell.d}_final{k}"))
+                 for k, s in enumerate(states))
 
 
 def _valid(cell: Cell, t: int):
@@ -136,7 +152,7 @@ def lstm_step(cell: Cell, r, peepholes, input_forget: bool) -> Step:
         c_new = mb.add(x=mb.mul(x=f, y=c, name=cell.name("fc", t)), y=mb.mul(x=i, y=z, name=cell.name("iz", t)),
                        name=cell.name("c", t))
         o = cell.activate(f_act, peep(go, p_o, c_new, "o", t), "o", t)
-        h_new = mb.mul(x=o, y=cell.activate(h_act, c_new, "hc", t), name=cell.name("h", t))
+        h_new = mb.mul(x=o, y=cell.activate(h_act, c_new, "hc", t, clip=False), name=cell.name("h", t))
         return h_new, c_new
 
     return step

@@ -32,12 +32,20 @@ def cast(ctx, node):
     return _cast_to(ctx, node, ir.DataType(ctx.attr(node, "to")))
 
 
+_ONNX_OF_MIL = {"fp32": ir.DataType.FLOAT, "fp16": ir.DataType.FLOAT16, "int32": ir.DataType.INT32,
+                "bool": ir.DataType.BOOL}
+
+
 @lowers("CastLike")
 def cast_like(ctx, node):
     like = node.inputs[1]
-    if like.dtype is None:
-        ctx.fail(node, "the dtype of the second input is unknown", hint="run shape inference on the model")
-    return _cast_to(ctx, node, like.dtype)
+    if like.dtype is not None:
+        return _cast_to(ctx, node, like.dtype)
+    # No ONNX type recorded (no shape inference ran): the lowered value's dtype says it.
+    found = ctx.get(like)
+    if not isinstance(found, np.ndarray):
+        return _cast_to(ctx, node, _ONNX_OF_MIL[dtype_of(found)])
+    return _cast_to(ctx, node, ir.DataType.from_numpy(found.dtype))
 
 
 @lowers("Identity")
@@ -50,6 +58,12 @@ def identity(ctx, node):
 def dropout(ctx, node):
     """Inference: the output is the input, and the optional mask is all true."""
     x = ctx.input(node, 0)
+    if ctx.has_input(node, 2):
+        training = ctx.const(node, 2, what="training_mode")
+        ratio = ctx.const(node, 1, optional=True, what="ratio")
+        if bool(np.asarray(training).reshape(-1)[0]) and (ratio is None or float(np.asarray(ratio).reshape(-1)[0]) > 0):
+            ctx.fail(node, "training_mode=true drops random elements, which an inference model cannot reproduce",
+                     hint="export the model in eval mode")
     y = mb.identity(x=x, name=ctx.name(node))
     if len(node.outputs) < 2 or not wanted(node.outputs[1]):
         return y

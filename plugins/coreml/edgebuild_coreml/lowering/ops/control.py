@@ -1,4 +1,4 @@
-"""If and Loop, lowered through the converter's ``lower_subgraph`` into MIL blocks."""
+"""If, lowered through the converter's ``lower_subgraph`` into MIL ``cond`` blocks (Loop: ``loop.py``)."""
 
 from __future__ import annotations
 

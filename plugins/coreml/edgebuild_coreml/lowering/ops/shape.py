@@ -70,6 +70,27 @@ def _target_shape(ctx, node, x, requested, allow_zero: bool):
     return mb.concat(values=parts, axis=0, name=ctx.name(node, "shape"))
 
 
+def _runtime_target_shape(ctx, node, x, allow_zero: bool):
+    """A runtime shape operand with ONNX's 0 = 'copy the input dim' applied explicitly
+    (MIL's own 0 rule differs when the ranks differ)."""
+    shape_var = ctx.input(node, 1)
+    if dtype_of(shape_var) != "int32":
+        shape_var = mb.cast(x=shape_var, dtype="int32")
+    if allow_zero:
+        ctx.fail(node, "with allowzero=1 the shape must be a constant (a 0 would make an empty tensor)",
+                 hint="make the shape an initializer")
+    length, rank = shape_of(shape_var)[0], rank_of(x)
+    if not is_static(length):
+        ctx.fail(node, "the shape operand needs a static length")
+    input_dims = mb.shape(x=x)
+    if length < rank:
+        input_dims = mb.slice_by_size(x=input_dims, begin=[0], size=[length])
+    elif length > rank:  # ONNX forbids a 0 past the input's rank; pad with 1s
+        input_dims = mb.concat(values=[input_dims, np.ones(length - rank, np.int32)], axis=0)
+    is_copy = mb.equal(x=shape_var, y=np.int32(0))
+    return mb.select(cond=is_copy, a=input_dims, b=shape_var, name=ctx.name(node, "shape"))
+
+
 @lowers("Reshape")
 def reshape(ctx, node):
     x = ctx.input(node, 0)
@@ -78,13 +99,12 @@ def reshape(ctx, node):
         requested = ctx.attr(node, "shape")
     else:
         requested = ctx.const_value(node.inputs[1])
-    if requested is None:  # a runtime shape: fine for MIL unless it uses ONNX's 0 = copy
-        shape_var = ctx.input(node, 1)
-        if dtype_of(shape_var) != "int32":
-            shape_var = mb.cast(x=shape_var, dtype="int32")
-        return mb.reshape(x=x, shape=shape_var, name=ctx.name(node))
+    if requested is None:
+        return mb.reshape(x=x, shape=_runtime_target_shape(ctx, node, x, allow_zero), name=ctx.name(node))
     if allow_zero and 0 in list(requested) and -1 in list(requested):
         ctx.fail(node, "allowzero=1 with both 0 and -1 in the shape is invalid ONNX")
+    if allow_zero and 0 in list(requested):
+        ctx.fail(node, "allowzero=1 with a 0 in the shape makes an empty tensor, which Core ML cannot hold")
     return mb.reshape(x=x, shape=_target_shape(ctx, node, x, requested, allow_zero), name=ctx.name(node))
 
 

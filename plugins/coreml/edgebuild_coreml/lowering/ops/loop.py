@@ -1,0 +1,176 @@
+"""ONNX Loop onto MIL ``while_loop``; the body is lowered with the converter's ``lower_subgraph``.
+
+Loop variables are ``(iteration, condition?, carried..., scan buffers...)``. ONNX scan outputs
+grow by one row per iteration, but a MIL loop variable keeps its rank, so each scan output is
+collected into a buffer preallocated with M rows (``scatter`` writes row ``i``). Its row shape
+is found by building the loop once without buffers (that probe is then removed). When the
+loop may stop early (a runtime condition), the buffers are cut to the rows written.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil import types
+from coremltools.converters.mil.mil.types.symbolic import is_symbolic
+from coremltools.converters.mil.mil.var import Var
+
+from edgebuild_coreml.lowering.registry import lowers
+
+_INT32_MAX = np.iinfo(np.int32).max
+_FILL_VALUES = {types.fp32: np.float32(0), types.fp16: np.float16(0), types.int32: np.int32(0)}
+
+
+def _trip_count(ctx, node):
+    """M as an int32 scalar (constant or Var), or None when absent or "unbounded" (int64 max)."""
+    if not ctx.has_input(node, 0):
+        return None
+    value = ctx.const_value(node.inputs[0])
+    if value is not None:
+        count = int(np.asarray(value).reshape(-1)[0])
+        return None if count > _INT32_MAX else np.int32(max(count, 0))
+    trip = ctx.input(node, 0)
+    trip = mb.reshape(x=trip, shape=[], name=ctx.name(node, "m")) if trip.rank else trip
+    return trip if trip.dtype == types.int32 else mb.cast(x=trip, dtype="int32", name=ctx.name(node, "m_i32"))
+
+
+def _scalar_bool(ctx, node, value, tag):
+    if not isinstance(value, Var):
+        return np.bool_(np.asarray(value).reshape(-1)[0])
+    if types.is_tensor(value.sym_type):  # MIL tells a rank-0 tensor from a scalar; loop vars must match
+        value = mb.reshape(x=value, shape=[], name=ctx.name(node, tag + "_scalar"))
+    return value if value.dtype == types.bool else mb.cast(x=value, dtype="bool", name=ctx.name(node, tag + "_bool"))
+
+
+def _may_stop_early(ctx, node, body, cond) -> bool:
+    """False when the condition provably stays true: absent, or constant true and passed through."""
+    if cond is None:
+        return False  # no condition input: the body's condition output is ignored
+    if isinstance(cond, Var) and cond.val is None:
+        return True  # decided at run time
+    if not bool(np.asarray(getattr(cond, "val", cond))):
+        return True
+    cond_out = body.outputs[0]
+    while cond_out.producer() is not None and cond_out.producer().op_type == "Identity":
+        cond_out = cond_out.producer().inputs[0]
+    if cond_out is body.inputs[1]:
+        return False
+    producer = cond_out.producer()
+    if producer is not None and producer.op_type == "Constant":
+        from edgebuild_coreml.lowering.converter import constant_node_value
+
+        return not bool(np.asarray(constant_node_value(producer)).all())
+    return True
+
+
+@lowers("Loop", since=1)
+def loop(ctx, node):
+    body = ctx.attr(node, "body")
+    trip = _trip_count(ctx, node)
+    cond = _scalar_bool(ctx, node, ctx.input(node, 1), "cond") if ctx.has_input(node, 1) else None
+    carried = [ctx.input(node, k) for k in range(2, len(node.inputs))]
+    carried = [v if isinstance(v, Var) else mb.const(val=np.asarray(v), name=ctx.name(node, f"v{k}_init"))
+               for k, v in enumerate(carried)]
+    scans = len(body.outputs) - 1 - len(carried)
+    if len(body.inputs) != 2 + len(carried) or scans < 0:
+        ctx.fail(node, f"the body takes {len(body.inputs)} inputs and gives {len(body.outputs)} outputs "
+                 f"for {len(carried)} loop-carried values")
+    if trip is None and cond is None:
+        ctx.fail(node, "has neither a trip count nor a condition: it would never end")
+    if scans and trip is None:
+        ctx.fail(node, "has scan outputs but no trip count: Core ML's while_loop keeps every loop variable's "
+                 "rank, so scan outputs are gathered into a buffer preallocated with M rows, and M is missing",
+                 "give the Loop a trip count (an upper bound suffices when the condition stops it earlier)")
+    row_types = _probe_scan_rows(ctx, node, body, trip, cond, carried) if scans else []
+    buffers = [_buffer(ctx, node, trip, row_type, k) for k, row_type in enumerate(row_types)]
+    results = _while(ctx, node, body, trip, cond, carried, buffers)
+    iterations = results[0]
+    finals = list(results[2 if cond is not None else 1:])
+    values, gathered = finals[:len(carried)], finals[len(carried):]
+    if gathered and _may_stop_early(ctx, node, body, cond):
+        gathered = [_rows_written(ctx, node, b, iterations, k) for k, b in enumerate(gathered)]
+    outputs = [mb.identity(x=v, name=ctx.name(node, f"v{k}")) for k, v in enumerate(values)]
+    outputs += [mb.identity(x=g, name=ctx.name(node, f"scan{k}")) for k, g in enumerate(gathered)]
+    return tuple(outputs) if len(outputs) != 1 else outputs[0]
+
+
+def _while(ctx, node, body, trip, cond, carried, buffers, on_scans=None):
+    """Build the while_loop; returns its outputs (iteration, [condition], carried..., buffers...)."""
+    with_cond = cond is not None
+    count = len(carried)
+
+    def keep_going(i, *rest):
+        running = mb.less(x=i, y=trip, name=ctx.name(node, "in_range")) if trip is not None else None
+        if not with_cond:
+            return running
+        return rest[0] if running is None else mb.logical_and(x=running, y=rest[0], name=ctx.name(node, "keep"))
+
+    def step(i, *rest):
+        condition = rest[0] if with_cond else np.bool_(True)
+        state = rest[1:] if with_cond else rest
+        values, held = list(state[:count]), list(state[count:])
+        outputs = ctx.lower_subgraph(body, [i, condition, *values])
+        new_values, scans = outputs[1:1 + count], outputs[1 + count:]
+        if on_scans is not None:
+            on_scans(scans)
+        written = [_write_row(ctx, node, b, i, s, k) for k, (b, s) in enumerate(zip(held, scans))]
+        following = [mb.add(x=i, y=np.int32(1), name=ctx.name(node, "next_i"))]
+        if with_cond:
+            following.append(_scalar_bool(ctx, node, outputs[0], "cond_out"))
+        return tuple(following + list(new_values) + written)
+
+    initial = [mb.const(val=np.int32(0), name=ctx.name(node, "i0"))]
+    if with_cond:
+        initial.append(cond if isinstance(cond, Var) else mb.const(val=cond, name=ctx.name(node, "cond0")))
+    try:
+        return mb.while_loop(_cond=keep_going, _body=step, loop_vars=tuple(initial + carried + buffers),
+                             name=ctx.name(node, "loop"))
+    except ValueError as exc:  # MIL's message names the variable whose type changes
+        if "changes in the body" in str(exc) or "subtype" in str(exc):
+            ctx.fail(node, "a loop-carried value changes rank or type between iterations, which Core ML's "
+                     f"while_loop cannot carry ({exc})")
+        raise
+
+
+def _probe_scan_rows(ctx, node, body, trip, cond, carried) -> list:
+    """The types of the scan rows, from a throwaway build of the loop without buffers."""
+    seen: list = []
+    probe = _while(ctx, node, body, trip, cond, carried, [], on_scans=lambda scans: seen.__setitem__(slice(None), scans))
+    row_types = [(s.dtype, s.shape) for s in seen]
+    op = probe[0].op
+    op.enclosing_block.remove_ops([op])
+    for k, (dtype, shape) in enumerate(row_types):
+        if any(is_symbolic(d) for d in shape):
+            ctx.fail(node, f"scan output {k} has rows of shape {tuple(shape)}, not known when the model is built; "
+                     "the buffer that gathers them must be preallocated", "pin the input shapes in the recipe")
+        if dtype not in _FILL_VALUES:
+            ctx.fail(node, f"scan output {k} is {types.builtin_to_string(dtype)}; buffers hold fp32, fp16 or int32")
+    return row_types
+
+
+def _buffer(ctx, node, trip, row_type, k):
+    dtype, shape = row_type
+    row = np.array([int(d) for d in shape], np.int32)
+    if isinstance(trip, Var):
+        parts = [mb.reshape(x=trip, shape=[1], name=ctx.name(node, f"m_1d{k}"))] + ([row] if row.size else [])
+        full = mb.concat(values=parts, axis=0, name=ctx.name(node, f"buffer_shape{k}")) if len(parts) > 1 else parts[0]
+    else:
+        full = np.concatenate([[np.int32(trip)], row]).astype(np.int32)
+    return mb.fill(shape=full, value=_FILL_VALUES[dtype], name=ctx.name(node, f"buffer{k}"))
+
+
+def _write_row(ctx, node, buffer, i, row, k):
+    index = mb.reshape(x=i, shape=[1], name=ctx.name(node, f"row_index{k}"))
+    update = mb.expand_dims(x=row, axes=[0], name=ctx.name(node, f"row{k}"))
+    return mb.scatter(data=buffer, indices=index, updates=update, axis=0, mode="update",
+                      name=ctx.name(node, f"gathered{k}"))
+
+
+def _rows_written(ctx, node, buffer, iterations, k):
+    """buffer[:iterations] (the loop stopped on its condition, perhaps before M)."""
+    rank = buffer.rank
+    end = mb.reshape(x=iterations, shape=[1], name=ctx.name(node, f"n_1d{k}"))
+    if rank > 1:
+        end = mb.concat(values=[end, np.zeros(rank - 1, np.int32)], axis=0, name=ctx.name(node, f"scan_end{k}"))
+    return mb.slice_by_index(x=buffer, begin=np.zeros(rank, np.int32), end=end,
+                             end_mask=[False] + [True] * (rank - 1), name=ctx.name(node, f"scan_rows{k}"))

@@ -1,0 +1,76 @@
+"""Route (b): coremltools' own torch frontend, for programs the ONNX exporter cannot take.
+
+The result is an fp32 ``.mlpackage`` (the recipe's precision is applied downstream, by the
+backend, as for every other route) plus ``route.json`` telling later stages to pass it
+through instead of lowering ONNX. The decomposed program is kept as ``model.pt2`` so a
+backend that wants to convert again (other precision, deployment target) can.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import warnings
+from pathlib import Path
+
+from edgebuild.errors import BuildError
+
+MLPACKAGE = "model.mlpackage"
+PROGRAM = "model.pt2"
+DEPLOYMENT_TARGET = "iOS17"
+
+
+def require_coremltools():
+    try:
+        import coremltools as ct
+    except ImportError:
+        raise BuildError(
+            "source.options.route coreml needs coremltools: pip install 'edgebuild-pytorch[coreml]'"
+        ) from None
+    return ct
+
+
+def convert_with_coremltools(program, out_dir: Path, *, input_names: list[str], output_names: list[str],
+                             deployment_target: str = DEPLOYMENT_TARGET) -> dict:
+    import torch
+
+    ct = require_coremltools()
+    decomposed = program.run_decompositions({})  # coremltools takes the ATen dialect
+    with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mlmodel = ct.convert(
+            decomposed,
+            convert_to="mlprogram",
+            compute_precision=ct.precision.FLOAT32,
+            minimum_deployment_target=getattr(ct.target, deployment_target),
+        )
+    spec = mlmodel.get_spec()
+    current_inputs = [i.name for i in spec.description.input]
+    current_outputs = [o.name for o in spec.description.output]
+    if len(current_inputs) != len(input_names) or len(current_outputs) != len(output_names):
+        raise BuildError(
+            f"coremltools produced {len(current_inputs)} input(s) and {len(current_outputs)} output(s), "
+            f"expected {len(input_names)} and {len(output_names)}"
+        )
+    for old, new in zip(current_inputs + current_outputs, input_names + output_names):
+        if old != new:
+            ct.utils.rename_feature(spec, old, new)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    renamed = ct.models.MLModel(spec, weights_dir=mlmodel.weights_dir, skip_model_load=True)
+    renamed.save(str(out_dir / MLPACKAGE))
+    torch.export.save(decomposed, str(out_dir / PROGRAM))
+    return {
+        "deployment_target": deployment_target,
+        "mil_ops": _op_counts(mlmodel),
+    }
+
+
+def _op_counts(mlmodel) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    program = getattr(mlmodel, "_mil_program", None)
+    if program is None:
+        return counts
+    for function in program.functions.values():
+        for op in function.operations:
+            counts[op.op_type] = counts.get(op.op_type, 0) + 1
+    return dict(sorted(counts.items()))

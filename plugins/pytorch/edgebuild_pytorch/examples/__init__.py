@@ -1,0 +1,1 @@
+"""Module factories for the example recipes."""

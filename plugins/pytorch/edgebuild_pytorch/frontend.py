@@ -1,0 +1,101 @@
+"""The ``pytorch`` frontend: a PyTorch source -> ``model.onnx`` (route a) or ``model.mlpackage`` (route b)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from edgebuild.errors import BuildError, EdgebuildError
+
+from edgebuild_pytorch.capture import bound_module, call_module, capture, output_names
+from edgebuild_pytorch.inputs import plan_inputs
+from edgebuild_pytorch.loading import load_source, require_torch
+from edgebuild_pytorch.options import parse_options
+
+ROUTE_FILE = "route.json"
+
+
+class PyTorchFrontend:
+    """Registered as the ``pytorch`` frontend; see the plugin's README for the recipe options."""
+
+    def import_model(self, path: Path, inputs: dict[str, dict], out_dir: Path, *, options: dict | None = None,
+                     base_dir: Path | None = None) -> dict:
+        start = time.perf_counter()
+        path, out_dir = Path(path), Path(out_dir)
+        torch = require_torch()
+        opts = parse_options(options)
+        plan = plan_inputs(inputs)
+        loaded = load_source(path, opts, base_dir)
+        example_arrays = plan.example_arrays()
+        outputs = call_module(loaded.fresh(), {**example_arrays, **plan.fixed})
+        names = output_names(outputs, opts.output_names)
+        example = tuple(torch.from_numpy(a) for a in example_arrays.values())
+        try:
+            program = capture(loaded.kind, bound_module(loaded.fresh(), plan), example)
+        except Exception as exc:
+            raise BuildError(
+                f"{path.name}: torch.export could not capture the {loaded.kind} model: "
+                f"{type(exc).__name__}: {_first_line(exc)}",
+                hint="the model must run with the recipe's input shapes; data-dependent control flow "
+                "needs a fixed value or a rewrite",
+            ) from exc
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        report: dict = {"kind": loaded.kind, **loaded.details, "fixed_inputs": sorted(plan.fixed),
+                        "outputs_named": names}
+        free_specs = {name: {"shape": shape, "dtype": dtype} for name, (shape, dtype) in plan.free.items()}
+        route, reason = opts.route, None
+        if route in ("onnx", "auto"):
+            try:
+                from edgebuild_pytorch.onnx_route import import_through_onnx
+
+                report.update(import_through_onnx(program, out_dir, opset=opts.opset, input_specs=free_specs,
+                                                  output_names=names))
+                route = "onnx"
+            except Exception as exc:
+                if opts.route == "onnx":
+                    raise _as_build_error(exc, path, "the ONNX exporter") from exc
+                reason = f"ONNX export failed: {type(exc).__name__}: {_first_line(exc)}"
+                route = "coreml"
+        if route == "coreml":
+            from edgebuild_pytorch.coreml_route import convert_with_coremltools
+
+            try:
+                report.update(convert_with_coremltools(program, out_dir, input_names=list(plan.free),
+                                                       output_names=names))
+            except Exception as exc:
+                raise _as_build_error(exc, path, "coremltools' torch frontend", earlier=reason) from exc
+        report.update({"route": route, "fallback_reason": reason, "seconds": round(time.perf_counter() - start, 3)})
+        (out_dir / ROUTE_FILE).write_text(json.dumps(
+            {"route": route, "artifact": "model.onnx" if route == "onnx" else "model.mlpackage",
+             "inputs": free_specs, "outputs": names, "fallback_reason": reason}, indent=1))
+        return report
+
+    def reference(self, path: Path, source: dict, base_dir: Path | None = None):
+        """Runner for the validate stage: the source module in eager mode (``source`` is the recipe's dump)."""
+        from edgebuild_pytorch.reference import reference_runner
+
+        return reference_runner(path, source.get("options") or {}, base_dir)
+
+    def input_specs(self, source: dict) -> dict[str, dict]:
+        """The shape, dtype (and fixed value) of every input, in the format of ``onnx_input_specs``."""
+        plan = plan_inputs(source.get("inputs") or {})
+        specs = {name: {"shape": shape, "dtype": dtype} for name, (shape, dtype) in plan.free.items()}
+        for name, value in plan.fixed.items():
+            specs[name] = {"shape": list(value.shape), "dtype": value.dtype.name, "value": value.tolist()}
+        return specs
+
+
+def _as_build_error(exc: Exception, path: Path, what: str, earlier: str | None = None) -> EdgebuildError:
+    if isinstance(exc, EdgebuildError):
+        return exc
+    message = f"{path.name}: {what} failed: {type(exc).__name__}: {_first_line(exc)}"
+    if earlier:
+        message += f"\n  (tried first: {earlier})"
+    return BuildError(message, hint="try the other route with source.options.route, or report the model")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""

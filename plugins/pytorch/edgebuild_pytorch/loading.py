@@ -1,0 +1,213 @@
+"""Loads a PyTorch source into an eager ``torch.nn.Module``: TorchScript, ExportedProgram, or a
+module built by a factory with its weights (state_dict ``.pt`` or ``.safetensors``).
+
+Weights are read with ``torch.load(weights_only=True)`` or safetensors, so loading a state_dict
+never runs pickled code; TorchScript and ExportedProgram archives hold no pickled Python either.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from edgebuild.errors import BuildError, UsageError
+
+from edgebuild_pytorch.options import PyTorchOptions
+from edgebuild_pytorch.sources import resolve_config
+
+MAX_KEYS_SHOWN = 5
+
+
+def require_torch():
+    try:
+        import torch
+    except ImportError:
+        raise BuildError(
+            "source.format pytorch needs torch, which is not installed",
+            hint="install the CPU build: pip install 'edgebuild-pytorch[torch]' (torch==2.13.0)",
+        ) from None
+    return torch
+
+
+def source_kind(path: Path, options: PyTorchOptions) -> str:
+    """The recipe's ``kind``, else one inferred from the file suffix and whether a factory is given."""
+    if options.kind:
+        return options.kind
+    suffix = path.suffix.lower()
+    if suffix == ".pt2":
+        return "exported_program"
+    if suffix == ".safetensors" or options.factory:
+        return "state_dict"
+    return "torchscript"
+
+
+@dataclass
+class LoadedSource:
+    """An eager module plus what is needed to get a fresh copy of it (TorchScript may keep state)."""
+
+    kind: str
+    module: Any
+    fresh: Callable[[], Any]
+    details: dict
+
+
+def load_source(path: Path, options: PyTorchOptions, base_dir: Path | None = None) -> LoadedSource:
+    path = Path(path)
+    kind = source_kind(path, options)
+    if kind == "torchscript":
+        return _load_torchscript(path, options)
+    if kind == "exported_program":
+        return _load_exported_program(path)
+    return _load_state_dict(path, options, base_dir)
+
+
+def _load_torchscript(path: Path, options: PyTorchOptions) -> LoadedSource:
+    torch = require_torch()
+    blob = path.read_bytes()
+
+    def fresh():
+        return torch.jit.load(io.BytesIO(blob), map_location="cpu").eval()
+
+    try:
+        module = fresh()
+    except Exception as exc:
+        raise BuildError(
+            f"{path.name}: not a TorchScript archive ({type(exc).__name__}: {_first_line(exc)})",
+            hint="for a state_dict give source.options.factory; for torch.export programs use a .pt2 file "
+            "or source.options.kind: exported_program",
+        ) from exc
+    return LoadedSource("torchscript", module, fresh, {})
+
+
+def _load_exported_program(path: Path) -> LoadedSource:
+    torch = require_torch()
+    try:
+        program = torch.export.load(str(path))
+    except Exception as exc:
+        raise BuildError(
+            f"{path.name}: not a torch.export program ({type(exc).__name__}: {_first_line(exc)})",
+            hint="save it with torch.export.save(program, 'model.pt2')",
+        ) from exc
+    module = program.module()
+    return LoadedSource("exported_program", module, lambda: module, {})
+
+
+def _load_state_dict(path: Path, options: PyTorchOptions, base_dir: Path | None) -> LoadedSource:
+    if not options.factory:
+        raise UsageError(
+            f"{path.name}: a state_dict needs the module it belongs to",
+            hint="set source.options.factory: 'package.module:callable' (plus factory_kwargs)",
+        )
+    details: dict = {"factory": options.factory}
+    kwargs = dict(options.factory_kwargs)
+    if options.config:
+        config = resolve_config(options.config, options.config_sha256, weights=path, base_dir=base_dir)
+        kwargs["config"] = str(config)
+        details["config"] = str(config.name)
+
+    def fresh():
+        module = build_module(options.factory, kwargs)
+        load_weights_into(module, read_state_dict(path), path.name, options.factory)
+        return module.eval()
+
+    return LoadedSource("state_dict", fresh(), fresh, details)
+
+
+def resolve_factory(spec: str) -> Callable:
+    module_name, _, attribute = spec.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise BuildError(
+            f"source.options.factory {spec!r}: cannot import {module_name!r} ({type(exc).__name__}: {_first_line(exc)})",
+            hint="install the package that provides the module class, or fix the factory path",
+        ) from exc
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise BuildError(f"source.options.factory {spec!r}: {module_name!r} has no attribute {attribute!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise BuildError(f"source.options.factory {spec!r}: {attribute!r} is not callable")
+    return target
+
+
+def build_module(spec: str, kwargs: dict):
+    """Call the factory; any failure names it, since the traceback alone would point into user code."""
+    torch = require_torch()
+    factory = resolve_factory(spec)
+    try:
+        module = factory(**kwargs)
+    except Exception as exc:
+        raise BuildError(
+            f"source.options.factory {spec!r} raised {type(exc).__name__}: {_first_line(exc)}",
+            hint="check factory_kwargs and that the factory builds the module without downloading anything",
+        ) from exc
+    if not isinstance(module, torch.nn.Module):
+        raise BuildError(
+            f"source.options.factory {spec!r} returned {type(module).__name__}, not a torch.nn.Module"
+        )
+    return module
+
+
+def read_state_dict(path: Path) -> dict:
+    torch = require_torch()
+    try:
+        if path.suffix.lower() == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path), device="cpu")
+        else:
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except ImportError:
+        raise BuildError(f"{path.name}: reading .safetensors needs the safetensors package: pip install safetensors") from None
+    except Exception as exc:
+        raise BuildError(
+            f"{path.name}: not a readable state_dict ({type(exc).__name__}: {_first_line(exc)})",
+            hint="state_dicts are read with torch.load(weights_only=True): save tensors only, not whole modules",
+        ) from exc
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]  # training checkpoints wrap the weights
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise BuildError(f"{path.name}: expected a mapping of parameter names to tensors")
+    return state
+
+
+def state_dict_mismatch(module_state: dict, loaded: dict) -> list[str]:
+    """Human-readable differences between the module's parameters and the file's, first few of each kind."""
+    expected, given = list(module_state), list(loaded)
+    missing = [k for k in expected if k not in loaded]
+    unexpected = [k for k in given if k not in module_state]
+    wrong_shape = [
+        f"{k} (module {list(module_state[k].shape)}, file {list(loaded[k].shape)})"
+        for k in expected if k in loaded and tuple(module_state[k].shape) != tuple(loaded[k].shape)
+    ]
+    problems = []
+    for label, keys in (("missing from the file", missing), ("not in the module", unexpected),
+                        ("with other shapes", wrong_shape)):
+        if keys:
+            shown = ", ".join(keys[:MAX_KEYS_SHOWN]) + (f" (+{len(keys) - MAX_KEYS_SHOWN} more)" if len(keys) > MAX_KEYS_SHOWN else "")
+            problems.append(f"{len(keys)} key(s) {label}: {shown}")
+    return problems
+
+
+def load_weights_into(module, state: dict, file_name: str, factory: str) -> None:
+    module_state = module.state_dict()
+    # Older checkpoints saved buffers the module now keeps non-persistent (e.g. BERT's
+    # position_ids): the module computes those itself, so the file's copy is not needed.
+    transient = {name for name, _ in module.named_buffers()} - set(module_state)
+    state = {k: v for k, v in state.items() if k not in transient}
+    problems = state_dict_mismatch(module_state, state)
+    if problems:
+        raise BuildError(
+            f"{file_name} does not match the module from {factory!r}:\n  " + "\n  ".join(problems),
+            hint="check that the factory builds the architecture these weights were saved from",
+        )
+    module.load_state_dict(state, strict=True)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
