@@ -158,6 +158,8 @@ def _value_problem(arrays: Sequence) -> str | None:
             return "sequence values"
         if array.dtype == object:
             return "string tensors"
+        if array.size == 0:
+            return "empty (zero-size) tensors"
         if array.dtype.kind in "iu" and array.size and (array.min() < _INT32.min or array.max() > _INT32.max):
             return "integers beyond int32 range"
     return None
@@ -279,6 +281,20 @@ def _one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _warm_up(run: Callable) -> None:
+    """Run a one-node model once, so the backend's imports (seconds on a busy
+    machine) are not charged to the first real case's timeout."""
+    import onnx.helper as oh
+
+    value = oh.make_tensor_value_info
+    graph = oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "warm_up",
+                          [value("x", 1, [1])], [value("y", 1, [1])])
+    try:
+        run(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 14)]), [np.zeros(1, np.float32)])
+    except Exception:  # noqa: BLE001 - a real case will report the problem
+        pass
+
+
 def _worker(conn, backend: str, runner: str | None) -> None:
     """Worker process: receive cases, send back records, until told to stop (None)."""
     try:
@@ -286,6 +302,7 @@ def _worker(conn, backend: str, runner: str | None) -> None:
     except Exception as exc:  # noqa: BLE001
         conn.send({"status": "error", "reason": _one_line(f"backend setup failed: {exc}")})
         return
+    _warm_up(run)
     conn.send("ready")
     while True:
         case = conn.recv()

@@ -7,7 +7,8 @@ compares outputs; this module only turns (model, inputs) into outputs, the way a
 The cases feed operator parameters (axes, pads, scales, k, weights) as graph inputs, which
 MIL takes only as build-time constants. When the lowering asks for a constant, the case is
 lowered again with every input but the first baked in as an initializer — what a recipe's
-fixed input (``source.inputs: {name: {value: ...}}``) does — and run on the first input.
+fixed input (``source.inputs: {name: {value: ...}}``) does — and run on the first input;
+failing that, with every input baked in.
 """
 
 from __future__ import annotations
@@ -95,9 +96,13 @@ def run_onnx_case(model_proto: onnx.ModelProto, inputs: Sequence[np.ndarray]) ->
             f"the case feeds {len(inputs)} inputs but the model has {len(graph_inputs)} ({', '.join(graph_inputs)})"
         )
     values = dict(zip(graph_inputs, inputs))
-    try:
-        return _lower_and_run(model_proto, values)
-    except LoweringError as exc:
-        if len(graph_inputs) < 2 or not _wants_constants(exc):
-            raise
-    return _lower_and_run(_fold_inputs(model_proto, values, graph_inputs[1:]), values)
+    # Fold nothing, then the parameters (inputs after the first), then everything.
+    attempts = [[], graph_inputs[1:], graph_inputs]
+    attempts = [names for i, names in enumerate(attempts) if names not in attempts[:i]]
+    for i, folded in enumerate(attempts):
+        try:
+            return _lower_and_run(_fold_inputs(model_proto, values, folded) if folded else model_proto, values)
+        except LoweringError as exc:
+            if i == len(attempts) - 1 or not _wants_constants(exc):
+                raise
+    raise AssertionError("unreachable")

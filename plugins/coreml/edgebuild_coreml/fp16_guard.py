@@ -17,11 +17,15 @@ import numpy as np
 
 FP16_MAX = 65504.0
 MAX_CALIBRATION_SAMPLES = 8  # the guard runs the interpreter once per sample; keep builds quick
+# Values this large (attention masks built from float32 min, say) stand for infinity: fp16's inf
+# keeps their meaning, as coremltools assumes for constants. inf/NaN already in fp32 is not
+# something fp32 would fix either. Neither makes an op worth keeping in fp32.
+MEANT_AS_INFINITY = 1e38
 
 
 @dataclass
 class GuardResult:
-    overflowing: dict[str, float]  # op name -> largest |output| seen (inf when it overflowed fp32 too)
+    overflowing: dict[str, float]  # op name -> largest |output| seen
     readers: list[str]  # ops reading an overflowing output
     checked_samples: int
     ranges: dict[str, float] = field(default_factory=dict, repr=False)  # op name -> max |output|
@@ -32,14 +36,10 @@ class GuardResult:
 
     def to_json(self) -> dict:
         return {
-            "kept_fp32": [{"op": name, "max_abs": _json_number(value)} for name, value in self.overflowing.items()],
+            "kept_fp32": [{"op": name, "max_abs": value} for name, value in self.overflowing.items()],
             "readers_kept_fp32": list(self.readers),
             "checked_samples": self.checked_samples,
         }
-
-
-def _json_number(value: float):
-    return float(value) if np.isfinite(value) else "inf"
 
 
 # -- calibration inputs -----------------------------------------------------------------------
@@ -71,24 +71,25 @@ def calibration_samples(section, source_path: Path, recipe_inputs: Mapping[str, 
 
 
 def _max_abs(value) -> float | None:
+    """Largest magnitude among the values that are meant as numbers (see MEANT_AS_INFINITY)."""
     array = np.asarray(value)
     if array.dtype.kind != "f" or array.size == 0:
         return None
-    return float(np.max(np.abs(array.astype(np.float64, copy=False))))
+    magnitudes = np.abs(array.astype(np.float64, copy=False))
+    meant = magnitudes[magnitudes < MEANT_AS_INFINITY]  # also drops inf and NaN
+    return float(meant.max()) if meant.size else 0.0
 
 
 def activation_ranges(program, samples) -> dict[str, float]:
-    """Largest |output| of every float-producing op over ``samples`` (NaN counts as inf)."""
+    """Largest |output| of every float-producing op over ``samples``."""
     from edgebuild_coreml.interpreter import run_program
 
     ranges: dict[str, float] = {}
 
     def observe(op, outputs) -> None:
         peaks = [m for m in map(_max_abs, outputs) if m is not None]
-        if not peaks:
-            return
-        peak = max(np.inf if np.isnan(m) else m for m in peaks)
-        ranges[op.name] = max(peak, ranges.get(op.name, 0.0))
+        if peaks:
+            ranges[op.name] = max(max(peaks), ranges.get(op.name, 0.0))
 
     for sample in samples:
         run_program(program, sample, observer=observe)
@@ -121,7 +122,7 @@ def readers_of(program, producers: set[str]) -> list[str]:
 def find_overflows(program, samples, *, limit: float = FP16_MAX) -> GuardResult:
     """Run ``program`` (fp32) on ``samples`` and name the ops fp16 could not hold."""
     ranges = activation_ranges(program, samples)
-    overflowing = {name: peak for name, peak in ranges.items() if not peak <= limit}
+    overflowing = {name: peak for name, peak in ranges.items() if peak > limit}
     return GuardResult(
         overflowing=overflowing,
         readers=readers_of(program, set(overflowing)) if overflowing else [],

@@ -35,7 +35,7 @@ def convert_with_coremltools(program, out_dir: Path, *, input_names: list[str], 
     import torch
 
     ct = require_coremltools()
-    decomposed = program.run_decompositions({})  # coremltools takes the ATen dialect
+    decomposed = program.run_decompositions(_decompositions())  # coremltools takes the ATen dialect
     with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mlmodel = ct.convert(
@@ -63,6 +63,16 @@ def convert_with_coremltools(program, out_dir: Path, *, input_names: list[str], 
         "deployment_target": deployment_target,
         "mil_ops": _op_counts(mlmodel),
     }
+
+
+def _decompositions() -> dict:
+    """Only what coremltools lacks a converter for (the LSTM cell's ``unsafe_split``); the rest
+    stays as the larger ops coremltools maps one to one."""
+    import torch
+    from torch._decomp import get_decompositions
+
+    aten = torch.ops.aten
+    return get_decompositions([aten.unsafe_split, aten.unsafe_split_with_sizes, aten.unsafe_chunk])
 
 
 def _op_counts(mlmodel) -> dict[str, int]:

@@ -113,3 +113,26 @@ def axes_operand(ctx, node, *, input_index: int, attr: str = "axes", input_since
 def wanted(value) -> bool:
     """Whether an (optional) ONNX output is consumed: by a node or as a graph output."""
     return value is not None and value.name != "" and (bool(value.uses()) or value.is_graph_output())
+
+
+def _cover_cond_shape(cond, a, b):
+    """``a`` broadcast so that (a, b) span cond's shape: MIL's select infers its output shape
+    from a and b alone, so a larger cond would be cut down to their shape."""
+    shapes = [shape_of(v) for v in (cond, a, b)]
+    if all(is_static(d) for shape in shapes for d in shape):
+        full = np.broadcast_shapes(*shapes)
+        if np.broadcast_shapes(shapes[1], shapes[2]) == full:
+            return a
+        if is_const(a):
+            return np.broadcast_to(value_of(a), full).astype(numpy_dtype(dtype_of(a)))
+    elif len(shapes[0]) <= max(len(shapes[1]), len(shapes[2])):
+        return a
+    if dtype_of(a) == "bool":
+        return mb.logical_or(x=a, y=mb.logical_and(x=cond, y=False))
+    zeros = mb.mul(x=mb.cast(x=cond, dtype=dtype_of(a)), y=const_like(0, a))
+    return mb.add(x=a, y=zeros)
+
+
+def select(cond, a, b, **kwargs):
+    """``mb.select`` with ONNX Where's broadcasting over all three operands."""
+    return mb.select(cond=cond, a=_cover_cond_shape(cond, a, b), b=b, **kwargs)

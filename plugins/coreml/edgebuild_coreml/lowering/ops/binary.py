@@ -53,9 +53,7 @@ def power(ctx, node):
 @lowers("Mod")
 def mod(ctx, node):
     x, y = ctx.input(node, 0), ctx.input(node, 1)
-    if not ctx.attr(node, "fmod", 0):
-        if dtype_of(x) != "int32":
-            ctx.fail(node, "Mod with fmod=0 is defined for integers only", hint="set fmod=1 for floats")
+    if not ctx.attr(node, "fmod", 0):  # the result takes the divisor's sign, as MIL mod's does
         return mb.mod(x=x, y=y, name=ctx.name(node))
     # C fmod: the result takes the dividend's sign. MIL mod takes the divisor's, so where a
     # nonzero result has the wrong sign, shift it by one divisor.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._util import dtype_of
+from edgebuild_coreml.lowering.ops._util import dtype_of, select
 from edgebuild_coreml.lowering.registry import lowers
 
 _COMPARE = {
@@ -39,4 +39,5 @@ def logical_not(ctx, node):
 
 @lowers("Where")
 def where(ctx, node):
-    return mb.select(cond=ctx.input(node, 0), a=ctx.input(node, 1), b=ctx.input(node, 2), name=ctx.name(node))
+    cond, a, b = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
+    return select(cond, a, b, name=ctx.name(node))

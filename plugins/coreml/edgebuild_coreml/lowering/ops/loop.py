@@ -30,15 +30,23 @@ def _trip_count(ctx, node):
         count = int(np.asarray(value).reshape(-1)[0])
         return None if count > _INT32_MAX else np.int32(max(count, 0))
     trip = ctx.input(node, 0)
-    trip = mb.reshape(x=trip, shape=[], name=ctx.name(node, "m")) if trip.rank else trip
+    trip = _as_scalar(ctx, node, trip, "m")
     return trip if trip.dtype == types.int32 else mb.cast(x=trip, dtype="int32", name=ctx.name(node, "m_i32"))
+
+
+def _as_scalar(ctx, node, value, tag):
+    """A MIL scalar from a one-element tensor (MIL tells a rank-0 tensor from a scalar, and a
+    loop variable must keep its type)."""
+    if not types.is_tensor(value.sym_type):
+        return value
+    flat = mb.reshape(x=value, shape=[1], name=ctx.name(node, tag + "_1d"))
+    return mb.squeeze(x=flat, name=ctx.name(node, tag + "_scalar"))
 
 
 def _scalar_bool(ctx, node, value, tag):
     if not isinstance(value, Var):
         return np.bool_(np.asarray(value).reshape(-1)[0])
-    if types.is_tensor(value.sym_type):  # MIL tells a rank-0 tensor from a scalar; loop vars must match
-        value = mb.reshape(x=value, shape=[], name=ctx.name(node, tag + "_scalar"))
+    value = _as_scalar(ctx, node, value, tag)
     return value if value.dtype == types.bool else mb.cast(x=value, dtype="bool", name=ctx.name(node, tag + "_bool"))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._util import dtype_of, rank_of
+from edgebuild_coreml.lowering.ops._util import dtype_of, rank_of, wanted
 from edgebuild_coreml.lowering.registry import lowers
 
 _REDUCTIONS = ("none", "sum", "mean")
@@ -66,4 +66,4 @@ def softmax_cross_entropy_loss(ctx, node):
     log_prob = mb.sub(x=scores, y=mb.reduce_log_sum_exp(x=scores, axes=[1], keep_dims=True),
                       name=ctx.name(node, "log_prob"))
     loss = _nll(ctx, node, log_prob, ctx.input(node, 1), ctx.input(node, 2, optional=True))
-    return loss, log_prob
+    return (loss, log_prob) if len(node.outputs) > 1 and wanted(node.outputs[1]) else loss

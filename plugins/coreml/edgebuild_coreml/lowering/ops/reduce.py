@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._util import axes_operand, dim, normalize_axis, rank_of
+from edgebuild_coreml.lowering.ops._util import axes_operand, dim, dtype_of, normalize_axis, rank_of, shape_of
 from edgebuild_coreml.lowering.registry import lowers
 
 _REDUCERS = {
@@ -40,6 +40,13 @@ def reduce(ctx, node):
         return mb.identity(x=x, name=ctx.name(node))
     if axes is not None:
         axes = sorted({normalize_axis(ctx, node, a, rank) for a in axes})
+    if 0 in shape_of(x):
+        ctx.fail(node, "reducing an empty tensor is not supported: Core ML tensors have no zero-size dims")
+    if dtype_of(x) == "bool":  # Max/Min of booleans are any/all: reduce as int32, cast back
+        if node.op_type not in ("ReduceMax", "ReduceMin"):
+            ctx.fail(node, f"{node.op_type} of a boolean tensor is not defined")
+        counted = _REDUCERS[node.op_type](x=mb.cast(x=x, dtype="int32"), axes=axes, keep_dims=keep_dims)
+        return mb.cast(x=counted, dtype="bool", name=ctx.name(node))
     return _REDUCERS[node.op_type](x=x, axes=axes, keep_dims=keep_dims, name=ctx.name(node))
 
 

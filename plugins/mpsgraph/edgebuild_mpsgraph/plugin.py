@@ -1,0 +1,36 @@
+"""Registers edgebuild-mpsgraph: MPSGraph lowerings, the ``bundle`` backend, its recipe
+options and the runtimes that execute MPSGraph programs and Metal kernel segments on Linux."""
+
+from __future__ import annotations
+
+from edgebuild.hookspecs import hookimpl
+
+
+@hookimpl
+def edgebuild_register_lowerings(register):
+    from edgebuild_mpsgraph.lowering import LOWERINGS
+
+    for domain, op_type, since, until, fn in LOWERINGS:
+        register("mpsgraph", op_type, fn, domain=domain, since=since, until=until)
+
+
+@hookimpl
+def edgebuild_register_backends(register):
+    from edgebuild.registry import Lazy
+
+    register("bundle", Lazy("edgebuild_mpsgraph.bundle_backend:BundleBackend"))
+
+
+@hookimpl
+def edgebuild_register_recipe_sections(register):
+    from edgebuild_mpsgraph.options import BundleOptions
+
+    register("bundle:target.options", BundleOptions)
+
+
+@hookimpl
+def edgebuild_register_runtimes(register):
+    from edgebuild.registry import Lazy
+
+    register("mpsgraph-reference", Lazy("edgebuild_mpsgraph.runtime:MPSGraphReferenceRuntime"))
+    register("msl-emulation", Lazy("edgebuild_mpsgraph.runtime:MSLEmulationRuntime"))
