@@ -303,16 +303,19 @@ def _worker(conn, backend: str, runner: str | None) -> None:
         conn.send({"status": "error", "reason": _one_line(f"backend setup failed: {exc}")})
         return
     _warm_up(run)
-    conn.send("ready")
-    while True:
-        case = conn.recv()
-        if case is None:
-            return
-        try:
-            record = run_case(run, case)
-        except BaseException:  # noqa: BLE001
-            record = {"status": "error", "reason": _one_line(traceback.format_exc().splitlines()[-1])}
-        conn.send(record)
+    try:
+        conn.send("ready")
+        while True:
+            case = conn.recv()
+            if case is None:
+                return
+            try:
+                record = run_case(run, case)
+            except Exception:  # noqa: BLE001
+                record = {"status": "error", "reason": _one_line(traceback.format_exc().splitlines()[-1])}
+            conn.send(record)
+    except (EOFError, OSError, KeyboardInterrupt):  # the parent went away: stop quietly
+        return
 
 
 class _WorkerPool:

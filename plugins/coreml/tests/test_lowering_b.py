@@ -466,16 +466,6 @@ def test_lstm_batch_first_layout(with_states):
     assert_matches(actual["y2"], expected["y2"].transpose(1, 0, 2), rtol=RTOL, atol=ATOL)
 
 
-def test_lstm_refuses_partial_sequence_lengths():
-    from edgebuild.errors import BuildError
-
-    inputs = {**_lstm_inputs("forward", peepholes=False), "seq": np.array([5, 3], np.int32)}
-    model = single_node_model("LSTM", inputs, attrs={"hidden_size": 4}, opset=14, outputs=3,
-                              initializers=("w", "r", "b", "seq"))
-    with pytest.raises(BuildError, match="sequence_lens"):
-        lower(model)
-
-
 # -- control flow ------------------------------------------------------------------------
 def _if_model():
     then_graph = oh.make_graph([oh.make_node("Mul", ["x", "x"], ["t"])], "then", [],

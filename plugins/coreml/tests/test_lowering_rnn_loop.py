@@ -15,7 +15,7 @@ import onnx
 import onnx.helper as oh
 import onnx.numpy_helper as onh
 import pytest
-from onnx_cases import IR_VERSION, assert_matches, check, check_op, lower, lower_and_run, run_onnxruntime, single_node_model
+from onnx_cases import IR_VERSION, assert_matches, check, lower, lower_and_run, run_onnxruntime, single_node_model
 
 from edgebuild.errors import BuildError
 
@@ -61,6 +61,30 @@ def test_constant_weights_use_the_fused_mil_op(op, direction):
     counts = check_recurrent(op, recurrent_inputs(op, direction), {"direction": direction})
     assert counts.get(op.lower(), 0) >= 1
     assert "matmul" not in counts
+
+
+@pytest.mark.parametrize("target", ["iOS15", "iOS18"])
+@pytest.mark.parametrize("op", ["GRU", "RNN", "LSTM"])
+def test_fused_without_initial_states(op, target):
+    inputs = {**recurrent_inputs(op, "bidirectional"), "h0": None}
+    if op == "LSTM":
+        inputs["c0"] = None
+    model = single_node_model(op, inputs, attrs={"hidden_size": 5, "direction": "bidirectional"}, opset=14,
+                              outputs=OUTPUTS[op], initializers=["w", "r", "b"])
+    check(model, inputs, initializers=["w", "r", "b"], rtol=RTOL, atol=ATOL, target=target)
+    assert lower(model, target=target).op_counts.get(op.lower(), 0) >= 1
+
+
+@pytest.mark.parametrize("constants", [WEIGHTS, ()], ids=["fused", "unrolled"])
+def test_float16_precision(constants):
+    inputs = recurrent_inputs("GRU", "bidirectional")
+    model = single_node_model("GRU", inputs, attrs={"hidden_size": 5, "direction": "bidirectional"}, opset=14,
+                              outputs=2, initializers=[k for k in constants if k in inputs])
+    feeds = {k: v for k, v in inputs.items() if v is not None and k not in constants}
+    expected = run_onnxruntime(model, feeds)
+    actual = lower_and_run(model, feeds, precision="float16")
+    for name, reference in expected.items():
+        assert_matches(actual[name], reference, rtol=2e-2, atol=2e-2, name=name)
 
 
 @pytest.mark.parametrize("activation", ["Relu", "Sigmoid", "Tanh"])

@@ -19,7 +19,22 @@ import numpy as np
 from edgebuild_pytorch.inputs import InputPlan, scalar_types, to_argument
 
 
-def bound_module(module, plan: InputPlan):
+def invoke(module, arguments: dict[str, Any], positional: list[str] | None = None):
+    """Call with keywords, or in ``positional`` order for modules that take none."""
+    if positional is None:
+        return module(**arguments)
+    missing = [name for name in positional if name not in arguments]
+    if missing or len(arguments) != len(positional):
+        from edgebuild.errors import UsageError
+
+        raise UsageError(
+            f"source.inputs: the program takes {', '.join(positional)}; the recipe gives {', '.join(arguments)}",
+            hint="name the recipe's inputs as the program's",
+        )
+    return module(*(arguments[name] for name in positional))
+
+
+def bound_module(module, plan: InputPlan, positional: list[str] | None = None):
     """``module`` as ``forward(*free_inputs) -> tuple of tensors``, fixed inputs bound in."""
     import torch
     from torch.utils import _pytree as pytree
@@ -34,19 +49,20 @@ def bound_module(module, plan: InputPlan):
             self.inner = module
 
         def forward(self, *free):
-            outputs = self.inner(**dict(zip(names, free)), **fixed)
+            outputs = invoke(self.inner, {**dict(zip(names, free)), **fixed}, positional)
             return tuple(pytree.tree_leaves(outputs))
 
     return BoundInputs().eval()
 
 
-def call_module(module, arrays: dict[str, np.ndarray]):
+def call_module(module, arrays: dict[str, np.ndarray], positional: list[str] | None = None):
     """Run ``module`` eagerly on named numpy inputs; returns its (nested) output."""
     import torch
 
     scalars = scalar_types(module)
     with torch.no_grad():
-        return module(**{name: to_argument(name, value, scalars) for name, value in arrays.items()})
+        return invoke(module, {name: to_argument(name, value, scalars) for name, value in arrays.items()},
+                      positional)
 
 
 def output_names(outputs: Any, given: list[str] | None = None) -> list[str]:

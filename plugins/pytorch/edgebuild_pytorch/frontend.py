@@ -28,11 +28,11 @@ class PyTorchFrontend:
         plan = plan_inputs(inputs)
         loaded = load_source(path, opts, base_dir)
         example_arrays = plan.example_arrays()
-        outputs = call_module(loaded.fresh(), {**example_arrays, **plan.fixed})
+        outputs = call_module(loaded.fresh(), {**example_arrays, **plan.fixed}, loaded.positional)
         names = output_names(outputs, opts.output_names)
         example = tuple(torch.from_numpy(a) for a in example_arrays.values())
         try:
-            program = capture(loaded.kind, bound_module(loaded.fresh(), plan), example)
+            program = capture(loaded.kind, bound_module(loaded.fresh(), plan, loaded.positional), example)
         except Exception as exc:
             raise BuildError(
                 f"{path.name}: torch.export could not capture the {loaded.kind} model: "

@@ -52,6 +52,7 @@ class LoadedSource:
     module: Any
     fresh: Callable[[], Any]
     details: dict
+    positional: list[str] | None = None  # argument order, for modules that take no keywords
 
 
 def load_source(path: Path, options: PyTorchOptions, base_dir: Path | None = None) -> LoadedSource:
@@ -92,7 +93,10 @@ def _load_exported_program(path: Path) -> LoadedSource:
             hint="save it with torch.export.save(program, 'model.pt2')",
         ) from exc
     module = program.module()
-    return LoadedSource("exported_program", module, lambda: module, {})
+    # An exported program checks its call against the spec it was exported with: positional.
+    order = [spec.arg.name for spec in program.graph_signature.input_specs
+             if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT]
+    return LoadedSource("exported_program", module, lambda: module, {}, positional=order)
 
 
 def _load_state_dict(path: Path, options: PyTorchOptions, base_dir: Path | None) -> LoadedSource:

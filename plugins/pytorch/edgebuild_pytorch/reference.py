@@ -29,7 +29,7 @@ def reference_runner(path: Path, options: dict | None = None, base_dir: Path | N
     def run(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         module = loaded.module if first[0] else loaded.fresh()
         first[0] = False
-        outputs = call_module(module, dict(inputs))
+        outputs = call_module(module, dict(inputs), loaded.positional)
         names = output_names(outputs, parsed.output_names)
         leaves = pytree.tree_leaves(outputs)
         return {name: leaf.detach().cpu().numpy() for name, leaf in zip(names, leaves)}

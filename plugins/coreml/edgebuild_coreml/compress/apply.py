@@ -5,6 +5,10 @@ palettise): the global weights go to ``global_config``, type-only overrides to
 ``op_type_configs`` and name-regex overrides to ``op_name_configs`` (regexes resolved against
 the program's op names). An op whose configuration belongs to another pass is set to None so
 the global one does not reach it. Precedence is coremltools': op name, then op type, then global.
+
+Scalar k-means palettisation (``algorithm: kmeans``) does not go through coremltools' pass:
+``fast_palettize`` rewrites the program directly and ``serialize`` writes it once. The model
+moves between passes as a :class:`_Working` copy that is an MLModel, a MIL program, or both.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import numpy as np
 
 from edgebuild.errors import BuildError, RecipeError
 
+from .fast_palettize import fast_palettize_program, uses_fast_kmeans
 from .config import (
     CompressionSection,
     LinearWeights,
@@ -32,6 +37,7 @@ from .config import (
 from .gating import check_deployment_target
 from .lut import KmeansLutFunction, channel_groups
 from .program import iter_ops, is_weight_op, load_program, weight_uses
+from .serialize import program_to_model, save_program
 
 _PASS_ORDER = ("prune", "linear", "palettize")
 
@@ -50,15 +56,51 @@ def compress_mlpackage(
     check_deployment_target(section, target)
     src, dst = Path(src), Path(dst)
 
-    model = ct.models.MLModel(str(src), skip_model_load=True)
-    before = weight_uses(load_program(model))
+    working = _Working(ct.models.MLModel(str(src), skip_model_load=True))
+    before = weight_uses(working.program)
     if section.activations is not None:
-        model = _quantize_activations(model, calibration, src)
-    for stage in plan_weight_passes(section, load_program(model)):
-        model = stage.run(model)
-    after = weight_uses(load_program(model))
-    _save_atomically(model, dst)
+        working.model = _quantize_activations(working.model, calibration, src)
+    for stage in plan_weight_passes(section, working.program):
+        stage.apply(working)
+    after = weight_uses(working.program)
+    working.save(dst)
     return _report(before, after)
+
+
+class _Working:
+    """The model being compressed: converted between MLModel and MIL program only when needed."""
+
+    def __init__(self, model: ct.models.MLModel):
+        self._model = model
+        self._program = None
+        self._program_changed = False
+
+    @property
+    def program(self):
+        if self._program is None:
+            self._program = load_program(self._model)
+        return self._program
+
+    def program_changed(self) -> None:
+        """The program was rewritten in place; the MLModel no longer matches it."""
+        self._program_changed = True
+
+    @property
+    def model(self) -> ct.models.MLModel:
+        if self._program_changed:
+            self._model = program_to_model(self._program, like=self._model)
+            self._program_changed = False
+        return self._model
+
+    @model.setter
+    def model(self, model: ct.models.MLModel) -> None:
+        self._model, self._program, self._program_changed = model, None, False
+
+    def save(self, dst: Path) -> None:
+        if self._program_changed:
+            save_program(self._program, self._model, dst)
+        else:
+            _save_atomically(self._model, dst)
 
 
 @dataclass
@@ -69,6 +111,19 @@ class WeightPass:
     config: cto.OptimizationConfig
     joint: bool = False
     lut_functions: list[KmeansLutFunction] = field(default_factory=list)
+
+    def apply(self, working: _Working) -> None:
+        """Run the pass on ``working``: our own palettiser where it applies, else coremltools'."""
+        if self.kind == "palettize" and not self.joint:
+            configs = _all_op_configs(self.config)
+            if any(uses_fast_kmeans(c) for c in configs):
+                fast_palettize_program(working.program, self.config)
+                working.program_changed()
+                rest = _without_fast_kmeans(self.config)
+                if not _all_op_configs(rest):
+                    return
+                self.config, self.lut_functions = rest, []
+        working.model = self.run(working.model)
 
     def run(self, model: ct.models.MLModel) -> ct.models.MLModel:
         if self.lut_functions:
@@ -172,6 +227,8 @@ def _palettizer_config(weights: PalettizeWeights, threshold: int):
         weight_threshold=threshold,
     )
     # Our clustering is scalar; vector palettisation (cluster_dim > 1) stays with coremltools.
+    # Without joint compression or per-channel scales the fast pass takes these configs;
+    # otherwise coremltools' pass calls the lut function per group.
     if weights.algorithm == "kmeans" and weights.cluster_dim == 1:
         return cto.OpPalettizerConfig(
             mode="custom", lut_function=KmeansLutFunction(weights.nbits), **common
@@ -187,6 +244,19 @@ def _all_op_configs(config: cto.OptimizationConfig) -> list:
         *config.op_name_configs.values(),
     ]
     return [c for c in configs if c is not None]
+
+
+def _without_fast_kmeans(config: cto.OptimizationConfig) -> cto.OptimizationConfig:
+    """``config`` with our k-means entries set to None (those weights are already done)."""
+
+    def keep(op_config):
+        return None if uses_fast_kmeans(op_config) else op_config
+
+    return cto.OptimizationConfig(
+        global_config=keep(config.global_config),
+        op_type_configs={name: keep(c) for name, c in config.op_type_configs.items()},
+        op_name_configs={name: keep(c) for name, c in config.op_name_configs.items()},
+    )
 
 
 def prepare_lut_functions(config: cto.OptimizationConfig, program, lut_functions) -> None:

@@ -26,8 +26,9 @@ class PalettizeWeights(_Strict):
     nbits: int | None = None
     granularity: Literal["per_tensor", "per_grouped_channel"] = "per_tensor"
     group_size: int = Field(32, gt=0)
-    # kmeans: this plugin's fast 1-D k-means; kmeans_sklearn: coremltools' own (for comparison).
-    algorithm: Literal["kmeans", "kmeans_sklearn", "uniform", "unique"] = "kmeans"
+    # kmeans: this plugin's fast 1-D k-means; kmeans_coremltools: coremltools' own k-means
+    # (scikit-learn, or its exact 1-D solver for float16 groups of 10,000+), for comparison.
+    algorithm: Literal["kmeans", "kmeans_coremltools", "uniform", "unique"] = "kmeans"
     cluster_dim: int = Field(1, ge=1)
     per_channel_scale: bool = False
 
@@ -125,6 +126,53 @@ class Override(_Strict):
     weights: WeightCompression | None
 
 
+class KeepWeights(_Strict):
+    """An ``auto`` candidate that leaves a layer's weights as they are (fp16 or fp32)."""
+
+    mode: Literal["none"]
+
+
+AutoCandidate = Annotated[Union[PalettizeWeights, LinearWeights, KeepWeights], Field(discriminator="mode")]
+
+
+def _default_candidates() -> list:
+    # Everything here runs on iOS16: per-tensor palettes and per-channel int8.
+    return [
+        PalettizeWeights(mode="palettize", nbits=4),
+        PalettizeWeights(mode="palettize", nbits=6),
+        PalettizeWeights(mode="palettize", nbits=8),
+        LinearWeights(mode="linear", dtype="int8"),
+        KeepWeights(mode="none"),
+    ]
+
+
+class AutoCompression(_Strict):
+    """Per-layer modes chosen from ``candidates`` to meet a size or an error budget.
+
+    ``max_size_mb`` (10^6 bytes of the saved package) -> least output error;
+    ``max_error`` (``metric`` of the outputs against the uncompressed model) -> smallest size.
+    """
+
+    max_size_mb: float | None = Field(None, gt=0)
+    max_error: float | None = Field(None, gt=0)
+    metric: Literal["cosine_distance", "rel_l2", "max_abs"] = "cosine_distance"
+    candidates: list[AutoCandidate] = Field(default_factory=_default_candidates, min_length=1)
+    samples: int = Field(4, ge=1, description="calibration samples from the validate inputs")
+
+    @model_validator(mode="after")
+    def _one_budget_and_supported_candidates(self) -> AutoCompression:
+        if (self.max_size_mb is None) == (self.max_error is None):
+            raise ValueError("auto needs exactly one budget: max_size_mb or max_error")
+        for candidate in self.candidates:
+            if isinstance(candidate, PalettizeWeights) and (
+                candidate.algorithm != "kmeans" or candidate.cluster_dim != 1 or candidate.per_channel_scale
+            ):
+                raise ValueError(
+                    "auto palettize candidates use algorithm kmeans, cluster_dim 1, no per_channel_scale"
+                )
+        return self
+
+
 class CompressionSection(_Strict):
     """The whole ``compression`` section of a recipe."""
 
@@ -132,6 +180,15 @@ class CompressionSection(_Strict):
     weight_threshold: int = Field(2048, ge=0)
     activations: ActivationCompression | None = None
     overrides: list[Override] = Field(default_factory=list)
+    auto: AutoCompression | None = None
+
+    @model_validator(mode="after")
+    def _auto_chooses_weights_alone(self) -> CompressionSection:
+        if self.auto is not None:
+            taken = [name for name in ("weights", "overrides", "activations") if getattr(self, name)]
+            if taken:
+                raise ValueError(f"auto chooses every layer's weights itself; remove {', '.join(taken)}")
+        return self
 
 
 def validate_compression(data: dict) -> CompressionSection:

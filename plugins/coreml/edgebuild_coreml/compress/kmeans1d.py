@@ -50,11 +50,14 @@ def palettize_groups(
     *,
     weights: np.ndarray | None = None,
     workers: int | None = None,
+    lut_dtype: np.dtype | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Cluster each row of ``matrix_2d`` independently into ``k`` centroids.
 
     Returns ``(luts [rows, k] ascending float64, labels [rows, n])``; labels are uint8 when
-    ``k <= 256``. ``workers`` defaults to the number of CPUs.
+    ``k <= 256``. ``workers`` defaults to the number of CPUs. With ``lut_dtype`` (e.g. the
+    weight's float16) centroids are rounded to it before labelling, so each label is the
+    nearest entry of the table that will actually be stored.
     """
     matrix = np.asarray(matrix_2d)
     if matrix.ndim != 2 or matrix.shape[1] == 0:
@@ -78,7 +81,9 @@ def palettize_groups(
     def run(bound: tuple[int, int]) -> None:
         start, stop = bound
         chunk_weights = None if weights is None else weights[start:stop]
-        luts[start:stop], labels[start:stop] = _cluster_rows(matrix[start:stop], k, chunk_weights)
+        luts[start:stop], labels[start:stop] = _cluster_rows(
+            matrix[start:stop], k, chunk_weights, lut_dtype
+        )
 
     workers = workers or os.cpu_count() or 1
     if workers == 1 or len(bounds) == 1:
@@ -91,7 +96,7 @@ def palettize_groups(
 
 
 def _cluster_rows(
-    matrix: np.ndarray, k: int, weights: np.ndarray | None
+    matrix: np.ndarray, k: int, weights: np.ndarray | None, lut_dtype: np.dtype | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Cluster a chunk of rows; the heart of the algorithm (see the module docstring)."""
     # float16 sorts slowly and accumulates badly; float32 sorts fast and is exact for it.
@@ -112,6 +117,8 @@ def _cluster_rows(
 
     cuts = _seed_cuts(sorted_values, prefix, k)
     cuts, centroids = _lloyd_on_cuts(sorted_values, prefix, cuts, offset)
+    if lut_dtype is not None:  # rounding is monotonic, so the table stays ascending
+        centroids = centroids.astype(lut_dtype).astype(np.float64)
 
     midpoints = (centroids[:, :-1] + centroids[:, 1:]) / 2
     labels = _searchsorted_rows(midpoints.astype(work_dtype), values, side="right")

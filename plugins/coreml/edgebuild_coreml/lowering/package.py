@@ -51,8 +51,6 @@ def shape_spec(spec, where: str = "input") -> Any:
     """
     if isinstance(spec, (ct.Shape, ct.EnumeratedShapes)):
         return spec
-    if isinstance(spec, Mapping) and "shape" in spec:
-        spec = _recipe_shape(spec["shape"])
     if isinstance(spec, Mapping) and "shapes" in spec:
         shapes = [[int(d) for d in shape] for shape in spec["shapes"]]
         if len(shapes) == 1:
@@ -62,33 +60,9 @@ def shape_spec(spec, where: str = "input") -> Any:
     return ct.Shape([_dim(d, f"{where} dim {i}") for i, d in enumerate(dims)])
 
 
-def _recipe_shape(dims) -> Any:
-    """A recipe's ``source.inputs.X.shape`` (ints, names, ``{range: [lo, hi]}``, ``{enumerated: [...]}``)
-    in :func:`shape_spec`'s spelling: ranges as ``[lo, hi]``, enumerations as every combination."""
-    ranged = [list(d["range"]) if isinstance(d, Mapping) and "range" in d else d for d in dims]
-    choices = [d["enumerated"] if isinstance(d, Mapping) and "enumerated" in d else None for d in ranged]
-    if not any(choices):
-        return {"dims": ranged}
-    import itertools
-
-    options = [c if c is not None else [d] for c, d in zip(choices, ranged)]
-    return {"shapes": [list(shape) for shape in itertools.product(*options)]}
-
-
-def _pins_shape(spec) -> bool:
-    """False for recipe entries that fix a value (folded away, no longer an input) or give no shape."""
-    if isinstance(spec, Mapping) and ("value" in spec or "dtype" in spec) and "dims" not in spec and "shapes" not in spec:
-        return spec.get("value") is None and spec.get("shape") is not None
-    return True
-
-
 def input_types(result: ConvertResult, input_specs: Mapping[str, Any] | None) -> list:
-    """One ct.TensorType per program input, named by its MIL name.
-
-    ``input_specs`` may be the recipe's ``source.inputs`` as is: inputs fixed to a value were
-    folded into the graph at import and are skipped here.
-    """
-    specs = {name: spec for name, spec in (input_specs or {}).items() if _pins_shape(spec)}
+    """One ct.TensorType per program input, named by its MIL name."""
+    specs = dict(input_specs or {})
     unknown = set(specs) - set(result.input_names)
     if unknown:
         raise UsageError(

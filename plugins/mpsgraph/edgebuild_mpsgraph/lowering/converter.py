@@ -23,6 +23,20 @@ def opset_of(model: ir.Model, domain: str) -> int:
     return imports.get(domain, 1)
 
 
+class OwnLowerings:
+    """This plugin's lowerings alone, for callers without a registry (tests, scripts): it avoids
+    loading every installed plugin's lowerings (and coremltools behind Core ML's)."""
+
+    def lowering(self, backend: str, op_type: str, domain: str, opset: int):
+        from edgebuild_mpsgraph.lowering.registry import LOWERINGS
+
+        domain = "" if domain in STANDARD_DOMAINS else domain
+        for d, t, since, until, fn in LOWERINGS:
+            if backend == BACKEND and (d, t) == (domain, op_type) and since <= opset <= (until or 10**6):
+                return fn
+        return None
+
+
 def supports(node: ir.Node, model: ir.Model, registry) -> bool:
     """Whether this plugin (or another registering ``mpsgraph`` lowerings) can lower ``node``."""
     domain = _domain(node)
@@ -90,11 +104,11 @@ def _release_dead(ctx: LoweringContext, node: ir.Node, uses: Counter, outputs: s
 
 
 def lower_model(model: ir.Model, registry=None):
-    """Lower every node of ``model`` (static shapes required) to an MPSGraph program."""
-    if registry is None:
-        from edgebuild.registry import get_registry
+    """Lower every node of ``model`` (static shapes required) to an MPSGraph program.
 
-        registry = get_registry()
+    ``registry``: edgebuild's registry (every plugin's ``mpsgraph`` lowerings); None uses this
+    plugin's own."""
+    registry = registry or OwnLowerings()
     graph = model.graph
     graph.sort()
     opset = opset_of(model, "")

@@ -54,6 +54,9 @@ def power(ctx, node):
 def mod(ctx, node):
     x, y = ctx.input(node, 0), ctx.input(node, 1)
     if not ctx.attr(node, "fmod", 0):  # the result takes the divisor's sign, as MIL mod's does
+        if dtype_of(x) != "int32" and ctx.opset < 28:
+            ctx.fail(node, f"opset-{ctx.opset} Mod with fmod=0 is defined for integers only "
+                     "(floats need opset 28)", hint="set fmod=1 for floats")
         return mb.mod(x=x, y=y, name=ctx.name(node))
     # C fmod: the result takes the dividend's sign. MIL mod takes the divisor's, so where a
     # nonzero result has the wrong sign, shift it by one divisor.

@@ -15,6 +15,7 @@ from coremltools.converters.mil.mil import types
 from coremltools.converters.mil.mil.types.symbolic import is_symbolic
 from coremltools.converters.mil.mil.var import Var
 
+from edgebuild_coreml.lowering.converter import constant_node_value
 from edgebuild_coreml.lowering.registry import lowers
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -50,7 +51,7 @@ def _scalar_bool(ctx, node, value, tag):
     return value if value.dtype == types.bool else mb.cast(x=value, dtype="bool", name=ctx.name(node, tag + "_bool"))
 
 
-def _may_stop_early(ctx, node, body, cond) -> bool:
+def _may_stop_early(body, cond) -> bool:
     """False when the condition provably stays true: absent, or constant true and passed through."""
     if cond is None:
         return False  # no condition input: the body's condition output is ignored
@@ -65,8 +66,6 @@ def _may_stop_early(ctx, node, body, cond) -> bool:
         return False
     producer = cond_out.producer()
     if producer is not None and producer.op_type == "Constant":
-        from edgebuild_coreml.lowering.converter import constant_node_value
-
         return not bool(np.asarray(constant_node_value(producer)).all())
     return True
 
@@ -95,7 +94,7 @@ def loop(ctx, node):
     iterations = results[0]
     finals = list(results[2 if cond is not None else 1:])
     values, gathered = finals[:len(carried)], finals[len(carried):]
-    if gathered and _may_stop_early(ctx, node, body, cond):
+    if gathered and _may_stop_early(body, cond):
         gathered = [_rows_written(ctx, node, b, iterations, k) for k, b in enumerate(gathered)]
     outputs = [mb.identity(x=v, name=ctx.name(node, f"v{k}")) for k, v in enumerate(values)]
     outputs += [mb.identity(x=g, name=ctx.name(node, f"scan{k}")) for k, g in enumerate(gathered)]
@@ -143,7 +142,11 @@ def _while(ctx, node, body, trip, cond, carried, buffers, on_scans=None):
 def _probe_scan_rows(ctx, node, body, trip, cond, carried) -> list:
     """The types of the scan rows, from a throwaway build of the loop without buffers."""
     seen: list = []
-    probe = _while(ctx, node, body, trip, cond, carried, [], on_scans=lambda scans: seen.__setitem__(slice(None), scans))
+
+    def remember(scans):  # MIL may build the body twice (once more after a shape change): keep the last
+        seen[:] = scans
+
+    probe = _while(ctx, node, body, trip, cond, carried, [], on_scans=remember)
     row_types = [(s.dtype, s.shape) for s in seen]
     op = probe[0].op
     op.enclosing_block.remove_ops([op])

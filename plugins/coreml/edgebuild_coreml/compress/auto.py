@@ -1,0 +1,325 @@
+"""Automatic mixed precision: per-layer compression modes chosen to meet a size or error budget.
+
+1. Every candidate mode is applied to the whole model once, through the same
+   ``compress_mlpackage`` the plain modes use. That gives each (layer, mode) its real stored
+   bytes and its decompressed weight, and a uniform allocation's measured size and error.
+2. Sensitivity: for each (layer, mode) the decompressed weight is swapped into the loaded
+   uncompressed program and the calibration inputs are run (see ``sensitivity``).
+3. Allocation: per-layer errors are summed as an additive proxy (squared first for rel_l2,
+   since independent noise adds in power) and a knapsack picks one mode per layer.
+4. Verification: the allocation is compressed for real (per-op overrides) and its package
+   size and output error measured; if the budget is missed, the proxy budget is tightened
+   and the allocation redone, a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgebuild.errors import RecipeError
+
+from . import allocate
+from .apply import compress_mlpackage
+from .config import AutoCompression, KeepWeights, LinearWeights, PalettizeWeights
+from .sensitivity import (
+    Layer,
+    compressible_layers,
+    dense_value,
+    output_error,
+    run_samples,
+    sensitivity_table,
+    weight_vars,
+)
+
+MEGABYTE = 1_000_000
+MAX_VERIFY_ROUNDS = 4
+
+
+def auto_compress(
+    src: Path,
+    dst: Path,
+    auto_section: AutoCompression | dict,
+    *,
+    target: str,
+    calibration: Sequence[Mapping[str, np.ndarray]],
+    weight_threshold: int = 2048,
+) -> dict:
+    """Compress ``src`` into ``dst`` with per-layer modes meeting ``auto_section``'s budget.
+
+    Returns ``compress_mlpackage``'s report plus ``"auto"``: the chosen mode per layer, every
+    layer's sensitivities, the size/error points tried, the budget and whether it was met.
+    """
+    from edgebuild_coreml.interpreter import load_mlpackage
+
+    auto = auto_section if isinstance(auto_section, AutoCompression) else AutoCompression.model_validate(auto_section)
+    src, dst = Path(src), Path(dst)
+    if not calibration:
+        raise RecipeError(
+            f"{src.name}: compression.auto needs calibration inputs to measure each layer's error",
+            hint="add a validate section with inputs (random, files or tokens)",
+        )
+    calibration = list(calibration)[: auto.samples]
+    program = load_mlpackage(src)
+    layers = compressible_layers(program, weight_threshold)
+    reference = run_samples(program, calibration)
+    base_size = package_bytes(src)
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".auto.", dir=dst.parent))
+    try:
+        trials = _try_candidates(src, scratch, auto, layers, target, weight_threshold, calibration, reference)
+        replacements = {
+            (layer.name, index): trial.dense[layer.name]
+            for index, trial in enumerate(trials) if trial is not None
+            for layer in layers if layer.name in trial.dense
+        }
+        errors = sensitivity_table(program, layers, replacements, calibration, reference, auto.metric)
+        table = _option_table(layers, auto, trials, errors, base_size)
+        points = [{"size_mb": base_size / MEGABYTE, "error": 0.0, "label": "uncompressed", "measured": True}]
+        points += [trial.point for trial in trials if trial is not None]
+        return _allocate_and_verify(src, dst, scratch, auto, table, points, calibration, reference,
+                                    target=target, weight_threshold=weight_threshold)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+# -- 1. every candidate applied uniformly -------------------------------------------------------
+
+
+@dataclass
+class CandidateTrial:
+    """One candidate applied to every layer: per-layer stored bytes and decompressed weights."""
+
+    bytes: dict[str, int]
+    dense: dict[str, np.ndarray]  # only layers the candidate actually compressed
+    overhead_per_layer: float  # package bytes beyond the weights, per compressed layer
+    point: dict
+
+
+def _try_candidates(src, scratch, auto, layers, target, weight_threshold, calibration, reference):
+    from edgebuild_coreml.interpreter import load_mlpackage
+
+    from .program import weight_uses
+
+    base_program = load_mlpackage(src)
+    base_weight_bytes = sum(use.bytes for use in weight_uses(base_program).values())
+    base_overhead = package_bytes(src) - base_weight_bytes
+    trials: list[CandidateTrial | None] = []
+    for index, candidate in enumerate(auto.candidates):
+        if isinstance(candidate, KeepWeights):
+            trials.append(None)
+            continue
+        out = scratch / f"candidate{index}.mlpackage"
+        section = {"weights": candidate.model_dump(), "weight_threshold": weight_threshold}
+        compress_mlpackage(src, out, section, target=target)
+        compressed = load_mlpackage(out)
+        uses = weight_uses(compressed)
+        variables = weight_vars(compressed, [layer.name for layer in layers])
+        dense = {layer.name: dense_value(variables[layer.name]) for layer in layers
+                 if layer.name in variables and uses[layer.name].mode != "none"}
+        size = package_bytes(out)
+        extra = size - base_overhead - sum(use.bytes for use in uses.values())
+        error = output_error(reference, run_samples(compressed, calibration), auto.metric)
+        trials.append(CandidateTrial(
+            bytes={layer.name: uses[layer.name].bytes for layer in layers if layer.name in uses},
+            dense=dense,
+            overhead_per_layer=max(extra, 0) / max(len(dense), 1),
+            point={"size_mb": size / MEGABYTE, "error": error, "label": f"all {candidate_label(candidate)}",
+                   "measured": True},
+        ))
+        shutil.rmtree(out, ignore_errors=True)
+    return trials
+
+
+def candidate_label(candidate) -> str:
+    """A short name for a candidate mode, e.g. "palettize 4-bit" or "linear int8"."""
+    if isinstance(candidate, PalettizeWeights):
+        grouped = f" g{candidate.group_size}" if candidate.granularity == "per_grouped_channel" else ""
+        return f"palettize {candidate.nbits}-bit{grouped}"
+    if isinstance(candidate, LinearWeights):
+        detail = {"per_tensor": " per-tensor", "per_block": f" block {candidate.block_size}"}.get(candidate.granularity, "")
+        return f"linear {candidate.dtype}{detail}{'' if candidate.symmetric else ' asym'}"
+    return "none"
+
+
+# -- 2./3. options per layer and the allocation -------------------------------------------------
+
+
+@dataclass
+class OptionTable:
+    """Per layer, per candidate: package bytes and measured error (inf: not applicable)."""
+
+    layers: list[Layer]
+    labels: list[str]
+    candidates: list
+    bytes: list[list[int]]
+    errors: list[list[float]]
+    fixed_bytes: int  # package bytes that no candidate changes
+
+    def options(self, metric: str) -> list[list[allocate.Option]]:
+        return [[allocate.Option(b, additive_cost(e, metric)) for b, e in zip(row_b, row_e)]
+                for row_b, row_e in zip(self.bytes, self.errors)]
+
+
+def _option_table(layers, auto, trials, errors, base_size) -> OptionTable:
+    sizes, errs = [], []
+    for layer in layers:
+        row_b, row_e = [], []
+        for index, trial in enumerate(trials):
+            if trial is None:  # mode none: the weight as stored, no error
+                row_b.append(layer.bytes)
+                row_e.append(0.0)
+            elif layer.name in trial.dense:
+                row_b.append(int(round(trial.bytes[layer.name] + trial.overhead_per_layer)))
+                row_e.append(errors[(layer.name, index)])
+            else:
+                row_b.append(layer.bytes)
+                row_e.append(math.inf)
+        sizes.append(row_b)
+        errs.append(row_e)
+    # A layer no candidate applies to keeps its weight as stored (an extra, last option).
+    for row_b, row_e, layer in zip(sizes, errs, layers):
+        if not any(math.isfinite(e) for e in row_e):
+            row_b.append(layer.bytes)
+            row_e.append(0.0)
+    fixed = base_size - sum(layer.bytes for layer in layers)
+    labels = [candidate_label(c) for c in auto.candidates]
+    return OptionTable(list(layers), labels, list(auto.candidates), sizes, errs, fixed)
+
+
+def additive_cost(error: float, metric: str) -> float:
+    """The per-layer quantity that adds up across layers (rel_l2 adds in squares)."""
+    return error * error if metric == "rel_l2" else error
+
+
+def from_additive(cost: float, metric: str) -> float:
+    return math.sqrt(cost) if metric == "rel_l2" else cost
+
+
+def _allocate_and_verify(src, dst, scratch, auto, table: OptionTable, points, calibration, reference, *,
+                         target, weight_threshold) -> dict:
+    from edgebuild_coreml.interpreter import load_mlpackage
+
+    front = allocate.frontier(table.options(auto.metric))
+    for size, cost in allocate.pareto_points(front):
+        points.append({"size_mb": (size + table.fixed_bytes) / MEGABYTE, "error": from_additive(cost, auto.metric),
+                       "label": "estimate", "measured": False})
+    by_size = auto.max_size_mb is not None
+    budget = auto.max_size_mb * MEGABYTE if by_size else auto.max_error
+    proxy_budget = budget - table.fixed_bytes if by_size else additive_cost(budget, auto.metric)
+
+    best = None
+    for attempt in range(1, MAX_VERIFY_ROUNDS + 1):
+        if by_size:
+            picked = allocate.least_cost_within(front, proxy_budget)
+        else:
+            picked = allocate.smallest_within(front, proxy_budget)
+        if picked is None:  # nothing fits: the smallest (size) or most accurate (error) allocation
+            picked = _fallback(table, auto.metric, by_size)
+        out = scratch / f"auto{attempt}.mlpackage"
+        report = compress_mlpackage(src, out, allocation_section(table, picked, weight_threshold), target=target)
+        size = package_bytes(out)
+        error = output_error(reference, run_samples(load_mlpackage(out), calibration), auto.metric)
+        points.append({"size_mb": size / MEGABYTE, "error": error, "label": f"auto (round {attempt})",
+                       "measured": True})
+        met = size <= budget if by_size else error <= budget
+        current = (met, picked, out, report, size, error)
+        if best is None or _better(current, best, by_size):
+            best = current
+        if met:
+            break
+        # Tighten the proxy by how far the real package missed, and allocate again.
+        if by_size:
+            proxy_budget -= (size - budget) * 1.05 + 1
+        else:
+            proxy_budget *= additive_cost(budget / error, auto.metric) * 0.9
+
+    met, picked, out, report, size, error = best
+    _move_into_place(out, dst)
+    report["auto"] = _auto_report(table, picked, points, auto, met, size, error)
+    return report
+
+
+def _better(candidate, incumbent, by_size: bool) -> bool:
+    """Met beats not met; among met, the lower error (size) or smaller size (error budget)."""
+    met, _, _, _, size, error = candidate
+    best_met, _, _, _, best_size, best_error = incumbent
+    if met != best_met:
+        return met
+    if met:
+        return error < best_error if by_size else size < best_size
+    return size < best_size if by_size else error < best_error
+
+
+def _fallback(table: OptionTable, metric: str, by_size: bool) -> list[int]:
+    picked = []
+    for row_b, row_e in zip(table.bytes, table.errors):
+        usable = [j for j, e in enumerate(row_e) if math.isfinite(e)]
+        key = (lambda j: (row_b[j], row_e[j])) if by_size else (lambda j: (row_e[j], row_b[j]))
+        picked.append(min(usable, key=key))
+    return picked
+
+
+def allocation_section(table: OptionTable, picked: Sequence[int], weight_threshold: int) -> dict:
+    """A plain compression section: one name-regex override per compressed layer's consumers."""
+    overrides = []
+    for layer, index in zip(table.layers, picked):
+        candidate = table.candidates[index] if index < len(table.candidates) else None
+        if candidate is None or isinstance(candidate, KeepWeights):
+            continue
+        pattern = "|".join(re.escape(name) for name in layer.consumers)
+        overrides.append({"match": {"name": f"^(?:{pattern})$"}, "weights": candidate.model_dump()})
+    return {"weight_threshold": weight_threshold, "overrides": overrides}
+
+
+def _auto_report(table: OptionTable, picked, points, auto, met, size, error) -> dict:
+    chosen, sensitivity = [], []
+    for layer, index, row_b, row_e in zip(table.layers, picked, table.bytes, table.errors):
+        label = table.labels[index] if index < len(table.labels) else "none"
+        chosen.append({"layer": layer.name, "mode": label, "bytes": row_b[index], "error": row_e[index]})
+        sensitivity.append({
+            "layer": layer.name,
+            "shape": list(layer.shape),
+            "candidates": [{"mode": lab, "bytes": b, "error": e if math.isfinite(e) else None}
+                           for lab, b, e in zip(table.labels, row_b, row_e)],
+        })
+    budget = {"max_size_mb": auto.max_size_mb} if auto.max_size_mb is not None else {"max_error": auto.max_error}
+    budget["metric"] = auto.metric
+    return {
+        "chosen": chosen,
+        "sensitivity": sensitivity,
+        "points": points,
+        "budget": budget,
+        "met": bool(met),
+        "size_mb": size / MEGABYTE,
+        "error": error,
+    }
+
+
+# -- files ------------------------------------------------------------------------------------------
+
+
+def package_bytes(path: Path) -> int:
+    """Bytes of every file in a package (or of a single file)."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _move_into_place(src: Path, dst: Path) -> None:
+    """Replace ``dst`` by ``src`` (both in one directory, so the rename is atomic)."""
+    if dst.exists():
+        retired = src.with_name(src.name + ".previous")
+        os.replace(dst, retired)
+        shutil.rmtree(retired, ignore_errors=True)
+    os.replace(src, dst)

@@ -1,0 +1,163 @@
+"""Palettise a MIL program's weights with the fast 1-D k-means, as one pass over the program.
+
+coremltools' palettiser clusters one weight (or one channel group) at a time and rebuilds the
+program around each; most of its time goes to that bookkeeping. This pass instead
+
+1. picks the ``const`` ops whose configuration asks for our k-means (a
+   :class:`~.lut.KmeansLutFunction`), with the eligibility and channel-axis rules of
+   coremltools' pass so both compress the same weights the same way;
+2. clusters all of them at once, largest first, on a thread pool (numpy's sorts and large
+   element-wise kernels release the GIL, so both cores work);
+3. replaces each with a ``constexpr_lut_to_dense`` op: the iOS18 form (indices as a uint<n>
+   tensor shaped like the weight, one table per channel group) where the program's opset has
+   it, otherwise the iOS16 form (bit-packed indices, one table, explicit shape).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil import types
+from coremltools.converters.mil.mil.block import is_current_opset_version_compatible_with
+from coremltools.converters.mil._deployment_compatibility import AvailableTarget
+from coremltools.optimize._utils import infer_block_sizes
+
+from edgebuild.errors import BuildError
+
+from .kmeans1d import palettize_groups
+from .lut import KmeansLutFunction
+from .packing import pack_indices
+from .program import iter_ops
+
+_FLOAT_WEIGHTS = (np.float16, np.float32)
+
+
+@dataclass
+class PaletteJob:
+    """One weight to palettise: its const op, value, bits and channel grouping."""
+
+    op: object
+    value: np.ndarray
+    nbits: int
+    channel_axis: int
+    group_size: int  # 0: one table for the whole tensor
+    lut: np.ndarray | None = None  # [groups, 2^nbits] in the weight's dtype
+    labels: np.ndarray | None = None  # uint8, shaped like value
+
+
+def fast_palettize_program(program, config, *, workers: int | None = None) -> list[str]:
+    """Palettise in place every weight ``config`` assigns to our k-means; returns their names."""
+    jobs = find_jobs(program, config)
+    cluster_jobs(jobs, workers=workers)
+    for job in jobs:
+        replace_with_lut(job)
+    return [job.op.name for job in jobs]
+
+
+def uses_fast_kmeans(op_config) -> bool:
+    return isinstance(getattr(op_config, "lut_function", None), KmeansLutFunction)
+
+
+def find_jobs(program, config) -> list[PaletteJob]:
+    """The const ops to palettise, in program order (the rules of coremltools' pass)."""
+    jobs = []
+    for op in iter_ops(program):
+        if op.op_type != "const":
+            continue
+        op_config = config._get_const_op_config(op)
+        if op_config is None or not uses_fast_kmeans(op_config):
+            continue
+        value = op.outputs[0].val
+        if not _is_compressible(op, value, op_config.weight_threshold):
+            continue
+        block_sizes, axis = infer_block_sizes(op, op_config, value, return_channel_axis=True)
+        if block_sizes is None or axis is None:
+            continue  # coremltools skips weights whose channel axis it cannot tell
+        group_size = block_sizes[axis]
+        if group_size and value.shape[axis] % group_size:
+            continue  # channels must split into whole groups
+        nbits = op_config.lut_function.nbits
+        jobs.append(PaletteJob(op, value, nbits, axis, group_size))
+    return jobs
+
+
+def _is_compressible(op, value, weight_threshold: int) -> bool:
+    if not isinstance(value, np.ndarray) or value.dtype not in _FLOAT_WEIGHTS:
+        return False
+    children = op.outputs[0].child_ops
+    if not children or any(child.op_type.startswith("constexpr_") for child in children):
+        return False  # unused, or already feeding a decompression op
+    return value.ndim > 1 and value.size > weight_threshold
+
+
+def cluster_jobs(jobs: list[PaletteJob], *, workers: int | None = None) -> None:
+    """Fill each job's table and labels, largest weights first so the cores finish together."""
+    workers = workers or os.cpu_count() or 1
+    ordered = sorted(jobs, key=lambda job: job.value.size, reverse=True)
+    if workers == 1 or len(ordered) <= 1:
+        for job in ordered:
+            _cluster(job)
+        return
+    with ThreadPoolExecutor(max_workers=min(workers, len(ordered))) as pool:
+        list(pool.map(_cluster, ordered))
+
+
+def _cluster(job: PaletteJob) -> None:
+    value, axis = job.value, job.channel_axis
+    moved = np.swapaxes(value, 0, axis) if axis else value
+    channels = moved.shape[0]
+    groups = channels // job.group_size if job.group_size else 1
+    rows = np.ascontiguousarray(moved).reshape(groups, -1)
+    luts, labels = palettize_groups(rows, 1 << job.nbits, workers=1, lut_dtype=value.dtype)
+    labels = labels.reshape(moved.shape)
+    job.labels = np.swapaxes(labels, 0, axis) if axis else labels
+    job.lut = luts.astype(value.dtype)
+
+
+def replace_with_lut(job: PaletteJob) -> None:
+    """Swap the job's const for a ``constexpr_lut_to_dense`` op with the same consumers."""
+    op = job.op
+    block = op.enclosing_block
+    with block:
+        if is_current_opset_version_compatible_with(AvailableTarget.iOS18):
+            new_var = mb.constexpr_lut_to_dense(
+                indices=_as_sub_byte(job.labels, job.nbits),
+                lut=_grouped_lut(job),
+                before_op=op,
+                name=op.name + "_palettized",
+            )
+        else:
+            if job.lut.shape[0] != 1:
+                raise BuildError(
+                    f"{op.name}: per-grouped-channel palettisation needs an iOS18 program",
+                    hint="raise target.deployment_target to iOS18 or use granularity per_tensor",
+                )
+            (lut,) = job.lut
+            new_var = mb.constexpr_lut_to_dense(
+                indices=pack_indices(job.labels, job.nbits),
+                lut=lut,
+                shape=np.array(job.value.shape, dtype=np.uint32),
+                before_op=op,
+                name=op.name + "_palettized",
+            )
+    block.replace_uses_of_var_after_op(
+        anchor_op=op, old_var=op.outputs[0], new_var=new_var, no_check_var_types=True
+    )
+    block.remove_ops([op])
+
+
+def _as_sub_byte(labels: np.ndarray, nbits: int) -> np.ndarray:
+    """The same bytes, typed as MIL's uint<nbits> so the writer stores nbits per index."""
+    return labels.view(types.nptype_from_builtin(types.string_to_builtin(f"uint{nbits}")))
+
+
+def _grouped_lut(job: PaletteJob) -> np.ndarray:
+    """iOS18 table layout: one [2^nbits, 1] table per channel group, broadcast over the rest."""
+    shape = [1] * job.value.ndim
+    shape[job.channel_axis] = job.lut.shape[0]
+    return job.lut.reshape(*shape, 1 << job.nbits, 1)
+

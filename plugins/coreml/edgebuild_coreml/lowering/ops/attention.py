@@ -1,0 +1,170 @@
+"""ONNX Attention (opsets 23-25) as matmul + additive bias + masked softmax + matmul.
+
+The bias gathers everything that hides keys: ``attn_mask`` (boolean: keep where true;
+float: added), the causal frontier (bottom-right aligned after a KV cache), the sliding
+window and the per-batch ``nonpad_kv_seqlen`` padding, each as 0 / -inf. Query rows whose
+keys are all hidden produce zeros, as the ONNX reference does, instead of softmax's NaNs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from coremltools.converters.mil import Builder as mb
+
+from edgebuild_coreml.lowering.ops._util import dtype_of, is_static, numpy_dtype, rank_of, select, shape_of, wanted
+from edgebuild_coreml.lowering.registry import lowers
+
+
+def _to_heads(ctx, node, x, heads: int | None, what: str):
+    """(B, S, H*D) -> (B, H, S, D); 4-D inputs pass through."""
+    if rank_of(x) == 4:
+        return x
+    if rank_of(x) != 3 or not heads:
+        ctx.fail(node, f"{what} must be 4-D, or 3-D with q_num_heads/kv_num_heads set")
+    batch, length, hidden = shape_of(x)
+    split = mb.reshape(x=x, shape=[batch, length, heads, hidden // heads])
+    return mb.transpose(x=split, perm=[0, 2, 1, 3])
+
+
+def _repeat_heads(x, repeats: int):
+    """np.repeat(x, repeats, axis=1) for (B, H, L, D): each KV head serves ``repeats`` query heads."""
+    if repeats == 1:
+        return x
+    batch, heads, length, size = shape_of(x)
+    tiled = mb.tile(x=mb.expand_dims(x=x, axes=[2]), reps=[1, 1, repeats, 1, 1])
+    return mb.reshape(x=tiled, shape=[batch, heads * repeats, length, size])
+
+
+def _hidden(mask_or_allowed, dtype):
+    """0 where allowed (true), -inf elsewhere, in ``dtype``."""
+    zero, minus_inf = np.array(0, dtype), np.array(-np.inf, dtype)
+    return select(mask_or_allowed, zero, minus_inf)
+
+
+def _mask_bias(ctx, node, mask, kv_length: int, dtype):
+    """``attn_mask`` as an additive bias, padded with -inf up to the key length."""
+    bias = _hidden(mask, dtype) if dtype_of(mask) == "bool" else mask
+    if dtype_of(bias) != dtype_of(np.zeros(1, dtype)):
+        bias = mb.cast(x=bias, dtype=dtype_of(np.zeros(1, dtype)))
+    missing = kv_length - shape_of(bias)[-1]
+    if missing > 0:
+        pad = [0] * (2 * rank_of(bias))
+        pad[-1] = missing
+        bias = mb.pad(x=bias, pad=np.array(pad, np.int32), mode="constant", constant_val=float("-inf"))
+    return bias
+
+
+def _position_bias(node, q_length, kv_length, offset, causal, left, right, dtype):
+    """Causal / sliding-window bias. ``offset`` (int, or an int32 Var of shape (B,1,1,1))
+    moves query i to absolute position i + offset; key j is visible when j <= i + offset
+    (causal) and within the window."""
+    if not causal and left < 0 and right < 0:
+        return None
+    diff = np.arange(q_length)[:, None] - np.arange(kv_length)[None, :]  # i - j
+    if isinstance(offset, int):
+        diff = (diff + offset).astype(np.int32)
+        allowed = np.ones(diff.shape, bool)
+        if causal:
+            allowed &= diff >= 0
+        if left >= 0:
+            allowed &= diff <= left
+        if right >= 0:
+            allowed &= -diff <= right
+        return np.where(allowed, 0, -np.inf).astype(dtype)
+    diff = mb.add(x=offset, y=diff.astype(np.int32))
+    conditions = []
+    if causal:
+        conditions.append(mb.greater_equal(x=diff, y=np.int32(0)))
+    if left >= 0:
+        conditions.append(mb.less_equal(x=diff, y=np.int32(left)))
+    if right >= 0:
+        conditions.append(mb.greater_equal(x=diff, y=np.int32(-right)))
+    allowed = conditions[0]
+    for condition in conditions[1:]:
+        allowed = mb.logical_and(x=allowed, y=condition)
+    return _hidden(allowed, dtype)
+
+
+def _add(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return mb.add(x=a, y=b) if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) else a + b
+
+
+def _masked_softmax(scores, dtype):
+    """Softmax over the last axis where an all -inf row gives zeros (not NaN)."""
+    row_max = mb.reduce_max(x=scores, axes=[-1], keep_dims=True)
+    all_hidden = mb.equal(x=row_max, y=np.array(-np.inf, dtype))
+    safe_max = select(all_hidden, np.array(0, dtype), row_max)
+    exps = mb.exp(x=mb.sub(x=scores, y=safe_max))
+    total = mb.reduce_sum(x=exps, axes=[-1], keep_dims=True)
+    total = select(mb.equal(x=total, y=np.array(0, dtype)), np.array(1, dtype), total)
+    return mb.real_div(x=exps, y=total)
+
+
+@lowers("Attention", since=23)
+def attention(ctx, node):
+    q_in, k_in, v_in = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
+    mask = ctx.input(node, 3, optional=True)
+    past_key, past_value = ctx.input(node, 4, optional=True), ctx.input(node, 5, optional=True)
+    nonpad = ctx.input(node, 6, optional=True)
+    if (past_key is None) != (past_value is None):
+        ctx.fail(node, "past_key and past_value must be given together")
+    for x in (q_in, k_in, v_in):
+        if not all(is_static(d) for d in shape_of(x)):
+            ctx.fail(node, "needs static Q/K/V shapes", hint="pin the input shapes in the recipe")
+    q_heads, kv_heads = ctx.attr(node, "q_num_heads"), ctx.attr(node, "kv_num_heads")
+    q = _to_heads(ctx, node, q_in, q_heads, "Q")
+    k = _to_heads(ctx, node, k_in, kv_heads, "K")
+    v = _to_heads(ctx, node, v_in, kv_heads, "V")
+    dtype = numpy_dtype(dtype_of(q))
+
+    if past_key is not None:
+        k = mb.concat(values=[past_key, k], axis=2)
+        v = mb.concat(values=[past_value, v], axis=2)
+    present_key, present_value = k, v
+    q_length, kv_length = shape_of(q)[2], shape_of(k)[2]
+    if shape_of(q)[1] % shape_of(k)[1]:
+        ctx.fail(node, f"{shape_of(q)[1]} query heads cannot share {shape_of(k)[1]} key/value heads evenly")
+    repeats = shape_of(q)[1] // shape_of(k)[1]
+
+    scale = ctx.attr(node, "scale")
+    scale = float(scale) if scale is not None else 1.0 / np.sqrt(shape_of(q)[3])
+    root = np.array(np.sqrt(scale), dtype)  # scaled on both sides, as the reference does
+    scores = mb.matmul(x=mb.mul(x=q, y=root), y=mb.mul(x=_repeat_heads(k, repeats), y=root), transpose_y=True)
+    softcap = float(ctx.attr(node, "softcap", 0.0) or 0.0)
+    if softcap > 0:
+        cap = np.array(softcap, dtype)
+        scores = mb.mul(x=mb.tanh(x=mb.real_div(x=scores, y=cap)), y=cap)
+
+    # Where query i sits among the keys: after the cache, or (external cache) at
+    # nonpad_kv_seqlen - q_length per batch.
+    if nonpad is not None and past_key is None:
+        lengths = mb.cast(x=nonpad, dtype="int32") if dtype_of(nonpad) != "int32" else nonpad
+        offset = mb.reshape(x=mb.sub(x=lengths, y=np.int32(q_length)), shape=[-1, 1, 1, 1])
+    else:
+        offset = shape_of(past_key)[2] if past_key is not None else 0
+    causal = bool(ctx.attr(node, "is_causal", 0))
+    left, right = int(ctx.attr(node, "left_window_size", -1)), int(ctx.attr(node, "right_window_size", -1))
+    bias = _mask_bias(ctx, node, mask, kv_length, dtype) if mask is not None else None
+    bias = _add(bias, _position_bias(node, q_length, kv_length, offset, causal, left, right, dtype))
+    if nonpad is not None:
+        lengths = mb.cast(x=nonpad, dtype="int32") if dtype_of(nonpad) != "int32" else nonpad
+        visible = mb.less(x=np.arange(kv_length, dtype=np.int32), y=mb.reshape(x=lengths, shape=[-1, 1, 1, 1]))
+        bias = _add(bias, _hidden(visible, dtype))
+
+    biased = _add(scores, bias) if bias is not None else scores
+    probabilities = _masked_softmax(biased, dtype) if bias is not None else mb.softmax(x=scores, axis=-1)
+    y = mb.matmul(x=probabilities, y=_repeat_heads(v, repeats))
+    if rank_of(q_in) == 3:
+        batch, heads, length, size = shape_of(y)
+        y = mb.reshape(x=mb.transpose(x=y, perm=[0, 2, 1, 3]), shape=[batch, length, heads * size])
+    outputs = [mb.identity(x=y, name=ctx.name(node))]
+    for index, value in ((1, present_key), (2, present_value)):
+        outputs.append(value if len(node.outputs) > index and wanted(node.outputs[index]) else None)
+    if len(node.outputs) > 3 and wanted(node.outputs[3]):
+        mode = int(ctx.attr(node, "qk_matmul_output_mode", 0))
+        outputs.append({0: scores, 1: scores, 2: biased, 3: probabilities}.get(mode, scores))
+    return tuple(outputs)

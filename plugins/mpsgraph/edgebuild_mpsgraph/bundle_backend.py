@@ -1,0 +1,174 @@
+"""The ``bundle`` backend: partition -> lower each segment -> package (manifest) -> validate.
+
+A model the first preferred backend runs whole stays one Core ML segment, and the artifact
+holds just ``model.mlpackage`` (no manifest); otherwise ``bundle/`` holds ``manifest.json``
+and ``segments/``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+from edgebuild.dag.stages import Stage
+from edgebuild.errors import BuildError
+from edgebuild_mpsgraph.options import BundleOptions, preference
+
+ARTIFACT = "bundle"
+KERNEL_BACKEND = "msl"
+
+
+def kernel_ops(registry) -> dict:
+    """Custom ops whose declaration carries a Metal kernel (an ``entry`` and a ``source``)."""
+    return {key: e.obj for key, e in registry.tables["custom_ops"].items()
+            if getattr(e.obj, "entry", None) and getattr(e.obj, "source", None)}
+
+
+def backend_supports(name: str, model: ir.Model, registry):
+    if name == "mpsgraph":
+        from edgebuild_mpsgraph.lowering import supports
+
+        return lambda node: supports(node, model, registry)
+    from edgebuild.partition import STANDARD_DOMAINS
+
+    opsets = {("" if d == "ai.onnx" else d): v for d, v in model.opset_imports.items()}
+
+    def supports_node(node) -> bool:
+        domain = "" if node.domain in STANDARD_DOMAINS else node.domain
+        return (domain, node.op_type) == ("", "Constant") or \
+            registry.lowering(name, node.op_type, domain, opsets.get(domain, 1)) is not None
+
+    return supports_node
+
+
+def type_kernel_outputs(model: ir.Model, kernels: dict) -> None:
+    """Give custom-op outputs the dtype and shape their kernel declares (onnx cannot infer them)."""
+    for node in model.graph:
+        spec = kernels.get((node.domain, node.op_type))
+        if spec is None:
+            continue
+        shapes = {d.name: tuple(v.shape) for d, v in zip(spec.inputs, node.inputs) if v is not None and v.shape is not None}
+        attrs = spec.attrs_with_defaults({k: a.value for k, a in node.attributes.items() if k in spec.attributes})
+        from edgebuild_msl.spec import call_sizing
+
+        out_shapes = call_sizing(spec.output_shapes, shapes, attrs)
+        for decl, value in zip(spec.outputs, node.outputs):
+            value.dtype = ir.DataType.from_numpy(decl.numpy_dtype)
+            value.shape = ir.Shape([int(d) for d in out_shapes[decl.name]])
+
+
+def load_model(path: Path, registry) -> tuple[ir.Model, dict]:
+    model = ir.load(str(path))
+    ir.external_data.load_to_model(model)
+    kernels = kernel_ops(registry)
+    type_kernel_outputs(model, kernels)
+    return model, kernels
+
+
+def plan_segments(model: ir.Model, kernels: dict, registry, params: dict):
+    from edgebuild.partition import partition
+
+    backends = [(name, backend_supports(name, model, registry)) for name in params["prefer"]]
+    return partition(model, backends, kernels, min_segment_ops=params["min_segment_ops"],
+                     min_segment_flops=params["min_segment_flops"])
+
+
+class BundleBackend:
+    name = "bundle"
+    artifact = ARTIFACT
+
+    def stages(self, variant, registry, plugins: dict[str, str]) -> list[Stage]:
+        recipe = variant.recipe
+        dump = recipe.model_dump(mode="json", by_alias=True)
+        options = BundleOptions.model_validate(recipe.target.options or {})
+        partition_params = {"prefer": preference(options, recipe.compute.policy),
+                            "min_segment_ops": options.min_segment_ops,
+                            "min_segment_flops": options.min_segment_flops}
+        lower_params = {**partition_params, "deployment_target": recipe.target.deployment_target,
+                        "precision": recipe.target.precision, "policy": recipe.compute.policy,
+                        "inputs": dump["source"]["inputs"]}
+
+        def partition_stage(results, out: Path) -> dict:
+            model, kernels = load_model(results["optimize"].path / "model.onnx", registry)
+            segments = plan_segments(model, kernels, registry, partition_params)
+            order = {id(n): i for i, n in enumerate(model.graph)}
+            record = [{"backend": s.backend, "nodes": [order[id(n)] for n in s.nodes], "inputs": s.inputs,
+                       "outputs": s.outputs, "flops": s.flops, "ops": s.op_types()} for s in segments]
+            (out / "partition.json").write_text(json.dumps(record, indent=1))
+            return {"segments": [{k: v for k, v in s.items() if k != "nodes"} for s in record]}
+
+        def lower_stage(results, out: Path) -> dict:
+            from edgebuild.partition import Segment
+            from edgebuild_mpsgraph.segments import lower_segment, tensor_spec
+
+            model, _ = load_model(results["optimize"].path / "model.onnx", registry)
+            model.graph.sort()
+            nodes = list(model.graph)
+            record = json.loads((results["partition"].path / "partition.json").read_text())
+            segments = [Segment(s["backend"], [nodes[i] for i in s["nodes"]], s["inputs"], s["outputs"], s["flops"])
+                        for s in record]
+            specs = [lower_segment(model, s, i, out, params=lower_params, registry=registry).model_dump(mode="json")
+                     for i, s in enumerate(segments)]
+            values = {v.name: v for v in model.graph.inputs} | {v.name: v for v in model.graph.outputs}
+            return {"segments": specs,
+                    "inputs": [tensor_spec(values[v.name]).model_dump(mode="json") for v in model.graph.inputs
+                               if v.name not in model.graph.initializers],
+                    "outputs": [tensor_spec(values[v.name]).model_dump(mode="json") for v in model.graph.outputs]}
+
+        def package_stage(results, out: Path) -> dict:
+            return self.package(results["lower"], out / ARTIFACT, recipe, variant.name, plugins)
+
+        stages = [
+            Stage("partition", partition_params, ["optimize"], plugins, produce=partition_stage),
+            Stage("lower", lower_params, ["optimize", "partition"], plugins, produce=lower_stage),
+            Stage("package", {"name": recipe.name, "variant": variant.name}, ["lower"], plugins,
+                  produce=package_stage, extra={"artifact": ARTIFACT}),
+        ]
+        if recipe.validate_ is not None:
+            section = recipe.validate_
+
+            def validate_stage(results, out: Path) -> dict:
+                from edgebuild.dag.validate import save
+                from edgebuild.runtime import InferenceSession
+                from edgebuild_mpsgraph.validation import validate_bundle
+
+                session = InferenceSession(results["package"].path / ARTIFACT, registry=registry, native=False)
+                record = validate_bundle(section, results["resolve"].path, dump["source"]["inputs"], session.run,
+                                         variant.base_dir, registry)
+                return save(out, record)
+
+            stages.append(Stage("validate", {"validate": dump["validate"]}, ["package", "resolve"], plugins,
+                                produce=validate_stage))
+        return stages
+
+    @staticmethod
+    def package(lowered, bundle_dir: Path, recipe, variant: str, plugins: dict) -> dict:
+        from edgebuild import __version__
+        from edgebuild.bundle import HandOffSpec, Manifest, write_manifest
+        from edgebuild.partition import HandOff
+
+        info = lowered.info
+        segments = info["segments"]
+        bundle_dir.mkdir(parents=True)
+        if len(segments) == 1 and segments[0]["backend"] == "coreml":  # a plain Core ML model
+            shutil.copytree(lowered.path / segments[0]["files"]["model"], bundle_dir / "model.mlpackage")
+            return {"kind": "mlpackage", "segments": 1}
+        shutil.copytree(lowered.path / "segments", bundle_dir / "segments")
+        producer = {o["name"]: s["index"] for s in segments for o in s["outputs"]}
+        graph_inputs = {t["name"] for t in info["inputs"]}
+        edges = [HandOff(t["name"], None if t["name"] in graph_inputs else producer.get(t["name"]), s["index"])
+                 for s in segments for t in s["inputs"]]
+        edges += [HandOff(t["name"], producer.get(t["name"]), None) for t in info["outputs"]]
+        manifest = Manifest(name=recipe.name, variant=variant, compute_policy=recipe.compute.policy,
+                            inputs=info["inputs"], outputs=info["outputs"], segments=segments,
+                            handoffs=[HandOffSpec(tensor=e.tensor, from_segment=e.producer, to_segment=e.consumer)
+                                      for e in edges],
+                            versions={"edgebuild": __version__, **plugins})
+        write_manifest(manifest, bundle_dir)
+        return {"kind": "bundle", "segments": len(segments),
+                "backends": [s["backend"] for s in segments],
+                "size_bytes": sum(f.stat().st_size for f in bundle_dir.rglob("*") if f.is_file())}
