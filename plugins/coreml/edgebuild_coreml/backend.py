@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-import shutil
 import sys
 from pathlib import Path
 
@@ -114,9 +113,12 @@ class CoreMLBackend:
         info: dict = {}
         keep_fp32: set[str] = set()
         if "calibration" in params:
+            from edgebuild_coreml.fp16_guard import saturate_infinite_constants
+
+            saturated = saturate_infinite_constants(result.program)
             guard = self._fp16_guard(save, model_path, params["inputs"], result.input_names, validate_section,
                                      base_dir or model_path.parent, artifact.parent)
-            info["fp16_guard"] = guard.to_json()
+            info["fp16_guard"] = {**guard.to_json(), "saturated_constants": saturated}
             keep_fp32 = guard.keep_fp32
         units = policy.compute_units_for(compute["policy"])
         save(artifact, params["precision"], keep_fp32=keep_fp32, compute_units=units,

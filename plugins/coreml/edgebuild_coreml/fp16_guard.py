@@ -18,6 +18,9 @@ import numpy as np
 
 FP16_MAX = 65504.0
 MAX_CALIBRATION_SAMPLES = 8  # the guard runs the interpreter once per sample; keep builds quick
+# Constants this large (attention masks built from float32's min, say) stand for infinity, as
+# coremltools also assumes; fp16 saturates them to +-65504, which keeps their meaning.
+MEANT_AS_INFINITY = 1e38
 
 
 @dataclass
@@ -114,6 +117,36 @@ def readers_of(program, producers: set[str]) -> list[str]:
         if any(var.op is not None and var.op.name in producers for var in _input_vars(op)):
             found.append(op.name)
     return found
+
+
+def saturate_infinite_constants(program) -> list[str]:
+    """Replace float constants meant as infinity by +-65504 in place; returns the consts changed.
+
+    Cast to fp16 they would become inf, and 0 * inf is NaN where fp32 gave 0 (a mask scaled by
+    float32's min, on the tokens it does not mask). +-65504 is still "minus infinity" to a softmax.
+    """
+    from coremltools.converters.mil import Builder as mb
+
+    changed = []
+    for op in list(_all_ops(program.functions["main"])):
+        if op.op_type != "const" or not op.outputs[0].child_ops:
+            continue
+        value = op.outputs[0].val
+        array = np.asarray(value)
+        if array.dtype.kind != "f" or array.size == 0:
+            continue
+        huge = np.isfinite(array) & (np.abs(array) >= MEANT_AS_INFINITY)
+        if not huge.any():
+            continue
+        saturated = np.where(huge, np.sign(array) * FP16_MAX, array).astype(array.dtype)
+        block = op.enclosing_block
+        with block:
+            replacement = mb.const(val=saturated if array.ndim else saturated[()], before_op=op,
+                                   name=f"{op.name}_fp16_saturated")
+        block.replace_uses_of_var_after_op(anchor_op=op, old_var=op.outputs[0], new_var=replacement)
+        block.remove_ops([op])
+        changed.append(op.name)
+    return changed
 
 
 def constant_overflows(program, limit: float = FP16_MAX) -> dict[str, float]:

@@ -124,9 +124,7 @@ def test_size_budget_is_met_with_less_error_than_uniform_4bit(mlp, uniform, tmp_
 
 def test_error_budget_picks_a_smaller_size_than_any_uniform_allocation_meeting_it(mlp, uniform, tmp_path):
     src, samples = mlp
-    _, error_6bit = uniform[6]
-    budget = error_6bit * 0.5  # all-6-bit misses it; all-8-bit meets it
-    assert uniform[8][1] <= budget
+    budget = math.sqrt(uniform[6][1] * uniform[8][1])  # all-6-bit misses it; all-8-bit meets it
     dst, report = _auto(mlp, tmp_path, {"max_error": budget, "metric": "cosine_distance"})
 
     measured_error = _cosine_distance(dst, src, samples)
@@ -154,12 +152,16 @@ def test_knapsack_matches_exhaustive_search():
         return sum(getattr(layers[i][j], field) for i, j in enumerate(combo))
 
     combos = [c for c in itertools.product(range(4), repeat=6) if math.isfinite(total(c, "cost"))]
-    for budget in (2500, 4000, 6000, 9000):
+    smallest = sum(min(o.bytes for o in options if math.isfinite(o.cost)) for options in layers)
+    assert allocate.least_cost_within(front, smallest - 1) is None
+    for budget in (smallest, smallest + 700, smallest + 2000, smallest + 5000):
         fitting = [c for c in combos if total(c, "bytes") <= budget]
         picked = allocate.least_cost_within(front, budget)
         assert total(picked, "bytes") <= budget
         assert total(picked, "cost") == pytest.approx(min(total(c, "cost") for c in fitting))
-    for max_cost in (1.0, 1.5, 2.5):
+    least = sum(min(o.cost for o in options) for options in layers)
+    assert allocate.smallest_within(front, least * 0.99) is None
+    for max_cost in (least, least + 0.5, least + 1.5):
         meeting = [c for c in combos if total(c, "cost") <= max_cost]
         picked = allocate.smallest_within(front, max_cost)
         assert total(picked, "cost") <= max_cost

@@ -167,19 +167,45 @@ def test_guard_keeps_nothing_when_activations_fit_fp16():
     assert result.overflowing == {} and result.readers == []
 
 
-def test_guard_keeps_ops_reading_constants_fp16_cannot_hold():
-    # An attention-style mask: (1 - mask) * float32 min. With no padding in the calibration data the
-    # product is always 0 in fp32, but fp16 turns the constant into -inf and 0 * -inf into NaN.
+def _mil_mask_program(fill: float):
+    # An attention-style mask: scores + (1 - mask) * fill.
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4)), mb.TensorSpec(shape=(1, 4))])
     def prog(scores, mask):
         inverted = mb.sub(x=np.float32(1.0), y=mask, name="invert")
-        bias = mb.mul(x=inverted, y=np.float32(np.finfo(np.float32).min), name="mask_bias")
+        bias = mb.mul(x=inverted, y=np.float32(fill), name="mask_bias")
         return mb.softmax(x=mb.add(x=scores, y=bias, name="masked"), axis=-1, name="weights")
 
-    ones = {"scores": np.zeros((1, 4), np.float32), "mask": np.ones((1, 4), np.float32)}
-    result = fp16_guard.find_overflows(prog, [ones])
-    assert result.overflowing == {"mask_bias": pytest.approx(float(np.finfo(np.float32).max))}
+    return prog
+
+
+MASK_SAMPLE = {"scores": np.array([[0.5, -1.0, 2.0, 0.0]], np.float32), "mask": np.array([[1, 1, 1, 0]], np.float32)}
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_guard_keeps_ops_reading_constants_fp16_cannot_hold():
+    # With no padding in the calibration data the product is always 0 in fp32, but fp16 turns the
+    # constant into inf and 0 * inf into NaN: the constant alone decides.
+    prog = _mil_mask_program(-1e6)
+    no_padding = {"scores": np.zeros((1, 4), np.float32), "mask": np.ones((1, 4), np.float32)}
+    result = fp16_guard.find_overflows(prog, [no_padding])
+    assert result.overflowing == {"mask_bias": pytest.approx(1e6)}
     assert result.readers == ["masked"]
+
+
+def test_guard_saturates_constants_meant_as_infinity():
+    prog = _mil_mask_program(float(np.finfo(np.float32).min))
+    with np.errstate(over="ignore", invalid="ignore"):
+        fp16_unguarded = run_program(prog, MASK_SAMPLE, fp16=True)["weights"]
+    assert np.isnan(fp16_unguarded).any()  # 0 * -inf on the unmasked tokens
+
+    assert len(fp16_guard.saturate_infinite_constants(prog)) == 1
+    assert fp16_guard.find_overflows(prog, [MASK_SAMPLE]).overflowing == {}  # all fits fp16 now
+    expected = _softmax(np.where(MASK_SAMPLE["mask"] > 0, MASK_SAMPLE["scores"], -np.inf))
+    np.testing.assert_allclose(run_program(prog, MASK_SAMPLE, fp16=True)["weights"], expected, atol=2e-3)
 
 
 def test_strict_policy_error_names_every_violating_op():

@@ -96,7 +96,7 @@ def lower_msl(model: ir.Model, segment: Segment, directory: Path, *, params: dic
         if value.const_value is not None:  # an initializer: shipped with the segment
             array = np.ascontiguousarray(value.const_value.numpy().astype(decl.numpy_dtype))
             blob.extend(b"\0" * (-len(blob) % ALIGNMENT))
-            inputs.append({"decl": decl.name, "constant": {"dtype": array.dtype.name, "shape": list(array.shape),
+            inputs.append({"decl": decl.name, "buffer": spec.buffers[decl.name], "constant": {"dtype": array.dtype.name, "shape": list(array.shape),
                                                            "offset": len(blob), "nbytes": array.nbytes}})
             blob.extend(array.tobytes())
         else:

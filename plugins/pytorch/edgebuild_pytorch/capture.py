@@ -52,7 +52,9 @@ def bound_module(module, plan: InputPlan, positional: list[str] | None = None):
             outputs = invoke(self.inner, {**dict(zip(names, free)), **fixed}, positional)
             return tuple(pytree.tree_leaves(outputs))
 
-    return BoundInputs().eval()
+    bound = BoundInputs()
+    bound.training = False  # not .eval(): an exported program's module refuses train()/eval() calls
+    return bound
 
 
 def call_module(module, arrays: dict[str, np.ndarray], positional: list[str] | None = None):

@@ -7,7 +7,7 @@
    uncompressed program and the calibration inputs are run (see ``sensitivity``).
 3. Allocation: per-layer errors are summed as an additive proxy (squared first for rel_l2,
    since independent noise adds in power) and a knapsack picks one mode per layer.
-4. Verification: the allocation is compressed for real (per-op overrides) and its package
+4. Verification: the allocation is compressed for real (by const, see ``mixed``) and its package
    size and output error measured; if the budget is missed, the proxy budget is tightened
    and the allocation redone, a bounded number of times.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -30,6 +29,7 @@ from edgebuild.errors import RecipeError
 from . import allocate
 from .apply import compress_mlpackage
 from .config import AutoCompression, KeepWeights, LinearWeights, PalettizeWeights
+from .mixed import compress_per_const
 from .sensitivity import (
     Layer,
     compressible_layers,
@@ -217,7 +217,7 @@ def _allocate_and_verify(src, dst, scratch, auto, table: OptionTable, points, ca
     budget = auto.max_size_mb * MEGABYTE if by_size else auto.max_error
     proxy_budget = budget - table.fixed_bytes if by_size else additive_cost(budget, auto.metric)
 
-    best = None
+    best, tried = None, []
     for attempt in range(1, MAX_VERIFY_ROUNDS + 1):
         if by_size:
             picked = allocate.least_cost_within(front, proxy_budget)
@@ -225,8 +225,11 @@ def _allocate_and_verify(src, dst, scratch, auto, table: OptionTable, points, ca
             picked = allocate.smallest_within(front, proxy_budget)
         if picked is None:  # nothing fits: the smallest (size) or most accurate (error) allocation
             picked = _fallback(table, auto.metric, by_size)
+        if picked in tried:  # tightening changed nothing, or nothing tighter exists
+            break
+        tried.append(picked)
         out = scratch / f"auto{attempt}.mlpackage"
-        report = compress_mlpackage(src, out, allocation_section(table, picked, weight_threshold), target=target)
+        report = compress_per_const(src, out, allocation_modes(table, picked), weight_threshold=weight_threshold)
         size = package_bytes(out)
         error = output_error(reference, run_samples(load_mlpackage(out), calibration), auto.metric)
         points.append({"size_mb": size / MEGABYTE, "error": error, "label": f"auto (round {attempt})",
@@ -269,16 +272,14 @@ def _fallback(table: OptionTable, metric: str, by_size: bool) -> list[int]:
     return picked
 
 
-def allocation_section(table: OptionTable, picked: Sequence[int], weight_threshold: int) -> dict:
-    """A plain compression section: one name-regex override per compressed layer's consumers."""
-    overrides = []
+def allocation_modes(table: OptionTable, picked: Sequence[int]) -> dict:
+    """Const name -> weights config of every layer the allocation compresses."""
+    modes = {}
     for layer, index in zip(table.layers, picked):
         candidate = table.candidates[index] if index < len(table.candidates) else None
-        if candidate is None or isinstance(candidate, KeepWeights):
-            continue
-        pattern = "|".join(re.escape(name) for name in layer.consumers)
-        overrides.append({"match": {"name": f"^(?:{pattern})$"}, "weights": candidate.model_dump()})
-    return {"weight_threshold": weight_threshold, "overrides": overrides}
+        if candidate is not None and not isinstance(candidate, KeepWeights):
+            modes[layer.const] = candidate
+    return modes
 
 
 def _auto_report(table: OptionTable, picked, points, auto, met, size, error) -> dict:

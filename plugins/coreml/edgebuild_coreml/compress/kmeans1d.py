@@ -5,14 +5,15 @@ values, so clustering reduces to choosing k-1 cut points in a sorted array. With
 of w, w*x and w*x^2 the cost of any run is O(1), which makes two things cheap:
 
 * a seed from an exact dynamic programme restricted to a coarse grid of candidate cuts
-  (weighted quantiles plus evenly spaced values), O(k * G^2) with G around 128 — exact when
-  the input has no more than G values;
+  (weighted quantiles plus evenly spaced values), O(k * G^2) with G = max(32, 4k) — exact
+  when the input has no more than G distinct values; for k > 16 equal-weight quantiles;
 * Lloyd iterations that only move the cuts: centroids are run means, the new cuts are the
   midpoints between neighbouring centroids, located by binary search in the sorted values.
 
-Rows of a 2-D matrix (grouped channels) are sorted with one ``np.sort(axis=1)`` call and the
-grid programme runs on all rows at once; chunks of rows go to a thread pool (numpy releases
-the GIL in sorts and large element-wise kernels).
+Rows of a 2-D matrix (channel groups) are clustered together: every step above is one numpy
+call over all rows. float16 rows never need a float sort: ``fp16_histogram`` turns them into
+weighted distinct values (at most 63,487 of them) and labels them with a table look-up.
+Chunks of rows go to a thread pool (numpy releases the GIL in its large kernels).
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-# Cuts on the seeding grid (at least 2k); the programme costs k * grid^2 per row.
-_GRID_SIZE = 128
+from . import fp16_histogram
+from .sorted_runs import collapse_sorted_rows
+
+NOT_FINITE = "cannot cluster weights containing NaN or infinity"
 _MAX_LLOYD_ITERATIONS = 300
-# Rows per work item: at most 32, and the [rows, grid, grid] matrices stay near 16 MB.
-_ROWS_PER_CHUNK = 32
+_MAX_PROGRAMME_K = 16  # above this the grid programme costs more than it gains
+# Rows per work item: the [rows, grid, grid] programme matrices stay near 16 MB.
 _PROGRAMME_CELLS_PER_CHUNK = 1 << 21
+_MAX_ROWS_PER_CHUNK = 256
 
 
 def kmeans1d(
@@ -64,16 +68,15 @@ def palettize_groups(
         raise ValueError(f"palettize_groups needs a non-empty 2-D matrix, got shape {matrix.shape}")
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
-    if not np.all(np.isfinite(matrix)):
-        raise ValueError("cannot cluster weights containing NaN or infinity")
     if weights is not None:
         weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), matrix.shape)
         if np.any(weights < 0):
             raise ValueError("sample weights must be non-negative")
 
     rows = matrix.shape[0]
-    grid_cells = (max(_GRID_SIZE, min(4 * k, 2 * _GRID_SIZE), 2 * k) + 1) ** 2
-    step = max(1, min(_ROWS_PER_CHUNK, _PROGRAMME_CELLS_PER_CHUNK // grid_cells))
+    grid = _grid_size(k) + 1
+    cells = grid * grid if k <= _MAX_PROGRAMME_K else 1
+    step = max(1, min(_MAX_ROWS_PER_CHUNK, _PROGRAMME_CELLS_PER_CHUNK // cells))
     bounds = [(start, min(start + step, rows)) for start in range(0, rows, step)]
     luts = np.empty((rows, k), dtype=np.float64)
     labels = np.empty(matrix.shape, dtype=np.uint8 if k <= 256 else np.intp)
@@ -96,9 +99,16 @@ def palettize_groups(
 
 
 def _cluster_rows(
-    matrix: np.ndarray, k: int, weights: np.ndarray | None, lut_dtype: np.dtype | None = None
+    matrix: np.ndarray, k: int, weights: np.ndarray | None, lut_dtype: np.dtype | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Cluster a chunk of rows; the heart of the algorithm (see the module docstring)."""
+    """Cluster a chunk of rows: weighted sorted points, cuts, centroids, then labels."""
+    if matrix.dtype == np.float16 and weights is None:
+        histogram = fp16_histogram.FP16Histogram(matrix)  # checks finiteness on the way
+        centroids = cluster_sorted(histogram.values, histogram.counts, k, lut_dtype)
+        return centroids, histogram.labels(_midpoints(centroids))
+    if not np.all(np.isfinite(matrix)):
+        raise ValueError(NOT_FINITE)
+
     # float16 sorts slowly and accumulates badly; float32 sorts fast and is exact for it.
     work_dtype = np.float32 if matrix.dtype in (np.float16, np.float32) else np.float64
     values = matrix.astype(work_dtype, copy=False)
@@ -109,48 +119,44 @@ def _cluster_rows(
         order = np.argsort(values, axis=1)
         sorted_values = np.take_along_axis(values, order, axis=1)
         sorted_weights = np.take_along_axis(weights, order, axis=1)
-    sorted_values, sorted_weights = _collapse_duplicates(sorted_values, sorted_weights)
+    points, point_weights = _collapse_duplicates(sorted_values, sorted_weights)
+    centroids = cluster_sorted(points.astype(np.float64), point_weights, k, lut_dtype)
+    midpoints = _midpoints(centroids).astype(work_dtype)
+    labels = searchsorted_rows(midpoints, values, side="right")
+    return centroids, labels.astype(np.uint8 if k <= 256 else np.intp, copy=False)
 
+
+def cluster_sorted(
+    points: np.ndarray, weights: np.ndarray, k: int, lut_dtype: np.dtype | None = None
+) -> np.ndarray:
+    """Centroids [rows, k] (ascending) of weighted points [rows, n] sorted along each row."""
     # Centre each row so the prefix sums of x^2 do not swamp run variances.
-    offset = (sorted_values[:, :1].astype(np.float64) + sorted_values[:, -1:]) / 2
-    prefix = _PrefixSums(sorted_values.astype(np.float64) - offset, sorted_weights)
-
-    cuts = _seed_cuts(sorted_values, prefix, k)
-    cuts, centroids = _lloyd_on_cuts(sorted_values, prefix, cuts, offset)
+    offset = (points[:, :1] + points[:, -1:]) / 2
+    prefix = _PrefixSums(points - offset, weights)
+    cuts = _seed_cuts(points, prefix, k)
+    centroids = _lloyd_on_cuts(points, prefix, cuts, offset)
     if lut_dtype is not None:  # rounding is monotonic, so the table stays ascending
         centroids = centroids.astype(lut_dtype).astype(np.float64)
+    return centroids
 
-    midpoints = (centroids[:, :-1] + centroids[:, 1:]) / 2
-    labels = _searchsorted_rows(midpoints.astype(work_dtype), values, side="right")
-    return centroids, labels
+
+def _midpoints(centroids: np.ndarray) -> np.ndarray:
+    return (centroids[:, :-1] + centroids[:, 1:]) / 2
+
+
+def _grid_size(k: int) -> int:
+    return max(32, 4 * k)
 
 
 def _collapse_duplicates(
     sorted_values: np.ndarray, sorted_weights: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Replace runs of equal values by one value carrying their total weight.
-
-    float16 weights have at most 63,488 finite values, so a tensor of millions collapses to a
-    few tens of thousands and every later step gets that much cheaper. Rows are padded with
-    their last value at weight 0, which keeps them sorted and changes no sum.
-    """
-    rows, n = sorted_values.shape
-    starts_per_row = []
-    for row in range(rows):
-        is_start = np.empty(n, dtype=bool)
-        is_start[0] = True
-        np.not_equal(sorted_values[row, 1:], sorted_values[row, :-1], out=is_start[1:])
-        starts_per_row.append(np.flatnonzero(is_start))
-    width = max(len(starts) for starts in starts_per_row)
-    if width > n // 2:
+    """Equal values merged into one point carrying their total weight, if that halves the work."""
+    n = sorted_values.shape[1]
+    distinct = 1 + np.count_nonzero(sorted_values[:, 1:] != sorted_values[:, :-1], axis=1)
+    if int(distinct.max()) > n // 2:
         return sorted_values, sorted_weights
-    unique = np.empty((rows, width), dtype=sorted_values.dtype)
-    totals = np.zeros((rows, width))
-    for row, starts in enumerate(starts_per_row):
-        unique[row, : len(starts)] = sorted_values[row, starts]
-        unique[row, len(starts) :] = sorted_values[row, -1]
-        totals[row, : len(starts)] = np.add.reduceat(sorted_weights[row], starts)
-    return unique, totals
+    return collapse_sorted_rows(sorted_values, sorted_weights)
 
 
 class _PrefixSums:
@@ -163,18 +169,24 @@ class _PrefixSums:
         self.first = np.concatenate([zero, np.cumsum(w * centred, axis=1)], axis=1)
         self.second = np.concatenate([zero, np.cumsum(w * centred * centred, axis=1)], axis=1)
 
-    def runs(self, starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Weight, sum and square sum of runs [start, stop) per row (broadcasting index arrays)."""
+    def runs(
+        self, starts: np.ndarray, stops: np.ndarray, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, ...]:
+        """Weight, sum and square sum of runs [start, stop) per row (broadcasting index arrays).
+
+        ``rows`` selects which rows the index arrays belong to (default: all, in order).
+        """
 
         def between(prefix: np.ndarray) -> np.ndarray:
-            return _take_rows(prefix, stops) - _take_rows(prefix, starts)
+            return _take_rows(prefix, stops, rows) - _take_rows(prefix, starts, rows)
 
         return between(self.weight), between(self.first), between(self.second)
 
 
-def _take_rows(prefix: np.ndarray, index: np.ndarray) -> np.ndarray:
-    rows = np.arange(prefix.shape[0]).reshape((-1,) + (1,) * (index.ndim - 1))
-    return prefix[rows, index]
+def _take_rows(prefix: np.ndarray, index: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    if rows is None:
+        rows = np.arange(prefix.shape[0])
+    return prefix[rows.reshape((-1,) + (1,) * (index.ndim - 1)), index]
 
 
 def _run_cost(weight: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.ndarray:
@@ -187,17 +199,15 @@ def _run_cost(weight: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.n
 def _candidate_cuts(sorted_values: np.ndarray, prefix: _PrefixSums, k: int) -> np.ndarray:
     """Grid of cut positions per row: weighted quantiles plus evenly spaced values, sorted."""
     rows, n = sorted_values.shape
-    grid_size = max(_GRID_SIZE, min(4 * k, 2 * _GRID_SIZE), 2 * k)
+    grid_size = _grid_size(k)
     if n <= grid_size:
         return np.broadcast_to(np.arange(n + 1), (rows, n + 1)).copy()
     half = grid_size // 2
     fractions = np.linspace(0.0, 1.0, half + 1)
     total = prefix.weight[:, -1:]
-    by_weight = _searchsorted_rows(prefix.weight[:, 1:], total * fractions, side="left")
+    by_weight = searchsorted_rows(prefix.weight[:, 1:], total * fractions, side="left")
     low, high = sorted_values[:, :1], sorted_values[:, -1:]
-    by_value = _searchsorted_rows(
-        sorted_values, (low + (high - low) * fractions).astype(sorted_values.dtype), side="left"
-    )
+    by_value = searchsorted_rows(sorted_values, low + (high - low) * fractions, side="left")
     grid = np.concatenate([by_weight, by_value, np.zeros((rows, 1), np.intp)], axis=1)
     grid = np.minimum(grid, n)
     grid[:, -1] = n
@@ -205,11 +215,48 @@ def _candidate_cuts(sorted_values: np.ndarray, prefix: _PrefixSums, k: int) -> n
 
 
 def _seed_cuts(sorted_values: np.ndarray, prefix: _PrefixSums, k: int) -> np.ndarray:
-    """k+1 cut positions per row (first 0, last n) from the grid programme."""
+    """k+1 cut positions per row (first 0, last n)."""
     rows, n = sorted_values.shape
-    grid = _candidate_cuts(sorted_values, prefix, k)
     if k == 1:
         return np.stack([np.zeros(rows, np.intp), np.full(rows, n)], axis=1)
+    if k > _MAX_PROGRAMME_K:
+        return _companding_cuts(sorted_values, prefix.weight, k)
+    return _programme_cuts(sorted_values, prefix, k)
+
+
+def _companding_cuts(sorted_values: np.ndarray, cumulative_weight: np.ndarray, k: int) -> np.ndarray:
+    """Cuts spreading centroids with density proportional to the data density^(1/3).
+
+    That is the optimal spacing of many centroids for squared error (Panter and Dite), so
+    Lloyd starts close to its answer instead of crawling there from plain quantiles. The
+    density is a histogram of ``bins`` equal-width bins per row.
+    """
+    rows, n = sorted_values.shape
+    bins = max(1024, 16 * k)
+    low, high = sorted_values[:, :1], sorted_values[:, -1:]
+    width = np.maximum(high - low, np.finfo(np.float64).tiny) / bins
+    # Weight in each bin from the cumulative weight at the bins' edges.
+    edges = low + width * np.arange(bins + 1)
+    at_edge = _take_rows(cumulative_weight, searchsorted_rows(sorted_values, edges, side="left"))
+    at_edge[:, -1] = cumulative_weight[:, -1]
+    mass = np.cbrt(np.diff(at_edge, axis=1))  # density^(1/3) x bin width, up to a constant
+    measure = np.concatenate([np.zeros((rows, 1)), np.cumsum(mass, axis=1)], axis=1)
+    levels = measure[:, -1:] * (np.arange(1, k) / k)
+    # Interpolate each level inside its bin, then find the cut among the sorted values.
+    bin_of = np.clip(searchsorted_rows(measure, levels, side="left") - 1, 0, bins - 1)
+    below, above = _take_rows(measure, bin_of), _take_rows(measure, bin_of + 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inside = np.where(above > below, (levels - below) / (above - below), 0.5)
+    cut_values = low + width * (bin_of + inside)
+    inner = searchsorted_rows(sorted_values, cut_values, side="left")
+    cuts = np.concatenate([np.zeros((rows, 1), np.intp), inner, np.full((rows, 1), n)], axis=1)
+    return np.maximum.accumulate(cuts, axis=1)
+
+
+def _programme_cuts(sorted_values: np.ndarray, prefix: _PrefixSums, k: int) -> np.ndarray:
+    """The exact least-cost k runs whose boundaries lie on the candidate grid."""
+    rows = sorted_values.shape[0]
+    grid = _candidate_cuts(sorted_values, prefix, k)
     size = grid.shape[1]
     starts, stops = grid[:, :, None], grid[:, None, :]
     run_cost = _run_cost(*prefix.runs(np.minimum(starts, stops), stops))
@@ -224,48 +271,92 @@ def _seed_cuts(sorted_values: np.ndarray, prefix: _PrefixSums, k: int) -> np.nda
         best = np.take_along_axis(total, choice[:, None, :], axis=1)[:, 0, :]
         choices.append(choice)
 
+    every_row = np.arange(rows)
     cut_index = np.full(rows, size - 1)
-    cuts = [grid[np.arange(rows), cut_index]]
+    cuts = [grid[every_row, cut_index]]
     for choice in reversed(choices):
-        cut_index = choice[np.arange(rows), cut_index]
-        cuts.append(grid[np.arange(rows), cut_index])
+        cut_index = choice[every_row, cut_index]
+        cuts.append(grid[every_row, cut_index])
     cuts.append(np.zeros(rows, np.intp))
     return np.stack(cuts[::-1], axis=1)
 
 
 def _lloyd_on_cuts(
     sorted_values: np.ndarray, prefix: _PrefixSums, cuts: np.ndarray, offset: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Move cuts to the midpoints of their run means until none moves; return cuts, centroids."""
+) -> np.ndarray:
+    """Move cuts to the midpoints of their run means until none moves; return the centroids.
+
+    Rows converge at different speeds (a few take ten times as long as most), so each
+    iteration only revisits the rows whose cuts moved in the previous one.
+    """
+    search = RowSearch(sorted_values)
+    cuts = cuts.copy()
+    centroids = _run_means(sorted_values, prefix, cuts, offset)
+    active = np.arange(sorted_values.shape[0])
     for _ in range(_MAX_LLOYD_ITERATIONS):
-        centroids = _run_means(sorted_values, prefix, cuts, offset)
-        midpoints = (centroids[:, :-1] + centroids[:, 1:]) / 2
-        inner = _searchsorted_rows(
-            sorted_values, midpoints.astype(sorted_values.dtype), side="left"
-        )
-        if np.array_equal(inner, cuts[:, 1:-1]):
-            return cuts, centroids
-        cuts = cuts.copy()
-        cuts[:, 1:-1] = inner
-    return cuts, _run_means(sorted_values, prefix, cuts, offset)
+        inner = search(_midpoints(centroids[active]), side="left", rows=active)
+        moved = np.any(inner != cuts[active, 1:-1], axis=1)
+        if not moved.any():
+            break
+        active = active[moved]
+        cuts[active, 1:-1] = inner[moved]
+        centroids[active] = _run_means(sorted_values, prefix, cuts[active], offset, active)
+    return centroids
 
 
 def _run_means(
-    sorted_values: np.ndarray, prefix: _PrefixSums, cuts: np.ndarray, offset: np.ndarray
+    sorted_values: np.ndarray,
+    prefix: _PrefixSums,
+    cuts: np.ndarray,
+    offset: np.ndarray,
+    rows: np.ndarray | None = None,
 ) -> np.ndarray:
     """Mean of each run; an empty run takes the value at its cut so centroids stay ascending."""
-    weight, first, _ = prefix.runs(cuts[:, :-1], cuts[:, 1:])
+    if rows is None:
+        rows = np.arange(sorted_values.shape[0])
+    weight, first, _ = prefix.runs(cuts[:, :-1], cuts[:, 1:], rows)
     n = sorted_values.shape[1]
-    at_cut = _take_rows(sorted_values, np.minimum(cuts[:, :-1], n - 1)).astype(np.float64)
+    at_cut = _take_rows(sorted_values, np.minimum(cuts[:, :-1], n - 1), rows).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        means = np.where(weight > 0, first / weight + offset, at_cut)
+        means = np.where(weight > 0, first / weight + offset[rows], at_cut)
     # Rounding can break ties in order by an ulp; centroids must stay sorted for midpoints.
     return np.maximum.accumulate(means, axis=1)
 
 
-def _searchsorted_rows(sorted_rows: np.ndarray, queries: np.ndarray, side: str) -> np.ndarray:
+class RowSearch:
+    """``np.searchsorted`` of each row of queries in the same row of ``sorted_rows``, at once.
+
+    Rows are laid end to end on one axis, each shifted past the previous one's range, so one
+    binary search serves every row. Adding a shift is monotonic, so rounding can only turn a
+    near-tie into a tie, never reorder a query and a value.
+    """
+
+    def __init__(self, sorted_rows: np.ndarray):
+        rows, self.n = sorted_rows.shape
+        low = sorted_rows[:, :1].astype(np.float64)
+        span = float(np.max(sorted_rows[:, -1:] - low)) if rows > 1 else 0.0
+        stride = 2.0 ** np.ceil(np.log2(span + 1.0)) * 2.0
+        self.shift = np.arange(rows, dtype=np.float64)[:, None] * stride - low
+        self.rows = rows
+        self.flat = (sorted_rows + self.shift).reshape(-1) if rows > 1 else sorted_rows[0]
+
+    def __call__(self, queries: np.ndarray, side: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """Positions of ``queries`` [len(rows), m] in their rows (``rows`` default: all)."""
+        if self.rows == 1:
+            return np.searchsorted(self.flat, queries, side=side)
+        if rows is None:
+            rows = np.arange(self.rows)
+        shifted = queries + self.shift[rows]
+        found = np.searchsorted(self.flat, shifted.reshape(-1), side=side).reshape(queries.shape)
+        found -= rows[:, None] * self.n
+        return np.clip(found, 0, self.n)
+
+
+def searchsorted_rows(sorted_rows: np.ndarray, queries: np.ndarray, side: str) -> np.ndarray:
     """np.searchsorted applied row by row (rows of ``sorted_rows`` against rows of ``queries``)."""
-    out = np.empty(queries.shape, dtype=np.intp)
+    if sorted_rows.shape[1] > queries.shape[1] or sorted_rows.shape[0] == 1:
+        return RowSearch(sorted_rows)(queries, side=side)
+    out = np.empty(queries.shape, dtype=np.intp)  # few boundaries, many queries: one call a row
     for row in range(queries.shape[0]):
         out[row] = np.searchsorted(sorted_rows[row], queries[row], side=side)
     return out

@@ -25,6 +25,7 @@ class Layer:
     """One compressible stored weight and every compute op input that reads it."""
 
     name: str  # the first use, "<op name>.<input name>", as in compress reports
+    const: str  # name of the const op storing it
     uses: tuple[str, ...]
     consumers: tuple[str, ...]  # names of the compute ops reading it (for per-op overrides)
     shape: tuple[int, ...]
@@ -34,15 +35,15 @@ class Layer:
 def compressible_layers(program, min_elements: int) -> list[Layer]:
     """Uncompressed weights with at least ``min_elements`` values, in program order."""
     uses = weight_uses(program, min_elements=max(min_elements, 2))
-    grouped: dict[int, list[str]] = {}
+    grouped: dict[str, list[str]] = {}
     for key, var in weight_vars(program, uses).items():
         if var.op.op_type == "const" and uses[key].mode == "none":
-            grouped.setdefault(id(var.op), []).append(key)
+            grouped.setdefault(var.op.name, []).append(key)
     layers = []
-    for keys in grouped.values():
+    for const, keys in grouped.items():
         first = uses[keys[0]]
         consumers = tuple(dict.fromkeys(key.rsplit(".", 1)[0] for key in keys))
-        layers.append(Layer(first.name, tuple(keys), consumers, first.shape, first.bytes))
+        layers.append(Layer(first.name, const, tuple(keys), consumers, first.shape, first.bytes))
     return layers
 
 

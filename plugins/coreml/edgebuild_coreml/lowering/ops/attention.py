@@ -15,7 +15,7 @@ from edgebuild_coreml.lowering.ops._util import dtype_of, is_static, numpy_dtype
 from edgebuild_coreml.lowering.registry import lowers
 
 
-def _to_heads(ctx, node, x, heads: int | None, what: str):
+def split_heads(ctx, node, x, heads: int | None, what: str):
     """(B, S, H*D) -> (B, H, S, D); 4-D inputs pass through."""
     if rank_of(x) == 4:
         return x
@@ -26,7 +26,7 @@ def _to_heads(ctx, node, x, heads: int | None, what: str):
     return mb.transpose(x=split, perm=[0, 2, 1, 3])
 
 
-def _repeat_heads(x, repeats: int):
+def repeat_heads(x, repeats: int):
     """np.repeat(x, repeats, axis=1) for (B, H, L, D): each KV head serves ``repeats`` query heads."""
     if repeats == 1:
         return x
@@ -116,9 +116,9 @@ def attention(ctx, node):
         if not all(is_static(d) for d in shape_of(x)):
             ctx.fail(node, "needs static Q/K/V shapes", hint="pin the input shapes in the recipe")
     q_heads, kv_heads = ctx.attr(node, "q_num_heads"), ctx.attr(node, "kv_num_heads")
-    q = _to_heads(ctx, node, q_in, q_heads, "Q")
-    k = _to_heads(ctx, node, k_in, kv_heads, "K")
-    v = _to_heads(ctx, node, v_in, kv_heads, "V")
+    q = split_heads(ctx, node, q_in, q_heads, "Q")
+    k = split_heads(ctx, node, k_in, kv_heads, "K")
+    v = split_heads(ctx, node, v_in, kv_heads, "V")
     dtype = numpy_dtype(dtype_of(q))
 
     if past_key is not None:
@@ -133,7 +133,7 @@ def attention(ctx, node):
     scale = ctx.attr(node, "scale")
     scale = float(scale) if scale is not None else 1.0 / np.sqrt(shape_of(q)[3])
     root = np.array(np.sqrt(scale), dtype)  # scaled on both sides, as the reference does
-    scores = mb.matmul(x=mb.mul(x=q, y=root), y=mb.mul(x=_repeat_heads(k, repeats), y=root), transpose_y=True)
+    scores = mb.matmul(x=mb.mul(x=q, y=root), y=mb.mul(x=repeat_heads(k, repeats), y=root), transpose_y=True)
     softcap = float(ctx.attr(node, "softcap", 0.0) or 0.0)
     if softcap > 0:
         cap = np.array(softcap, dtype)
@@ -157,7 +157,7 @@ def attention(ctx, node):
 
     biased = _add(scores, bias) if bias is not None else scores
     probabilities = _masked_softmax(biased, dtype) if bias is not None else mb.softmax(x=scores, axis=-1)
-    y = mb.matmul(x=probabilities, y=_repeat_heads(v, repeats))
+    y = mb.matmul(x=probabilities, y=repeat_heads(v, repeats))
     if rank_of(q_in) == 3:
         batch, heads, length, size = shape_of(y)
         y = mb.reshape(x=mb.transpose(x=y, perm=[0, 2, 1, 3]), shape=[batch, length, heads * size])

@@ -1,4 +1,4 @@
-"""Indexing: Gather, GatherElements, GatherND, ScatterElements, ScatterND, OneHot, NonZero.
+"""Indexing: Gather, GatherElements, GatherND, ScatterElements (and Scatter), ScatterND, OneHot, NonZero.
 
 ONNX allows negative indices (counted from the end); they are wrapped explicitly so the
 result never depends on how a Core ML runtime treats them.
@@ -68,6 +68,14 @@ def _wrap_nd(ctx, node, x, indices, batch_dims: int):
     return wrap_negative(indices, sizes)
 
 
+def _bool_safe(ctx, node, x, gather):
+    """MIL's gathers take no bool data (masks do get gathered): gather an int32 copy, cast back."""
+    if dtype_of(x) != "bool":
+        return gather(x, ctx.name(node))
+    picked = gather(mb.cast(x=x, dtype="int32"), ctx.name(node, "int32"))
+    return mb.cast(x=picked, dtype="bool", name=ctx.name(node))
+
+
 @lowers("GatherND")
 def gather_nd(ctx, node):
     x, indices = ctx.input(node, 0), _int32(ctx.input(node, 1))
@@ -75,8 +83,9 @@ def gather_nd(ctx, node):
     indices = _wrap_nd(ctx, node, x, indices, batch_dims)
     if batch_dims:
         ctx.require_target(node, "iOS16", "GatherND with batch_dims")
-        return mb.gather_nd(x=x, indices=indices, batch_dims=batch_dims, name=ctx.name(node))
-    return mb.gather_nd(x=x, indices=indices, name=ctx.name(node))
+        return _bool_safe(ctx, node, x, lambda data, name: mb.gather_nd(
+            x=data, indices=indices, batch_dims=batch_dims, name=name))
+    return _bool_safe(ctx, node, x, lambda data, name: mb.gather_nd(x=data, indices=indices, name=name))
 
 
 def _scatter_mode(ctx, node) -> str:
@@ -93,6 +102,7 @@ def scatter_nd(ctx, node):
     return mb.scatter_nd(data=data, indices=indices, updates=updates, mode=_scatter_mode(ctx, node), name=ctx.name(node))
 
 
+@lowers("Scatter", since=9, until=10)  # the old name of ScatterElements (deprecated at opset 11)
 @lowers("ScatterElements")
 def scatter_elements(ctx, node):
     data, indices, updates = ctx.input(node, 0), _int32(ctx.input(node, 1)), ctx.input(node, 2)

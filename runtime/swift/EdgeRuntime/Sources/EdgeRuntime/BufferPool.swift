@@ -1,3 +1,4 @@
+import Foundation
 import Metal
 
 /// Reuses shared-storage MTLBuffers between runs. Sizes round up to a power of two, so a
@@ -36,4 +37,3 @@ public final class BufferPool {
     }
 }
 
-import Foundation
