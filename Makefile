@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PLUGINS := plugins/coreml plugins/pytorch plugins/msl plugins/example-ops
+PLUGINS := plugins/coreml plugins/pytorch plugins/msl plugins/mpsgraph plugins/example-ops
 EXTRAS := $(foreach p,$(PLUGINS),$(if $(wildcard $(p)/pyproject.toml),-e $(p)[test]))
 PYTEST_ARGS ?=
 

@@ -7,6 +7,7 @@ function writing into an empty output directory. The executor does the caching.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -93,8 +94,15 @@ def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -
         pass_plugins.update(_plugin(registry, "passes", name))
 
     def optimize(r, out):
+        imported = r["import"].path
+        if (imported / "model.mlpackage").exists():  # a frontend that converted directly (PyTorch route b)
+            shutil.copytree(imported / "model.mlpackage", out / "model.mlpackage")
+            for extra in ("route.json",):
+                if (imported / extra).exists():
+                    shutil.copy2(imported / extra, out / extra)
+            return {"passthrough": "model.mlpackage"}
         from edgebuild.graph.optimize import optimize as run_optimize
-        return run_optimize(r["import"].path / "model.onnx", out, passes, registry=registry)
+        return run_optimize(imported / "model.onnx", out, passes, registry=registry)
 
     stages.append(Stage("optimize", {"passes": passes}, ["import"], pass_plugins, produce=optimize))
 

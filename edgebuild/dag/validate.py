@@ -58,19 +58,33 @@ def onnxruntime_runner(model_path: Path) -> Runner:
     return run
 
 
+def reference_for(registry, source: dict, source_path: Path, base_dir: Path) -> tuple[Runner, dict, str]:
+    """The reference runner, input specs and reference name for a recipe's source.
+
+    A frontend that knows better than onnxruntime (PyTorch: the eager module) provides
+    ``reference(path, source, base_dir)`` and ``input_specs(source)``.
+    """
+    fmt = source.get("format") or ("onnx" if str(source_path).lower().endswith(".onnx") else "pytorch")
+    frontend = registry.get("frontends", fmt) if registry is not None else None
+    if frontend is not None and fmt != "onnx" and hasattr(frontend, "reference"):
+        return frontend.reference(source_path, source, base_dir), frontend.input_specs(source), f"{fmt} (eager)"
+    return onnxruntime_runner(source_path), onnx_input_specs(source_path, source.get("inputs", {})), "onnxruntime"
+
+
 def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner, base_dir: Path,
-             candidate_name: str = "interpreter") -> dict:
+             candidate_name: str = "interpreter", *, reference: Runner | None = None, specs: dict | None = None,
+             reference_name: str = "onnxruntime") -> dict:
     """Run both sides on the recipe's inputs; return the report's ``validation`` record."""
     from edgebuild.verify.inputs import generate_inputs
     from edgebuild.verify.metrics import aggregate, compare, error_histogram, merge_histograms
     from edgebuild.verify.report import runtime_record
     from edgebuild.verify.thresholds import check, limits_for
 
-    specs = onnx_input_specs(source_path, recipe_inputs)
+    specs = specs if specs is not None else onnx_input_specs(source_path, recipe_inputs)
     fixed = {n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in specs.items() if "value" in s}
     free = {n: s for n, s in specs.items() if "value" not in s}
     samples = generate_inputs(section, free, base_dir)
-    reference = onnxruntime_runner(source_path)
+    reference = reference or onnxruntime_runner(source_path)
     per_sample, histograms = [], []
     for sample in samples:
         ref = reference({**sample, **fixed})
@@ -83,7 +97,7 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
     record = runtime_record(aggregated, failures, limits=limits, histograms=merge_histograms(histograms))
     return {
         "samples": len(samples),
-        "reference": "onnxruntime",
+        "reference": reference_name,
         "runtimes": {candidate_name: record},
         "failures": [f.message for f in failures],
     }

@@ -5,7 +5,8 @@ turns the outputs into NaN. The guard runs the fp32 program (after coremltools' 
 names match the ones its FP16ComputePrecision pass sees) on calibration inputs, records each
 op's largest output magnitude, and names the ops to leave in fp32: every op whose output goes
 out of range or that reads a constant fp16 cannot hold, plus every op that reads such an output
-(it would cast it down to fp16 on input).
+(it would cast it down to fp16 on input). Constants meant as infinity are saturated first
+(``saturate_infinite_constants``), so attention masks stay in fp16.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from typing import Any, Mapping
 import numpy as np
 
 FP16_MAX = 65504.0
-MAX_CALIBRATION_SAMPLES = 8  # the guard runs the interpreter once per sample; keep builds quick
+MAX_CALIBRATION_SAMPLES = 4  # the guard runs the interpreter once per sample; keep builds quick
 # Constants this large (attention masks built from float32's min, say) stand for infinity, as
-# coremltools also assumes; fp16 saturates them to +-65504, which keeps their meaning.
+# coremltools also assumes. The guard turns them into SATURATED: still "minus infinity" to a softmax,
+# with headroom for the scores a mask is added to.
 MEANT_AS_INFINITY = 1e38
+SATURATED = FP16_MAX / 2
 
 
 @dataclass
@@ -120,10 +123,10 @@ def readers_of(program, producers: set[str]) -> list[str]:
 
 
 def saturate_infinite_constants(program) -> list[str]:
-    """Replace float constants meant as infinity by +-65504 in place; returns the consts changed.
+    """Replace float constants meant as infinity by +-SATURATED in place; returns the consts changed.
 
     Cast to fp16 they would become inf, and 0 * inf is NaN where fp32 gave 0 (a mask scaled by
-    float32's min, on the tokens it does not mask). +-65504 is still "minus infinity" to a softmax.
+    float32's min, on the tokens it does not mask).
     """
     from coremltools.converters.mil import Builder as mb
 
@@ -138,7 +141,7 @@ def saturate_infinite_constants(program) -> list[str]:
         huge = np.isfinite(array) & (np.abs(array) >= MEANT_AS_INFINITY)
         if not huge.any():
             continue
-        saturated = np.where(huge, np.sign(array) * FP16_MAX, array).astype(array.dtype)
+        saturated = np.where(huge, np.sign(array) * SATURATED, array).astype(array.dtype)
         block = op.enclosing_block
         with block:
             replacement = mb.const(val=saturated if array.ndim else saturated[()], before_op=op,

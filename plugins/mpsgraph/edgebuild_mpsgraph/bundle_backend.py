@@ -15,11 +15,9 @@ import numpy as np
 import onnx_ir as ir
 
 from edgebuild.dag.stages import Stage
-from edgebuild.errors import BuildError
 from edgebuild_mpsgraph.options import BundleOptions, preference
 
 ARTIFACT = "bundle"
-KERNEL_BACKEND = "msl"
 
 
 def kernel_ops(registry) -> dict:
@@ -77,6 +75,28 @@ def plan_segments(model: ir.Model, kernels: dict, registry, params: dict):
                      min_segment_flops=params["min_segment_flops"])
 
 
+def graph_borders(model: ir.Model, specs: list[dict]) -> dict:
+    """The bundle's inputs and outputs, as the segments that read or write them saw them
+    (a lowered segment knows exact shapes where the ONNX graph kept a symbolic dim)."""
+    seen: dict[str, dict] = {}
+    for spec in specs:
+        for tensor in (*spec["inputs"], *spec["outputs"]):
+            seen.setdefault(tensor["name"], tensor)
+    initializers = set(model.graph.initializers)
+
+    def border(value):
+        known = seen.get(value.name)
+        if known is None:
+            from edgebuild_mpsgraph.segments import tensor_spec
+
+            return tensor_spec(value).model_dump(mode="json")
+        dtype = value.dtype and np.dtype(value.dtype.numpy()).name
+        return {**known, "binding": None, "dtype": dtype or known["dtype"]}
+
+    return {"inputs": [border(v) for v in model.graph.inputs if v.name not in initializers],
+            "outputs": [border(v) for v in model.graph.outputs]}
+
+
 class BundleBackend:
     name = "bundle"
     artifact = ARTIFACT
@@ -103,7 +123,7 @@ class BundleBackend:
 
         def lower_stage(results, out: Path) -> dict:
             from edgebuild.partition import Segment
-            from edgebuild_mpsgraph.segments import lower_segment, tensor_spec
+            from edgebuild_mpsgraph.segments import lower_segment
 
             model, _ = load_model(results["optimize"].path / "model.onnx", registry)
             model.graph.sort()
@@ -113,11 +133,7 @@ class BundleBackend:
                         for s in record]
             specs = [lower_segment(model, s, i, out, params=lower_params, registry=registry).model_dump(mode="json")
                      for i, s in enumerate(segments)]
-            values = {v.name: v for v in model.graph.inputs} | {v.name: v for v in model.graph.outputs}
-            return {"segments": specs,
-                    "inputs": [tensor_spec(values[v.name]).model_dump(mode="json") for v in model.graph.inputs
-                               if v.name not in model.graph.initializers],
-                    "outputs": [tensor_spec(values[v.name]).model_dump(mode="json") for v in model.graph.outputs]}
+            return {"segments": specs, **graph_borders(model, specs)}
 
         def package_stage(results, out: Path) -> dict:
             return self.package(results["lower"], out / ARTIFACT, recipe, variant.name, plugins)

@@ -28,6 +28,9 @@ from .sorted_runs import collapse_sorted_rows
 
 NOT_FINITE = "cannot cluster weights containing NaN or infinity"
 _MAX_LLOYD_ITERATIONS = 300
+# Polishing rounds: an exact programme over cut positions within _BAND of the current ones.
+_MAX_POLISH_ROUNDS = 12
+_BAND = 8
 _MAX_PROGRAMME_K = 16  # above this the grid programme costs more than it gains
 # Rows per work item: the [rows, grid, grid] programme matrices stay near 16 MB.
 _PROGRAMME_CELLS_PER_CHUNK = 1 << 21
@@ -134,7 +137,12 @@ def cluster_sorted(
     offset = (points[:, :1] + points[:, -1:]) / 2
     prefix = _PrefixSums(points - offset, weights)
     cuts = _seed_cuts(points, prefix, k)
-    centroids = _lloyd_on_cuts(points, prefix, cuts, offset)
+    cuts, centroids = _lloyd_on_cuts(points, prefix, cuts, offset)
+    for _ in range(_MAX_POLISH_ROUNDS if k > 1 else 0):
+        polished = _band_programme(prefix, cuts)
+        if np.array_equal(polished, cuts):
+            break
+        cuts, centroids = _lloyd_on_cuts(points, prefix, polished, offset)
     if lut_dtype is not None:  # rounding is monotonic, so the table stays ascending
         centroids = centroids.astype(lut_dtype).astype(np.float64)
     return centroids
@@ -284,7 +292,7 @@ def _programme_cuts(sorted_values: np.ndarray, prefix: _PrefixSums, k: int) -> n
 def _lloyd_on_cuts(
     sorted_values: np.ndarray, prefix: _PrefixSums, cuts: np.ndarray, offset: np.ndarray
 ) -> np.ndarray:
-    """Move cuts to the midpoints of their run means until none moves; return the centroids.
+    """Move cuts to the midpoints of their run means until none moves; return cuts, centroids.
 
     Rows converge at different speeds (a few take ten times as long as most), so each
     iteration only revisits the rows whose cuts moved in the previous one.
@@ -301,7 +309,51 @@ def _lloyd_on_cuts(
         active = active[moved]
         cuts[active, 1:-1] = inner[moved]
         centroids[active] = _run_means(sorted_values, prefix, cuts[active], offset, active)
-    return centroids
+    return cuts, centroids
+
+
+def _band_programme(prefix: _PrefixSums, cuts: np.ndarray) -> np.ndarray:
+    """The least-cost cuts when each inner cut may move up to ``_BAND`` places.
+
+    Lloyd stops where no single cut wants to move, which on discrete data (float16 weights,
+    many centroids) can be well short of the optimum; an exact programme over a band of
+    positions moves several cuts together and never raises the cost (the current cuts are
+    among its choices).
+    """
+    rows, k_plus_1 = cuts.shape
+    n = prefix.weight.shape[1] - 1
+    offsets = np.arange(-_BAND, _BAND + 1)
+    candidates = np.clip(cuts[:, :, None] + offsets, 0, n)  # [rows, k+1, band]
+    candidates[:, 0, :], candidates[:, -1, :] = 0, n
+    every_row = np.arange(rows)
+
+    def run_costs(layer: int) -> np.ndarray:
+        """[rows, from, to]: cost of the run from a candidate of ``layer - 1`` to one of ``layer``."""
+        starts, stops = candidates[:, layer - 1, :, None], candidates[:, layer, None, :]
+        cost = _run_cost(*prefix.runs(np.minimum(starts, stops), stops))
+        return np.where(starts <= stops, cost, np.inf)
+
+    best = run_costs(1)[:, 0, :]  # every candidate of layer 0 is position 0
+    choices = []
+    for layer in range(2, k_plus_1):
+        total = best[:, :, None] + run_costs(layer)
+        choice = np.argmin(total, axis=1)
+        best = np.take_along_axis(total, choice[:, None, :], axis=1)[:, 0, :]
+        choices.append(choice)
+
+    picked = np.zeros((rows, k_plus_1), dtype=np.intp)
+    picked[:, -1] = n
+    index = np.zeros(rows, dtype=np.intp)  # all candidates of the last layer are n
+    for layer, choice in zip(range(k_plus_1 - 2, 0, -1), reversed(choices)):
+        index = choice[every_row, index]
+        picked[:, layer] = candidates[every_row, layer, index]
+    # Keep the current cuts wherever the programme found nothing strictly better.
+    current = _total_cost(prefix, cuts)
+    return np.where((best[:, 0] < current * (1 - 1e-12))[:, None], picked, cuts)
+
+
+def _total_cost(prefix: _PrefixSums, cuts: np.ndarray) -> np.ndarray:
+    return _run_cost(*prefix.runs(cuts[:, :-1], cuts[:, 1:])).sum(axis=1)
 
 
 def _run_means(
