@@ -237,25 +237,28 @@ def _companding_cuts(sorted_values: np.ndarray, cumulative_weight: np.ndarray, k
 
     That is the optimal spacing of many centroids for squared error (Panter and Dite), so
     Lloyd starts close to its answer instead of crawling there from plain quantiles. The
-    density is a histogram of ``bins`` equal-width bins per row.
+    density comes from 4k equal-weight bins: sparse tails then still get a density (an
+    equal-width histogram would leave them empty, and the cube root of a sparse histogram
+    under-weights them badly).
     """
     rows, n = sorted_values.shape
-    bins = max(1024, 16 * k)
-    low, high = sorted_values[:, :1], sorted_values[:, -1:]
-    width = np.maximum(high - low, np.finfo(np.float64).tiny) / bins
-    # Weight in each bin from the cumulative weight at the bins' edges.
-    edges = low + width * np.arange(bins + 1)
-    at_edge = _take_rows(cumulative_weight, searchsorted_rows(sorted_values, edges, side="left"))
-    at_edge[:, -1] = cumulative_weight[:, -1]
-    mass = np.cbrt(np.diff(at_edge, axis=1))  # density^(1/3) x bin width, up to a constant
-    measure = np.concatenate([np.zeros((rows, 1)), np.cumsum(mass, axis=1)], axis=1)
+    bins = 4 * k
+    total = cumulative_weight[:, -1:]
+    positions = searchsorted_rows(cumulative_weight[:, 1:], total * (np.arange(bins + 1) / bins), side="left")
+    edges = _take_rows(sorted_values, np.minimum(positions, n - 1))
+    edges[:, 0], edges[:, -1] = sorted_values[:, 0], sorted_values[:, -1]
+    width = np.diff(edges, axis=1)
+    mass = np.diff(_take_rows(cumulative_weight, np.minimum(positions, n)), axis=1)
+    measure = np.concatenate(
+        [np.zeros((rows, 1)), np.cumsum(np.cbrt(mass) * np.cbrt(width) ** 2, axis=1)], axis=1
+    )
     levels = measure[:, -1:] * (np.arange(1, k) / k)
     # Interpolate each level inside its bin, then find the cut among the sorted values.
     bin_of = np.clip(searchsorted_rows(measure, levels, side="left") - 1, 0, bins - 1)
     below, above = _take_rows(measure, bin_of), _take_rows(measure, bin_of + 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         inside = np.where(above > below, (levels - below) / (above - below), 0.5)
-    cut_values = low + width * (bin_of + inside)
+    cut_values = _take_rows(edges, bin_of) + _take_rows(width, bin_of) * inside
     inner = searchsorted_rows(sorted_values, cut_values, side="left")
     cuts = np.concatenate([np.zeros((rows, 1), np.intp), inner, np.full((rows, 1), n)], axis=1)
     return np.maximum.accumulate(cuts, axis=1)
