@@ -78,6 +78,7 @@ class Build:
     job: Job
     output_dir: Path
     artifact: str
+    written: bool = False  # the output directory was (re)written by this run
 
 
 def plan_jobs(variants: list[Variant], registry, store: Store) -> list[Build]:
@@ -112,13 +113,15 @@ def read_lock(output_dir: Path) -> dict | None:
         return None
 
 
-def materialise(build: Build, registry, report_data: dict) -> None:
-    """Write the variant's output directory in one rename: artifact, reports, lock file."""
+def materialise(build: Build, registry, report_data: dict) -> bool:
+    """Write the variant's output directory in one rename: artifact, reports, lock file.
+
+    Returns False when the directory was already up to date and left alone."""
     out = build.output_dir
     lock = lock_data(build, registry)
     previous = read_lock(out)
     if previous is not None and previous.get("stages") == lock["stages"] and (out / build.artifact).exists():
-        return  # nothing changed: leave the directory (and its timestamps, for make) alone
+        return False  # nothing changed: leave the directory (and its timestamps, for make) alone
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:
@@ -138,6 +141,7 @@ def materialise(build: Build, registry, report_data: dict) -> None:
         write_report(tmp, report_data)
         write_text_atomic(tmp / LOCK_NAME, json.dumps(lock, indent=2, sort_keys=True))
         replace_path(tmp, out)
+        return True
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

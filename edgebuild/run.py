@@ -89,7 +89,7 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
             console.print(f"[red]error[/] {build.job.label}: {build.job.error}")
             code = max(code, build.job.error.exit_code)
             continue
-        materialise(build, registry, _report_data(build))
+        build.written = materialise(build, registry, _report_data(build))
         failures = (build.job.results.get("validate").info.get("failures", [])
                     if build.job.results.get("validate") else [])
         if failures:
@@ -108,14 +108,14 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
 
 def _write_comparisons(builds: list[Build]) -> None:
     """One page per recipe with several variants, comparing their size and error."""
-    from edgebuild.verify.report import write_combined
-
     roots = {}
     for build in builds:
-        if build.job.error is None:
+        if build.job.error is None and build.written:
             roots.setdefault(build.output_dir.parent, []).append(build)
     for root, members in roots.items():
         if len(members) > 1 or len(list(root.glob("*/report.json"))) > 1:
+            from edgebuild.verify.report import write_combined
+
             write_combined(root)
 
 

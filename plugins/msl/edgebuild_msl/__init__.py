@@ -3,11 +3,19 @@ the MSL subset (with a ThreadSanitizer mode) and, on macOS, ``.metallib`` builds
 
 __version__ = "0.1.0"
 
-from edgebuild_msl.errors import KernelError, KernelRace, UnsupportedConstruct
-from edgebuild_msl.kernel import CompiledKernel, check_kernel, compile_kernel
-from edgebuild_msl.spec import ConstantBinding, KernelSpec, TensorDecl
+_EXPORTS = {
+    "KernelError": "errors", "KernelRace": "errors", "UnsupportedConstruct": "errors",
+    "CompiledKernel": "kernel", "check_kernel": "kernel", "compile_kernel": "kernel",
+    "ConstantBinding": "spec", "KernelSpec": "spec", "TensorDecl": "spec",
+}
+__all__ = sorted(_EXPORTS)
 
-__all__ = [
-    "CompiledKernel", "ConstantBinding", "KernelError", "KernelRace", "KernelSpec", "TensorDecl",
-    "UnsupportedConstruct", "check_kernel", "compile_kernel",
-]
+
+def __getattr__(name: str):
+    # loaded on first use: edgebuild imports this package to find the plugin, and a build
+    # that uses no kernel should not pay for numpy and the compiler driver
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(f"edgebuild_msl.{_EXPORTS[name]}"), name)
+    raise AttributeError(name)

@@ -28,9 +28,11 @@ from .sorted_runs import collapse_sorted_rows
 
 NOT_FINITE = "cannot cluster weights containing NaN or infinity"
 _MAX_LLOYD_ITERATIONS = 300
-# Polishing rounds: an exact programme over cut positions within _BAND of the current ones.
+# Polishing rounds: an exact programme over cut positions at these offsets from the current
+# ones (fine steps near, coarse steps far, so several cuts can move a long way together).
 _MAX_POLISH_ROUNDS = 12
-_BAND = 8
+_STEPS = np.array([1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233])
+_BAND_OFFSETS = np.concatenate([-_STEPS[::-1], [0], _STEPS])
 _MAX_PROGRAMME_K = 16  # above this the grid programme costs more than it gains
 # Rows per work item: the [rows, grid, grid] programme matrices stay near 16 MB.
 _PROGRAMME_CELLS_PER_CHUNK = 1 << 21
@@ -316,7 +318,7 @@ def _lloyd_on_cuts(
 
 
 def _band_programme(prefix: _PrefixSums, cuts: np.ndarray) -> np.ndarray:
-    """The least-cost cuts when each inner cut may move up to ``_BAND`` places.
+    """The least-cost cuts when each inner cut may move by one of ``_BAND_OFFSETS`` places.
 
     Lloyd stops where no single cut wants to move, which on discrete data (float16 weights,
     many centroids) can be well short of the optimum; an exact programme over a band of
@@ -325,8 +327,7 @@ def _band_programme(prefix: _PrefixSums, cuts: np.ndarray) -> np.ndarray:
     """
     rows, k_plus_1 = cuts.shape
     n = prefix.weight.shape[1] - 1
-    offsets = np.arange(-_BAND, _BAND + 1)
-    candidates = np.clip(cuts[:, :, None] + offsets, 0, n)  # [rows, k+1, band]
+    candidates = np.clip(cuts[:, :, None] + _BAND_OFFSETS, 0, n)  # [rows, k+1, band]
     candidates[:, 0, :], candidates[:, -1, :] = 0, n
     every_row = np.arange(rows)
 
@@ -346,7 +347,7 @@ def _band_programme(prefix: _PrefixSums, cuts: np.ndarray) -> np.ndarray:
 
     picked = np.zeros((rows, k_plus_1), dtype=np.intp)
     picked[:, -1] = n
-    index = np.zeros(rows, dtype=np.intp)  # all candidates of the last layer are n
+    index = np.zeros(rows, dtype=np.intp)  # every candidate of the last layer is n
     for layer, choice in zip(range(k_plus_1 - 2, 0, -1), reversed(choices)):
         index = choice[every_row, index]
         picked[:, layer] = candidates[every_row, layer, index]
