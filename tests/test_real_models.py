@@ -108,7 +108,7 @@ def run_and_check(recipe: str, variant: str, cache: Path, workdir: Path) -> None
     assert artifact.name == "model.mlpackage" and (artifact / "Manifest.json").is_file()
     # report.json carries the same validation record as --json
     report = json.loads((out_dir / "report.json").read_text())
-    check_targets(recipe, variant, report["validate"])
+    check_targets(recipe, variant, report["validation"])
 
 
 @pytest.mark.parametrize(("recipe", "variant"), DEFAULT, ids=[f"{r}-{v}" for r, v in DEFAULT])

@@ -19,8 +19,7 @@ def edgebuild_register_lowerings(register):
     from edgebuild_coreml.lowering.registry import LOWERINGS
 
     _import_all("edgebuild_coreml.lowering.ops")
-    for domain, op_type, since, until, fn in LOWERINGS:
-        register("coreml", op_type, fn, domain=domain, since=since, until=until)
+    LOWERINGS.register_all(register)
 
 
 @hookimpl

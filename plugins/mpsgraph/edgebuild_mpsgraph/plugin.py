@@ -10,8 +10,7 @@ from edgebuild.hookspecs import hookimpl
 def edgebuild_register_lowerings(register):
     from edgebuild_mpsgraph.lowering import LOWERINGS
 
-    for domain, op_type, since, until, fn in LOWERINGS:
-        register("mpsgraph", op_type, fn, domain=domain, since=since, until=until)
+    LOWERINGS.register_all(register)
 
 
 @hookimpl

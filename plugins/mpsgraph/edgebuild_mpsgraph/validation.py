@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 KNOWN_TO_ONNXRUNTIME = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")
 
 
@@ -51,29 +49,9 @@ def reference_runner(model_path: Path, registry):
 
 
 def validate_bundle(section, source_path: Path, recipe_inputs: dict, candidate, base_dir: Path, registry) -> dict:
-    from edgebuild.dag.validate import onnx_input_specs, validate
+    from edgebuild.dag.validate import validate
 
     if not custom_domains(source_path):
         return validate(section, source_path, recipe_inputs, candidate, base_dir, candidate_name="bundle")
-    # the same steps as edgebuild.dag.validate.validate, with the evaluator as reference
-    from edgebuild.verify.inputs import generate_inputs
-    from edgebuild.verify.metrics import aggregate, compare, error_histogram, merge_histograms
-    from edgebuild.verify.report import runtime_record
-    from edgebuild.verify.thresholds import check, limits_for
-
-    specs = onnx_input_specs(source_path, recipe_inputs)
-    fixed = {n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in specs.items() if "value" in s}
-    samples = generate_inputs(section, {n: s for n, s in specs.items() if "value" not in s}, base_dir)
-    reference = reference_runner(source_path, registry)
-    per_sample, histograms = [], []
-    for sample in samples:
-        ref = reference({**sample, **fixed})
-        cand = candidate(sample)
-        per_sample.append(compare(ref, cand))
-        histograms.append(error_histogram(ref, cand))
-    aggregated = aggregate(per_sample)
-    failures = check(aggregated, section.thresholds, section.per_output)
-    limits = {o: limits_for(section.thresholds, section.per_output, o) for o in aggregated}
-    record = runtime_record(aggregated, failures, limits=limits, histograms=merge_histograms(histograms))
-    return {"samples": len(samples), "reference": "onnx-reference-evaluator", "runtimes": {"bundle": record},
-            "failures": [f.message for f in failures]}
+    return validate(section, source_path, recipe_inputs, candidate, base_dir, candidate_name="bundle",
+                    reference=reference_runner(source_path, registry), reference_name="onnx-reference-evaluator")

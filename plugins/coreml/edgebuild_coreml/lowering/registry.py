@@ -12,17 +12,7 @@ optional output it does not produce). The converter binds them to the node's out
 
 from __future__ import annotations
 
-from typing import Callable
+from edgebuild.lowerings import LoweringSet
 
-LOWERINGS: list[tuple[str, str, int, int | None, Callable]] = []
-
-
-def lowers(*op_types: str, domain: str = "", since: int = 1, until: int | None = None):
-    """Declare ``fn`` as the lowering of ``op_types`` for model opsets ``[since, until]``."""
-
-    def decorate(fn: Callable) -> Callable:
-        for op_type in op_types:
-            LOWERINGS.append((domain, op_type, since, until, fn))
-        return fn
-
-    return decorate
+LOWERINGS = LoweringSet("coreml")
+lowers = LOWERINGS.lowers
