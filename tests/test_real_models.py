@@ -93,7 +93,7 @@ def check_targets(recipe: str, variant: str, validation: dict) -> None:
             assert values["cosine"]["min"] >= FP32_COSINE, f"{output}: cosine {values['cosine']['min']}"
             # the target, unless the recipe documents a looser limit for this output
             assert values["max_rel"]["max"] <= max(FP32_MAX_REL, limit["max_rel_max"]), output
-            assert limit["max_rel_max"] <= 3e-3  # documented fp32-resolution exceptions only
+            assert limit["max_rel_max"] <= 5e-3  # documented fp32-resolution exceptions only
         else:
             assert limit["cosine_min"] >= FP16_COSINE
             assert values["cosine"]["min"] >= FP16_COSINE, f"{output}: cosine {values['cosine']['min']}"

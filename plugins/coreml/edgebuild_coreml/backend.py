@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-import sys
 from pathlib import Path
 
 from edgebuild.dag.stages import Stage
@@ -21,6 +20,13 @@ class CoreMLBackend:
     name = "coreml"
     artifact = ARTIFACT
 
+    @property
+    def run_onnx_case(self):
+        """One ONNX conformance case: lower at iOS18/fp32, run in the MIL interpreter (imported on use)."""
+        from edgebuild_coreml.conformance_runner import run_onnx_case
+
+        return run_onnx_case
+
     def stages(self, variant, registry, plugins: dict[str, str]) -> list[Stage]:
         recipe = variant.recipe
         target = recipe.target
@@ -30,15 +36,22 @@ class CoreMLBackend:
         stages = [Stage("lower", lower_params, ["optimize"], plugins, produce=self.lower_stage_body(variant, registry))]
         last = "lower"
         if recipe.compression:
-            compress_params = {"compression": recipe.compression, "deployment_target": target.deployment_target}
+            from edgebuild_coreml.compress.stage import compress_stage_params
+
+            compress_params = compress_stage_params(recipe.compression, target.deployment_target, dump.get("validate"))
 
             def compress(results, out: Path) -> dict:
-                from edgebuild_coreml.compress.apply import compress_mlpackage
+                from edgebuild_coreml.compress.stage import calibration_inputs, compress_stage
 
-                return compress_mlpackage(results["lower"].path / ARTIFACT, out / ARTIFACT, recipe.compression,
-                                          target=target.deployment_target)
+                return compress_stage(
+                    results["lower"].path / ARTIFACT, out / ARTIFACT, recipe.compression,
+                    target=target.deployment_target,
+                    calibration=lambda count: calibration_inputs(
+                        results["optimize"].path / "model.onnx", dump["source"]["inputs"], recipe.validate_,
+                        variant.base_dir, results["lower"].info, count))
 
-            stages.append(Stage("compress", compress_params, ["lower"], plugins, produce=compress))
+            deps = ["lower", "optimize"] if "calibration" in compress_params else ["lower"]
+            stages.append(Stage("compress", compress_params, deps, plugins, produce=compress))
             last = "compress"
         metadata = {
             "recipe": recipe.name, "variant": variant.name, "compute_policy": recipe.compute.policy,
@@ -61,8 +74,12 @@ class CoreMLBackend:
 
                 runner = self.runner(results["package"].path / ARTIFACT, target.precision,
                                      emulate_fp16=section.fp16_emulation == "on", lowered=results["lower"].info)
+                from edgebuild.dag.validate import reference_for
+
+                reference, specs, name = reference_for(registry, dump["source"], results["resolve"].path,
+                                                       variant.base_dir)
                 record = run_validation(section, results["resolve"].path, dump["source"]["inputs"], runner,
-                                        variant.base_dir)
+                                        variant.base_dir, reference=reference, specs=specs, reference_name=name)
                 return save(out, record)
 
             stages.append(Stage("validate", {"validate": dump["validate"]}, ["package", "resolve", "lower"], plugins,
@@ -106,19 +123,31 @@ class CoreMLBackend:
         from edgebuild_coreml.lowering.converter import convert
 
         compute = params["compute"]
-        model = _load_onnx(model_path)
-        result = convert(model, target=params["deployment_target"], precision=params["precision"], registry=registry)
-        rewrites = policy.apply_enabled_rewrites(result.program, compute.get("rewrites") or {})
-        save = _saver(result, target=params["deployment_target"], input_specs=policy.shape_specs(params["inputs"]))
+        converted = {}
+
+        def lowered():
+            """A freshly lowered program: each save lets coremltools' passes consume its own."""
+            if imported is not None:
+                result = _from_mlpackage(imported)
+            else:
+                result = convert(_load_onnx(model_path), target=params["deployment_target"],
+                                 precision=params["precision"], registry=registry)
+            converted["rewrites"] = policy.apply_enabled_rewrites(result.program, compute.get("rewrites") or {})
+            if "calibration" in params:
+                from edgebuild_coreml.fp16_guard import saturate_infinite_constants
+
+                converted["saturated"] = saturate_infinite_constants(result.program)
+            converted["result"] = result
+            return result
+
+        imported = model_path.parent / ARTIFACT if (model_path.parent / ARTIFACT).exists() else None
+        save = _saver(lowered, target=params["deployment_target"], input_specs=policy.shape_specs(params["inputs"]))
         info: dict = {}
         keep_fp32: set[str] = set()
         if "calibration" in params:
-            from edgebuild_coreml.fp16_guard import saturate_infinite_constants
-
-            saturated = saturate_infinite_constants(result.program)
-            guard = self._fp16_guard(save, model_path, params["inputs"], result.input_names, validate_section,
+            guard = self._fp16_guard(save, model_path, params["inputs"], lowered().input_names, validate_section,
                                      base_dir or model_path.parent, artifact.parent)
-            info["fp16_guard"] = {**guard.to_json(), "saturated_constants": saturated}
+            info["fp16_guard"] = {**guard.to_json(), "saturated_constants": converted["saturated"]}
             keep_fp32 = guard.keep_fp32
         units = policy.compute_units_for(compute["policy"])
         save(artifact, params["precision"], keep_fp32=keep_fp32, compute_units=units,
@@ -126,6 +155,7 @@ class CoreMLBackend:
         program = load_mlpackage(artifact)
         if keep_fp32:
             self._check_kept_fp32(program, keep_fp32, artifact.name)
+        result, rewrites = converted["result"], converted["rewrites"]
         renamed_inputs = {k: v for k, v in result.input_names.items() if k != v}
         plan = policy.plan_for(program, compute,
                                shapes_dynamic=policy.range_inputs(params["inputs"], result.input_names))
@@ -235,52 +265,30 @@ class CoreMLBackend:
         return data
 
 
-def _saver(result, *, target: str, input_specs: dict):
-    """save_mlpackage bound to one lowered program.
-
-    The save deep-copies the program, recursing along its chain of ops, so a deep network needs
-    more than Python's default recursion limit: it runs in a thread with a large stack.
-    """
+def _saver(lowered, *, target: str, input_specs: dict):
+    """save_mlpackage over a fresh lowering per save (no deep copy of a deep program)."""
     from edgebuild_coreml.lowering.package import save_mlpackage
 
     def save(path: Path, precision: str, *, metadata: dict, keep_fp32=None, compute_units=None):
-        return _with_deep_stack(lambda: save_mlpackage(
-            result, path, target=target, precision=precision, input_specs=input_specs,
-            metadata=metadata, compute_units=compute_units, keep_fp32=keep_fp32))
+        return save_mlpackage(lowered(), path, target=target, precision=precision, input_specs=input_specs,
+                              metadata=metadata, compute_units=compute_units, keep_fp32=keep_fp32, consume=True)
 
     return save
 
 
-_DEEP_RECURSION_LIMIT = 100_000
-_DEEP_STACK_BYTES = 512 * 1024 * 1024  # virtual; pages are committed only as the stack grows
+def _from_mlpackage(path: Path):
+    """A package a frontend converted itself (PyTorch through coremltools), re-lowered at the recipe's
+    precision and target like any other program."""
+    from coremltools.converters.mil.frontend.milproto.load import load as load_milproto
+    import coremltools as ct
 
+    from edgebuild_coreml.lowering.converter import ConvertResult
 
-def _with_deep_stack(work):
-    import threading
-
-    outcome: dict = {}
-
-    def run():
-        try:
-            outcome["value"] = work()
-        except BaseException as exc:  # re-raised in the caller's thread
-            outcome["error"] = exc
-
-    previous_stack = threading.stack_size(_DEEP_STACK_BYTES)
-    previous_limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(previous_limit, _DEEP_RECURSION_LIMIT))
-    try:
-        worker = threading.Thread(target=run, name="edgebuild-save")
-        worker.start()
-    finally:
-        threading.stack_size(previous_stack)
-    try:
-        worker.join()
-    finally:
-        sys.setrecursionlimit(previous_limit)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
+    spec = ct.utils.load_spec(str(path))
+    program = load_milproto(spec, spec.specificationVersion, str(path / "Data" / "com.apple.CoreML" / "weights"))
+    names = {i.name: i.name for i in spec.description.input}
+    return ConvertResult(program=program, input_names=names,
+                         output_names={o.name: o.name for o in spec.description.output})
 
 
 def on_macos() -> bool:

@@ -216,6 +216,7 @@ def test_target_gating_names_feature_and_target():
         ({"mode": "palettize", "nbits": 4, "cluster_dim": 2}, "iOS17"),
         ({"mode": "prune", "then": {"mode": "palettize", "nbits": 4}}, "iOS17"),
         ({"mode": "palettize", "nbits": 4}, "iOS15"),
+        ({"mode": "palettize", "nbits": 3}, "iOS17"),
     ],
 )
 def test_target_gating_rejects(weights, target):
@@ -247,3 +248,106 @@ def test_nbits_5_is_rejected_with_the_supported_list():
 def test_unknown_keys_are_rejected():
     with pytest.raises(ValidationError):
         validate_compression({"weights": {"mode": "linear", "dtype": "int8", "bits": 8}})
+
+
+# -- the fast palettisation pass ------------------------------------------------------------
+
+
+def _identity_probe_package(path, target, precision, shape=(48, 64)):
+    """y = linear(x, W) with x the identity, so the output is W^T exactly (one product per sum)."""
+    out_channels, in_channels = shape
+    weight = np.random.default_rng(3).laplace(size=shape).astype(np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(in_channels, in_channels))], opset_version=target)
+    def program(x):
+        return mb.linear(x=x, weight=weight, name="probe")
+
+    model = ct.convert(program, convert_to="mlprogram", minimum_deployment_target=target,
+                       compute_precision=precision, skip_model_load=True)
+    model.save(str(path))
+    return weight
+
+
+def _probe_lut_op(path):
+    program = load_program(ct.models.MLModel(str(path), skip_model_load=True))
+    return next(op for op in iter_ops(program) if op.op_type == "constexpr_lut_to_dense")
+
+
+def _run_probe(path, in_channels):
+    from edgebuild_coreml.interpreter import run_mlpackage
+
+    (output,) = run_mlpackage(path, {"x": np.eye(in_channels, dtype=np.float32)}).values()
+    return np.asarray(output).T
+
+
+@pytest.mark.parametrize("nbits", [1, 2, 3, 4, 6, 8])
+def test_fast_pass_ios18_interpreter_sees_exactly_lut_of_indices(tmp_path, nbits):
+    src, dst = tmp_path / "src.mlpackage", tmp_path / "dst.mlpackage"
+    _identity_probe_package(src, ct.target.iOS18, ct.precision.FLOAT32)
+    section = {"weights": {"mode": "palettize", "nbits": nbits,
+                           "granularity": "per_grouped_channel", "group_size": 16}}
+    compress_mlpackage(src, dst, section, target="iOS18")
+
+    op = _probe_lut_op(dst)
+    indices, lut = op.indices.val.astype(np.intp), op.lut.val
+    assert op.indices.dtype.get_bitwidth() == nbits and lut.shape == (3, 1, 1 << nbits, 1)
+    # Row r uses table r // 16: dequantise by hand and compare bit for bit.
+    expected = np.stack([lut[row // 16, 0, indices[row], 0] for row in range(indices.shape[0])])
+    np.testing.assert_array_equal(_run_probe(dst, 64), expected)
+
+
+@pytest.mark.parametrize("nbits", [1, 2, 4, 6])
+def test_fast_pass_ios16_packs_indices_lsb_first(tmp_path, nbits):
+    src, dst = tmp_path / "src.mlpackage", tmp_path / "dst.mlpackage"
+    weight = _identity_probe_package(src, ct.target.iOS16, ct.precision.FLOAT16)
+    compress_mlpackage(src, dst, {"weights": {"mode": "palettize", "nbits": nbits}}, target="iOS16")
+
+    op = _probe_lut_op(dst)
+    assert list(op.shape.val) == [48, 64] and op.indices.dtype == ct.converters.mil.mil.types.uint8
+    bits = np.unpackbits(op.indices.val, bitorder="little")[: weight.size * nbits].reshape(-1, nbits)
+    indices = (bits.astype(np.intp) << np.arange(nbits)).sum(axis=1)
+    expected = op.lut.val[indices].reshape(weight.shape).astype(np.float32)
+    np.testing.assert_array_equal(_run_probe(dst, 64), expected)
+    # Each weight took its nearest entry of the stored table.
+    table = op.lut.val.astype(np.float64)
+    original = weight.astype(np.float16).astype(np.float64).reshape(-1)
+    distance = np.abs(original[:, None] - table[None, :])
+    np.testing.assert_array_equal(distance[np.arange(original.size), indices], distance.min(axis=1))
+
+
+@pytest.mark.parametrize("nbits", [1, 2, 3, 4, 6, 8])
+def test_pack_indices_matches_coremltools_packing(nbits):
+    from coremltools.optimize._utils import pack_elements_into_bits
+
+    from edgebuild_coreml.compress.packing import pack_indices
+
+    indices = np.random.default_rng(nbits).integers(0, 1 << nbits, size=1001).astype(np.uint8)
+    np.testing.assert_array_equal(pack_indices(indices, nbits), pack_elements_into_bits(indices, nbits))
+
+
+def test_fast_pass_beats_coremltools_where_it_uses_scikit_learn(small_package, tmp_path):
+    """Groups of 16 x 512 weights are under coremltools' 10,000 limit for its exact solver."""
+
+    def error(algorithm):
+        section = {"weights": {"mode": "palettize", "nbits": 4, "algorithm": algorithm,
+                               "granularity": "per_grouped_channel", "group_size": 16}}
+        _, program = _compress(small_package, tmp_path, section)
+        dense = _lut_op(program, LINEAR).materialized_val_inference().astype(np.float64)
+        original = small_package[1][LINEAR].astype(np.float16).astype(np.float64)
+        return float(np.mean((dense - original) ** 2))
+
+    assert error("kmeans") <= 0.97 * error("kmeans_coremltools")
+
+
+def test_fast_pass_and_coremltools_pass_share_one_section(small_package, tmp_path):
+    """Fast k-means for the linear, coremltools' uniform palettes for the conv, in one build."""
+    section = {
+        "weights": {"mode": "palettize", "nbits": 4},
+        "overrides": [{"match": {"op_type": "conv"},
+                       "weights": {"mode": "palettize", "nbits": 2, "algorithm": "uniform"}}],
+    }
+    report, program = _compress(small_package, tmp_path, section)
+    assert _lut_op(program, LINEAR).lut.val.shape[-2] == 16
+    conv_lut = _lut_op(program, CONV).lut.val.reshape(-1).astype(np.float64)
+    assert conv_lut.size == 4 and np.allclose(np.diff(conv_lut), conv_lut[1] - conv_lut[0], rtol=1e-2)
+    assert {_entry(report, CONV)["mode"], _entry(report, LINEAR)["mode"]} == {"palettize"}

@@ -229,7 +229,7 @@ def test_strict_policy_error_names_every_violating_op():
     assert compute.violation_error(plan_program(prog, policy="cpu_and_ne"), "model.yaml") is None
 
 
-# -- whole builds (in process) ----------------------------------------------------------------
+# -- whole builds of tiny models (in process, ~1-3 s each) -------------------------------------
 
 GUARD_BODY = """\
 target: {{backend: coreml, precision: float16}}
@@ -241,7 +241,6 @@ validate:
 """
 
 
-@pytest.mark.slow
 def test_fp16_guard_keeps_the_overflowing_op_in_fp32(tmp_path, cache_dir):
     overflow_model(tmp_path / "overflow.onnx")
     recipe = write_recipe(tmp_path / "guarded.yaml", "overflow.onnx", body=GUARD_BODY.format(guard="true"))
@@ -270,7 +269,7 @@ def test_fp16_guard_keeps_the_overflowing_op_in_fp32(tmp_path, cache_dir):
     np.testing.assert_allclose(candidate, reference, rtol=2e-3)
 
 
-@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 def test_without_the_guard_fp16_overflows_and_validation_fails(tmp_path, cache_dir):
     overflow_model(tmp_path / "overflow.onnx")
     recipe = write_recipe(tmp_path / "unguarded.yaml", "overflow.onnx", body=GUARD_BODY.format(guard="false"))
@@ -281,7 +280,6 @@ def test_without_the_guard_fp16_overflows_and_validation_fails(tmp_path, cache_d
     assert any("NaN/inf" in failure for failure in report["validate"]["failures"])
 
 
-@pytest.mark.slow
 def test_linear_to_conv_rewrite_runs_before_the_pass_pipeline(tmp_path, cache_dir):
     linear_model(tmp_path / "linear.onnx")
     body = """\
@@ -304,7 +302,6 @@ validate:
     assert model.user_defined_metadata[compute.COMPUTE_UNITS_KEY] == "CPU_AND_NE"
 
 
-@pytest.mark.slow
 def test_plan_json_has_the_documented_top_level_shape(tmp_path, cache_dir, capsys):
     from edgebuild.run import plan_recipe
 

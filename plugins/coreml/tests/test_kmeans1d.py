@@ -90,3 +90,43 @@ def test_labels_are_nearest_centroids():
 def test_rejects_nan():
     with pytest.raises(ValueError, match="NaN"):
         kmeans1d(np.array([1.0, np.nan, 2.0]), 2)
+
+
+def _exact_mse(row, k):
+    """Optimal k-means MSE of one row, from coremltools' exact 1-D solver (an outside reference)."""
+    from coremltools._deps import _kmeans1d
+
+    values, inverse, counts = np.unique(row, return_inverse=True, return_counts=True)
+    found = _kmeans1d.cluster(values.astype(np.float64), k, weights=counts.astype(np.float64))
+    centroids = np.array(found.centroids)[np.array(found.clusters)]
+    return float(np.mean((row.astype(np.float64) - centroids[inverse.ravel()]) ** 2))
+
+
+@pytest.mark.parametrize("rows", [1, 8])
+@pytest.mark.parametrize("nbits, allowed", [(2, 1.0005), (4, 1.002), (6, 1.06)])
+def test_float16_rows_close_to_the_exact_optimum(rows, nbits, allowed):
+    rng = np.random.default_rng(5)
+    matrix = (rng.laplace(size=(rows, 16384)) / 40).astype(np.float16)
+    luts, labels = palettize_groups(matrix, 1 << nbits, lut_dtype=np.float16)
+    assert luts.dtype == np.float64 and np.array_equal(luts, luts.astype(np.float16))
+    ours = np.mean([_mse(matrix[r].astype(np.float64), luts[r], labels[r]) for r in range(rows)])
+    exact = np.mean([_exact_mse(matrix[r], 1 << nbits) for r in range(rows)])
+    assert ours <= exact * allowed
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_float16_labels_are_nearest_stored_entries(rows):
+    matrix = np.random.default_rng(9).standard_normal((rows, 3000)).astype(np.float16)
+    luts, labels = palettize_groups(matrix, 16, lut_dtype=np.float16)
+    for row in range(rows):
+        values = matrix[row].astype(np.float64)
+        distance = np.abs(values[:, None] - luts[row][None, :])
+        np.testing.assert_array_equal(distance[np.arange(values.size), labels[row]], distance.min(axis=1))
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_float16_nan_and_infinity_are_rejected(rows):
+    matrix = np.zeros((rows, 100), dtype=np.float16)
+    matrix[-1, 7] = np.inf
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        palettize_groups(matrix, 4)

@@ -17,6 +17,9 @@ from .sorted_runs import collapse_sorted_rows
 
 
 NOT_FINITE_RANK = 0xFFFF
+# numpy widens 16-bit indices to intp before counting or gathering; in slices of this many
+# elements the widened copy stays in cache, which halves the time of both.
+_SLICE = 1 << 18
 _NOT_FINITE = "cannot cluster weights containing NaN or infinity"
 
 
@@ -44,7 +47,7 @@ class FP16Histogram:
         self._patterns = np.ascontiguousarray(matrix).view(np.uint16)
         rows = self._patterns.shape[0]
         if rows == 1:
-            by_pattern = np.bincount(self._patterns[0], minlength=1 << 16)
+            by_pattern = _count_patterns(self._patterns[0])
             if by_pattern[rank_of_pattern == NOT_FINITE_RANK].any():
                 raise ValueError(_NOT_FINITE)
             real = rank_of_pattern != NOT_FINITE_RANK
@@ -75,6 +78,24 @@ class FP16Histogram:
         if self._ranks is None:
             # Non-finite patterns were ruled out above; clip keeps their unused entries valid.
             label_of_pattern = label_of_rank[0][np.minimum(rank_of_pattern, ordered.size - 1)]
-            return label_of_pattern[self._patterns]
+            return _look_up(label_of_pattern, self._patterns)
         flat_index = self._ranks + (np.arange(rows) * ordered.size)[:, None]
         return label_of_rank.reshape(-1)[flat_index]
+
+
+def _count_patterns(patterns: np.ndarray) -> np.ndarray:
+    """``np.bincount`` of 16-bit patterns over all 65,536 values, a cache-sized slice at a time."""
+    counts = np.zeros(1 << 16, dtype=np.int64)
+    for start in range(0, patterns.size, _SLICE):
+        counts += np.bincount(patterns[start : start + _SLICE], minlength=1 << 16)
+    return counts
+
+
+def _look_up(table: np.ndarray, patterns: np.ndarray) -> np.ndarray:
+    """``table[patterns]``, a cache-sized slice at a time."""
+    flat_patterns = patterns.reshape(-1)
+    out = np.empty(flat_patterns.size, dtype=table.dtype)
+    for start in range(0, flat_patterns.size, _SLICE):
+        stop = start + _SLICE
+        np.take(table, flat_patterns[start:stop], out=out[start:stop])
+    return out.reshape(patterns.shape)

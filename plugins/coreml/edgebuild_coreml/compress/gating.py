@@ -60,6 +60,8 @@ def _weight_features(weights) -> list[tuple[str, int]]:
     if isinstance(weights, PalettizeWeights):
         bits = f"{weights.nbits}-bit " if weights.nbits else ""
         needs = [(f"{bits}palettisation", 16)]
+        if weights.nbits == 3:  # iOS16's table sizes are 2, 4, 16, 64 and 256 entries
+            needs.append(("3-bit palettisation", 18))
         if weights.granularity == "per_grouped_channel":
             needs.append((f"{bits}per-grouped-channel palettisation", 18))
         if weights.cluster_dim > 1:

@@ -30,7 +30,7 @@ NOT_FINITE = "cannot cluster weights containing NaN or infinity"
 _MAX_LLOYD_ITERATIONS = 300
 # Polishing rounds: an exact programme over cut positions at these offsets from the current
 # ones (fine steps near, coarse steps far, so several cuts can move a long way together).
-_MAX_POLISH_ROUNDS = 12
+_MAX_POLISH_ROUNDS = 4
 _STEPS = np.array([1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233])
 _BAND_OFFSETS = np.concatenate([-_STEPS[::-1], [0], _STEPS])
 _MAX_PROGRAMME_K = 16  # above this the grid programme costs more than it gains
@@ -138,13 +138,18 @@ def cluster_sorted(
     # Centre each row so the prefix sums of x^2 do not swamp run variances.
     offset = (points[:, :1] + points[:, -1:]) / 2
     prefix = _PrefixSums(points - offset, weights)
+    search = RowSearch(points)
     cuts = _seed_cuts(points, prefix, k)
-    cuts, centroids = _lloyd_on_cuts(points, prefix, cuts, offset)
+    active = np.arange(points.shape[0])
+    centroids = _lloyd_on_cuts(points, prefix, cuts, offset, search, active)
     for _ in range(_MAX_POLISH_ROUNDS if k > 1 else 0):
-        polished = _band_programme(prefix, cuts)
-        if np.array_equal(polished, cuts):
+        polished = _band_programme(prefix, cuts[active], active)
+        changed = np.any(polished != cuts[active], axis=1)
+        active = active[changed]
+        if not active.size:
             break
-        cuts, centroids = _lloyd_on_cuts(points, prefix, polished, offset)
+        cuts[active] = polished[changed]
+        centroids[active] = _lloyd_on_cuts(points, prefix, cuts, offset, search, active)
     if lut_dtype is not None:  # rounding is monotonic, so the table stays ascending
         centroids = centroids.astype(lut_dtype).astype(np.float64)
     return centroids
@@ -179,6 +184,10 @@ class _PrefixSums:
         self.first = np.concatenate([zero, np.cumsum(w * centred, axis=1)], axis=1)
         self.second = np.concatenate([zero, np.cumsum(w * centred * centred, axis=1)], axis=1)
 
+    def sums_at(self, index: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        """The three prefix sums at positions ``index`` [len(rows), ...]."""
+        return tuple(_take_rows(p, index, rows) for p in (self.weight, self.first, self.second))
+
     def runs(
         self, starts: np.ndarray, stops: np.ndarray, rows: np.ndarray | None = None
     ) -> tuple[np.ndarray, ...]:
@@ -197,6 +206,17 @@ def _take_rows(prefix: np.ndarray, index: np.ndarray, rows: np.ndarray | None = 
     if rows is None:
         rows = np.arange(prefix.shape[0])
     return prefix[rows.reshape((-1,) + (1,) * (index.ndim - 1)), index]
+
+
+def _pair_costs(at_starts: tuple, at_stops: tuple) -> np.ndarray:
+    """Cost of every run from a start [..., a] to a stop [..., b] as [..., a, b]; inf if reversed.
+
+    Arguments are ``sums_at`` results: gathering once per position and broadcasting the
+    differences is far cheaper than gathering once per pair.
+    """
+    between = [stop[..., None, :] - start[..., :, None] for start, stop in zip(at_starts, at_stops)]
+    cost = _run_cost(*between)
+    return np.where(between[0] >= 0, cost, np.inf)
 
 
 def _run_cost(weight: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.ndarray:
@@ -271,8 +291,8 @@ def _programme_cuts(sorted_values: np.ndarray, prefix: _PrefixSums, k: int) -> n
     rows = sorted_values.shape[0]
     grid = _candidate_cuts(sorted_values, prefix, k)
     size = grid.shape[1]
-    starts, stops = grid[:, :, None], grid[:, None, :]
-    run_cost = _run_cost(*prefix.runs(np.minimum(starts, stops), stops))
+    at_grid = prefix.sums_at(grid)
+    run_cost = _pair_costs(at_grid, at_grid)
     run_cost[:, np.tri(size, k=-1, dtype=bool)] = np.inf  # a run cannot end before it starts
 
     # best[r, j]: least cost of covering [0, grid[j]) with m runs; choice[m][r, j]: last cut.
@@ -295,69 +315,72 @@ def _programme_cuts(sorted_values: np.ndarray, prefix: _PrefixSums, k: int) -> n
 
 
 def _lloyd_on_cuts(
-    sorted_values: np.ndarray, prefix: _PrefixSums, cuts: np.ndarray, offset: np.ndarray
+    sorted_values: np.ndarray,
+    prefix: _PrefixSums,
+    cuts: np.ndarray,
+    offset: np.ndarray,
+    search: RowSearch,
+    rows: np.ndarray,
 ) -> np.ndarray:
-    """Move cuts to the midpoints of their run means until none moves; return cuts, centroids.
+    """Move the cuts of ``rows`` (in place) to the midpoints of their run means until none
+    moves; return those rows' centroids.
 
     Rows converge at different speeds (a few take ten times as long as most), so each
     iteration only revisits the rows whose cuts moved in the previous one.
     """
-    search = RowSearch(sorted_values)
-    cuts = cuts.copy()
-    centroids = _run_means(sorted_values, prefix, cuts, offset)
-    active = np.arange(sorted_values.shape[0])
+    centroids = np.empty((rows.size, cuts.shape[1] - 1))
+    centroids[:] = _run_means(sorted_values, prefix, cuts[rows], offset, rows)
+    active = np.arange(rows.size)  # positions within ``rows``
     for _ in range(_MAX_LLOYD_ITERATIONS):
-        inner = search(_midpoints(centroids[active]), side="left", rows=active)
-        moved = np.any(inner != cuts[active, 1:-1], axis=1)
+        inner = search(_midpoints(centroids[active]), side="left", rows=rows[active])
+        moved = np.any(inner != cuts[rows[active], 1:-1], axis=1)
         if not moved.any():
             break
         active = active[moved]
-        cuts[active, 1:-1] = inner[moved]
-        centroids[active] = _run_means(sorted_values, prefix, cuts[active], offset, active)
-    return cuts, centroids
+        cuts[rows[active], 1:-1] = inner[moved]
+        centroids[active] = _run_means(sorted_values, prefix, cuts[rows[active]], offset, rows[active])
+    return centroids
 
 
-def _band_programme(prefix: _PrefixSums, cuts: np.ndarray) -> np.ndarray:
-    """The least-cost cuts when each inner cut may move by one of ``_BAND_OFFSETS`` places.
+def _band_programme(prefix: _PrefixSums, cuts: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The least-cost cuts of ``rows`` when each inner cut may move by one of ``_BAND_OFFSETS``.
 
     Lloyd stops where no single cut wants to move, which on discrete data (float16 weights,
     many centroids) can be well short of the optimum; an exact programme over a band of
     positions moves several cuts together and never raises the cost (the current cuts are
     among its choices).
     """
-    rows, k_plus_1 = cuts.shape
+    count, k_plus_1 = cuts.shape
     n = prefix.weight.shape[1] - 1
     candidates = np.clip(cuts[:, :, None] + _BAND_OFFSETS, 0, n)  # [rows, k+1, band]
     candidates[:, 0, :], candidates[:, -1, :] = 0, n
-    every_row = np.arange(rows)
+    at = prefix.sums_at(candidates, rows)
 
-    def run_costs(layer: int) -> np.ndarray:
-        """[rows, from, to]: cost of the run from a candidate of ``layer - 1`` to one of ``layer``."""
-        starts, stops = candidates[:, layer - 1, :, None], candidates[:, layer, None, :]
-        cost = _run_cost(*prefix.runs(np.minimum(starts, stops), stops))
-        return np.where(starts <= stops, cost, np.inf)
+    def layer_sums(layer: int) -> tuple:
+        return tuple(sums[:, layer, :] for sums in at)
 
-    best = run_costs(1)[:, 0, :]  # every candidate of layer 0 is position 0
+    best = _pair_costs(layer_sums(0), layer_sums(1))[:, 0, :]  # layer 0 is all position 0
     choices = []
     for layer in range(2, k_plus_1):
-        total = best[:, :, None] + run_costs(layer)
+        total = best[:, :, None] + _pair_costs(layer_sums(layer - 1), layer_sums(layer))
         choice = np.argmin(total, axis=1)
         best = np.take_along_axis(total, choice[:, None, :], axis=1)[:, 0, :]
         choices.append(choice)
 
-    picked = np.zeros((rows, k_plus_1), dtype=np.intp)
+    every = np.arange(count)
+    picked = np.zeros((count, k_plus_1), dtype=np.intp)
     picked[:, -1] = n
-    index = np.zeros(rows, dtype=np.intp)  # every candidate of the last layer is n
+    index = np.zeros(count, dtype=np.intp)  # every candidate of the last layer is n
     for layer, choice in zip(range(k_plus_1 - 2, 0, -1), reversed(choices)):
-        index = choice[every_row, index]
-        picked[:, layer] = candidates[every_row, layer, index]
-    # Keep the current cuts wherever the programme found nothing strictly better.
-    current = _total_cost(prefix, cuts)
+        index = choice[every, index]
+        picked[:, layer] = candidates[every, layer, index]
+    # Keep the current cuts wherever the programme found nothing clearly better.
+    current = _total_cost(prefix, cuts, rows)
     return np.where((best[:, 0] < current * (1 - 1e-12))[:, None], picked, cuts)
 
 
-def _total_cost(prefix: _PrefixSums, cuts: np.ndarray) -> np.ndarray:
-    return _run_cost(*prefix.runs(cuts[:, :-1], cuts[:, 1:])).sum(axis=1)
+def _total_cost(prefix: _PrefixSums, cuts: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    return _run_cost(*prefix.runs(cuts[:, :-1], cuts[:, 1:], rows)).sum(axis=1)
 
 
 def _run_means(

@@ -28,15 +28,22 @@ class AxisPlan:
     outside: np.ndarray | None = None
 
 
-def source_coordinates(mode: str, out_size: int, in_size: int, scale: float, roi=(0.0, 1.0)) -> np.ndarray:
+def source_coordinates(mode: str, out_size: int, in_size: int, scale: float, roi=(0.0, 1.0),
+                       resized_length: float | None = None) -> np.ndarray:
     """x_original for every output index, following the ONNX Resize formulas.
 
-    Evaluated in float32 (float64 where onnxruntime widens) so that coordinates landing
-    exactly on a rounding boundary pick the same pixel as onnxruntime's CPU kernel.
+    ``resized_length`` is the spec's length_resized, ``scale * in_size`` before flooring to
+    the output size (align_corners and tf_crop_and_resize divide by it); it defaults to
+    ``out_size``. Evaluated in float32 (float64 where onnxruntime widens, or where the length
+    is fractional) so that coordinates landing exactly on a rounding boundary pick the same
+    pixel as onnxruntime's CPU kernel.
     """
     f = np.float32
     x = np.arange(out_size, dtype=f)
     scale, length_in, length_out = f(scale), f(in_size), f(out_size)
+    stretched = mode in ("align_corners", "tf_crop_and_resize")
+    if stretched and resized_length is not None and not np.isclose(resized_length, out_size, rtol=0, atol=1e-6):
+        x, length_in, length_out = x.astype(np.float64), np.float64(in_size), np.float64(resized_length)
     if mode in ("half_pixel", "pytorch_half_pixel"):
         if mode == "pytorch_half_pixel" and out_size <= 1:
             return np.zeros(out_size, f)
@@ -46,13 +53,13 @@ def source_coordinates(mode: str, out_size: int, in_size: int, scale: float, roi
         offset = length_in / f(2) * (f(1) - adjustment)
         return (offset + (x.astype(np.float64) + 0.5) / np.float64(scale) - 0.5).astype(f)
     if mode == "align_corners":
-        return x * (length_in - f(1)) / (length_out - f(1)) if out_size > 1 else np.zeros(out_size, f)
+        return (x * (length_in - f(1)) / (length_out - f(1))).astype(f) if length_out != 1 else np.zeros(out_size, f)
     if mode == "asymmetric":
         return x / scale
     if mode == "tf_crop_and_resize":
         start, end = f(roi[0]), f(roi[1])
-        if out_size > 1:
-            return start * (length_in - f(1)) + x * (end - start) * (length_in - f(1)) / (length_out - f(1))
+        if length_out != 1:
+            return (start * (length_in - f(1)) + x * (end - start) * (length_in - f(1)) / (length_out - f(1))).astype(f)
         return np.full(out_size, 0.5 * (float(start) + float(end)) * (in_size - 1), f)
     raise ValueError(f"unknown coordinate_transformation_mode {mode!r}")
 
@@ -116,8 +123,8 @@ def interpolation_weights(coords, in_size: int, mode: str, scale: float, *, cubi
 
 def axis_plan(mode: str, coordinate_mode: str, out_size: int, in_size: int, scale: float, *, roi=(0.0, 1.0),
               nearest_mode: str = "round_prefer_floor", cubic_a: float = -0.75, exclude_outside: bool = False,
-              antialias: bool = False) -> AxisPlan:
-    coords = source_coordinates(coordinate_mode, out_size, in_size, scale, roi)
+              antialias: bool = False, resized_length: float | None = None) -> AxisPlan:
+    coords = source_coordinates(coordinate_mode, out_size, in_size, scale, roi, resized_length)
     outside = None
     if coordinate_mode == "tf_crop_and_resize":
         flags = (coords < 0) | (coords > in_size - 1)

@@ -19,6 +19,7 @@ from edgebuild_coreml.lowering.ops._nn_util import (
     shape_of,
     static_shape,
 )
+from edgebuild_coreml.lowering.ops._util import wanted
 from edgebuild_coreml.lowering.registry import lowers
 
 
@@ -55,10 +56,9 @@ def _affine(ctx, node, y, scale, bias, name):
 
 @lowers("BatchNormalization")
 def batch_normalization(ctx, node):
-    """Inference-mode batch norm (training_mode must be 0: Core ML does not train here)."""
+    """Batch norm with the given statistics, or (training_mode=1) with the batch's own."""
     if int(ctx.attr(node, "training_mode", 0)):
-        ctx.fail(node, "training_mode=1 computes batch statistics for training, which an inference "
-                 "model cannot", "export the model in eval mode")
+        return _batch_normalization_training(ctx, node)
     x = as_float(ctx.input(node, 0))
     scale, bias, mean, var = (as_float(ctx.input(node, i)) for i in range(1, 5))
     epsilon = float(ctx.attr(node, "epsilon", 1e-5))
@@ -78,6 +78,38 @@ def batch_normalization(ctx, node):
     inv_std = mb.rsqrt(x=shifted, name=ctx.name(node, "inv_std"))
     normed = mb.mul(x=centred, y=inv_std, name=ctx.name(node, "normed"))
     return _affine(ctx, node, normed, per_channel(scale, rank), per_channel(bias, rank), ctx.name(node))
+
+
+def _batch_normalization_training(ctx, node):
+    """training_mode=1 (opset 14+): normalise with the batch mean and (biased) variance over
+    every axis but the channels, and also return the updated running statistics
+    ``running * momentum + batch * (1 - momentum)``. Nothing is learnt: it is arithmetic."""
+    x = as_float(ctx.input(node, 0))
+    scale, bias, mean, var = (as_float(ctx.input(node, i)) for i in range(1, 5))
+    epsilon = float(ctx.attr(node, "epsilon", 1e-5))
+    momentum = float(ctx.attr(node, "momentum", 0.9))
+    rank = rank_of(x)
+    if rank < 2:
+        ctx.fail(node, f"a rank-{rank} input has no channel axis to normalise per")
+    axes = [a for a in range(rank) if a != 1]
+    batch_mean = mb.reduce_mean(x=x, axes=axes, keep_dims=True, name=ctx.name(node, "batch_mean"))
+    centred = mb.sub(x=x, y=batch_mean, name=ctx.name(node, "centred"))
+    squared = mb.mul(x=centred, y=centred, name=ctx.name(node, "sq"))
+    batch_var = mb.reduce_mean(x=squared, axes=axes, keep_dims=True, name=ctx.name(node, "batch_var"))
+    shifted = mb.add(x=batch_var, y=fconst(x, epsilon), name=ctx.name(node, "var_eps"))
+    inv_std = mb.rsqrt(x=shifted, name=ctx.name(node, "inv_std"))
+    normed = mb.mul(x=centred, y=inv_std, name=ctx.name(node, "normed"))
+    y = _affine(ctx, node, normed, per_channel(scale, rank), per_channel(bias, rank), ctx.name(node))
+    outputs = [y]
+    for k, (running, batch, tag) in enumerate(((mean, batch_mean, "running_mean"), (var, batch_var, "running_var"))):
+        if k + 1 >= len(node.outputs) or not wanted(node.outputs[k + 1]):
+            outputs.append(None)
+            continue
+        flat = mb.squeeze(x=batch, axes=axes, name=ctx.name(node, f"{tag}_batch"))
+        kept = mb.mul(x=running, y=fconst(x, momentum), name=ctx.name(node, f"{tag}_kept"))
+        added = mb.mul(x=flat, y=fconst(x, 1.0 - momentum), name=ctx.name(node, f"{tag}_added"))
+        outputs.append(mb.add(x=kept, y=added, name=ctx.name(node, tag)))
+    return tuple(outputs[: max(1, len(node.outputs))])
 
 
 @lowers("InstanceNormalization")
@@ -149,7 +181,7 @@ def _group_param(value, groups: int):
 
 @lowers("LpNormalization")
 def lp_normalization(ctx, node):
-    """x / ||x||_p along ``axis`` (p is 1 or 2)."""
+    """x / ||x||_p along ``axis`` (p is 1 or 2); an all-zero slice stays zero, not NaN."""
     x = as_float(ctx.input(node, 0))
     p = int(ctx.attr(node, "p", 2))
     axis = int(ctx.attr(node, "axis", -1))
@@ -157,7 +189,9 @@ def lp_normalization(ctx, node):
         ctx.fail(node, f"p={p}: ONNX LpNormalization only defines p=1 and p=2")
     reduce = mb.reduce_l2_norm if p == 2 else mb.reduce_l1_norm
     norm = reduce(x=x, axes=[axis], keep_dims=True, name=ctx.name(node, "norm"))
-    return mb.real_div(x=x, y=norm, name=ctx.name(node))
+    empty = mb.equal(x=norm, y=fconst(x, 0), name=ctx.name(node, "zero_norm"))
+    divisor = mb.select(cond=empty, a=fconst(x, 1), b=norm, name=ctx.name(node, "safe_norm"))
+    return mb.real_div(x=x, y=divisor, name=ctx.name(node))
 
 
 @lowers("LRN")

@@ -14,8 +14,17 @@ from functools import reduce
 
 import numpy as np
 from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil import types
 
-from edgebuild_coreml.lowering.ops._nn_util import as_float, fconst, mil_pads, rank_of, same_pads, static_shape
+from edgebuild_coreml.lowering.ops._nn_util import (
+    as_float,
+    fconst,
+    is_float,
+    mil_pads,
+    rank_of,
+    same_pads,
+    static_shape,
+)
 from edgebuild_coreml.lowering.registry import lowers
 
 
@@ -115,17 +124,33 @@ def _flat_indices(shape, w: Windows, storage_order: int) -> np.ndarray:
 
 @lowers("MaxPool")
 def max_pool(ctx, node):
+    """MIL pools float tensors only: integer inputs (int8/uint8, carried as int32) are pooled
+    in fp32, exact for 8-bit values and max being a selection, and cast back."""
     x, shape = _input_with_shape(ctx, node)
+    if is_float(x):
+        return _max_pool_float(ctx, node, x, shape)
+    if not isinstance(x, np.ndarray) and x.dtype == types.bool:
+        ctx.fail(node, "MaxPool of a bool tensor is not defined", "cast it to a number first")
+    widened = mb.cast(x=x, dtype="fp32", name=ctx.name(node, "as_float"))
+    pooled = _max_pool_float(ctx, node, widened, shape, final_name=ctx.name(node, "pooled"))
+    if isinstance(pooled, tuple):
+        values, indices = pooled
+        return mb.cast(x=values, dtype="int32", name=ctx.name(node)), indices
+    return mb.cast(x=pooled, dtype="int32", name=ctx.name(node))
+
+
+def _max_pool_float(ctx, node, x, shape, final_name: str | None = None):
+    final_name = final_name or ctx.name(node)
     w = _windows(ctx, node, list(shape[2:]))
     wants_indices = len(node.outputs) > 1 and node.outputs[1] is not None and node.outputs[1].name != ""
     dilated = any(d != 1 for d in w.dilations)
     if not dilated and not wants_indices:
         pad = mil_pads(w.begins + [e + t for e, t in zip(w.ends, w.tails)])
         return mb.max_pool(x=x, kernel_sizes=w.kernel, strides=w.strides, pad_type="custom", pad=pad,
-                           ceil_mode=False, name=ctx.name(node))
+                           ceil_mode=False, name=final_name)
     taps = _window_taps(ctx, node, x, w, -np.inf, "max")
     stacked = mb.stack(values=taps, axis=0, name=ctx.name(node, "taps"))
-    values = mb.reduce_max(x=stacked, axes=[0], keep_dims=False, name=ctx.name(node))
+    values = mb.reduce_max(x=stacked, axes=[0], keep_dims=False, name=final_name)
     if not wants_indices:
         return values
     which = mb.reduce_argmax(x=stacked, axis=0, keep_dims=True, name=ctx.name(node, "which"))

@@ -1,43 +1,84 @@
-"""QuantizeLinear / DequantizeLinear.
+"""QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear.
 
 A DequantizeLinear of a constant int8/uint8 weight stays compressed in the artifact: it
 becomes ``constexpr_blockwise_shift_scale`` (iOS18+, per-tensor, per-axis or blockwise) or
 ``constexpr_affine_dequantize`` (iOS16/17, per-tensor or per-axis), which Core ML expands at
 load time. Runtime tensors are (de)quantised with float arithmetic; quantised values travel
-as int32, the integer type Core ML programs compute in.
+as int32, the integer type Core ML programs compute in. Scales and zero points may be runtime
+tensors when they are per-tensor or per-axis (DynamicQuantizeLinear computes them).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx_ir as ir
 from coremltools.converters.mil import Builder as mb
 
 from edgebuild_coreml.lowering.context import target_index
-from edgebuild_coreml.lowering.ops._nn_util import as_float, rank_of
+from edgebuild_coreml.lowering.ops._nn_util import as_float, rank_of, shape_of
+from edgebuild_coreml.lowering.ops._util import dtype_of
 from edgebuild_coreml.lowering.registry import lowers
 
 _RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255), np.dtype(np.int16): (-32768, 32767),
            np.dtype(np.uint16): (0, 65535)}
+_ONNX_INT_TYPES = {ir.DataType.UINT8: np.uint8, ir.DataType.INT8: np.int8, ir.DataType.UINT16: np.uint16,
+                   ir.DataType.INT16: np.int16}
 
 
-def _broadcast_param(param, rank: int, axis: int, block: int, size: int | None):
-    """Scale / zero point reshaped to broadcast against the data (per-tensor, per-axis, blockwise)."""
-    if param is None or np.ndim(param) == 0 or np.size(param) == 1 and block == 0:
-        return param if param is None else np.asarray(param).reshape(())
-    param = np.asarray(param)
+def _is_runtime(value) -> bool:
+    return value is not None and not isinstance(value, np.ndarray)
+
+
+def _per_tensor(param) -> bool:
+    """A scale/zero point with one element applies to the whole tensor (axis is ignored)."""
+    size = 1
+    for d in shape_of(param):
+        size *= d if isinstance(d, (int, np.integer)) else 2  # symbolic: assume a vector
+    return size == 1
+
+
+def _broadcast_param(param, rank: int, axis: int, block: int, size: int | None, name: str):
+    """Scale / zero point shaped to broadcast against the data (per-tensor, per-axis, blockwise).
+
+    Runtime (Var) parameters are reshaped with MIL ops; blockwise runtime parameters are
+    refused by the callers before this point.
+    """
+    if param is None:
+        return None
+    if _per_tensor(param):
+        return np.asarray(param).reshape(()) if isinstance(param, np.ndarray) else param
+    view = [1] * rank
+    view[axis] = -1
+    if not isinstance(param, np.ndarray):
+        return mb.reshape(x=param, shape=np.array(view, np.int32), name=name)
     if block:
         param = np.repeat(param, block, axis=axis)
         if size is not None:
             param = np.take(param, np.arange(size), axis=axis)
         return param
-    view = [1] * rank
-    view[axis] = param.size
     return param.reshape(view)
 
 
-def _axis(ctx, node, rank: int) -> int:
+def _axis(ctx, node, rank: int, scale, block: int) -> int:
+    """The quantisation axis, normalised; 0 (unused) for per-tensor parameters."""
+    if not rank or (not block and _per_tensor(scale)):
+        return 0
     axis = int(ctx.attr(node, "axis", 1))
-    return axis + rank if axis < 0 else axis
+    if not -rank <= axis < rank:
+        ctx.fail(node, f"axis {axis} is out of range for a rank-{rank} input")
+    return axis % rank
+
+
+def _as_fp32(x, name: str):
+    if isinstance(x, np.ndarray):
+        return x.astype(np.float32)
+    return x if dtype_of(x) == "fp32" else mb.cast(x=x, dtype="fp32", name=name)
+
+
+def _refuse_runtime_blocks(ctx, node, block: int, *params) -> None:
+    if block and any(_is_runtime(p) for p in params):
+        ctx.fail(node, "blockwise quantisation with a runtime scale or zero point is not supported",
+                 "make the scale and zero point initializers")
 
 
 @lowers("DequantizeLinear", since=10)
@@ -46,20 +87,19 @@ def dequantize_linear(ctx, node):
     scale = as_float(ctx.input(node, 1))
     zero = ctx.input(node, 2, optional=True)
     rank = rank_of(x)
-    axis = _axis(ctx, node, rank) if rank else 0
     block = int(ctx.attr(node, "block_size", 0))
+    axis = _axis(ctx, node, rank, scale, block)
     if isinstance(x, np.ndarray) and isinstance(scale, np.ndarray) and (zero is None or isinstance(zero, np.ndarray)):
         return _constant_weight(ctx, node, x, scale, zero, axis, block)
-    if not isinstance(scale, np.ndarray):
-        ctx.fail(node, "a runtime scale is not supported", "make the scale an initializer")
-    if zero is not None and not isinstance(zero, np.ndarray):
-        ctx.fail(node, "a runtime zero point is not supported", "make the zero point an initializer")
+    _refuse_runtime_blocks(ctx, node, block, scale, zero)
     size = x.shape[axis] if rank else None
-    values = mb.cast(x=x, dtype="fp32", name=ctx.name(node, "as_float"))
-    if zero is not None and np.any(zero):
-        offset = _broadcast_param(zero.astype(np.float32), rank, axis, block, size)
+    values = _as_fp32(x, ctx.name(node, "as_float"))
+    if zero is not None and (_is_runtime(zero) or np.any(zero)):
+        offset = _broadcast_param(_as_fp32(zero, ctx.name(node, "zero_float")), rank, axis, block, size,
+                                  ctx.name(node, "zero_view"))
         values = mb.sub(x=values, y=offset, name=ctx.name(node, "centred"))
-    factor = _broadcast_param(scale.astype(np.float32), rank, axis, block, size)
+    factor = _broadcast_param(_as_fp32(scale, ctx.name(node, "scale_float")), rank, axis, block, size,
+                              ctx.name(node, "scale_view"))
     return mb.mul(x=values, y=factor, name=ctx.name(node))
 
 
@@ -90,34 +130,79 @@ def _constant_weight(ctx, node, data, scale, zero, axis, block):
         )
     # Older targets, int32/int16 data or blockwise before iOS18: fold to a float constant.
     size = data.shape[axis] if rank else None
-    offset = _broadcast_param(zero.astype(np.float32), rank, axis, block, size)
-    factor = _broadcast_param(scale.astype(np.float32), rank, axis, block, size)
+    offset = _broadcast_param(zero.astype(np.float32), rank, axis, block, size, "")
+    factor = _broadcast_param(scale.astype(np.float32), rank, axis, block, size, "")
     return ((data.astype(np.float32) - offset) * factor).astype(np.float32)
+
+
+def _quantized_dtype(ctx, node, zero) -> np.dtype:
+    """The integer type QuantizeLinear saturates to: the output's declared type when known."""
+    declared = node.outputs[0].dtype
+    if declared in _ONNX_INT_TYPES:
+        return np.dtype(_ONNX_INT_TYPES[declared])
+    if node.attributes.get("output_dtype") is not None:
+        code = ir.DataType(int(ctx.attr(node, "output_dtype")))
+        if code not in _ONNX_INT_TYPES:
+            ctx.fail(node, f"quantising to {code.name} is not supported", "use int8, uint8, int16 or uint16")
+        return np.dtype(_ONNX_INT_TYPES[code])
+    if isinstance(zero, np.ndarray):
+        return np.dtype(zero.dtype)
+    zero_type = node.inputs[2].dtype if ctx.has_input(node, 2) else ir.DataType.UINT8
+    if zero_type not in _ONNX_INT_TYPES:
+        ctx.fail(node, f"quantising to {zero_type} is not supported", "use int8, uint8, int16 or uint16")
+    return np.dtype(_ONNX_INT_TYPES[zero_type])
 
 
 @lowers("QuantizeLinear", since=10)
 def quantize_linear(ctx, node):
     """saturate(round_half_even(x / scale) + zero_point), as int32 values."""
-    x = as_float(ctx.input(node, 0))
+    x = _as_fp32(as_float(ctx.input(node, 0)), ctx.name(node, "as_float"))
     scale = as_float(ctx.input(node, 1))
     zero = ctx.input(node, 2, optional=True)
-    if not isinstance(scale, np.ndarray) or (zero is not None and not isinstance(zero, np.ndarray)):
-        ctx.fail(node, "runtime scale or zero point is not supported", "make them initializers")
-    out_dtype = np.dtype(zero.dtype) if zero is not None else np.dtype(np.uint8)
-    if node.attributes.get("output_dtype") is not None and zero is None:
-        out_dtype = np.dtype({2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16}.get(int(ctx.attr(node, "output_dtype")), np.uint8))
+    out_dtype = _quantized_dtype(ctx, node, zero)
     if out_dtype not in _RANGES:
-        ctx.fail(node, f"quantising to {out_dtype} is not supported", "use int8 or uint8")
-    low, high = _RANGES[out_dtype]
+        ctx.fail(node, f"quantising to {out_dtype} is not supported", "use int8, uint8, int16 or uint16")
     rank = rank_of(x)
-    axis = _axis(ctx, node, rank) if rank else 0
     block = int(ctx.attr(node, "block_size", 0))
+    axis = _axis(ctx, node, rank, scale, block)
+    _refuse_runtime_blocks(ctx, node, block, scale, zero)
     size = x.shape[axis] if rank else None
-    inverse = _broadcast_param((1.0 / scale).astype(np.float32), rank, axis, block, size)
-    scaled = mb.mul(x=x, y=inverse, name=ctx.name(node, "scaled"))
+    factor = _broadcast_param(_as_fp32(scale, ctx.name(node, "scale_float")), rank, axis, block, size,
+                              ctx.name(node, "scale_view"))
+    offset = None
+    if zero is not None and (_is_runtime(zero) or np.any(zero)):
+        offset = _broadcast_param(_as_fp32(zero, ctx.name(node, "zero_float")), rank, axis, block, size,
+                                  ctx.name(node, "zero_view"))
+    return _quantize(ctx, node, x, factor, offset, _RANGES[out_dtype], ctx.name(node))
+
+
+def _quantize(ctx, node, x, scale, offset, bounds, name: str):
+    """clip(round_half_even(x / scale) + offset, low, high) as int32 (``offset`` may be None)."""
+    scaled = mb.real_div(x=x, y=scale, name=ctx.name(node, "scaled"))
     rounded = mb.round(x=scaled, name=ctx.name(node, "rounded"))
-    if zero is not None and np.any(zero):
-        rounded = mb.add(x=rounded, y=_broadcast_param(zero.astype(np.float32), rank, axis, block, size),
-                         name=ctx.name(node, "shifted"))
+    if offset is not None:
+        rounded = mb.add(x=rounded, y=offset, name=ctx.name(node, "shifted"))
+    low, high = bounds
     clipped = mb.clip(x=rounded, alpha=np.float32(low), beta=np.float32(high), name=ctx.name(node, "saturated"))
-    return mb.cast(x=clipped, dtype="int32", name=ctx.name(node))
+    return mb.cast(x=clipped, dtype="int32", name=name)
+
+
+@lowers("DynamicQuantizeLinear", since=11)
+def dynamic_quantize_linear(ctx, node):
+    """uint8 quantisation with scale and zero point taken from the data's range (which
+    always includes 0): scale = (max - min) / 255, zero point = saturate(round(-min / scale))."""
+    x = _as_fp32(as_float(ctx.input(node, 0)), ctx.name(node, "as_float"))
+    low, high = _RANGES[np.dtype(np.uint8)]
+    top = mb.maximum(x=mb.reduce_max(x=x, keep_dims=False, name=ctx.name(node, "max")), y=np.float32(0),
+                     name=ctx.name(node, "max_with_zero"))
+    bottom = mb.minimum(x=mb.reduce_min(x=x, keep_dims=False, name=ctx.name(node, "min")), y=np.float32(0),
+                        name=ctx.name(node, "min_with_zero"))
+    spread = mb.sub(x=top, y=bottom, name=ctx.name(node, "spread"))
+    scale = mb.real_div(x=spread, y=np.float32(high - low), name=ctx.name(node, "scale"))
+    shift = mb.real_div(x=bottom, y=scale, name=ctx.name(node, "min_over_scale"))
+    zero_float = mb.clip(x=mb.round(x=mb.sub(x=np.float32(low), y=shift, name=ctx.name(node, "zero_exact")),
+                                    name=ctx.name(node, "zero_rounded")),
+                         alpha=np.float32(low), beta=np.float32(high), name=ctx.name(node, "zero_saturated"))
+    y = _quantize(ctx, node, x, scale, zero_float, (low, high), ctx.name(node))
+    zero = mb.cast(x=zero_float, dtype="int32", name=ctx.name(node, "zero_point"))
+    return y, mb.identity(x=scale, name=ctx.name(node, "y_scale")), zero

@@ -123,7 +123,7 @@ def resample(ctx, node, x, *, mode, coordinate_mode, nearest_mode, scales=None, 
         plan = axis_plan(
             mode, coordinate_mode, out[a], shape[a], factors[a], roi=roi_pairs[i], nearest_mode=nearest_mode,
             cubic_a=float(ctx.attr(node, "cubic_coeff_a", -0.75)), exclude_outside=bool(ctx.attr(node, "exclude_outside", 0)),
-            antialias=antialias,
+            antialias=antialias, resized_length=factors[a] * shape[a],
         )
         if not _is_identity(plan, shape[a]):
             plans[a] = plan

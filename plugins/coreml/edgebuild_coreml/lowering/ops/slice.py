@@ -8,8 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil import types
 
-from edgebuild_coreml.lowering.ops._util import is_static, normalize_axis, rank_of, shape_of
+from edgebuild_coreml.lowering.ops._util import (
+    dim,
+    is_const,
+    is_static,
+    normalize_axis,
+    rank_of,
+    shape_of,
+    to_var,
+    value_of,
+)
 from edgebuild_coreml.lowering.registry import lowers
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -41,10 +51,12 @@ def slice_(ctx, node):
     if ctx.opset < 10:
         starts, ends, axes, steps = ctx.attr(node, "starts"), ctx.attr(node, "ends"), ctx.attr(node, "axes"), None
     else:
-        starts = ctx.const(node, 1, what="starts")
-        ends = ctx.const(node, 2, what="ends")
+        starts, ends = ctx.input(node, 1), ctx.input(node, 2)
         axes = ctx.const(node, 3, optional=True, what="axes")
         steps = ctx.const(node, 4, optional=True, what="steps")
+        if not (is_const(starts) and is_const(ends)):
+            return _runtime_slice(ctx, node, x, starts, ends, axes, steps)
+        starts, ends = value_of(starts), value_of(ends)
     starts = [int(v) for v in np.asarray(starts).reshape(-1)]
     ends = [int(v) for v in np.asarray(ends).reshape(-1)]
     axes = list(range(len(starts))) if axes is None else [normalize_axis(ctx, node, int(a), rank) for a in np.asarray(axes).reshape(-1)]
@@ -70,3 +82,46 @@ def slice_(ctx, node):
         x=x, begin=np.array(begin, np.int32), end=np.array(end, np.int32), stride=np.array(stride, np.int32),
         begin_mask=begin_mask, end_mask=end_mask, name=ctx.name(node),
     )
+
+
+def _clamped(ctx, node, bound, sizes, tag: str):
+    """ONNX clamping of runtime starts/ends for positive steps: negative values count from
+    the end, then everything is clamped into [0, size]."""
+    bound = mb.cast(x=bound, dtype="int32", name=ctx.name(node, f"{tag}_int")) if bound.dtype != types.int32 else bound
+    negative = mb.less(x=bound, y=np.int32(0), name=ctx.name(node, f"{tag}_negative"))
+    wrapped = mb.select(cond=negative, a=mb.add(x=bound, y=sizes, name=ctx.name(node, f"{tag}_from_end")), b=bound,
+                        name=ctx.name(node, f"{tag}_wrapped"))
+    low = mb.maximum(x=wrapped, y=np.int32(0), name=ctx.name(node, f"{tag}_low"))
+    return mb.minimum(x=low, y=sizes, name=ctx.name(node, tag))
+
+
+def _runtime_slice(ctx, node, x, starts, ends, axes, steps):
+    """Slice with starts/ends computed at run time (slice_by_index takes them as tensors);
+    axes and steps must stay constant, and steps positive, for MIL's constant stride/masks."""
+    rank = rank_of(x)
+    count = int(shape_of(starts)[0]) if rank_of(starts) == 1 and is_static(shape_of(starts)[0]) else None
+    if axes is None and count is None:
+        ctx.fail(node, "runtime starts of unknown length need constant axes", "give the Slice an axes input")
+    axes = list(range(count)) if axes is None else [normalize_axis(ctx, node, int(a), rank) for a in np.asarray(axes).reshape(-1)]
+    steps = [1] * len(axes) if steps is None else [int(s) for s in np.asarray(steps).reshape(-1)]
+    if any(step <= 0 for step in steps):
+        ctx.fail(node, "runtime starts/ends need positive steps: a negative step's clamping needs MIL's "
+                 "constant end_mask", "make starts and ends constants")
+    x = to_var(x)
+    sizes = [dim(x, axis) for axis in axes]
+    sizes = (np.array(sizes, np.int32) if all(is_const(s) for s in sizes)
+             else mb.concat(values=[mb.reshape(x=to_var(s), shape=[1]) for s in sizes], axis=0,
+                            name=ctx.name(node, "sizes")))
+    begin_sliced = _clamped(ctx, node, to_var(starts), sizes, "begin")
+    end_sliced = _clamped(ctx, node, to_var(ends), sizes, "end")
+    # Spread the per-axis values over every axis; untouched axes are covered by the masks.
+    slot = [axes.index(a) if a in axes else len(axes) for a in range(rank)]
+    padded = lambda v, tag: mb.concat(values=[v, np.zeros(1, np.int32)], axis=0, name=ctx.name(node, tag))  # noqa: E731
+    begin = mb.gather(x=padded(begin_sliced, "begin_pad"), indices=np.array(slot, np.int32), axis=0,
+                      name=ctx.name(node, "begin_full"))
+    end = mb.gather(x=padded(end_sliced, "end_pad"), indices=np.array(slot, np.int32), axis=0,
+                    name=ctx.name(node, "end_full"))
+    stride = [steps[axes.index(a)] if a in axes else 1 for a in range(rank)]
+    untouched = [a not in axes for a in range(rank)]
+    return mb.slice_by_index(x=x, begin=begin, end=end, stride=np.array(stride, np.int32),
+                             begin_mask=untouched, end_mask=untouched, name=ctx.name(node))

@@ -29,8 +29,21 @@ def depth_to_space(ctx, node):
 
 @lowers("SpaceToDepth")
 def space_to_depth(ctx, node):
-    return mb.space_to_depth(x=as_float(ctx.input(node, 0)), block_size=int(ctx.attr(node, "blocksize")),
-                             name=ctx.name(node))
+    """DCR (the only layout before the ``mode`` attribute) is MIL's space_to_depth; CRD keeps
+    each channel's block together and is spelled out as reshape/transpose."""
+    x = as_float(ctx.input(node, 0))
+    block = int(ctx.attr(node, "blocksize"))
+    mode = ctx.attr(node, "mode", "DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode == "DCR":
+        return mb.space_to_depth(x=x, block_size=block, name=ctx.name(node))
+    shape = static_shape(x)
+    if shape is None:
+        ctx.fail(node, "CRD SpaceToDepth needs static input shapes", "pin the input shapes in the recipe")
+    n, c, h, w = shape
+    split = mb.reshape(x=x, shape=[n, c, h // block, block, w // block, block], name=ctx.name(node, "split"))
+    moved = mb.transpose(x=split, perm=[0, 1, 3, 5, 2, 4], name=ctx.name(node, "moved"))
+    return mb.reshape(x=moved, shape=[n, c * block * block, h // block, w // block], name=ctx.name(node))
 
 
 def _pad_operands(ctx, node, rank):
