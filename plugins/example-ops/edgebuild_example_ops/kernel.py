@@ -31,4 +31,5 @@ def rms_norm_kernel() -> KernelSpec:
         grid=lambda s: (rows(s) * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
         output_shapes=lambda s: {"Y": s["X"]},
         reference=rms_norm, schema=RMS_NORM_SCHEMA,
+        example_shapes={"X": (4, 96), "scale": (96,)},
     )

@@ -115,6 +115,8 @@ class KernelSpec:
     threadgroup_memory: Mapping[int, Union[int, Callable[..., int]]] = field(default_factory=dict)
     schema: Any = None  # onnx.defs.OpSchema or None
     description: str = ""
+    # input name -> shape used by `edgebuild kernels` to check the kernel on random data
+    example_shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
     @property
     def qualified_name(self) -> str:
