@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from edgebuild.errors import EdgebuildError, UsageError
+from edgebuild.errors import EdgebuildError, NotRepresentable, UsageError
 
 SUITES = ("onnx-node",)
 CASE_TIMEOUT_S = 60.0
@@ -278,6 +278,8 @@ def run_case(run: Callable, case: Case) -> dict:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             actual = run(model, list(case.inputs))
+    except NotRepresentable as exc:  # a semantic the format lacks, like a type it lacks
+        return {"status": "unsupported", "reason": _one_line(exc.message)}
     except EdgebuildError as exc:
         return {"status": "error", "reason": _one_line(exc.message)}
     except Exception as exc:  # noqa: BLE001 - a backend bug is a result to report, not a crash

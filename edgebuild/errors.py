@@ -33,6 +33,11 @@ class BuildError(EdgebuildError):
     exit_code = 1
 
 
+class NotRepresentable(BuildError):
+    """The model asks for something the target format cannot express by design (a random
+    mask drawn from numpy's generator, say), as opposed to a lowering that is missing or wrong."""
+
+
 class PluginError(BuildError):
     """A plugin failed to load or clashes with another."""
 

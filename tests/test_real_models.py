@@ -171,3 +171,32 @@ def test_gather_nd_of_a_bool_mask_matches_onnxruntime():
     names = result.input_names
     produced = run_program(result.program, {names["mask"]: mask.astype(np.int32), names["index"]: index.astype(np.int32)})
     np.testing.assert_array_equal(np.asarray(produced[result.output_names["y"]]).astype(bool), expected)
+
+
+def test_slice_to_int64_max_matches_onnxruntime():
+    """ddddocr and silero slice "to the end" with INT64_MAX, a constant int32 cannot hold."""
+    import numpy as np
+    import onnx.helper as oh
+    import onnx.numpy_helper as onh
+    import onnx_ir as ir
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    from edgebuild_coreml.interpreter import run_program
+    from edgebuild_coreml.lowering.converter import convert
+
+    big = np.iinfo(np.int64).max
+    bounds = [onh.from_array(np.array(v, np.int64), n) for n, v in
+              (("starts", [1, 2]), ("ends", [big, big]), ("axes", [2, 3]), ("steps", [2, 1]))]
+    graph = oh.make_graph(
+        [oh.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])], "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)], bounds,
+    )
+    proto = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=10)
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    [expected] = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+
+    result = convert(ir.serde.deserialize_model(proto), target="iOS17")
+    produced = run_program(result.program, {result.input_names["x"]: x})
+    np.testing.assert_array_equal(np.asarray(produced[result.output_names["y"]]), expected)

@@ -351,3 +351,10 @@ def test_fast_pass_and_coremltools_pass_share_one_section(small_package, tmp_pat
     conv_lut = _lut_op(program, CONV).lut.val.reshape(-1).astype(np.float64)
     assert conv_lut.size == 4 and np.allclose(np.diff(conv_lut), conv_lut[1] - conv_lut[0], rtol=1e-2)
     assert {_entry(report, CONV)["mode"], _entry(report, LINEAR)["mode"]} == {"palettize"}
+
+
+def test_per_channel_scale_goes_through_coremltools_with_our_clustering(small_package, tmp_path):
+    section = {"weights": {"mode": "palettize", "nbits": 4, "per_channel_scale": True}}
+    _, program = _compress(small_package, tmp_path, section)
+    ops = [op.op_type for op in iter_ops(program)]
+    assert "constexpr_blockwise_shift_scale" in ops and "constexpr_lut_to_dense" in ops

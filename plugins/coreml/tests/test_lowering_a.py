@@ -167,10 +167,17 @@ def test_matches_onnxruntime(case):
     check_op(op, inputs, attrs=attrs, initializers=initializers, opset=opset, outputs=outputs, rtol=1e-5, atol=1e-5)
 
 
-def test_slice_needs_constant_starts():
+def test_slice_takes_runtime_starts():
+    """Runtime starts/ends go to slice_by_index as tensors, clamped the ONNX way."""
     model = single_node_model("Slice", {"x": X, "s": I64(0), "e": I64(1)})
-    with pytest.raises(LoweringError, match=r"'node' \(Slice\).*starts must be a constant"):
-        check(model, {"x": X, "s": I64(0), "e": I64(1)})
+    check(model, {"x": X, "s": I64(0), "e": I64(1)})
+
+
+def test_slice_runtime_starts_need_constant_steps():
+    inputs = {"x": X, "s": I64(0), "e": I64(1), "a": I64(1), "st": I64(1)}
+    model = single_node_model("Slice", inputs, initializers=("a",))
+    with pytest.raises(LoweringError, match=r"'node' \(Slice\).*steps must be a constant"):
+        check(model, inputs, initializers=("a",))
 
 
 def test_mod_fmod0_on_floats_is_refused():

@@ -7,9 +7,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("edgebuild_coreml")
 
-from pytorch_validation_bridge import copy_recipe, run_with_torch_reference  # noqa: E402
+from pytorch_recipe_runner import copy_recipe, run_recipe  # noqa: E402
 
-pytestmark = pytest.mark.slow
 LIMITS = {"fp32": 0.9999, "fp16": 0.999}
 
 
@@ -26,14 +25,19 @@ def cache_dir(tmp_path):
     return cache
 
 
-@pytest.mark.parametrize("recipe", ["facenet_pnet.yaml", "facenet_rnet.yaml", "silero_vad_jit.yaml",
-                                    "minilm_l6_torch.yaml"])
-def test_example_recipe_builds_and_validates(recipe, tmp_path, cache_dir, monkeypatch):
-    code, result = run_with_torch_reference(copy_recipe(recipe, tmp_path), monkeypatch, cache_dir)
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("recipe", ["facenet_pnet.yaml", pytest.param("facenet_rnet.yaml", marks=SLOW),
+                                    pytest.param("silero_vad_jit.yaml", marks=SLOW),
+                                    pytest.param("minilm_l6_torch.yaml", marks=SLOW)])
+def test_example_recipe_builds_and_validates(recipe, tmp_path, cache_dir):
+    code, result = run_recipe(copy_recipe(recipe, tmp_path), cache_dir)
     assert code == 0, [v.get("error") for v in result["variants"]]
     assert {v["variant"] for v in result["variants"]} == set(LIMITS)
     for variant in result["variants"]:
         assert variant["status"] == "built" and variant["validation"]["failures"] == []
+        assert variant["validation"]["reference"] == "pytorch (eager)"  # the module itself, not its export
         metrics = variant["validation"]["runtimes"]["interpreter"]["metrics"]
         for output, values in metrics.items():
             assert values["cosine"]["min"] >= LIMITS[variant["variant"]], (recipe, variant["variant"], output)

@@ -122,7 +122,12 @@ class WeightPass:
                 rest = _without_fast_kmeans(self.config)
                 if not _all_op_configs(rest):
                     return
-                self.config, self.lut_functions = rest, []
+                self.config = rest
+                self.lut_functions = [
+                    c.lut_function
+                    for c in _all_op_configs(rest)
+                    if isinstance(getattr(c, "lut_function", None), KmeansLutFunction)
+                ]
         working.model = self.run(working.model)
 
     def run(self, model: ct.models.MLModel) -> ct.models.MLModel:

@@ -53,13 +53,24 @@ def fast_palettize_program(program, config, *, workers: int | None = None) -> li
     """Palettise in place every weight ``config`` assigns to our k-means; returns their names."""
     jobs = find_jobs(program, config)
     cluster_jobs(jobs, workers=workers)
+    names = [job.op.name for job in jobs]
+    # Leaving a block re-checks all its vars, so enter each block once for all its weights.
+    by_block: dict[int, list[PaletteJob]] = {}
     for job in jobs:
-        replace_with_lut(job)
-    return [job.op.name for job in jobs]
+        by_block.setdefault(id(job.op.enclosing_block), []).append(job)
+    for block_jobs in by_block.values():
+        with block_jobs[0].op.enclosing_block:
+            for job in block_jobs:
+                replace_with_lut(job)
+    return names
 
 
 def uses_fast_kmeans(op_config) -> bool:
-    return isinstance(getattr(op_config, "lut_function", None), KmeansLutFunction)
+    """Whether this pass handles the config: our k-means, scalar, without per-channel scales."""
+    return (
+        isinstance(getattr(op_config, "lut_function", None), KmeansLutFunction)
+        and not op_config.enable_per_channel_scale
+    )
 
 
 def find_jobs(program, config) -> list[PaletteJob]:
@@ -91,7 +102,8 @@ def _is_compressible(op, value, weight_threshold: int) -> bool:
     children = op.outputs[0].child_ops
     if not children or any(child.op_type.startswith("constexpr_") for child in children):
         return False  # unused, or already feeding a decompression op
-    return value.ndim > 1 and value.size > weight_threshold
+    # Core ML keeps constants of fewer than 10 elements inline; coremltools leaves them alone.
+    return value.ndim > 1 and value.size >= 10 and value.size > weight_threshold
 
 
 def cluster_jobs(jobs: list[PaletteJob], *, workers: int | None = None) -> None:
@@ -119,31 +131,33 @@ def _cluster(job: PaletteJob) -> None:
 
 
 def replace_with_lut(job: PaletteJob) -> None:
-    """Swap the job's const for a ``constexpr_lut_to_dense`` op with the same consumers."""
+    """Swap the job's const for a ``constexpr_lut_to_dense`` op with the same consumers.
+
+    Call inside ``with job.op.enclosing_block:`` (the builder adds ops to the current block).
+    """
     op = job.op
     block = op.enclosing_block
-    with block:
-        if is_current_opset_version_compatible_with(AvailableTarget.iOS18):
-            new_var = mb.constexpr_lut_to_dense(
-                indices=_as_sub_byte(job.labels, job.nbits),
-                lut=_grouped_lut(job),
-                before_op=op,
-                name=op.name + "_palettized",
+    if is_current_opset_version_compatible_with(AvailableTarget.iOS18):
+        new_var = mb.constexpr_lut_to_dense(
+            indices=_as_sub_byte(job.labels, job.nbits),
+            lut=_grouped_lut(job),
+            before_op=op,
+            name=op.name + "_palettized",
+        )
+    else:
+        if job.lut.shape[0] != 1:
+            raise BuildError(
+                f"{op.name}: per-grouped-channel palettisation needs an iOS18 program",
+                hint="raise target.deployment_target to iOS18 or use granularity per_tensor",
             )
-        else:
-            if job.lut.shape[0] != 1:
-                raise BuildError(
-                    f"{op.name}: per-grouped-channel palettisation needs an iOS18 program",
-                    hint="raise target.deployment_target to iOS18 or use granularity per_tensor",
-                )
-            (lut,) = job.lut
-            new_var = mb.constexpr_lut_to_dense(
-                indices=pack_indices(job.labels, job.nbits),
-                lut=lut,
-                shape=np.array(job.value.shape, dtype=np.uint32),
-                before_op=op,
-                name=op.name + "_palettized",
-            )
+        (lut,) = job.lut
+        new_var = mb.constexpr_lut_to_dense(
+            indices=pack_indices(job.labels, job.nbits),
+            lut=lut,
+            shape=np.array(job.value.shape, dtype=np.uint32),
+            before_op=op,
+            name=op.name + "_palettized",
+        )
     block.replace_uses_of_var_after_op(
         anchor_op=op, old_var=op.outputs[0], new_var=new_var, no_check_var_types=True
     )

@@ -2,18 +2,22 @@
 
 In one dimension an optimal k-means partition is a set of contiguous runs of the sorted
 values, so clustering reduces to choosing k-1 cut points in a sorted array. With prefix sums
-of w, w*x and w*x^2 the cost of any run is O(1), which makes two things cheap:
+of w, w*x and w*x^2 the cost of any run is O(1), which makes three steps cheap:
 
-* a seed from an exact dynamic programme restricted to a coarse grid of candidate cuts
-  (weighted quantiles plus evenly spaced values), O(k * G^2) with G = max(32, 4k) — exact
-  when the input has no more than G distinct values; for k > 16 equal-weight quantiles;
+* a seed: an exact dynamic programme restricted to a coarse grid of candidate cuts
+  (weighted quantiles plus evenly spaced values), O(k * G^2) with G = max(32, 4k) and exact
+  when the input has no more than G distinct values; for k > 16, cuts spacing the centroids
+  by density^(1/3), the optimal spacing for many centroids;
 * Lloyd iterations that only move the cuts: centroids are run means, the new cuts are the
-  midpoints between neighbouring centroids, located by binary search in the sorted values.
+  midpoints between neighbouring centroids, located by binary search in the sorted values;
+* polishing: an exact programme over a band of positions around the current cuts, which
+  moves several cuts at once out of the local optima Lloyd stops in, then Lloyd again.
 
 Rows of a 2-D matrix (channel groups) are clustered together: every step above is one numpy
-call over all rows. float16 rows never need a float sort: ``fp16_histogram`` turns them into
-weighted distinct values (at most 63,487 of them) and labels them with a table look-up.
-Chunks of rows go to a thread pool (numpy releases the GIL in its large kernels).
+call over all rows, revisiting only rows that still change. float16 rows never need a float
+sort: ``fp16_histogram`` turns them into weighted distinct values (at most 63,487) and
+labels them with a table look-up; very large rows of other dtypes go through their float16
+roundings. Chunks of rows go to a thread pool (numpy releases the GIL in its large kernels).
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ from . import fp16_histogram
 from .sorted_runs import collapse_sorted_rows
 
 NOT_FINITE = "cannot cluster weights containing NaN or infinity"
-_MAX_LLOYD_ITERATIONS = 300
+# Rows of other dtypes at least this big are clustered through their float16 roundings.
+_APPROXIMATE_FROM = 1 << 20
+_FP16_MAX = 65504.0
+_MAX_LLOYD_ITERATIONS = 40
 # Polishing rounds: an exact programme over cut positions at these offsets from the current
 # ones (fine steps near, coarse steps far, so several cuts can move a long way together).
 _MAX_POLISH_ROUNDS = 4
@@ -113,6 +120,8 @@ def _cluster_rows(
         return centroids, histogram.labels(_midpoints(centroids))
     if not np.all(np.isfinite(matrix)):
         raise ValueError(NOT_FINITE)
+    if weights is None and matrix.size >= _APPROXIMATE_FROM and np.abs(matrix).max() < _FP16_MAX:
+        return _cluster_through_float16(matrix, k, lut_dtype)
 
     # float16 sorts slowly and accumulates badly; float32 sorts fast and is exact for it.
     work_dtype = np.float32 if matrix.dtype in (np.float16, np.float32) else np.float64
@@ -129,6 +138,30 @@ def _cluster_rows(
     midpoints = _midpoints(centroids).astype(work_dtype)
     labels = searchsorted_rows(midpoints, values, side="right")
     return centroids, labels.astype(np.uint8 if k <= 256 else np.intp, copy=False)
+
+
+def _cluster_through_float16(
+    matrix: np.ndarray, k: int, lut_dtype: np.dtype | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Big float32/64 rows: cluster their float16 roundings, then fit centroids to the originals.
+
+    Sorting millions of floats dominates otherwise. Rounding to float16 moves a weight by
+    at most 2^-11 of itself, so the partition found is a near-optimal one for the originals;
+    each centroid then becomes the exact mean of its members (one Lloyd step on the real data).
+    """
+    rounded = matrix.astype(np.float16)
+    histogram = fp16_histogram.FP16Histogram(rounded)
+    approximate = cluster_sorted(histogram.values, histogram.counts, k)
+    labels = histogram.labels(_midpoints(approximate))
+    centroids = np.empty_like(approximate)
+    for row in range(matrix.shape[0]):
+        counts = np.bincount(labels[row], minlength=k)
+        sums = np.bincount(labels[row], weights=matrix[row], minlength=k)
+        centroids[row] = np.where(counts > 0, sums / np.maximum(counts, 1), approximate[row])
+    centroids = np.maximum.accumulate(centroids, axis=1)
+    if lut_dtype is not None:
+        centroids = centroids.astype(lut_dtype).astype(np.float64)
+    return centroids, labels
 
 
 def cluster_sorted(

@@ -1,6 +1,8 @@
 """A ``lut_function`` for coremltools' custom palettisation, backed by our fast k-means.
 
-coremltools calls ``lut_function`` once per channel group, one group after another. To use
+In a compression config it also marks the weights ``fast_palettize`` takes over; coremltools'
+pass only calls it where that pass does not apply (joint compression, per-channel scales).
+There coremltools calls ``lut_function`` once per channel group, one group after another. To use
 both cores and cluster all groups of a tensor in one vectorised call, ``prepare`` clusters
 every weight the pass will see ahead of time and the function then serves results by the
 content of the array it is handed; anything not prepared is clustered on the spot.

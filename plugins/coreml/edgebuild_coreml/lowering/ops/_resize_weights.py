@@ -42,7 +42,7 @@ def source_coordinates(mode: str, out_size: int, in_size: int, scale: float, roi
     x = np.arange(out_size, dtype=f)
     scale, length_in, length_out = f(scale), f(in_size), f(out_size)
     stretched = mode in ("align_corners", "tf_crop_and_resize")
-    if stretched and resized_length is not None and not np.isclose(resized_length, out_size, rtol=0, atol=1e-6):
+    if stretched and resized_length is not None and resized_length != out_size:
         x, length_in, length_out = x.astype(np.float64), np.float64(in_size), np.float64(resized_length)
     if mode in ("half_pixel", "pytorch_half_pixel"):
         if mode == "pytorch_half_pixel" and out_size <= 1:
@@ -53,13 +53,13 @@ def source_coordinates(mode: str, out_size: int, in_size: int, scale: float, roi
         offset = length_in / f(2) * (f(1) - adjustment)
         return (offset + (x.astype(np.float64) + 0.5) / np.float64(scale) - 0.5).astype(f)
     if mode == "align_corners":
-        return (x * (length_in - f(1)) / (length_out - f(1))).astype(f) if length_out != 1 else np.zeros(out_size, f)
+        return x * (length_in - f(1)) / (length_out - f(1)) if length_out != 1 else np.zeros(out_size, f)
     if mode == "asymmetric":
         return x / scale
     if mode == "tf_crop_and_resize":
         start, end = f(roi[0]), f(roi[1])
         if length_out != 1:
-            return (start * (length_in - f(1)) + x * (end - start) * (length_in - f(1)) / (length_out - f(1))).astype(f)
+            return start * (length_in - f(1)) + x * (end - start) * (length_in - f(1)) / (length_out - f(1))
         return np.full(out_size, 0.5 * (float(start) + float(end)) * (in_size - 1), f)
     raise ValueError(f"unknown coordinate_transformation_mode {mode!r}")
 

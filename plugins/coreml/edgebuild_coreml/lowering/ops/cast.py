@@ -11,6 +11,7 @@ import onnx_ir as ir
 from coremltools.converters.mil import Builder as mb
 
 from edgebuild_coreml.lowering.ops._util import dtype_of, mil_dtype, shape_tensor, wanted
+from edgebuild.errors import NotRepresentable
 from edgebuild_coreml.lowering.registry import lowers
 
 
@@ -62,8 +63,9 @@ def dropout(ctx, node):
         training = ctx.const(node, 2, what="training_mode")
         ratio = ctx.const(node, 1, optional=True, what="ratio")
         if bool(np.asarray(training).reshape(-1)[0]) and (ratio is None or float(np.asarray(ratio).reshape(-1)[0]) > 0):
-            ctx.fail(node, "training_mode=true drops random elements, which an inference model cannot reproduce",
-                     hint="export the model in eval mode")
+            raise NotRepresentable(
+                f"{ctx.where(node)}: training_mode=true drops random elements, which an inference model "
+                "cannot reproduce", hint="export the model in eval mode")
     y = mb.identity(x=x, name=ctx.name(node))
     if len(node.outputs) < 2 or not wanted(node.outputs[1]):
         return y

@@ -116,7 +116,7 @@ def _while(ctx, node, body, trip, cond, carried, buffers, on_scans=None):
         condition = rest[0] if with_cond else np.bool_(True)
         state = rest[1:] if with_cond else rest
         values, held = list(state[:count]), list(state[count:])
-        outputs = ctx.lower_subgraph(body, [i, condition, *values])
+        outputs = _pin_declared_shapes(ctx, node, body, ctx.lower_subgraph(body, [i, condition, *values]))
         new_values, scans = outputs[1:1 + count], outputs[1 + count:]
         if on_scans is not None:
             on_scans(scans)
@@ -137,6 +137,21 @@ def _while(ctx, node, body, trip, cond, carried, buffers, on_scans=None):
             ctx.fail(node, "a loop-carried value changes rank or type between iterations, which Core ML's "
                      f"while_loop cannot carry ({exc})")
         raise
+
+
+def _pin_declared_shapes(ctx, node, body, outputs):
+    """Body outputs whose shape MIL cannot infer (a Slice at the iteration number) reshaped to
+    the static shape the ONNX body declares for them: a while_loop variable must keep its
+    type, and a scan buffer is preallocated from the row shape."""
+    pinned = []
+    for k, (value, out) in enumerate(zip(body.outputs, outputs)):
+        declared = value.shape
+        if (isinstance(out, Var) and declared is not None and types.is_tensor(out.sym_type)
+                and len(declared) == out.rank and any(is_symbolic(d) for d in out.shape)
+                and all(isinstance(d, int) for d in declared)):
+            out = mb.reshape(x=out, shape=np.array(list(declared), np.int32), name=ctx.name(node, f"declared{k}"))
+        pinned.append(out)
+    return pinned
 
 
 def _probe_scan_rows(ctx, node, body, trip, cond, carried) -> list:

@@ -107,6 +107,14 @@ def _is_identity(plan: AxisPlan, size: int) -> bool:
     return plan.weights.shape == (size, size) and np.allclose(plan.weights, np.eye(size), atol=0, rtol=0)
 
 
+def _resized_length(factor: float, size: int, *, from_scales: bool) -> float:
+    """The spec's length_resized = scale * length_original, unfloored: the float32 scale
+    exactly as given, times the length in float64 (as onnx's reference evaluator does)."""
+    if from_scales:
+        return float(np.float32(factor)) * size
+    return factor * size
+
+
 def resample(ctx, node, x, *, mode, coordinate_mode, nearest_mode, scales=None, sizes=None, roi=None, axes=None):
     """Shared by Resize and Upsample: build the per-axis plans and apply them."""
     shape = static_shape(x)
@@ -123,7 +131,7 @@ def resample(ctx, node, x, *, mode, coordinate_mode, nearest_mode, scales=None, 
         plan = axis_plan(
             mode, coordinate_mode, out[a], shape[a], factors[a], roi=roi_pairs[i], nearest_mode=nearest_mode,
             cubic_a=float(ctx.attr(node, "cubic_coeff_a", -0.75)), exclude_outside=bool(ctx.attr(node, "exclude_outside", 0)),
-            antialias=antialias, resized_length=factors[a] * shape[a],
+            antialias=antialias, resized_length=_resized_length(factors[a], shape[a], from_scales=sizes is None),
         )
         if not _is_identity(plan, shape[a]):
             plans[a] = plan

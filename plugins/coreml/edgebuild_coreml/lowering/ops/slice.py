@@ -18,7 +18,6 @@ from edgebuild_coreml.lowering.ops._util import (
     rank_of,
     shape_of,
     to_var,
-    value_of,
 )
 from edgebuild_coreml.lowering.registry import lowers
 
@@ -51,12 +50,12 @@ def slice_(ctx, node):
     if ctx.opset < 10:
         starts, ends, axes, steps = ctx.attr(node, "starts"), ctx.attr(node, "ends"), ctx.attr(node, "axes"), None
     else:
-        starts, ends = ctx.input(node, 1), ctx.input(node, 2)
         axes = ctx.const(node, 3, optional=True, what="axes")
         steps = ctx.const(node, 4, optional=True, what="steps")
-        if not (is_const(starts) and is_const(ends)):
-            return _runtime_slice(ctx, node, x, starts, ends, axes, steps)
-        starts, ends = value_of(starts), value_of(ends)
+        # constant bounds are read raw: "to the end" is often INT64_MAX, which int32 cannot hold
+        starts, ends = ctx.const_value(node.inputs[1]), ctx.const_value(node.inputs[2])
+        if starts is None or ends is None:
+            return _runtime_slice(ctx, node, x, ctx.input(node, 1), ctx.input(node, 2), axes, steps)
     starts = [int(v) for v in np.asarray(starts).reshape(-1)]
     ends = [int(v) for v in np.asarray(ends).reshape(-1)]
     axes = list(range(len(starts))) if axes is None else [normalize_axis(ctx, node, int(a), rank) for a in np.asarray(axes).reshape(-1)]
