@@ -247,7 +247,7 @@ class CoreMLBackend:
         from edgebuild_coreml.plan_source import lowered_program
 
         compute = build.variant.recipe.model_dump(mode="json", by_alias=True)["compute"]
-        program, shapes_dynamic, _ = lowered_program(build, store)
+        program, shapes_dynamic, _, artifact = lowered_program(build, store, with_path=True)
         plan = policy.plan_for(program, compute, chip=chip, shapes_dynamic=shapes_dynamic)
         violations = plan.violations()
         if console is not None:
@@ -260,6 +260,15 @@ class CoreMLBackend:
                               f"{violations[0]['unit'].upper()}: {names}")
         data = plan.to_json()
         data["policy"] = plan.policy
+        if artifact is not None:
+            from edgebuild_coreml.measured_plan import compare_with_core_ml
+
+            units = policy.compute_units_for(compute["policy"]).name
+            data["measured"] = compare_with_core_ml(artifact, data, units)
+            if console is not None and "agreement" in data["measured"]:
+                m = data["measured"]
+                console.print(f"Core ML's own plan ({units}): {m['compared']} ops compared, "
+                              f"prediction agrees on {m['agreement']:.0%} ({m['cost_weighted_agreement']:.0%} by cost)")
         if plan.policy in STRICT_POLICIES:
             data["violations"] = violations
         return data

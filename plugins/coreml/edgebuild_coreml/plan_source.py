@@ -17,8 +17,9 @@ def _stages_through(stages, name: str):
     return stages[: names.index(name) + 1]
 
 
-def lowered_program(build, store):
-    """(pymil Program of the variant's lowered artifact, MIL names of range inputs, policy error or None)."""
+def lowered_program(build, store, *, with_path: bool = False):
+    """(pymil Program of the variant's lowered artifact, MIL names of range inputs, policy error or None),
+    plus the artifact's path (None when the lower stage failed) with ``with_path``."""
     from edgebuild_coreml import compute as policy
     from edgebuild_coreml.backend import ARTIFACT
     from edgebuild_coreml.interpreter import load_mlpackage
@@ -29,8 +30,10 @@ def lowered_program(build, store):
     if job.error is None:
         lowered = job.results[LOWER]
         renamed = lowered.info.get("renamed_inputs", {})
-        return load_mlpackage(lowered.path / ARTIFACT), policy.range_inputs(recipe_inputs, renamed), None
+        found = load_mlpackage(lowered.path / ARTIFACT), policy.range_inputs(recipe_inputs, renamed), None
+        return (*found, lowered.path / ARTIFACT) if with_path else found
     error = job.error
     if isinstance(error, policy.PolicyViolation) and error.program is not None:
-        return error.program, policy.range_inputs(recipe_inputs, error.renamed_inputs), error
+        found = error.program, policy.range_inputs(recipe_inputs, error.renamed_inputs), error
+        return (*found, None) if with_path else found
     raise error
