@@ -27,7 +27,6 @@ source:
   inputs:
     input_ids: {shape: [1, 128], dtype: int64}
     attention_mask: {shape: [1, 128], dtype: int64}
-    token_type_ids: {shape: [1, 128], dtype: int64}
 target: {backend: coreml, deployment_target: iOS17, precision: float16}
 outputs: {dir: out}
 """

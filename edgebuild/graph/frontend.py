@@ -9,9 +9,12 @@ to ``model.onnx.data``.
 
 from __future__ import annotations
 
+import gc
+import tempfile
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnx import version_converter
@@ -58,20 +61,26 @@ class OnnxFrontend:
         path = Path(path)
         out_dir = Path(out_dir)
         notes: list[str] = []
-        model = load_checked(path)
-        model = upgrade_opset(model, path, notes)
-        lift_constants(model)
-        inputs = inputs or {}
-        check_input_names(model, inputs, path)
-        for name, spec in inputs.items():
-            value = next(v for v in model.graph.inputs if v.name == name)
-            if "value" in spec and spec["value"] is not None:
-                fold_fixed_input(model, value, spec, notes)
-            else:
-                pin_input(value, spec)
         out_dir.mkdir(parents=True, exist_ok=True)
-        ir.save(model, out_dir / MODEL_FILE, external_data=DATA_FILE)
-        return import_report(model, notes)
+        model = load_checked(path)
+        with tempfile.TemporaryDirectory(prefix=".opset-upgrade.", dir=out_dir) as scratch:
+            model = upgrade_opset(model, path, notes, scratch_dir=Path(scratch))
+            lift_constants(model)
+            inputs = inputs or {}
+            check_input_names(model, inputs, path)
+            for name, spec in inputs.items():
+                value = next(v for v in model.graph.inputs if v.name == name)
+                if "value" in spec and spec["value"] is not None:
+                    fold_fixed_input(model, value, spec, notes)
+                else:
+                    pin_input(value, spec)
+            ir.save(model, out_dir / MODEL_FILE, external_data=DATA_FILE)
+        report = import_report(model, notes)
+        # onnx_ir graphs are cyclic (nodes <-> values): free the weights now, not at some later
+        # collection in the middle of the next stage's peak.
+        del model
+        gc.collect()
+        return report
 
 
 def load_checked(path: Path) -> ir.Model:
@@ -86,23 +95,35 @@ def load_checked(path: Path) -> ir.Model:
     return model
 
 
-def upgrade_opset(model: ir.Model, path: Path, notes: list[str]) -> ir.Model:
-    """Convert models older than opset 13 with onnx's converter; keep the original if it fails."""
+def upgrade_opset(model: ir.Model, path: Path, notes: list[str], scratch_dir: Path | None = None) -> ir.Model:
+    """Convert models older than opset 13 with onnx's converter; keep the original if it fails.
+
+    The converter works on serialized protos, so weights embedded in the model would be copied
+    several times over. With ``scratch_dir`` the weights are first written there as external
+    data and the converter sees references only; the upgraded model maps them from that file,
+    which must outlive the model's save.
+    """
     opset = onnx_opset(model)
     if opset >= MIN_OPSET:
         return model
     try:
-        # The converter works on protos; external tensors serialize as references, so no
-        # weight bytes are read here.
-        proto = ir.serde.serialize_model(model)
+        proto = _weightless_proto(model, scratch_dir) if scratch_dir else ir.serde.serialize_model(model)
         converted = version_converter.convert_version(proto, MIN_OPSET)
+        del proto
         upgraded = ir.serde.deserialize_model(converted)
     except Exception as exc:  # the converter lacks adapters for some ops
         notes.append(f"opset {opset} kept: conversion to {MIN_OPSET} failed ({type(exc).__name__}: {exc})")
         return model
-    ir.external_data.set_base_dir(upgraded.graph, path.parent)
+    ir.external_data.set_base_dir(upgraded.graph, scratch_dir or path.parent)
     notes.append(f"opset upgraded from {opset} to {MIN_OPSET}")
     return upgraded
+
+
+def _weightless_proto(model: ir.Model, scratch_dir: Path):
+    """``model`` as a proto whose initializers reference external data in ``scratch_dir``."""
+    scratch = scratch_dir / MODEL_FILE
+    ir.save(model, scratch, external_data=DATA_FILE)
+    return onnx.load(str(scratch), load_external_data=False)
 
 
 def lift_constants(model: ir.Model) -> None:

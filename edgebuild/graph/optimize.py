@@ -9,6 +9,7 @@ the backend sees typed values everywhere.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import Counter
 from pathlib import Path
@@ -114,6 +115,8 @@ def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = N
         ir.external_data.load_to_model(model)
     ir.save(model, target, external_data=DATA_FILE)
     after = op_counts(model)
+    del model  # onnx_ir graphs are cyclic: collect the weights before the next stage starts
+    gc.collect()
     return {
         "nodes_before": sum(before.values()),
         "nodes_after": sum(after.values()),

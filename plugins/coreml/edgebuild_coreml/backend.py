@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import platform
 from pathlib import Path
 
@@ -124,14 +125,18 @@ class CoreMLBackend:
 
         compute = params["compute"]
         converted = {}
+        unsaved = []  # a lowering made before its save (for the guard's input names), used by that save
 
         def lowered():
             """A freshly lowered program: each save lets coremltools' passes consume its own."""
+            if unsaved:
+                return unsaved.pop()
             if imported is not None:
                 result = _from_mlpackage(imported)
             else:
                 result = convert(_load_onnx(model_path), target=params["deployment_target"],
                                  precision=params["precision"], registry=registry)
+                gc.collect()  # the (cyclic) ONNX graph and its weights, now held by the program
             converted["rewrites"] = policy.apply_enabled_rewrites(result.program, compute.get("rewrites") or {})
             if "calibration" in params:
                 from edgebuild_coreml.fp16_guard import saturate_infinite_constants
@@ -145,8 +150,10 @@ class CoreMLBackend:
         info: dict = {}
         keep_fp32: set[str] = set()
         if "calibration" in params:
-            guard = self._fp16_guard(save, model_path, params["inputs"], lowered().input_names, validate_section,
+            unsaved.append(lowered())
+            guard = self._fp16_guard(save, model_path, params["inputs"], unsaved[0].input_names, validate_section,
                                      base_dir or model_path.parent, artifact.parent)
+            gc.collect()  # the reference program and the interpreter's activations
             info["fp16_guard"] = {**guard.to_json(), "saturated_constants": converted["saturated"]}
             keep_fp32 = guard.keep_fp32
         units = policy.compute_units_for(compute["policy"])
@@ -279,8 +286,13 @@ def _saver(lowered, *, target: str, input_specs: dict):
     from edgebuild_coreml.lowering.package import save_mlpackage
 
     def save(path: Path, precision: str, *, metadata: dict, keep_fp32=None, compute_units=None):
-        return save_mlpackage(lowered(), path, target=target, precision=precision, input_specs=input_specs,
-                              metadata=metadata, compute_units=compute_units, keep_fp32=keep_fp32, consume=True)
+        result = lowered()
+        save_mlpackage(result, path, target=target, precision=precision, input_specs=input_specs,
+                       metadata=metadata, compute_units=compute_units, keep_fp32=keep_fp32, consume=True)
+        # The passes consumed the program; only the result's names and counts are read afterwards.
+        # Pymil graphs are cyclic (ops <-> vars), so their weights go only when the collector runs.
+        result.program = None
+        gc.collect()
 
     return save
 

@@ -9,6 +9,8 @@ the global one does not reach it. Precedence is coremltools': op name, then op t
 Scalar k-means palettisation (``algorithm: kmeans``) does not go through coremltools' pass:
 ``fast_palettize`` rewrites the program directly and ``serialize`` writes it once. The model
 moves between passes as a :class:`_Working` copy that is an MLModel, a MIL program, or both.
+When that k-means palettisation is the whole section, ``spec_palettize`` edits the package's
+protobuf and weight file instead and no MIL program is built at all.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import coremltools as ct
 import coremltools.optimize.coreml as cto
 import numpy as np
 
-from edgebuild.errors import BuildError, RecipeError
+from edgebuild.errors import BuildError
 
+from .activations import quantize_activations
 from .fast_palettize import fast_palettize_program, uses_fast_kmeans
 from .config import (
     CompressionSection,
@@ -38,6 +41,7 @@ from .gating import check_deployment_target
 from .lut import KmeansLutFunction, channel_groups
 from .program import iter_ops, is_weight_op, load_program, weight_uses
 from .serialize import program_to_model, save_program
+from .spec_palettize import NotEditable, palettize_package
 
 _PASS_ORDER = ("prune", "linear", "palettize")
 
@@ -55,16 +59,46 @@ def compress_mlpackage(
         section = validate_compression(section)
     check_deployment_target(section, target)
     src, dst = Path(src), Path(dst)
+    if _is_plain_kmeans_palettize(section):
+        try:
+            return _report(*_palettize_spec(src, dst, section))
+        except NotEditable:
+            pass  # an unusual package: the MIL program path below handles it
 
     working = _Working(ct.models.MLModel(str(src), skip_model_load=True))
     before = weight_uses(working.program)
     if section.activations is not None:
-        working.model = _quantize_activations(working.model, calibration, src)
+        working.model, _ = quantize_activations(working.model, calibration, source=src)
     for stage in plan_weight_passes(section, working.program):
         stage.apply(working)
     after = weight_uses(working.program)
     working.save(dst)
     return _report(before, after)
+
+
+def _is_plain_kmeans_palettize(section: CompressionSection) -> bool:
+    """Only our scalar k-means palettisation, one config for every weight, nothing combined."""
+    weights = section.weights
+    return (
+        isinstance(weights, PalettizeWeights)
+        and weights.algorithm == "kmeans"
+        and weights.cluster_dim == 1
+        and not weights.per_channel_scale
+        and not section.overrides
+        and section.activations is None
+        and section.auto is None
+    )
+
+
+def _palettize_spec(src: Path, dst: Path, section: CompressionSection) -> tuple[dict, dict]:
+    weights = section.weights
+    return palettize_package(
+        src,
+        dst,
+        nbits=weights.nbits,
+        group_size=weights.group_size if weights.granularity == "per_grouped_channel" else 0,
+        weight_threshold=max(section.weight_threshold - 1, 0),  # as plan_weight_passes
+    )
 
 
 class _Working:
@@ -296,29 +330,6 @@ def prepare_lut_functions(config: cto.OptimizationConfig, program, lut_functions
             wanted[id(lut_function)].append(groups)
     for fn in lut_functions:
         fn.prepare(wanted[id(fn)])
-
-
-def _quantize_activations(model, calibration, src: Path) -> ct.models.MLModel:
-    from coremltools.optimize.coreml.experimental import (
-        OpActivationLinearQuantizerConfig,
-        linear_quantize_activations,
-    )
-
-    if not calibration:
-        raise RecipeError(
-            f"{src}: activation quantisation needs calibration samples",
-            hint="give validate.inputs so the validation inputs can calibrate activations",
-        )
-    config = cto.OptimizationConfig(
-        global_config=OpActivationLinearQuantizerConfig(mode="linear_symmetric")
-    )
-    try:
-        return linear_quantize_activations(model, config, calibration)
-    except Exception as error:  # calibration runs the model, which only Core ML can do
-        raise BuildError(
-            f"{src}: activation calibration failed: {error}",
-            hint="calibrating activations runs the model with Core ML, which needs macOS",
-        ) from error
 
 
 def _save_atomically(model: ct.models.MLModel, dst: Path) -> None:

@@ -54,9 +54,10 @@ def check_auto_candidates(auto: AutoCompression, target: str) -> None:
 
 
 def compress_stage_params(compression: dict, deployment_target: str, validate: Mapping[str, Any] | None) -> dict:
-    """The compress stage's cache-key parameters; auto mode also depends on its calibration inputs."""
+    """The compress stage's cache-key parameters; auto mode and activation quantisation also
+    depend on their calibration inputs."""
     params = {"compression": compression, "deployment_target": deployment_target}
-    if compression and compression.get("auto") is not None:
+    if compression and (compression.get("auto") is not None or compression.get("activations") is not None):
         validate = validate or {}
         params["calibration"] = {"samples": validate.get("samples"), "inputs": validate.get("inputs")}
     return params
