@@ -28,6 +28,9 @@ source:
     input_ids: {shape: [1, 128], dtype: int64}
     attention_mask: {shape: [1, 128], dtype: int64}
 target: {backend: coreml, deployment_target: iOS17, precision: float16}
+validate:
+  samples: 4
+  inputs: {input_ids: {tokens: {vocab_size: 30522, seed: 0, special: {first: 101, last: 102}}}}
 outputs: {dir: out}
 """
 
