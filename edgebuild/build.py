@@ -133,9 +133,9 @@ def materialise(build: Build, registry, report_data: dict) -> bool:
         source = build.job.results[final].path / build.artifact if build.artifact else None
         if source is not None and source.exists():
             if source.is_dir():
-                shutil.copytree(source, tmp / build.artifact)
+                shutil.copytree(source, tmp / build.artifact, copy_function=_link_or_copy)
             else:
-                shutil.copy2(source, tmp / build.artifact)
+                _link_or_copy(source, tmp / build.artifact)
         from edgebuild.verify.report import write_report
 
         write_report(tmp, report_data)
@@ -145,6 +145,16 @@ def materialise(build: Build, registry, report_data: dict) -> bool:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _link_or_copy(src, dst) -> None:
+    """Hard-link a store file into the output directory (no copy of gigabytes of weights);
+    copy across file systems. Editing the output in place changes the store file's mtime,
+    so the store's integrity check notices and rebuilds that entry instead of serving it."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def write_depfile(path: Path, builds: list[Build]) -> None:

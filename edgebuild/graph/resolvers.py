@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
 
@@ -101,6 +100,8 @@ def resolve_https(uri: str, *, sha256: str | None, workdir: Path, base_dir: Path
     target = workdir / "https" / sha256 / (PurePosixPath(uri.split("?")[0]).name or "model")
     if target.is_file():
         return target
+    import urllib.request  # here, not at the top: ssl and sockets cost a no-op build 20 ms
+
     try:
         with urllib.request.urlopen(uri, timeout=60) as response, atomic_file(target) as dst:
             while chunk := response.read(1 << 20):
