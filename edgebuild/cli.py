@@ -53,11 +53,12 @@ def run(
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ):
     """Build every variant of RECIPE... into its output directory."""
+    from edgebuild.progress import Printer
     from edgebuild.run import run_recipes
 
     code = run_recipes([str(r) for r in recipes], variants=variant, jobs=jobs, cache_dir=cache_dir,
                        no_cache=no_cache, force=force, as_json=as_json, depfile=depfile,
-                       verbose=verbose, console=_stderr())
+                       verbose=verbose, console=Printer())
     raise typer.Exit(code)
 
 
