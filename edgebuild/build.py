@@ -90,6 +90,15 @@ def plan_jobs(variants: list[Variant], registry, store: Store) -> list[Build]:
     return builds
 
 
+def settle_artifact(build: Build) -> None:
+    """The artifact stage may report what it actually made (``info["artifact"]``): a bundle
+    whose model Core ML runs whole is a plain ``model.mlpackage``."""
+    for stage in reversed(build.job.stages):
+        if stage.extra.get("artifact") and stage.name in build.job.results:
+            build.artifact = build.job.results[stage.name].info.get("artifact", build.artifact)
+            return
+
+
 def lock_data(build: Build, registry) -> dict:
     stages = {}
     for stage in build.job.stages:

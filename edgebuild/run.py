@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from edgebuild.build import (
-    Build, load_variants, lock_data, materialise, open_store, plan_jobs, read_lock, write_depfile,
+    Build, load_variants, lock_data, materialise, open_store, plan_jobs, read_lock, settle_artifact, write_depfile,
 )
 from edgebuild.dag.executor import Executor
 from edgebuild.errors import ValidationFailed
@@ -89,6 +89,7 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
             console.print(f"[red]error[/] {build.job.label}: {build.job.error}")
             code = max(code, build.job.error.exit_code)
             continue
+        settle_artifact(build)
         build.written = materialise(build, registry, _report_data(build))
         failures = (build.job.results.get("validate").info.get("failures", [])
                     if build.job.results.get("validate") else [])

@@ -136,7 +136,7 @@ class BundleBackend:
             return {"segments": specs, **graph_borders(model, specs)}
 
         def package_stage(results, out: Path) -> dict:
-            return self.package(results["lower"], out / ARTIFACT, recipe, variant.name, plugins)
+            return self.package(results["lower"], out, recipe, variant.name, plugins)
 
         stages = [
             Stage("partition", partition_params, ["optimize"], plugins, produce=partition_stage),
@@ -152,7 +152,8 @@ class BundleBackend:
                 from edgebuild.runtime import InferenceSession
                 from edgebuild_mpsgraph.validation import validate_bundle
 
-                session = InferenceSession(results["package"].path / ARTIFACT, registry=registry, native=False)
+                produced = results["package"].info.get("artifact", ARTIFACT)
+                session = InferenceSession(results["package"].path / produced, registry=registry, native=False)
                 record = validate_bundle(section, results["resolve"].path, dump["source"]["inputs"], session.run,
                                          variant.base_dir, registry)
                 return save(out, record)
@@ -162,17 +163,20 @@ class BundleBackend:
         return stages
 
     @staticmethod
-    def package(lowered, bundle_dir: Path, recipe, variant: str, plugins: dict) -> dict:
+    def package(lowered, out_dir: Path, recipe, variant: str, plugins: dict) -> dict:
+        """Write ``out_dir/bundle`` (manifest + segments), or ``out_dir/model.mlpackage`` when Core
+        ML runs the whole model; ``info["artifact"]`` names which."""
         from edgebuild import __version__
         from edgebuild.bundle import HandOffSpec, Manifest, write_manifest
         from edgebuild.partition import HandOff
 
         info = lowered.info
         segments = info["segments"]
-        bundle_dir.mkdir(parents=True)
         if len(segments) == 1 and segments[0]["backend"] == "coreml":  # a plain Core ML model
-            shutil.copytree(lowered.path / segments[0]["files"]["model"], bundle_dir / "model.mlpackage")
-            return {"kind": "mlpackage", "segments": 1}
+            shutil.copytree(lowered.path / segments[0]["files"]["model"], out_dir / "model.mlpackage")
+            return {"kind": "mlpackage", "segments": 1, "artifact": "model.mlpackage"}
+        bundle_dir = out_dir / ARTIFACT
+        bundle_dir.mkdir(parents=True)
         shutil.copytree(lowered.path / "segments", bundle_dir / "segments")
         producer = {o["name"]: s["index"] for s in segments for o in s["outputs"]}
         graph_inputs = {t["name"] for t in info["inputs"]}
@@ -185,6 +189,6 @@ class BundleBackend:
                                       for e in edges],
                             versions={"edgebuild": __version__, **plugins})
         write_manifest(manifest, bundle_dir)
-        return {"kind": "bundle", "segments": len(segments),
+        return {"kind": "bundle", "segments": len(segments), "artifact": ARTIFACT,
                 "backends": [s["backend"] for s in segments],
                 "size_bytes": sum(f.stat().st_size for f in bundle_dir.rglob("*") if f.is_file())}

@@ -64,3 +64,34 @@ def test_validate_stage_passed_its_thresholds(built_bundle):
     report = json.loads((built_bundle / "report.json").read_text())
     assert report["validation"]["failures"] == []
     assert report["validation"]["reference"] == "onnx-reference-evaluator"
+
+
+def test_a_model_core_ml_runs_whole_stays_one_mlpackage(tmp_path):
+    """target.backend: bundle on a model without custom ops: no manifest, just model.mlpackage."""
+    pytest.importorskip("edgebuild_coreml")
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from rich.console import Console
+
+    from edgebuild.run import run_recipes
+    from edgebuild.runtime import InferenceSession
+
+    w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) / 10, "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+         helper.make_node("Sigmoid", ["r"], ["s"]), helper.make_node("Add", ["s", "x"], ["y"])],
+        "plain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "plain.onnx")
+    (tmp_path / "recipe.yaml").write_text(
+        "edgebuild: 1\nname: plain\nsource: {model: plain.onnx, inputs: {x: {shape: [2, 4]}}}\n"
+        "target: {backend: bundle, precision: float32}\noutputs: {dir: out}\n")
+    code = run_recipes([str(tmp_path / "recipe.yaml")], cache_dir=tmp_path / "cache",
+                       console=Console(stderr=True, quiet=True))
+    assert code == 0
+    out = tmp_path / "out" / "default"
+    assert (out / "model.mlpackage").is_dir() and not (out / "bundle").exists()
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    expected = 1 / (1 + np.exp(-np.maximum(x @ (np.arange(16, dtype=np.float32).reshape(4, 4) / 10), 0))) + x
+    np.testing.assert_allclose(InferenceSession(out / "model.mlpackage", native=False).run({"x": x})["y"], expected,
+                               rtol=1e-5, atol=1e-6)
