@@ -6,11 +6,12 @@ models (raising pydantic's ValidationError, which the core maps to file:line).
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
+
+from edgebuild.recipe.model import OpMatch
 
 PALETTE_NBITS = (1, 2, 3, 4, 6, 8)
 
@@ -96,21 +97,8 @@ class ActivationCompression(_Strict):
     calibration: Literal["validate"] = "validate"
 
 
-class OverrideMatch(_Strict):
+class OverrideMatch(OpMatch):
     """Which ops an override applies to: a MIL op type and/or a regex over op names."""
-
-    op_type: str | None = None
-    name: str | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _name_is_regex(cls, pattern: str | None) -> str | None:
-        if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as error:
-                raise ValueError(f"not a valid regular expression: {error}") from None
-        return pattern
 
     @model_validator(mode="after")
     def _matches_something(self) -> OverrideMatch:

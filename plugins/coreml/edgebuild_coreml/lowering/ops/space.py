@@ -9,18 +9,26 @@ from edgebuild_coreml.lowering.ops._nn_util import as_float, is_float, rank_of, 
 from edgebuild_coreml.lowering.registry import lowers
 
 
-@lowers("DepthToSpace")
-def depth_to_space(ctx, node):
-    """DCR (ONNX default) is MIL's depth_to_space; CRD is spelled out as reshape/transpose."""
+def _block_layout(ctx, node):
+    """(input, block size, mode, static NCHW shape or None for DCR) of a Depth/SpaceToDepth node."""
     x = as_float(ctx.input(node, 0))
     block = int(ctx.attr(node, "blocksize"))
     mode = ctx.attr(node, "mode", "DCR")
     mode = mode.decode() if isinstance(mode, bytes) else mode
     if mode == "DCR":
-        return mb.depth_to_space(x=x, block_size=block, name=ctx.name(node))
+        return x, block, mode, None
     shape = static_shape(x)
     if shape is None:
-        ctx.fail(node, "CRD DepthToSpace needs static input shapes", "pin the input shapes in the recipe")
+        ctx.fail(node, f"CRD {node.op_type} needs static input shapes", "pin the input shapes in the recipe")
+    return x, block, mode, shape
+
+
+@lowers("DepthToSpace")
+def depth_to_space(ctx, node):
+    """DCR (ONNX default) is MIL's depth_to_space; CRD is spelled out as reshape/transpose."""
+    x, block, mode, shape = _block_layout(ctx, node)
+    if mode == "DCR":
+        return mb.depth_to_space(x=x, block_size=block, name=ctx.name(node))
     n, c, h, w = shape
     split = mb.reshape(x=x, shape=[n, c // (block * block), block, block, h, w], name=ctx.name(node, "split"))
     moved = mb.transpose(x=split, perm=[0, 1, 4, 2, 5, 3], name=ctx.name(node, "moved"))
@@ -31,15 +39,9 @@ def depth_to_space(ctx, node):
 def space_to_depth(ctx, node):
     """DCR (the only layout before the ``mode`` attribute) is MIL's space_to_depth; CRD keeps
     each channel's block together and is spelled out as reshape/transpose."""
-    x = as_float(ctx.input(node, 0))
-    block = int(ctx.attr(node, "blocksize"))
-    mode = ctx.attr(node, "mode", "DCR")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    x, block, mode, shape = _block_layout(ctx, node)
     if mode == "DCR":
         return mb.space_to_depth(x=x, block_size=block, name=ctx.name(node))
-    shape = static_shape(x)
-    if shape is None:
-        ctx.fail(node, "CRD SpaceToDepth needs static input shapes", "pin the input shapes in the recipe")
     n, c, h, w = shape
     split = mb.reshape(x=x, shape=[n, c, h // block, block, w // block, block], name=ctx.name(node, "split"))
     moved = mb.transpose(x=split, perm=[0, 1, 3, 5, 2, 4], name=ctx.name(node, "moved"))
