@@ -89,10 +89,12 @@ def edgebuild_register_runtimes(register):
 
 @hookspec
 def edgebuild_register_recipe_sections(register):
-    """Register plugin-owned recipe sections: ``register(path, model)``.
+    """Register plugin-owned recipe sections: ``register(name, model)``.
 
-    ``path`` is a dotted recipe path (``"compression"``, ``"target.coreml"``) and ``model``
-    a pydantic model that validates it. Errors are reported with the recipe's file:line.
+    ``name`` is ``"<owner>:<dotted path>"`` (``"coreml:compression"``, ``"pytorch:source.options"``)
+    and ``model`` a pydantic model that validates it. A validated section may also define
+    ``check_recipe(recipe)``, raising ``RecipeError`` for what depends on the rest of the recipe
+    (a compression mode the deployment target lacks). Errors carry the recipe's file:line.
     """
 
 

@@ -36,10 +36,17 @@ def validate_plugin_sections(variant, registry) -> None:
                 f"{where} {'.'.join(path)}: no installed plugin validates this section for {owner!r}",
                 hint="install the plugin that provides it, or remove the section",
             )
+        suffix = f"\n  (in variant {variant.name!r})" if variant.name != "default" else ""
         try:
-            model.model_validate(data)
+            section = model.model_validate(data)
         except ValidationError as exc:
             error = format_errors(exc, data, variant.locations, model, prefix=path)
-            if variant.name != "default":
-                error.message += f"\n  (in variant {variant.name!r})"
+            error.message += suffix
             raise error from None
+        check = getattr(section, "check_recipe", None)  # a section may check itself against the recipe
+        if check is not None:
+            try:
+                check(variant.recipe)
+            except RecipeError as exc:
+                exc.message = f"{locate(variant.locations, path)} {'.'.join(path)}: {exc.message}{suffix}"
+                raise

@@ -170,6 +170,16 @@ class CompressionSection(_Strict):
     overrides: list[Override] = Field(default_factory=list)
     auto: AutoCompression | None = None
 
+    def check_recipe(self, recipe) -> None:
+        """Checks that need the rest of the recipe: every mode must exist on the deployment target."""
+        from edgebuild_coreml.compress.gating import check_deployment_target
+
+        check_deployment_target(self, recipe.target.deployment_target)
+        if self.auto is not None:
+            from edgebuild_coreml.compress.stage import check_auto_candidates
+
+            check_auto_candidates(self.auto, recipe.target.deployment_target)
+
     @model_validator(mode="after")
     def _auto_chooses_weights_alone(self) -> CompressionSection:
         if self.auto is not None:
