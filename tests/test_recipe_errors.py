@@ -98,3 +98,16 @@ def test_yaml_tags_cannot_construct_objects(tmp_path, monkeypatch):
     (tmp_path / "r.yaml").write_text(GOOD + "metadata: !!python/object/apply:os.system ['echo hacked']\n")
     with pytest.raises(RecipeError, match="invalid YAML"):
         load_recipe("r.yaml")
+
+
+def test_a_variant_switching_mode_replaces_the_section_instead_of_merging(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.yaml").write_text(
+        GOOD.replace("backend: testcopy", "backend: coreml, deployment_target: iOS18")
+        + "compression:\n  weights: {mode: palettize, nbits: 4, granularity: per_grouped_channel, group_size: 16}\n"
+        + "variants:\n  int8: {compression: {weights: {mode: linear, dtype: int8}}}\n"
+        + "  six: {compression: {weights: {nbits: 6}}}\n")
+    variants = {v.name: v.recipe for v in load_variants(["r.yaml"], None, get_registry())}
+    assert variants["int8"].compression == {"weights": {"mode": "linear", "dtype": "int8"}}
+    assert variants["six"].compression["weights"] == {
+        "mode": "palettize", "nbits": 6, "granularity": "per_grouped_channel", "group_size": 16}

@@ -6,9 +6,14 @@ from __future__ import annotations
 def deep_merge(base, override):
     """``override`` onto ``base``: mappings merge key by key, anything else replaces.
 
-    An explicit ``null`` replaces too, so ``compression: null`` in a variant turns it off.
+    An explicit ``null`` replaces too, so ``compression: null`` in a variant turns it off. A
+    mapping that picks a different ``mode`` (a palettize config overridden by a linear one)
+    is a different choice, not a refinement: it replaces rather than inheriting keys that
+    mean nothing to its mode.
     """
     if isinstance(base, dict) and isinstance(override, dict):
+        if "mode" in base and "mode" in override and base["mode"] != override["mode"]:
+            return override
         merged = dict(base)
         for key, value in override.items():
             merged[key] = deep_merge(base[key], value) if key in base else value
