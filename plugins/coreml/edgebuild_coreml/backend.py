@@ -71,20 +71,34 @@ class CoreMLBackend:
             section = recipe.validate_
 
             def validate(results, out: Path) -> dict:
-                from edgebuild.dag.validate import save, validate as run_validation
+                from edgebuild.dag.validate import reference_for, save, validate as run_validation
+                from edgebuild_coreml import coreml_runtime
 
-                runner = self.runner(results["package"].path / ARTIFACT, target.precision,
-                                     emulate_fp16=section.fp16_emulation == "on", lowered=results["lower"].info)
-                from edgebuild.dag.validate import reference_for
-
+                artifact, lowered = results["package"].path / ARTIFACT, results["lower"].info
                 reference, specs, name = reference_for(registry, dump["source"], results["resolve"].path,
                                                        variant.base_dir)
-                record = run_validation(section, results["resolve"].path, dump["source"]["inputs"], runner,
-                                        variant.base_dir, reference=reference, specs=specs, reference_name=name)
+                candidates = {}
+                if "interpreter" in section.runtimes:
+                    candidates["interpreter"] = self.runner(artifact, target.precision, lowered=lowered,
+                                                            emulate_fp16=section.fp16_emulation == "on")
+                if "coreml" in section.runtimes:
+                    candidates.update(coreml_runtime.core_ml_runners(artifact, lowered))
+                record = {"samples": 0, "reference": name, "runtimes": {}, "failures": []}
+                for runtime, runner in candidates.items():
+                    one = run_validation(section, results["resolve"].path, dump["source"]["inputs"], runner,
+                                         variant.base_dir, candidate_name=runtime, reference=reference,
+                                         specs=specs, reference_name=name)
+                    record["samples"] = one["samples"]
+                    record["runtimes"].update(one["runtimes"])
+                    record["failures"] += [f"{runtime}: {f}" for f in one["failures"]]
+                if "coreml" in section.runtimes and not coreml_runtime.available():
+                    record["runtimes"]["coreml"] = {"skipped": coreml_runtime.SKIPPED}
                 return save(out, record)
 
-            stages.append(Stage("validate", {"validate": dump["validate"]}, ["package", "resolve", "lower"], plugins,
-                                produce=validate))
+            params = {"validate": dump["validate"]}
+            if "coreml" in section.runtimes:  # which candidates ran depends on the OS
+                params["platform"] = platform.system()
+            stages.append(Stage("validate", params, ["package", "resolve", "lower"], plugins, produce=validate))
         return stages
 
     @staticmethod

@@ -1,0 +1,38 @@
+"""Core ML itself as a validation candidate, once per compute unit (macOS only).
+
+On any other OS there is nothing to run, and the validation record says so rather than
+pretending: the MIL interpreter is then the only candidate.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+COMPUTE_UNITS = ("CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE")
+SKIPPED = "Core ML runs only on macOS; the interpreter's numbers stand in for it here"
+
+
+def available() -> bool:
+    return platform.system() == "Darwin"
+
+
+def core_ml_runners(artifact: Path, lowered: dict | None = None) -> dict:
+    """{runtime name: run(inputs) -> outputs} for each compute unit; {} off macOS."""
+    if not available():
+        return {}
+    import coremltools as ct
+    import numpy as np
+
+    to_mil = (lowered or {}).get("renamed_inputs", {})
+    to_onnx = {mil: onnx for onnx, mil in (lowered or {}).get("renamed_outputs", {}).items()}
+    runners = {}
+    for unit in COMPUTE_UNITS:
+        model = ct.models.MLModel(str(artifact), compute_units=getattr(ct.ComputeUnit, unit))
+
+        def run(inputs, model=model):
+            outputs = model.predict({to_mil.get(k, k): v for k, v in inputs.items()})
+            return {to_onnx.get(k, k): np.asarray(v) for k, v in outputs.items()}
+
+        runners[f"coreml-{unit.lower().replace('_', '-')}"] = run
+    return runners

@@ -1,0 +1,50 @@
+"""The validate stage runs every candidate the recipe names; Core ML is skipped off macOS, and says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _recipe(tmp_path, thresholds: str) -> None:
+    w = numpy_helper.from_array(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["y"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), tmp_path / "m.onnx")
+    (tmp_path / "r.yaml").write_text(
+        "edgebuild: 1\nname: rt\nsource: {model: m.onnx, inputs: {x: {shape: [2, 4]}}}\n"
+        "target: {backend: coreml, precision: float32}\n"
+        f"validate: {{samples: 2, runtimes: [interpreter, coreml], thresholds: {thresholds}}}\noutputs: {{dir: out}}\n")
+
+
+def _run(tmp_path):
+    env = {**os.environ, "EDGEBUILD_CACHE_DIR": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, "-m", "edgebuild.cli", "run", "r.yaml", "--json"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True)
+
+
+@pytest.mark.skipif(platform.system() == "Darwin", reason="off macOS only")
+def test_core_ml_is_recorded_as_skipped_beside_the_interpreter(tmp_path):
+    _recipe(tmp_path, "{cosine_min: 0.99999}")
+    done = _run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    runtimes = json.loads(done.stdout)["variants"][0]["validation"]["runtimes"]
+    assert runtimes["coreml"] == {"skipped": "Core ML runs only on macOS; the interpreter's numbers stand in for it here"}
+    assert runtimes["interpreter"]["metrics"]["y"]["cosine"]["min"] > 0.99999
+
+
+def test_a_failing_threshold_exits_3_naming_runtime_output_and_metric(tmp_path):
+    _recipe(tmp_path, "{max_abs_max: 0.0, cosine_min: 1.1}")
+    done = _run(tmp_path)
+    assert done.returncode == 3, done.stderr
+    failures = json.loads(done.stdout)["variants"][0]["validation"]["failures"]
+    assert any(f.startswith("interpreter: output 'y': cosine") and "cosine_min 1.1" in f for f in failures), failures
