@@ -24,6 +24,22 @@ def target_index(name: str) -> int:
     return TARGETS.index(aliases.get(name, name))
 
 
+def unique_identifier(name: str, taken: set[str], *, prefix: str, empty: str) -> str:
+    """``name`` made a valid MIL identifier (``prefix`` before a leading digit, ``empty`` for
+    nothing left) and unique within ``taken``, which it is then added to."""
+    base = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    if not base:
+        base = empty
+    elif base[0].isdigit():
+        base = prefix + base
+    candidate, n = base, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{base}_{n}"
+    taken.add(candidate)
+    return candidate
+
+
 class LoweringContext:
     """State shared by the lowerings of one graph.
 
@@ -124,15 +140,7 @@ class LoweringContext:
 
     def name_for(self, base: str, suffix: str = "") -> str:
         """A unique MIL op name from a plain string (for ops not tied to one node)."""
-        base = re.sub(r"[^A-Za-z0-9_]", "_", base + (f"_{suffix}" if suffix else ""))
-        if not base or base[0].isdigit():
-            base = "op_" + base
-        name, n = base, 1
-        while name in self._names:
-            n += 1
-            name = f"{base}_{n}"
-        self._names.add(name)
-        return name
+        return unique_identifier(base + (f"_{suffix}" if suffix else ""), self._names, prefix="op_", empty="op_")
 
     def reserve(self, names) -> None:
         """Keep ``names`` (graph input/output names) from being handed out to ops."""

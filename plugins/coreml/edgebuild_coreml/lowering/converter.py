@@ -7,7 +7,6 @@ in topological order, and bind graph outputs under valid Core ML names.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -20,7 +19,7 @@ from coremltools.converters.mil.mil import Function, Program, get_new_symbol, ty
 from coremltools.converters.mil.mil.var import Var
 
 from edgebuild.errors import BuildError, EdgebuildError
-from edgebuild_coreml.lowering.context import LoweringContext
+from edgebuild_coreml.lowering.context import LoweringContext, unique_identifier
 from edgebuild_coreml.lowering.errors import LoweringError
 
 BACKEND = "coreml"
@@ -44,15 +43,7 @@ class ConvertResult:
 # -- names ----------------------------------------------------------------------------------
 def sanitize_name(name: str, taken: set[str]) -> str:
     """A valid identifier for ``name`` not in ``taken`` (which it is then added to)."""
-    base = re.sub(r"[^A-Za-z0-9_]", "_", name) or "value"
-    if base[0].isdigit():
-        base = "v_" + base
-    candidate, n = base, 1
-    while candidate in taken:
-        n += 1
-        candidate = f"{base}_{n}"
-    taken.add(candidate)
-    return candidate
+    return unique_identifier(name, taken, prefix="v_", empty="value")
 
 
 # -- dtypes ---------------------------------------------------------------------------------
