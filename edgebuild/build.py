@@ -166,14 +166,24 @@ def _link_or_copy(src, dst) -> None:
         shutil.copy2(src, dst)
 
 
-def write_depfile(path: Path, builds: list[Build]) -> None:
-    """Make-format dependencies: each variant's output dir depends on its recipe files and local sources."""
+def local_inputs(build: Build) -> list[Path]:
+    """Files outside the store whose content the build reads: the recipe and the recipes it
+    extends, a local source model, validation inputs (and their image folders)."""
+    from edgebuild.verify.files import input_paths
+
+    paths = [build.variant.path, *build.variant.includes]
+    resolved = build.job.results.get("resolve")
+    if resolved is not None and build.variant.recipe.source.model.split(":")[0] not in ("pypi", "https"):
+        paths.append(resolved.path)
+    return paths + input_paths(build.variant.recipe.validate_, build.variant.base_dir)
+
+
+def write_depfile(path: Path, builds: list[Build]) -> str:
+    """Make-format dependencies: each variant's output dir depends on its local inputs. Returns the text."""
     lines = []
     for build in builds:
-        prereqs = [build.variant.path, *build.variant.includes]
-        resolved = build.job.results.get("resolve")
-        if resolved is not None and build.variant.recipe.source.model.split(":")[0] not in ("pypi", "https"):
-            prereqs.append(resolved.path)
         escape = lambda p: str(os.path.relpath(p)).replace(" ", "\\ ")
-        lines.append(f"{escape(build.output_dir)}: " + " \\\n  ".join(escape(p) for p in prereqs))
-    write_text_atomic(path, "\n".join(lines) + "\n")
+        lines.append(f"{escape(build.output_dir)}: " + " \\\n  ".join(escape(p) for p in local_inputs(build)))
+    text = "\n".join(lines) + "\n"
+    write_text_atomic(path, text)
+    return text

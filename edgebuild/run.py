@@ -7,10 +7,20 @@ import sys
 from pathlib import Path
 
 from edgebuild.build import (
-    Build, load_variants, lock_data, materialise, open_store, plan_jobs, read_lock, settle_artifact, write_depfile,
+    Build, load_variants, local_inputs, lock_data, materialise, open_store, plan_jobs, read_lock, settle_artifact, write_depfile,
 )
 from edgebuild.dag.executor import Executor
 from edgebuild.errors import ValidationFailed
+
+
+def _stage_line(label: str, stage: str, status: str, seconds: float) -> str:
+    colour = "green" if status == "ran" else "cyan"
+    return f"[dim]{label}[/] {stage:<9} [{colour}]{status:<6}[/] {seconds:7.2f}s"
+
+
+def _done_line(build: Build) -> str:
+    made = build.output_dir / build.artifact if build.artifact else build.output_dir
+    return f"[bold]{build.job.label}[/] -> {_relative(made)}  (report: {_relative(build.output_dir / 'report.html')})"
 
 
 def _event_printer(console, verbose: bool):
@@ -20,13 +30,13 @@ def _event_printer(console, verbose: bool):
             if verbose:
                 console.print(f"[dim]{label}[/] {stage} …")
             return
-        colour = "green" if result.status == "ran" else "cyan"
-        console.print(f"[dim]{label}[/] {stage:<9} [{colour}]{result.status:<6}[/] {result.seconds:7.2f}s")
+        console.print(_stage_line(label, stage, result.status, result.seconds))
 
     return on_event
 
 
-def _variant_json(build: Build) -> dict:
+def _variant_json(build: Build, *, as_cached: bool = False) -> dict:
+    """The variant's ``run --json`` object; ``as_cached``: as a repeat of the run would report it."""
     job = build.job
     validation = job.results.get("validate")
     return {
@@ -35,7 +45,8 @@ def _variant_json(build: Build) -> dict:
         "status": "failed" if job.error is not None else "built",
         "artifacts": [str(build.output_dir / build.artifact)] if build.artifact and job.error is None else [],
         "output_dir": str(build.output_dir),
-        "stages": [{"name": r.name, "key": r.key, "status": r.status, "seconds": r.seconds}
+        "stages": [{"name": r.name, "key": r.key, "status": "cached" if as_cached else r.status,
+                    "seconds": 0.0 if as_cached else r.seconds}
                    for r in job.results.values()],
         "validation": validation.info if validation is not None else {},
         **({"error": str(job.error)} if job.error is not None else {}),
@@ -97,14 +108,34 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
             for failure in failures:
                 console.print(f"[red]threshold[/] {build.job.label}: {failure}")
             code = max(code, ValidationFailed.exit_code) if code != 1 else code
-        console.print(f"[bold]{build.job.label}[/] -> {_relative(build.output_dir / build.artifact) if build.artifact else _relative(build.output_dir)}"
-                      f"  (report: {_relative(build.output_dir / 'report.html')})")
+        console.print(_done_line(build))
     _write_comparisons(builds)
-    if depfile:
-        write_depfile(Path(depfile), builds)
+    dependencies = write_depfile(Path(depfile), builds) if depfile else None
     if as_json:
         sys.stdout.write(json.dumps({"variants": [_variant_json(b) for b in builds]}) + "\n")
+    if code == 0 and not no_cache:
+        _stamp(builds, as_json, (Path(depfile), dependencies) if depfile else None)
     return code
+
+
+def _stamp(builds: list[Build], as_json: bool, depfile) -> None:
+    """Let an identical repeat of this successful run answer without building (edgebuild.uptodate)."""
+    from edgebuild import uptodate
+
+    files, touch, lines = [], [], []
+    for build in builds:
+        files += local_inputs(build)
+        for result in build.job.results.values():
+            lines.append(_stage_line(build.job.label, result.name, "cached", 0.0))
+            if result.name == "resolve":
+                files.append(result.path)
+                continue
+            files += [result.path, *result.path.rglob("*")]  # the store entry's files
+            touch.append(result.path.parent / "meta.json")
+        files += [build.output_dir, *build.output_dir.rglob("*")]
+    lines += [_done_line(build) for build in builds]
+    stdout = json.dumps({"variants": [_variant_json(b, as_cached=True) for b in builds]}) + "\n" if as_json else ""
+    uptodate.record(files=files, touch=touch, stderr=lines, stdout=stdout, depfile=depfile)
 
 
 def _write_comparisons(builds: list[Build]) -> None:

@@ -211,7 +211,7 @@ class Store:
             return 0.0
 
     def clear(self) -> None:
-        for sub in ("objects", "tmp", "locks"):
+        for sub in ("objects", "tmp", "locks", "stamps"):
             shutil.rmtree(self.root / sub, ignore_errors=True)
 
     def _clean_tmp(self) -> None:

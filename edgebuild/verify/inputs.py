@@ -21,8 +21,7 @@ import numpy as np
 
 from edgebuild.errors import UsageError
 from edgebuild.verify.config import ImagesInput, InputSource, RandomInput, TokensInput, ValidateSection
-
-IMAGE_SUFFIXES = (".npy", ".png", ".jpg", ".jpeg")
+from edgebuild.verify.files import IMAGE_SUFFIXES, image_files
 MASK_INPUT = "attention_mask"
 TOKEN_TYPE_INPUT = "token_type_ids"
 
@@ -219,7 +218,7 @@ def _images(field: str, cfg: ImagesInput, shape, dtype: np.dtype, samples: int, 
     folder = base_dir / cfg.dir
     if not folder.is_dir():
         raise UsageError(f"{field}.dir: {folder} is not a folder")
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    files = image_files(folder)
     if not files:
         raise UsageError(f"{field}.dir: {folder} holds no images ({', '.join(IMAGE_SUFFIXES)})")
 

@@ -158,8 +158,10 @@ class BundleBackend:
                                          variant.base_dir, registry)
                 return save(out, record)
 
-            stages.append(Stage("validate", {"validate": dump["validate"]}, ["package", "resolve"], plugins,
-                                produce=validate_stage))
+            from edgebuild.verify.files import digest_params
+
+            params = {"validate": dump["validate"], **digest_params(section, variant.base_dir)}
+            stages.append(Stage("validate", params, ["package", "resolve"], plugins, produce=validate_stage))
         return stages
 
     @staticmethod

@@ -1,0 +1,139 @@
+"""The no-op fast path: answer a repeated ``edgebuild run`` without loading the build machinery.
+
+A successful run records a stamp in the store: the stat signature (inode, size, mtime, ctime)
+of everything its result depends on — the recipe files and the recipes they extend, the source
+model, validation inputs, every store entry the build used, the output directories — and of
+every import directory (installing, upgrading or removing a plugin changes one), plus what the
+run printed. When the same command runs again in the same place and environment and every
+signature still matches, nothing could build differently: the stamp's output is printed and the
+run ends, at the cost of a few dozen ``stat`` calls instead of importing pydantic, the plugins
+and the recipe loader. Any difference, or any doubt, falls through to the full run.
+
+This module must stay on the standard library: it runs before anything else is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+VERSION = 1
+NEVER_REPLAYED = ("--force", "--no-cache", "-v", "--verbose", "--help")
+
+entry_argv: list[str] | None = None  # set by the console entry point; only such runs are stamped
+
+
+def _signature(path: str):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if os.path.isdir(path):
+        return [st.st_ino, st.st_mtime_ns]
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _cache_root(argv: list[str]) -> Path:
+    for i, arg in enumerate(argv):
+        if arg == "--cache-dir" and i + 1 < len(argv):
+            return Path(argv[i + 1]).expanduser().resolve()
+        if arg.startswith("--cache-dir="):
+            return Path(arg.split("=", 1)[1]).expanduser().resolve()
+    if os.environ.get("EDGEBUILD_CACHE_DIR"):
+        return Path(os.environ["EDGEBUILD_CACHE_DIR"]).expanduser().resolve()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("edgebuild"))
+
+
+def _stamp_path(argv: list[str]) -> Path:
+    """One stamp per command line, working directory, interpreter and relevant environment."""
+    from edgebuild import __version__
+
+    context = {
+        "argv": argv, "cwd": os.getcwd(), "python": sys.executable, "path": sys.path, "edgebuild": __version__,
+        "env": {k: v for k, v in os.environ.items() if k.startswith("EDGEBUILD_") or k == "PYTHONPATH"},
+    }
+    key = hashlib.sha256(json.dumps(context, sort_keys=True).encode()).hexdigest()
+    return _cache_root(argv) / "stamps" / f"{key[:32]}.json"
+
+
+def _eligible(argv: list[str]) -> bool:
+    args = [a for a in argv if a != "--debug"]
+    return bool(args) and args[0] == "run" and not any(a.split("=", 1)[0] in NEVER_REPLAYED for a in args)
+
+
+def _import_dirs() -> list[str]:
+    # The working directory heads sys.path under ``python -m``; recipes and outputs change it
+    # all the time and plugins are not imported from it, so it is not watched.
+    cwd = os.getcwd()
+    return [p for p in sys.path if p and p != cwd and os.path.isdir(p)]
+
+
+def replay(argv: list[str]) -> int | None:
+    """The exit code if the stamp for ``argv`` still holds (its output printed), else None."""
+    if not _eligible(argv):
+        return None
+    try:
+        stamp = json.loads(_stamp_path(argv).read_text())
+        if stamp.get("version") != VERSION:
+            return None
+        watched = stamp["paths"]
+        if any(_signature(path) != signature for path, signature in watched.items()):
+            return None
+        if _import_dirs() != stamp["import_dirs"]:
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    for meta in stamp["touch"]:  # a use, for the store's least-recently-used eviction
+        try:
+            os.utime(meta)
+        except OSError:
+            pass
+    depfile = stamp.get("depfile")
+    if depfile is not None:
+        _write_if_changed(Path(depfile["path"]), depfile["text"])
+    from edgebuild.progress import Printer
+
+    printer = Printer()
+    for line in stamp["stderr"]:
+        printer.print(line)
+    if stamp["stdout"]:
+        sys.stdout.write(stamp["stdout"])
+    return 0
+
+
+def record(*, files: list[Path], touch: list[Path], stderr: list[str], stdout: str = "",
+           depfile: tuple[Path, str] | None = None) -> None:
+    """Stamp a successful run started from the console entry point (see ``replay``)."""
+    if entry_argv is None or not _eligible(entry_argv):
+        return
+    dirs = _import_dirs()
+    paths = {str(Path(p).absolute()): None for p in files}
+    paths.update({p: None for p in dirs})
+    stamp = {
+        "version": VERSION,
+        "paths": {path: _signature(path) for path in paths},
+        "import_dirs": dirs,
+        "touch": [str(p) for p in touch],
+        "stderr": stderr,
+        "stdout": stdout,
+        "depfile": {"path": str(depfile[0].absolute()), "text": depfile[1]} if depfile else None,
+    }
+    target = _stamp_path(entry_argv)
+    _write_if_changed(target, json.dumps(stamp))
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
