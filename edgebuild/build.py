@@ -168,13 +168,15 @@ def _link_or_copy(src, dst) -> None:
 
 def local_inputs(build: Build) -> list[Path]:
     """Files outside the store whose content the build reads: the recipe and the recipes it
-    extends, a local source model, validation inputs (and their image folders)."""
+    extends, a local source model, files the stages declare, validation inputs (and their image folders)."""
     from edgebuild.verify.files import input_paths
 
     paths = [build.variant.path, *build.variant.includes]
     resolved = build.job.results.get("resolve")
     if resolved is not None and build.variant.recipe.source.model.split(":")[0] not in ("pypi", "https"):
         paths.append(resolved.path)
+    for stage in build.job.stages:
+        paths += stage.extra.get("files", [])  # e.g. a config file the frontend's options name
     return paths + input_paths(build.variant.recipe.validate_, build.variant.base_dir)
 
 

@@ -34,7 +34,10 @@ def edgebuild_register_frontends(register):
 
     ``format`` is the recipe's ``source.format`` (``"onnx"``, ``"pytorch"``).
     ``frontend.import_model(path, source, out_dir)`` writes ``out_dir/model.onnx`` (weights
-    as external data beside it) and returns a dict for the report.
+    as external data beside it) and returns a dict for the report. A frontend whose
+    ``source.options`` name local files (a config) lists them with the optional
+    ``frontend.option_files(options, source_path_or_None, base_dir) -> list[Path]``; their
+    digests join the import stage's cache key and they become build prerequisites.
     """
 
 

