@@ -7,6 +7,7 @@ import platform
 from pathlib import Path
 
 from edgebuild.dag.stages import Stage
+from edgebuild.verify.files import digest_params
 
 ARTIFACT = "model.mlpackage"
 
@@ -40,6 +41,8 @@ class CoreMLBackend:
             from edgebuild_coreml.compress.stage import compress_stage_params
 
             compress_params = compress_stage_params(recipe.compression, target.deployment_target, dump.get("validate"))
+            if "calibration" in compress_params:
+                compress_params["calibration"].update(digest_params(recipe.validate_, variant.base_dir))
 
             def compress(results, out: Path) -> dict:
                 from edgebuild_coreml.compress.stage import calibration_inputs, compress_stage
@@ -95,7 +98,7 @@ class CoreMLBackend:
                     record["runtimes"]["coreml"] = {"skipped": coreml_runtime.SKIPPED}
                 return save(out, record)
 
-            params = {"validate": dump["validate"]}
+            params = {"validate": dump["validate"], **digest_params(section, variant.base_dir)}
             if "coreml" in section.runtimes:  # which candidates ran depends on the OS
                 params["platform"] = platform.system()
             stages.append(Stage("validate", params, ["package", "resolve", "lower"], plugins, produce=validate))
@@ -115,7 +118,8 @@ class CoreMLBackend:
         if recipe.target.precision == "float16" and recipe.compute.fp16_guard:
             # The guard calibrates on the validation inputs, so they shape the lowered program.
             section = dump.get("validate") or {}
-            params["calibration"] = {"samples": section.get("samples"), "inputs": section.get("inputs")}
+            params["calibration"] = {"samples": section.get("samples"), "inputs": section.get("inputs"),
+                                     **digest_params(recipe.validate_, variant.base_dir)}
         return params
 
     def lower_stage_body(self, variant, registry):

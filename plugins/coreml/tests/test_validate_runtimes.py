@@ -48,3 +48,17 @@ def test_a_failing_threshold_exits_3_naming_runtime_output_and_metric(tmp_path):
     assert done.returncode == 3, done.stderr
     failures = json.loads(done.stdout)["variants"][0]["validation"]["failures"]
     assert any(f.startswith("interpreter: output 'y': cosine") and "cosine_min 1.1" in f for f in failures), failures
+
+
+def test_editing_a_validation_input_file_reruns_validation_only(tmp_path):
+    _recipe(tmp_path, "{cosine_min: 0.999}")
+    np.save(tmp_path / "x.npy", np.ones((2, 2, 4), np.float32))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(recipe.read_text().replace("validate: {samples: 2,", "validate: {samples: 2, inputs: {x: {file: x.npy}},"))
+    assert _run(tmp_path).returncode == 0
+    np.save(tmp_path / "x.npy", np.full((2, 2, 4), 0.5, np.float32))
+    done = _run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    statuses = {s["name"]: s["status"] for s in json.loads(done.stdout)["variants"][0]["stages"]}
+    assert statuses == {"resolve": "cached", "import": "cached", "optimize": "cached", "lower": "cached",
+                        "package": "cached", "validate": "ran"}
