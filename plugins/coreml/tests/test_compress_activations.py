@@ -231,3 +231,16 @@ def test_recipe_builds_w8a8_package_on_linux(tmp_path):
     op_types = [op.op_type for op in iter_ops(program)]
     assert "quantize" in op_types and "dequantize" in op_types
     assert "constexpr_affine_dequantize" in op_types or "constexpr_blockwise_shift_scale" in op_types
+
+
+def test_float32_recipe_with_activation_quantisation_is_a_recipe_error_with_its_line(tmp_path):
+    _tiny_onnx(tmp_path / "tiny.onnx")
+    recipe = tmp_path / "w8a8.yaml"
+    recipe.write_text(TINY_RECIPE.format(cosine_min=0.99).replace("precision: float16", "precision: float32"))
+    env = {**os.environ, "EDGEBUILD_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "edgebuild.cli", "validate", str(recipe)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "w8a8.yaml:8:3 compression:" in done.stderr
+    assert "needs float16 activations" in done.stderr and "precision: float16" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from edgebuild.errors import RecipeError
 from edgebuild.recipe.model import OpMatch
 
 PALETTE_NBITS = (1, 2, 3, 4, 6, 8)
@@ -175,6 +176,13 @@ class CompressionSection(_Strict):
         from edgebuild_coreml.compress.gating import check_deployment_target
 
         check_deployment_target(self, recipe.target.deployment_target)
+        if self.activations is not None and recipe.target.precision != "float16":
+            # coremltools' activation quantisation writes fp16 scales, which fp32 activations cannot take
+            raise RecipeError(
+                f"activation quantisation (W8A8) needs float16 activations; target.precision is "
+                f"{recipe.target.precision}",
+                hint="set target.precision: float16 in the variant with compression.activations",
+            )
         if self.auto is not None:
             from edgebuild_coreml.compress.stage import check_auto_candidates
 
