@@ -358,3 +358,46 @@ def test_per_channel_scale_goes_through_coremltools_with_our_clustering(small_pa
     _, program = _compress(small_package, tmp_path, section)
     ops = [op.op_type for op in iter_ops(program)]
     assert "constexpr_blockwise_shift_scale" in ops and "constexpr_lut_to_dense" in ops
+
+
+def test_weight_file_writer_matches_coremltools_byte_for_byte(tmp_path):
+    from coremltools.libmilstoragepython import _BlobStorageReader, _BlobStorageWriter
+    from coremltools.proto import MIL_pb2
+
+    from edgebuild_coreml.compress.blob_file import BlobReader, BlobWriter
+    from edgebuild_coreml.compress.packing import pack_indices
+
+    rng = np.random.default_rng(2)
+    fp16 = rng.standard_normal(37).astype(np.float16)
+    fp32 = rng.standard_normal(5).astype(np.float32)
+    uint4 = rng.integers(0, 16, size=11).astype(np.uint8)
+    uint3 = rng.integers(0, 8, size=7).astype(np.uint8)
+    theirs_path, ours_path = tmp_path / "theirs.bin", tmp_path / "ours.bin"
+    theirs = _BlobStorageWriter(str(theirs_path), truncate_file=True)
+    their_offsets = [theirs.write_fp16_data(fp16.view(np.uint16)), theirs.write_float_data(fp32),
+                     theirs.write_uint4_data(uint4), theirs.write_uint3_data(uint3)]
+    del theirs
+    dt = MIL_pb2.DataType
+    with BlobWriter(ours_path) as ours:
+        our_offsets = [ours.write(dt.FLOAT16, fp16), ours.write(dt.FLOAT32, fp32),
+                       ours.write(dt.UINT4, pack_indices(uint4, 4), count=uint4.size),
+                       ours.write(dt.UINT3, pack_indices(uint3, 3), count=uint3.size)]
+    assert our_offsets == their_offsets
+    assert ours_path.read_bytes() == theirs_path.read_bytes()
+    # Our reader sees what theirs does, and a copied blob reads back the same through theirs.
+    reader = BlobReader(theirs_path)
+    np.testing.assert_array_equal(reader.array(dt.FLOAT16, their_offsets[0]), fp16)
+    with BlobWriter(tmp_path / "copy.bin") as copy:
+        copied = [copy.copy(reader, offset) for offset in their_offsets]
+    np.testing.assert_array_equal(
+        _BlobStorageReader(str(tmp_path / "copy.bin")).read_uint3_data(copied[3]), uint3)
+
+
+@pytest.mark.parametrize("nbits", [1, 2, 3, 4, 6, 8])
+def test_packing_by_table_look_up_equals_packing_the_looked_up_labels(nbits):
+    from edgebuild_coreml.compress.packing import pack_indices, pack_looked_up
+
+    rng = np.random.default_rng(nbits)
+    table = rng.integers(0, 1 << nbits, size=1 << 16).astype(np.uint8)
+    keys = rng.integers(0, 1 << 16, size=(1 << 18) * 2 + 13).astype(np.uint16)  # past a slice edge
+    np.testing.assert_array_equal(pack_looked_up(table, keys, nbits), pack_indices(table[keys], nbits))

@@ -129,3 +129,39 @@ def test_float16_nan_and_infinity_are_rejected(rows):
     matrix[-1, 7] = np.inf
     with pytest.raises(ValueError, match="NaN or infinity"):
         palettize_groups(matrix, 4)
+
+
+def test_float16_tensors_clustered_together_are_near_the_exact_optimum():
+    """Tensors of different sizes and spreads share one batched call; each keeps its own table."""
+    from edgebuild_coreml.compress.kmeans1d import palettize_fp16_tensors
+
+    rng = np.random.default_rng(11)
+    tensors = [
+        (rng.standard_normal(40_000) / 45).astype(np.float16),
+        (rng.laplace(size=12_345) / 3).astype(np.float16),
+        rng.integers(-3, 4, size=20_000).astype(np.float16),  # 7 distinct values for 16 entries
+    ]
+    luts, tables = palettize_fp16_tensors([t.view(np.uint16) for t in tensors], 16, rows_per_call=2)
+    for tensor, lut, table in zip(tensors, luts, tables):
+        labels = table[tensor.view(np.uint16)]
+        values = tensor.astype(np.float64)
+        assert np.array_equal(lut, lut.astype(np.float16)) and np.all(np.diff(lut) >= 0)
+        distance = np.abs(values[:, None] - lut[None, :])
+        np.testing.assert_array_equal(distance[np.arange(values.size), labels], distance.min(axis=1))
+        assert _mse(values, lut, labels) <= _exact_mse(tensor, 16) * 1.002
+
+
+def test_float16_histogram_of_many_rows_matches_unique():
+    from edgebuild_coreml.compress.fp16_histogram import FP16Histogram
+
+    rng = np.random.default_rng(4)
+    matrix = (rng.standard_normal((6, 3000)) / 30).astype(np.float16)
+    matrix[2, :1500] = 0.5  # rows of very different variety
+    matrix[4, 7] = -0.0  # -0 and +0 are one value
+    histogram = FP16Histogram(matrix)
+    for row in range(matrix.shape[0]):
+        values, counts = np.unique(matrix[row].astype(np.float64), return_counts=True)
+        kept = histogram.counts[row] > 0
+        np.testing.assert_array_equal(histogram.values[row][kept], values)
+        np.testing.assert_array_equal(histogram.counts[row][kept], counts)
+        assert np.all(np.diff(histogram.values[row]) >= 0)

@@ -6,8 +6,9 @@ program around each; most of its time goes to that bookkeeping. This pass instea
 1. picks the ``const`` ops whose configuration asks for our k-means (a
    :class:`~.lut.KmeansLutFunction`), with the eligibility and channel-axis rules of
    coremltools' pass so both compress the same weights the same way;
-2. clusters all of them at once, largest first, on a thread pool (numpy's sorts and large
-   element-wise kernels release the GIL, so both cores work);
+2. clusters all of them at once: float16 weights with one table each as rows of one matrix
+   of weighted distinct values, the rest largest first on a thread pool (numpy's sorts and
+   large element-wise kernels release the GIL, so both cores work);
 3. replaces each with a ``constexpr_lut_to_dense`` op: the iOS18 form (indices as a uint<n>
    tensor shaped like the weight, one table per channel group) where the program's opset has
    it, otherwise the iOS16 form (bit-packed indices, one table, explicit shape).
@@ -28,9 +29,9 @@ from coremltools.optimize._utils import infer_block_sizes
 
 from edgebuild.errors import BuildError
 
-from .kmeans1d import palettize_groups
+from .kmeans1d import palettize_fp16_tensors, palettize_groups
 from .lut import KmeansLutFunction
-from .packing import pack_indices
+from .packing import pack_indices, pack_looked_up
 from .program import iter_ops
 
 _FLOAT_WEIGHTS = (np.float16, np.float32)
@@ -47,6 +48,7 @@ class PaletteJob:
     group_size: int  # 0: one table for the whole tensor
     lut: np.ndarray | None = None  # [groups, 2^nbits] in the weight's dtype
     labels: np.ndarray | None = None  # uint8, shaped like value
+    packed: np.ndarray | None = None  # or the labels bit-packed (flat uint8, see ``packing``)
 
 
 def fast_palettize_program(program, config, *, workers: int | None = None) -> list[str]:
@@ -106,16 +108,48 @@ def _is_compressible(op, value, weight_threshold: int) -> bool:
     return value.ndim > 1 and value.size >= 10 and value.size > weight_threshold
 
 
-def cluster_jobs(jobs: list[PaletteJob], *, workers: int | None = None) -> None:
-    """Fill each job's table and labels, largest weights first so the cores finish together."""
+def cluster_jobs(jobs: list[PaletteJob], *, workers: int | None = None, packed: bool = False) -> None:
+    """Fill each job's table and labels (or, with ``packed``, its packed labels only).
+
+    float16 weights with one table each are clustered together from their histograms; the
+    rest go to a thread pool, largest first so the cores finish together.
+    """
+    whole = [job for job in jobs if _is_whole_float16(job)]
+    _cluster_whole_float16(whole, packed)
     workers = workers or os.cpu_count() or 1
-    ordered = sorted(jobs, key=lambda job: job.value.size, reverse=True)
-    if workers == 1 or len(ordered) <= 1:
-        for job in ordered:
-            _cluster(job)
+    rest = sorted((job for job in jobs if not _is_whole_float16(job)), key=lambda job: job.value.size, reverse=True)
+
+    def cluster(job: PaletteJob) -> None:
+        _cluster(job)
+        if packed:
+            job.packed = pack_indices(job.labels, job.nbits)
+            job.labels = None
+
+    if workers == 1 or len(rest) <= 1:
+        for job in rest:
+            cluster(job)
         return
-    with ThreadPoolExecutor(max_workers=min(workers, len(ordered))) as pool:
-        list(pool.map(_cluster, ordered))
+    with ThreadPoolExecutor(max_workers=min(workers, len(rest))) as pool:
+        list(pool.map(cluster, rest))
+
+
+def _is_whole_float16(job: PaletteJob) -> bool:
+    return job.value.dtype == np.float16 and not job.group_size and job.nbits <= 8
+
+
+def _cluster_whole_float16(jobs: list[PaletteJob], packed: bool) -> None:
+    """Per-tensor float16 jobs: one batched clustering, then labels by table look-up."""
+    patterns = [np.ascontiguousarray(job.value).reshape(-1).view(np.uint16) for job in jobs]
+    for nbits in sorted({job.nbits for job in jobs}):
+        chosen = [index for index, job in enumerate(jobs) if job.nbits == nbits]
+        luts, tables = palettize_fp16_tensors([patterns[i] for i in chosen], 1 << nbits)
+        for index, lut, table in zip(chosen, luts, tables):
+            job = jobs[index]
+            job.lut = lut[None, :].astype(np.float16)
+            if packed:
+                job.packed = pack_looked_up(table, patterns[index], nbits)
+            else:
+                job.labels = table[patterns[index]].reshape(job.value.shape)
 
 
 def _cluster(job: PaletteJob) -> None:

@@ -110,6 +110,33 @@ def palettize_groups(
     return luts, labels
 
 
+def palettize_fp16_tensors(
+    patterns: list[np.ndarray], k: int, *, rows_per_call: int = 32
+) -> tuple[np.ndarray, np.ndarray]:
+    """One table per float16 tensor, for many tensors at once.
+
+    ``patterns`` are the tensors' flat uint16 views. Returns ``(luts [tensors, k] ascending,
+    float64 values of float16, label_tables [tensors, 65536] uint8)``: a tensor's labels are
+    ``label_tables[t][patterns[t]]``, each the nearest entry of its stored table. Histograms
+    make each tensor at most 63,487 weighted points, so tensors are clustered as rows of one
+    matrix (a few numpy calls for all of them instead of per tensor).
+    """
+    if k > 256:
+        raise ValueError(f"at most 256 entries per table, got {k}")
+    counts = [fp16_histogram.count_patterns(p) for p in patterns]
+    luts = np.empty((len(patterns), k))
+    tables = np.empty((len(patterns), 1 << 16), dtype=np.uint8)
+    # Rows of a call are padded to the widest; group tensors of similar variety together.
+    by_variety = sorted(range(len(patterns)), key=lambda t: np.count_nonzero(counts[t]))
+    for start in range(0, len(by_variety), rows_per_call):
+        chosen = by_variety[start : start + rows_per_call]
+        values, weights = fp16_histogram.points_from_pattern_counts(np.stack([counts[t] for t in chosen]))
+        centroids = cluster_sorted(values, weights, k, np.float16)
+        luts[chosen] = centroids
+        tables[chosen] = fp16_histogram.label_of_pattern(_midpoints(centroids))
+    return luts, tables
+
+
 def _cluster_rows(
     matrix: np.ndarray, k: int, weights: np.ndarray | None, lut_dtype: np.dtype | None
 ) -> tuple[np.ndarray, np.ndarray]:

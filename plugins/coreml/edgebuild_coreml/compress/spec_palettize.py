@@ -29,7 +29,6 @@ from edgebuild.errors import BuildError
 
 from . import blob_file
 from .fast_palettize import PaletteJob, cluster_jobs
-from .packing import pack_indices
 from .spec_program import iter_block_ops, main_blocks, op_name, tensor_shape, weight_uses_from_spec
 
 _DT = MIL_pb2.DataType
@@ -65,9 +64,16 @@ def palettize_package(
     model = _read_spec(src)
     program = model.mlProgram
     before = weight_uses_from_spec(program)
-    reader = blob_file.open_reader(src / _WEIGHTS)
-    jobs = _find_jobs(program, reader, nbits, group_size, weight_threshold)
-    cluster_jobs(jobs, workers=workers)
+    try:
+        reader = blob_file.BlobReader(src / _WEIGHTS)
+        for function in program.functions.values():
+            for block in function.block_specializations.values():
+                for value in _blob_values(block):
+                    reader.record(value.blobFileValue.offset)  # raises before anything is written
+        jobs = _find_jobs(program, reader, nbits, group_size, weight_threshold)
+    except blob_file.BadBlob as error:
+        raise NotEditable(f"{src}: {error}") from error
+    cluster_jobs(jobs, workers=workers, packed=True)
 
     dst.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
@@ -96,7 +102,7 @@ def _read_spec(src: Path) -> Model_pb2.Model:
         for block in function.block_specializations.values():
             for value in _blob_values(block):
                 fv = value.blobFileValue
-                if fv.fileName != _WEIGHT_FILE or not blob_file.is_supported(value.type.tensorType.dataType):
+                if fv.fileName != _WEIGHT_FILE:
                     raise NotEditable(f"{src}: weight {fv.fileName}@{fv.offset} of an unexpected kind")
     return model
 
@@ -142,7 +148,7 @@ def _find_jobs(program, reader, nbits: int, group_size: int, weight_threshold: i
                     f"{op_name(op)}: per-grouped-channel palettisation needs an iOS18 program",
                     hint="raise target.deployment_target to iOS18 or use granularity per_tensor",
                 )
-            flat = blob_file.read_blob(reader, data_type, value.blobFileValue.offset)
+            flat = reader.array(data_type, value.blobFileValue.offset)
             jobs.append(PaletteJob(_Site(op, opset_version), flat.reshape(shape), nbits, axis, group_size))
     return jobs
 
@@ -197,8 +203,7 @@ def _rewrite(program, jobs: list[PaletteJob], reader, weights_path: Path) -> Non
     by_op = {id(job.op.op): job for job in jobs}
     renamed: dict[str, str] = {}
     copied: dict[int, int] = {}  # old offset -> new offset (one blob may back several values)
-    writer = blob_file.open_writer(weights_path)
-    try:
+    with blob_file.BlobWriter(weights_path) as writer:
         for function in program.functions.values():
             for block in function.block_specializations.values():
                 for op in iter_block_ops(block):
@@ -211,11 +216,8 @@ def _rewrite(program, jobs: list[PaletteJob], reader, weights_path: Path) -> Non
                     for value in _op_blob_values(op):
                         offset = value.blobFileValue.offset
                         if offset not in copied:
-                            data = blob_file.read_blob(reader, value.type.tensorType.dataType, offset)
-                            copied[offset] = blob_file.write_blob(writer, value.type.tensorType.dataType, data)
+                            copied[offset] = writer.copy(reader, offset)
                         value.blobFileValue.offset = copied[offset]
-    finally:
-        del writer  # flushes and closes the file
     _rename_uses(program, renamed)
 
 
@@ -236,18 +238,17 @@ def _to_lut_op(job: PaletteJob, writer) -> None:
     if job.op.opset_version >= 8:
         index_type = _INDEX_TYPE[job.nbits]
         _set_blob(op.inputs["indices"].arguments.add().value, index_type, shape,
-                  blob_file.write_blob(writer, index_type, job.labels))
+                  writer.write(index_type, job.packed, count=job.value.size))
         lut_shape = [1] * len(shape)
         lut_shape[job.channel_axis] = job.lut.shape[0]
         lut_shape += [1 << job.nbits, 1]
         _set_blob(op.inputs["lut"].arguments.add().value, lut_type, lut_shape,
-                  blob_file.write_blob(writer, lut_type, job.lut))
+                  writer.write(lut_type, job.lut))
     else:
-        packed = pack_indices(job.labels, job.nbits)
-        _set_blob(op.attributes["indices"], _DT.UINT8, [packed.size],
-                  blob_file.write_blob(writer, _DT.UINT8, packed))
+        _set_blob(op.attributes["indices"], _DT.UINT8, [job.packed.size],
+                  writer.write(_DT.UINT8, job.packed))
         _set_blob(op.attributes["lut"], lut_type, [1 << job.nbits],
-                  blob_file.write_blob(writer, lut_type, job.lut[0]))
+                  writer.write(lut_type, job.lut[0]))
         shape_value = op.attributes["shape"]
         _set_tensor_type(shape_value.type, _DT.UINT32, [len(shape)])
         shape_value.immediateValue.tensor.bytes.values = np.array(shape, dtype=np.uint32).tobytes()
