@@ -1,0 +1,425 @@
+"""How noisy is the fp32 reference? onnxruntime fp32 and our fp32 artifact against float64.
+
+Validation compares an artifact with onnxruntime's fp32 result on the source model. That
+reference is itself rounded: where an output is small and comes out of long sums or
+cancellation (LayerNorm outputs, box offsets, LSTM state), two correct fp32 evaluations can
+differ by more than a tight target such as ``max_rel <= 1e-4``. This script measures how big
+that noise is, so a per-output limit in a recipe can be judged against it.
+
+For each recipe (its ``fp32`` variant) and each of N validation samples (generated exactly as
+the validate stage does, from the recipe's ``validate.inputs``):
+
+- truth: the source ONNX graph converted to float64 (``to_float64``) and run by onnxruntime
+  where it has double kernels for every op, else by ``onnx.reference.ReferenceEvaluator``;
+- ORT: onnxruntime fp32 on the source (the validation reference);
+- ours: the fp32 ``.mlpackage`` built by edgebuild, run in the MIL interpreter.
+
+Per output it prints ``max_rel`` (the metric of ``edgebuild.verify.metrics``: max |d| /
+max(|ref|, 1e-3)) and the cosine of ORT vs truth, ours vs truth and ours vs ORT, the ratio
+(ours vs truth) / (ORT vs truth) (about 1 or below: the conversion is as close to the exact
+answer as onnxruntime is), whether ours vs ORT meets 1e-4, and the recipe's fp32 limit.
+
+    python benchmarks/reference_noise.py [--models minilm_paraphrase,silero_vad] [--samples 4]
+                                         [--cache-dir D] [--json]
+
+Builds go through the normal content-addressed store (``--cache-dir``, default edgebuild's
+cache), so models built before are not rebuilt. The float64 evaluation of a big conv net in
+the reference evaluator (ddddocr_det at 416x416) takes minutes per sample: use ``--samples``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ("orientation", "ppocr_cls", "minilm_paraphrase", "minilm_int8", "silero_vad", "ddddocr_det")
+TARGET_MAX_REL = 1e-4
+
+Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+# -- the float64 conversion ---------------------------------------------------------------------
+# Op inputs / outputs the ONNX spec does not allow to be double: quantisation math (which keeps
+# computing in float, as the source graph does) and resize scales. Float inputs there are cast
+# back down, float outputs up.
+FLOAT_ONLY_OPS = {
+    ("", "DequantizeLinear"): {"inputs": (1,), "outputs": (0,)},
+    ("", "QuantizeLinear"): {"inputs": (0, 1), "outputs": ()},
+    ("", "DynamicQuantizeLinear"): {"inputs": (0,), "outputs": (1,)},
+    ("", "Resize"): {"inputs": (2,), "outputs": ()},
+    ("", "Upsample"): {"inputs": (1,), "outputs": ()},
+}
+# Ops that name their output type in a ``dtype`` attribute.
+DTYPE_ATTRIBUTE_OPS = {"EyeLike", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike"}
+# Ops that accumulate in a type of their own choosing (``stash_type``, float by default).
+STASH_TYPE_OPS = {"LayerNormalization"}
+
+
+def to_float64(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` that computes in float64 wherever the source computes in float32.
+
+    Weights, Constant tensors, declared value types and Casts to float become double;
+    LayerNormalization accumulates in double; ops that only take float (quantisation) stay float
+    behind casts. Integer and float16 parts of the graph are left as they are.
+    """
+    converted = onnx.ModelProto()
+    converted.CopyFrom(model)
+    float_names = _float_value_names(model)
+    _convert_graph(converted.graph, float_names)
+    return converted
+
+
+def _float_value_names(model: onnx.ModelProto) -> set[str]:
+    """Names of every float32 value of the source (graph, subgraphs), from shape inference."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # inference is best effort: declared types still help
+        inferred = model
+    names: set[str] = set()
+
+    def collect(graph: onnx.GraphProto) -> None:
+        for value in [*graph.input, *graph.output, *graph.value_info]:
+            if value.type.tensor_type.elem_type == TensorProto.FLOAT:
+                names.add(value.name)
+        names.update(i.name for i in graph.initializer if i.data_type == TensorProto.FLOAT)
+        for node in graph.node:
+            for sub in _subgraphs(node):
+                collect(sub)
+
+    collect(inferred.graph)
+    return names
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    graphs = []
+    for attribute in node.attribute:
+        if attribute.type == AttributeProto.GRAPH:
+            graphs.append(attribute.g)
+        graphs.extend(attribute.graphs)
+    return graphs
+
+
+def _double_tensor(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    return numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float64), tensor.name)
+
+
+def _convert_graph(graph: onnx.GraphProto, float_names: set[str]) -> None:
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        tensor_type = value.type.tensor_type
+        if tensor_type.elem_type == TensorProto.FLOAT:
+            tensor_type.elem_type = TensorProto.DOUBLE
+    for initializer in graph.initializer:
+        if initializer.data_type == TensorProto.FLOAT:
+            initializer.CopyFrom(_double_tensor(initializer))
+
+    nodes = []
+    for node in graph.node:
+        _convert_attributes(node, float_names)
+        for sub in _subgraphs(node):
+            _convert_graph(sub, float_names)
+        nodes.extend(_keep_float(node, float_names))
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def _convert_attributes(node: onnx.NodeProto, float_names: set[str]) -> None:
+    for attribute in node.attribute:
+        if attribute.type == AttributeProto.TENSOR and attribute.t.data_type == TensorProto.FLOAT:
+            attribute.t.CopyFrom(_double_tensor(attribute.t))
+        elif attribute.type == AttributeProto.TENSORS:
+            for tensor in attribute.tensors:
+                if tensor.data_type == TensorProto.FLOAT:
+                    tensor.CopyFrom(_double_tensor(tensor))
+    if node.op_type == "Constant":
+        _constant_as_double_tensor(node)
+    if node.op_type == "ConstantOfShape" and not any(a.name == "value" for a in node.attribute):
+        node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.zeros(1))))  # float 0
+    type_attribute = "to" if node.op_type == "Cast" else "dtype" if node.op_type in DTYPE_ATTRIBUTE_OPS else None
+    for attribute in node.attribute:
+        if attribute.name == type_attribute and attribute.i == TensorProto.FLOAT:
+            attribute.i = TensorProto.DOUBLE
+    if node.op_type in STASH_TYPE_OPS and node.input and node.input[0] in float_names:
+        kept = [a for a in node.attribute if a.name != "stash_type"]
+        del node.attribute[:]
+        node.attribute.extend([*kept, helper.make_attribute("stash_type", TensorProto.DOUBLE)])
+
+
+def _constant_as_double_tensor(node: onnx.NodeProto) -> None:
+    """``value_float(s)`` always make float32: restate them as a double ``value`` tensor."""
+    for attribute in list(node.attribute):
+        if attribute.name in ("value_float", "value_floats"):
+            data = attribute.f if attribute.name == "value_float" else list(attribute.floats)
+            array = np.asarray(data, dtype=np.float32).astype(np.float64)  # the float32 value, exactly
+            node.attribute.remove(attribute)
+            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(array)))
+
+
+def _keep_float(node: onnx.NodeProto, float_names: set[str]) -> list[onnx.NodeProto]:
+    """``node`` itself, wrapped in casts if it is one of the float-only ops."""
+    rule = FLOAT_ONLY_OPS.get((node.domain, node.op_type))
+    if rule is None:
+        return [node]
+    before, after = [], []
+    for index in rule["inputs"]:
+        name = node.input[index] if index < len(node.input) else ""
+        if name in float_names:
+            cast = f"{name}__as_float32_for_{node.name or node.op_type}_{index}"
+            before.append(helper.make_node("Cast", [name], [cast], to=TensorProto.FLOAT))
+            node.input[index] = cast
+    for index in rule["outputs"]:
+        name = node.output[index] if index < len(node.output) else ""
+        if name in float_names:
+            node.output[index] = f"{name}__float32"
+            after.append(helper.make_node("Cast", [node.output[index]], [name], to=TensorProto.DOUBLE))
+    return [*before, node, *after]
+
+
+def float64_runner(model64: onnx.ModelProto) -> tuple[Runner, str]:
+    """Run the float64 graph: onnxruntime if it has double kernels for all of it, else the
+    ONNX reference evaluator. Returns the runner and which evaluator it is."""
+    names = [value.name for value in model64.graph.output]
+    try:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        # op by op, as written: no fusions into kernels that may accumulate differently
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(model64.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        inputs = [i.name for i in session.get_inputs()]
+
+        def run_ort(feed):
+            return dict(zip(names, session.run(names, {n: feed[n] for n in inputs if n in feed})))
+
+        return run_ort, "onnxruntime"
+    except Exception as error:  # typically NOT_IMPLEMENTED: no double kernel for some op
+        missing = re.search(r"implementation for (\w+)\(", str(error))
+        why = (f"onnxruntime has no double {missing.group(1)}" if missing
+               else f"onnxruntime cannot run it: {str(error).split('] : ')[-1][:100]}")
+    from onnx.reference import ReferenceEvaluator
+
+    evaluator = ReferenceEvaluator(model64, new_ops=_reference_ops_in_double())
+    graph_inputs = set(evaluator.input_names)
+
+    def run_reference(feed):
+        return dict(zip(names, evaluator.run(names, {n: v for n, v in feed.items() if n in graph_inputs})))
+
+    return run_reference, f"onnx reference ({why})"
+
+
+def _reference_ops_in_double() -> list[type]:
+    """Reference-evaluator ops replaced for a faithful double evaluation: Erf evaluates through
+    float32; LayerNormalization refuses a stash_type other than float (on double input it
+    computes in double, which is what ``to_float64``'s stash_type asks for); BatchNormalization
+    picks training mode for inference graphs."""
+    from math import erf
+
+    from onnx.reference.op_run import OpRun
+    from onnx.reference.ops.op_erf import Erf
+    from onnx.reference.ops.op_layer_normalization import LayerNormalization
+
+    class ErfInInputType(Erf):
+        op_domain = ""
+
+        def _run(self, x):
+            return (np.vectorize(erf, otypes=[x.dtype])(x),)
+
+    class LayerNormalizationDoubleStash(LayerNormalization):
+        op_domain = ""
+
+        def _run(self, X, Scale, B=None, axis=None, epsilon=None, stash_type=None):
+            if stash_type == TensorProto.DOUBLE and X.dtype == np.float64:
+                stash_type = TensorProto.FLOAT  # the reference implementation's only (input-typed) path
+            return super()._run(X, Scale, B, axis=axis, epsilon=epsilon, stash_type=stash_type)
+
+    class BatchNormalizationInference(OpRun):
+        """onnx's reference BatchNormalization (opset 9-13) switches to training mode whenever
+        the node carries a ``momentum`` attribute, as exported inference graphs often do;
+        onnxruntime and the spec go by the outputs: one output is inference."""
+
+        op_domain = ""
+
+        def _run(self, x, scale, bias, mean, var, **attributes):
+            if attributes.get("training_mode") or len(self.onnx_node.output) > 1:
+                raise NotImplementedError("BatchNormalization in training mode")
+            epsilon = attributes.get("epsilon")
+            epsilon = 1e-5 if epsilon is None else epsilon
+            per_channel = (1, -1) + (1,) * (x.ndim - 2)
+            normalised = (x - mean.reshape(per_channel)) / np.sqrt(var.reshape(per_channel) + epsilon)
+            return ((normalised * scale.reshape(per_channel) + bias.reshape(per_channel)).astype(x.dtype),)
+
+    # the evaluator matches overrides by class name
+    ErfInInputType.__name__ = "Erf"
+    LayerNormalizationDoubleStash.__name__ = "LayerNormalization"
+    BatchNormalizationInference.__name__ = "BatchNormalization"
+    return [ErfInInputType, LayerNormalizationDoubleStash, BatchNormalizationInference]
+
+
+def as_float64_feed(sample: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """float32 inputs widened (exactly) to float64; integer inputs unchanged."""
+    return {n: v.astype(np.float64) if v.dtype == np.float32 else v for n, v in sample.items()}
+
+
+# -- building and running one recipe -------------------------------------------------------------
+@dataclass
+class BuiltModel:
+    name: str
+    source: Path  # the resolved source ONNX file
+    reference: Runner  # onnxruntime fp32 on the source, as validation runs it
+    candidate: Runner  # the fp32 .mlpackage in the MIL interpreter
+    samples: list[dict[str, np.ndarray]]  # validation inputs the candidate takes
+    fixed: dict[str, np.ndarray]  # inputs the recipe fixes (folded into the artifact)
+    limits: Callable[[str], float | None]  # the recipe's fp32 max_rel limit for an output
+
+
+def build_fp32(recipe_name: str, cache_dir: str | None, samples: int) -> BuiltModel:
+    """Build (or fetch from the store) the recipe's fp32 variant; validation's inputs and runners."""
+    from edgebuild.build import load_variants, open_store, plan_jobs
+    from edgebuild.dag.executor import Executor
+    from edgebuild.dag.validate import reference_for
+    from edgebuild.errors import BuildError
+    from edgebuild.registry import get_registry
+    from edgebuild.verify.inputs import generate_inputs
+    from edgebuild.verify.thresholds import limits_for
+
+    registry = get_registry()
+    store = open_store(cache_dir)
+    [variant] = load_variants([str(ROOT / "recipes" / f"{recipe_name}.yaml")], ["fp32"], registry)
+    [build] = plan_jobs([variant], registry, store)
+    build.job.stages = [s for s in build.job.stages if s.name != "validate"]  # we compare ourselves
+    Executor(store).run([build.job])
+    if build.job.error is not None:
+        raise BuildError(f"{recipe_name}: the fp32 build failed: {build.job.error}")
+    results = build.job.results
+    if "lower" not in results or not build.artifact.endswith(".mlpackage"):
+        raise BuildError(f"{recipe_name}: expected a Core ML fp32 artifact, got {build.artifact!r}")
+
+    from edgebuild_coreml.backend import CoreMLBackend
+
+    source_section = variant.recipe.model_dump(mode="json", by_alias=True)["source"]
+    reference, specs, _ = reference_for(registry, source_section, results["resolve"].path, variant.base_dir)
+    section = variant.recipe.validate_
+    fixed = {n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in specs.items() if "value" in s}
+    free = {n: s for n, s in specs.items() if "value" not in s}
+    # the same seeds and order as validation: these are its first `samples` samples
+    inputs = generate_inputs(section.model_copy(update={"samples": samples}), free, variant.base_dir)
+    candidate = CoreMLBackend().runner(results["package"].path / build.artifact, "float32",
+                                       lowered=results["lower"].info)
+    return BuiltModel(
+        name=recipe_name, source=results["resolve"].path, reference=reference, candidate=candidate,
+        samples=inputs, fixed=fixed,
+        limits=lambda output: limits_for(section.thresholds, section.per_output, output).get("max_rel_max"),
+    )
+
+
+def measure(model: BuiltModel, progress=lambda text: None) -> list[dict]:
+    """One row per output: worst max_rel and cosine over the samples of the three comparisons."""
+    from edgebuild.verify.metrics import compare_output
+
+    start, why = time.perf_counter(), ""
+    try:
+        truth_runner, evaluator = float64_runner(to_float64(onnx.load(str(model.source))))
+    except Exception as error:  # say so in the table rather than fake a truth
+        truth_runner, evaluator, why = None, "none", f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+    pairs = {"ort_vs_f64": ("truth", "ort"), "ours_vs_f64": ("truth", "ours"), "ours_vs_ort": ("ort", "ours")}
+    worst: dict[str, dict[str, dict[str, float]]] = {}
+    for index, sample in enumerate(model.samples):
+        feed = {**sample, **model.fixed}
+        outputs = {"ort": model.reference(feed), "ours": model.candidate(sample)}
+        if truth_runner is not None:
+            try:
+                outputs["truth"] = truth_runner(as_float64_feed(feed))
+            except Exception as error:
+                truth_runner, evaluator = None, "none"
+                why = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+        for output, ort_value in outputs["ort"].items():
+            if not np.issubdtype(np.asarray(ort_value).dtype, np.floating):
+                continue
+            row = worst.setdefault(output, {})
+            for pair, (ref_side, cand_side) in pairs.items():
+                if ref_side not in outputs or cand_side not in outputs:
+                    continue
+                metrics = compare_output(output, outputs[ref_side][output], outputs[cand_side][output])
+                best = row.setdefault(pair, {"max_rel": 0.0, "cosine": 1.0})
+                best["max_rel"] = max(best["max_rel"], metrics["max_rel"])
+                best["cosine"] = min(best["cosine"], metrics["cosine"])
+        progress(f"{model.name}: sample {index + 1}/{len(model.samples)} "
+                 f"({time.perf_counter() - start:.0f} s, float64 by {evaluator})")
+    rows = []
+    for output, row in worst.items():
+        rows.append({
+            "model": model.name, "output": output, "samples": len(model.samples), "float64_by": evaluator,
+            **({"float64_error": why} if truth_runner is None else {}),
+            **row, "limit": model.limits(output),
+        })
+    return rows
+
+
+# -- the table -------------------------------------------------------------------------------------
+def _pair_cells(row: dict, pair: str) -> str:
+    if pair not in row:
+        return f"{'n/a':>9} {'':>10}"
+    return f"{row[pair]['max_rel']:>9.2e} {1.0 - row[pair]['cosine']:>10.1e}"
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'model':<18} {'output':<17} {'ORT vs float64':>20}  {'ours vs float64':>20}  "
+          f"{'ours vs ORT':>20}  {'ratio':>6} {'<=1e-4':>6} {'limit':>7}")
+    print(f"{'':<18} {'':<17} " + "  ".join(f"{'max_rel':>9} {'1-cosine':>10}" for _ in range(3)))
+    print("-" * 119)
+    for row in rows:
+        both = "ort_vs_f64" in row and "ours_vs_f64" in row and row["ort_vs_f64"]["max_rel"] > 0
+        ratio = f"{row['ours_vs_f64']['max_rel'] / row['ort_vs_f64']['max_rel']:>6.2f}" if both else f"{'':>6}"
+        meets = "yes" if row["ours_vs_ort"]["max_rel"] <= TARGET_MAX_REL else "no"
+        limit = f"{row['limit']:>7.0e}" if row.get("limit") is not None else f"{'-':>7}"
+        print(f"{row['model']:<18} {row['output'][:17]:<17} {_pair_cells(row, 'ort_vs_f64')}  "
+              f"{_pair_cells(row, 'ours_vs_f64')}  {_pair_cells(row, 'ours_vs_ort')}  {ratio} {meets:>6} {limit}")
+    print("\nmax_rel: max |d| / max(|ref|, 1e-3); max_rel and 1-cosine are the worst over the samples.")
+    print("ratio: (ours vs float64) / (ORT vs float64); limit: the recipe's fp32 max_rel_max for the output.")
+    notes = {}
+    for row in rows:
+        note = f"{row['samples']} samples, float64 by {row['float64_by']}"
+        if "float64_error" in row:
+            note += f": no float64 evaluation: {row['float64_error']}"
+        notes.setdefault(row["model"], note)
+    for model, note in notes.items():
+        print(f"{model}: {note}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(RECIPES), help="recipe names in recipes/, comma-separated")
+    parser.add_argument("--samples", type=int, default=4, help="validation samples per model (its first N)")
+    parser.add_argument("--cache-dir", default=None, help="edgebuild store to build in (default: edgebuild's cache)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    args = parser.parse_args(argv)
+
+    rows = []
+    for name in [m for m in args.models.split(",") if m]:
+        started = time.perf_counter()
+        try:
+            model = build_fp32(name, args.cache_dir, args.samples)
+        except Exception as error:
+            print(f"{name}: cannot build the fp32 variant: {error}", file=sys.stderr)
+            continue
+        print(f"{name}: built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        rows.extend(measure(model, progress=lambda text: print(text, file=sys.stderr)))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The float64 conversion behind benchmarks/reference_noise.py, on a small generated graph."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "reference_noise.py"
+
+
+@pytest.fixture(scope="module")
+def noise():
+    spec = importlib.util.spec_from_file_location("reference_noise", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def _weights():
+    rng = np.random.default_rng(7)
+    return {
+        "w": rng.normal(size=(16, 16)).astype(np.float32),
+        "wq": rng.integers(-128, 128, size=(16, 16)).astype(np.int8),
+        "scale": np.float32(0.0123),
+        "gamma": rng.normal(size=16).astype(np.float32),
+        "beta": rng.normal(size=16).astype(np.float32),
+    }
+
+
+def _model(w) -> onnx.ModelProto:
+    """erf(x @ w) * 0.1 + float(ids), and LayerNorm(x @ dequantize(wq)): every converted construct
+    (initializer, Constant value_float, Cast to float, stash_type, a float-only op)."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Erf", ["m"], ["e"]),
+        helper.make_node("Constant", [], ["k"], value_float=0.1),
+        helper.make_node("Mul", ["e", "k"], ["ek"]),
+        helper.make_node("Cast", ["ids"], ["ids_f"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["ek", "ids_f"], ["y"]),
+        helper.make_node("DequantizeLinear", ["wq", "scale"], ["wd"], name="dq"),
+        helper.make_node("MatMul", ["x", "wd"], ["h"]),
+        helper.make_node("LayerNormalization", ["h", "gamma", "beta"], ["z"], epsilon=1e-5),
+    ]
+    initializers = [numpy_helper.from_array(np.asarray(value), name) for name, value in w.items()]
+    graph = helper.make_graph(
+        nodes, "noise",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16]),
+         helper.make_tensor_value_info("ids", TensorProto.INT64, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 16])],
+        initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def _numpy_float64(x, ids, w):
+    erf = np.vectorize(math.erf)
+    y = erf(x.astype(np.float64) @ w["w"].astype(np.float64)) * np.float64(np.float32(0.1)) + ids
+    dequantized = (w["wq"].astype(np.float32) * w["scale"]).astype(np.float64)  # DequantizeLinear is float32
+    h = x.astype(np.float64) @ dequantized
+    centred = h - h.mean(axis=-1, keepdims=True)
+    z = centred / np.sqrt((centred**2).mean(axis=-1, keepdims=True) + 1e-5) * w["gamma"] + w["beta"]
+    return y, z
+
+
+def test_float64_graph_matches_numpy_float64(noise):
+    w = _weights()
+    model = _model(w)
+    onnx.checker.check_model(model)
+    converted = noise.to_float64(model)
+    onnx.checker.check_model(converted, full_check=True)  # every op sees the types it accepts
+    assert converted.graph.output[0].type.tensor_type.elem_type == TensorProto.DOUBLE
+    assert model.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT  # source untouched
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 16)).astype(np.float32)
+    ids = rng.integers(0, 5, size=(4, 16))
+    run, evaluator = noise.float64_runner(converted)
+    out = run(noise.as_float64_feed({"x": x, "ids": ids}))
+    y64, z64 = _numpy_float64(x, ids, w)
+
+    assert out["y"].dtype == np.float64 and out["z"].dtype == np.float64, evaluator
+    np.testing.assert_allclose(out["y"], y64, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out["z"], z64, rtol=1e-10, atol=1e-10)
+
+    # the same graph in float32 is visibly further from the float64 answer: the check can fail
+    from onnx.reference import ReferenceEvaluator
+
+    y32, z32 = ReferenceEvaluator(model).run(None, {"x": x, "ids": ids})
+    assert np.abs(z32 - z64).max() > 1e3 * np.abs(out["z"] - z64).max()
+
+
+def test_float_only_ops_stay_float_behind_casts(noise):
+    converted = noise.to_float64(_model(_weights()))
+    [dequantize] = [n for n in converted.graph.node if n.op_type == "DequantizeLinear"]
+    casts = {n.output[0]: n for n in converted.graph.node if n.op_type == "Cast"}
+    scale_cast = casts[dequantize.input[1]]  # the scale is cast back down to float
+    assert scale_cast.input[0] == "scale" and scale_cast.attribute[0].i == TensorProto.FLOAT
+    assert casts["wd"].input[0] == dequantize.output[0]  # and its float output up to double
+    assert casts["wd"].attribute[0].i == TensorProto.DOUBLE
+    [norm] = [n for n in converted.graph.node if n.op_type == "LayerNormalization"]
+    assert helper.get_attribute_value(next(a for a in norm.attribute if a.name == "stash_type")) == TensorProto.DOUBLE
+
+
+def test_onnxruntime_evaluates_the_float64_graph_when_it_has_the_kernels(noise):
+    w = _weights()
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("LayerNormalization", ["h", "gamma", "beta"], ["z"], epsilon=1e-5)]
+    graph = helper.make_graph(
+        nodes, "norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 16])],
+        [numpy_helper.from_array(w[name], name) for name in ("w", "gamma", "beta")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    run, evaluator = noise.float64_runner(noise.to_float64(model))
+    assert evaluator == "onnxruntime"
+
+    x = np.random.default_rng(1).normal(size=(4, 16)).astype(np.float32)
+    h = x.astype(np.float64) @ w["w"].astype(np.float64)
+    centred = h - h.mean(axis=-1, keepdims=True)
+    expected = centred / np.sqrt((centred**2).mean(axis=-1, keepdims=True) + 1e-5) * w["gamma"] + w["beta"]
+    np.testing.assert_allclose(run(noise.as_float64_feed({"x": x}))["z"], expected, rtol=1e-10, atol=1e-10)
+
+
+def test_batch_normalization_with_momentum_is_evaluated_as_inference(noise):
+    """Exported inference graphs carry ``momentum``; onnx's reference evaluator would switch to
+    training mode (batch statistics) on it."""
+    rng = np.random.default_rng(3)
+    stats = {name: rng.uniform(0.5, 2.0, size=3).astype(np.float32) for name in ("s", "b", "mean", "var")}
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "mean", "var"], ["n"], epsilon=1e-5, momentum=0.9),
+             helper.make_node("Erf", ["n"], ["y"])]  # no double Erf in onnxruntime: the reference evaluator runs it
+    graph = helper.make_graph(
+        nodes, "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4, 4])],
+        [numpy_helper.from_array(value, name) for name, value in stats.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    run, evaluator = noise.float64_runner(noise.to_float64(model))
+    assert evaluator.startswith("onnx reference")
+
+    x = rng.normal(size=(2, 3, 4, 4)).astype(np.float32)
+    channel = {name: value.astype(np.float64).reshape(1, 3, 1, 1) for name, value in stats.items()}
+    eps = float(np.float32(1e-5))
+    normalised = (x - channel["mean"]) / np.sqrt(channel["var"] + eps) * channel["s"] + channel["b"]
+    np.testing.assert_allclose(run({"x": x.astype(np.float64)})["y"], np.vectorize(math.erf)(normalised),
+                               rtol=1e-12, atol=1e-12)
