@@ -2,7 +2,7 @@
 
 For each recipe in ``recipes/`` naming one of the real ONNX models, both tools turn the same
 source file into an fp32 ``.mlpackage`` (edgebuild also builds the recipe's fp16 variant, whose
-fp16 overflow guard converts an fp32 reference and runs it in the MIL interpreter):
+fp16 overflow guard runs the program in the MIL interpreter just before the fp16 cast pass):
 
 - edgebuild: its import, optimise, lower and package stages (``edgebuild run --no-cache``
   without the validate stage, which is not conversion);

@@ -7,6 +7,7 @@ import platform
 from pathlib import Path
 
 from edgebuild.dag.stages import Stage
+from edgebuild.errors import BuildError
 from edgebuild.verify.files import digest_params
 
 ARTIFACT = "model.mlpackage"
@@ -136,51 +137,54 @@ class CoreMLBackend:
     # -- stage bodies ---------------------------------------------------------------------
     def lower(self, model_path: Path, artifact: Path, params: dict, registry, *,
               validate_section=None, base_dir: Path | None = None, where: str | None = None) -> dict:
-        """ONNX -> MIL, ANE rewrites, fp16 guard, save; then plan it and enforce strict policies."""
+        """ONNX -> MIL, ANE rewrites, fp16 guard, save; then plan it and enforce strict policies.
+
+        One lowering, one pass pipeline: the fp16 guard runs inside it (just before the fp16 cast
+        pass), and the plan reads the program coremltools saved, not a reload of the package.
+        """
         from edgebuild_coreml import compute as policy
-        from edgebuild_coreml.interpreter import load_mlpackage
         from edgebuild_coreml.lowering.converter import convert
+        from edgebuild_coreml.lowering.package import save_mlpackage
 
         compute = params["compute"]
-        converted = {}
-        unsaved = []  # a lowering made before its save (for the guard's input names), used by that save
-
-        def lowered():
-            """A freshly lowered program: each save lets coremltools' passes consume its own."""
-            if unsaved:
-                return unsaved.pop()
-            if imported is not None:
-                result = _from_mlpackage(imported)
-            else:
-                result = convert(_load_onnx(model_path), target=params["deployment_target"],
-                                 precision=params["precision"], registry=registry)
-                gc.collect()  # the (cyclic) ONNX graph and its weights, now held by the program
-            converted["rewrites"] = policy.apply_enabled_rewrites(result.program, compute.get("rewrites") or {})
-            if "calibration" in params:
-                from edgebuild_coreml.fp16_guard import saturate_infinite_constants
-
-                converted["saturated"] = saturate_infinite_constants(result.program)
-            converted["result"] = result
-            return result
-
         imported = model_path.parent / ARTIFACT if (model_path.parent / ARTIFACT).exists() else None
-        save = _saver(lowered, target=params["deployment_target"], input_specs=policy.shape_specs(params["inputs"]))
+        if imported is not None:
+            result = _from_mlpackage(imported)
+        else:
+            result = convert(_load_onnx(model_path), target=params["deployment_target"],
+                             precision=params["precision"], registry=registry)
+        gc.collect()  # the (cyclic) ONNX graph, before coremltools' passes add their own copies
+        rewrites = policy.apply_enabled_rewrites(result.program, compute.get("rewrites") or {})
         info: dict = {}
+        guard_run: dict = {}
+        before_fp16_cast = None
+        if "calibration" in params:
+            from edgebuild_coreml.fp16_guard import saturate_infinite_constants
+
+            saturated = saturate_infinite_constants(result.program)
+            before_fp16_cast = self._fp16_guard(guard_run, model_path, params["inputs"], result.input_names,
+                                                validate_section, base_dir or model_path.parent)
+        units = policy.compute_units_for(compute["policy"])
+        model = save_mlpackage(result, artifact, target=params["deployment_target"], precision=params["precision"],
+                               input_specs=policy.shape_specs(params["inputs"]), compute_units=units,
+                               metadata={policy.COMPUTE_UNITS_KEY: units.name},
+                               before_fp16_cast=before_fp16_cast, consume=True)
+        # The passes consumed the lowered program; the saved one is the model's. Pymil graphs are
+        # cyclic (ops <-> vars), so what the passes dropped goes only when the collector runs.
+        result.program = None
+        program = _saved_program(model, artifact)
+        del model
+        gc.collect()
         keep_fp32: set[str] = set()
         if "calibration" in params:
-            unsaved.append(lowered())
-            guard = self._fp16_guard(save, model_path, params["inputs"], unsaved[0].input_names, validate_section,
-                                     base_dir or model_path.parent, artifact.parent)
-            gc.collect()  # the reference program and the interpreter's activations
-            info["fp16_guard"] = {**guard.to_json(), "saturated_constants": converted["saturated"]}
+            guard = guard_run.get("result")
+            if guard is None:
+                raise BuildError(f"{artifact.name}: coremltools' pipeline ran no fp16 cast pass, so the fp16 "
+                                 "guard measured nothing", hint="set compute.fp16_guard: false")
+            info["fp16_guard"] = {**guard.to_json(), "saturated_constants": saturated}
             keep_fp32 = guard.keep_fp32
-        units = policy.compute_units_for(compute["policy"])
-        save(artifact, params["precision"], keep_fp32=keep_fp32, compute_units=units,
-             metadata={policy.COMPUTE_UNITS_KEY: units.name})
-        program = load_mlpackage(artifact)
         if keep_fp32:
             self._check_kept_fp32(program, keep_fp32, artifact.name)
-        result, rewrites = converted["result"], converted["rewrites"]
         renamed_inputs = {k: v for k, v in result.input_names.items() if k != v}
         plan = policy.plan_for(program, compute,
                                shapes_dynamic=policy.range_inputs(params["inputs"], result.input_names))
@@ -198,20 +202,23 @@ class CoreMLBackend:
             **info,
         }
 
-    def _fp16_guard(self, save, model_path: Path, recipe_inputs: dict, input_names: dict, validate_section,
-                    base_dir: Path, scratch_parent: Path):
-        """Find the ops to keep in fp32 by running the post-pass fp32 program on calibration inputs."""
-        import tempfile
-
+    @staticmethod
+    def _fp16_guard(record: dict, model_path: Path, recipe_inputs: dict, input_names: dict, validate_section,
+                    base_dir: Path):
+        """The ``before_fp16_cast`` hook: runs the program, still fp32 after coremltools' passes, on
+        calibration inputs and names the ops to keep in fp32 (its GuardResult goes to ``record``)."""
         from edgebuild_coreml import fp16_guard
-        from edgebuild_coreml.interpreter import load_mlpackage
 
-        samples = fp16_guard.calibration_samples(validate_section, model_path, recipe_inputs, base_dir, input_names)
-        scratch_parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=".fp32-reference.", dir=scratch_parent) as scratch:
-            reference = Path(scratch) / ARTIFACT
-            save(reference, "float32", metadata={})
-            return fp16_guard.find_overflows(load_mlpackage(reference), samples)
+        def before_fp16_cast(program) -> set[str]:
+            # Inputs made here, not up front: only the guard needs them (a few MB for an image model).
+            samples = fp16_guard.calibration_samples(validate_section, model_path, recipe_inputs, base_dir,
+                                                     input_names)
+            record["result"] = guard = fp16_guard.find_overflows(program, samples)
+            del samples
+            fp16_guard.return_freed_memory()  # the activations, before the cast pass copies constants
+            return guard.keep_fp32
+
+        return before_fp16_cast
 
     @staticmethod
     def _check_kept_fp32(program, keep_fp32: set[str], artifact_name: str) -> None:
@@ -299,20 +306,14 @@ class CoreMLBackend:
         return data
 
 
-def _saver(lowered, *, target: str, input_specs: dict):
-    """save_mlpackage over a fresh lowering per save (no deep copy of a deep program)."""
-    from edgebuild_coreml.lowering.package import save_mlpackage
+def _saved_program(model, artifact: Path):
+    """The pymil program coremltools just serialized into ``artifact``, else the package read back."""
+    program = getattr(model, "_mil_program", None)
+    if program is not None:
+        return program
+    from edgebuild_coreml.interpreter import load_mlpackage
 
-    def save(path: Path, precision: str, *, metadata: dict, keep_fp32=None, compute_units=None):
-        result = lowered()
-        save_mlpackage(result, path, target=target, precision=precision, input_specs=input_specs,
-                       metadata=metadata, compute_units=compute_units, keep_fp32=keep_fp32, consume=True)
-        # The passes consumed the program; only the result's names and counts are read afterwards.
-        # Pymil graphs are cyclic (ops <-> vars), so their weights go only when the collector runs.
-        result.program = None
-        gc.collect()
-
-    return save
+    return load_mlpackage(artifact)
 
 
 def _from_mlpackage(path: Path):

@@ -1,12 +1,17 @@
 """fp16 overflow guard: find the ops whose activations leave the fp16 range and keep them fp32.
 
 fp16 tops out at 65504; an activation beyond that becomes inf in a float16 artifact and usually
-turns the outputs into NaN. The guard runs the fp32 program (after coremltools' passes, so op
-names match the ones its FP16ComputePrecision pass sees) on calibration inputs, records each
-op's largest output magnitude, and names the ops to leave in fp32: every op whose output goes
-out of range or that reads a constant fp16 cannot hold, plus every op that reads such an output
-(it would cast it down to fp16 on input). Constants meant as infinity are saturated first
+turns the outputs into NaN. The guard runs the fp32 program on calibration inputs at the point
+of coremltools' pass pipeline where the fp16 cast pass is about to run (so op names are exactly
+the ones that pass sees; see ``lowering.package.guarded_fp16_cast``), records each op's largest
+output magnitude, and names the ops to leave in fp32: every op whose output goes out of range or
+that reads a constant fp16 cannot hold, plus every op that reads such an output (it would cast
+it down to fp16 on input). Constants meant as infinity are saturated first
 (``saturate_infinite_constants``), so attention masks stay in fp16.
+
+Memory: weights are scanned in chunks and activations are dropped after their last reader, so
+the guard adds little to a conversion's peak (a full-resolution conv net's activations, or the
+float64 copy of a BERT embedding table, would otherwise outweigh the model).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ MAX_CALIBRATION_SAMPLES = 4  # the guard runs the interpreter once per sample; k
 # with headroom for the scores a mask is added to.
 MEANT_AS_INFINITY = 1e38
 SATURATED = FP16_MAX / 2
+SCAN_CHUNK = 1 << 20  # elements per step of a scan over a large array: bounds its temporaries
 
 
 @dataclass
@@ -73,20 +79,102 @@ def calibration_samples(section, source_path: Path, recipe_inputs: Mapping[str, 
 # -- ranges -----------------------------------------------------------------------------------
 
 
+def _chunks(array: np.ndarray):
+    flat = array.reshape(-1)
+    for start in range(0, flat.size, SCAN_CHUNK):
+        yield flat[start:start + SCAN_CHUNK]
+
+
+def max_finite_magnitude(array: np.ndarray, *, below: float = np.inf) -> float:
+    """Largest |x| over the finite elements of a float ``array`` that are below ``below``; 0.0 if none.
+
+    Scanned in chunks: a whole-array ``abs`` (or a float64 copy) of a large weight would cost more
+    memory than the weight itself.
+    """
+    peak = 0.0
+    for part in _chunks(array):
+        magnitudes = np.abs(part)
+        keep = np.isfinite(magnitudes) & (magnitudes < below)
+        peak = max(peak, float(np.max(magnitudes, where=keep, initial=0.0)))
+    return peak
+
+
 def _max_abs(value) -> float | None:
     """Largest finite magnitude in a float array (inf and NaN look the same in fp16 and fp32)."""
     array = np.asarray(value)
     if array.dtype.kind != "f" or array.size == 0:
         return None
-    magnitudes = np.abs(array.astype(np.float64, copy=False))
-    finite = magnitudes[np.isfinite(magnitudes)]
-    return float(finite.max()) if finite.size else 0.0
+    return max_finite_magnitude(array)
+
+
+def _vars_read(op):
+    """Vars ``op`` reads, including those read inside its nested blocks (cond, while_loop)."""
+    yield from _input_vars(op)
+    for block in op.blocks:
+        yield from block.outputs
+        for inner in block.operations:
+            yield from _vars_read(inner)
+
+
+def _release_points(function) -> dict:
+    """{top-level op: vars no later op reads}; the function's outputs are never released."""
+    last_reader = {}
+    for op in function.operations:
+        for var in _vars_read(op):
+            last_reader[var] = op
+    outputs = set(function.outputs)
+    points: dict = {}
+    for var, op in last_reader.items():
+        if var not in outputs:
+            points.setdefault(op, []).append(var)
+    return points
+
+
+def _run_observed(program, sample, observe) -> None:
+    """``run_program(program, sample, observer=observe)`` that frees each value after its last
+    reader: the guard needs only ranges, and holding every activation of a full-resolution conv
+    net at once costs several times the weights."""
+    from edgebuild_coreml.interpreter.executor import _Interpreter
+    from edgebuild_coreml.interpreter.loading import load_evaluators
+
+    load_evaluators()
+    function = program.functions["main"]
+    release_after = _release_points(function)
+    env: dict = {}
+
+    def observe_then_release(op, outputs) -> None:
+        observe(op, outputs)
+        for var in release_after.get(op, ()):
+            env.pop(var, None)
+
+    interpreter = _Interpreter(fp16=False, observer=observe_then_release)
+    env.update(interpreter.bind_function_inputs(function, sample))
+    interpreter.run_block(function, env)
+
+
+def return_freed_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc only; a no-op elsewhere).
+
+    The interpreter's activations are a few MB each: once glibc has seen such blocks freed it
+    serves them from its heap, which keeps freed pages resident and would add them to the peak
+    of the conversion that follows.
+    """
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        trim = None
+    if trim is not None:
+        trim(0)
 
 
 def activation_ranges(program, samples) -> dict[str, float]:
     """Largest |output| of every float-producing op over ``samples``."""
-    from edgebuild_coreml.interpreter import run_program
-
     ranges: dict[str, float] = {}
 
     def observe(op, outputs) -> None:
@@ -95,7 +183,7 @@ def activation_ranges(program, samples) -> dict[str, float]:
             ranges[op.name] = max(max(peaks), ranges.get(op.name, 0.0))
 
     for sample in samples:
-        run_program(program, sample, observer=observe)
+        _run_observed(program, sample, observe)
     return ranges
 
 
@@ -138,9 +226,9 @@ def saturate_infinite_constants(program) -> list[str]:
         array = np.asarray(value)
         if array.dtype.kind != "f" or array.size == 0:
             continue
-        huge = np.isfinite(array) & (np.abs(array) >= MEANT_AS_INFINITY)
-        if not huge.any():
+        if max_finite_magnitude(array) < MEANT_AS_INFINITY:  # the common case, without temporaries
             continue
+        huge = np.isfinite(array) & (np.abs(array) >= MEANT_AS_INFINITY)
         saturated = np.where(huge, np.sign(array) * SATURATED, array).astype(array.dtype)
         block = op.enclosing_block
         with block:

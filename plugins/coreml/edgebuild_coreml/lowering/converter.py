@@ -234,6 +234,37 @@ def _load_initializers(ctx: LoweringContext, graph: ir.Graph) -> None:
             ctx.consts[name] = value.const_value.numpy()
 
 
+def _weights_read_last(graph: ir.Graph) -> dict[int, list[ir.Value]]:
+    """{index of a node in ``graph``: initializers of ``graph`` no later node (or subgraph) reads}."""
+    last_reader: dict[str, tuple[int, ir.Value]] = {}
+    for index, node in enumerate(graph):
+        for reader in (node, *(inner for sub in _subgraphs(node) for inner in iter_nodes(sub))):
+            for value in reader.inputs:
+                if value is not None and graph.initializers.get(value.name) is value:
+                    last_reader[value.name] = (index, value)
+    released: dict[int, list[ir.Value]] = {}
+    for index, value in last_reader.values():
+        if not value.is_graph_output():
+            released.setdefault(index, []).append(value)
+    return released
+
+
+def _release_weight(ctx: LoweringContext, value: ir.Value) -> None:
+    """Forget a weight every reader has lowered, and unmap its file pages.
+
+    Lowerings copy most weights into MIL constants (layout, dtype); the memory-mapped original
+    would otherwise stay resident too until the conversion ends, doubling its peak. A weight a
+    lowering kept as a view of the mapping stays mapped (closing it raises BufferError).
+    """
+    ctx.consts.pop(value.name, None)
+    tensor = value.const_value
+    if isinstance(tensor, ir.ExternalTensor):
+        try:
+            tensor.release()  # reloaded lazily if anyone reads it again
+        except BufferError:
+            pass
+
+
 def lower_subgraph(ctx: LoweringContext, graph: ir.Graph, inputs: Sequence) -> list[Var]:
     """Lower a nested graph (If/Loop body) into the MIL block currently open.
 
@@ -342,8 +373,11 @@ def convert(
                 if value.dtype == ir.DataType.BOOL:
                     var = mb.cast(x=var, dtype="bool", name=ctx.name_for(value.name, "as_bool"))
                 ctx.set(value, var)
-        for node in graph:
+        release_after = _weights_read_last(graph)
+        for index, node in enumerate(graph):
             lower_node(ctx, node)
+            for value in release_after.get(index, ()):
+                _release_weight(ctx, value)
         outputs = []
         for value in graph.outputs:
             mil_name = result.output_names[value.name]
