@@ -54,6 +54,7 @@ CONFIGS = {
     },
 }
 SLOW_SECONDS = 60.0
+IOS18_SPEC = 9  # Core ML specification version of iOS18 / macOS15
 WORK_DIR = Path(tempfile.gettempdir()) / "edgebuild-bench-palettize"
 BASELINE_CACHE = WORK_DIR / "coremltools-baselines.json"
 
@@ -171,7 +172,12 @@ def measure(src: Path, label: str, rows: list, skip_slow_baseline: bool) -> None
     params = sum(w.size for w in originals.values())
     floor = serialisation_floor(src, WORK_DIR / "floor.mlpackage")
     print(f"  {label}: read + write unchanged {floor:.2f} s", flush=True)
+    spec_version = ct.utils.load_spec(str(src)).specificationVersion
     for config_name, weights in CONFIGS.items():
+        if weights.get("granularity") == "per_grouped_channel" and spec_version < IOS18_SPEC:
+            print(f"  {label} {config_name}: skipped, the package targets an OS before iOS18 "
+                  f"(spec {spec_version}), which has no grouped palettes", flush=True)
+            continue
         results = {}
         cache = _load_cache()
         key = _baseline_key(src, config_name)
