@@ -67,7 +67,12 @@ def onnx_pads(mil_pad):
         ((1, 2, 5, 6, 4), (3, 2, 2, 3, 2), [1, 2, 1], [1, 1, 2], [1, 0, 0, 1, 1, 1], 1),  # 3-D
     ],
 )
-def test_conv_matches_onnxruntime(shape, kernel, strides, dilations, pad, groups):
+@pytest.mark.parametrize("banded", [False, True], ids=["whole", "row-bands"])
+def test_conv_matches_onnxruntime(monkeypatch, shape, kernel, strides, dilations, pad, groups, banded):
+    if banded:  # one output row per einsum call, as on large images
+        from edgebuild_coreml.interpreter import ops_conv
+
+        monkeypatch.setattr(ops_conv, "WINDOW_ELEMENTS", 1)
     x, w, b = randn(*shape), randn(*kernel), randn(kernel[0])
     (got,) = run_mil(
         lambda x: mb.conv(x=x, weight=w, bias=b, strides=strides, dilations=dilations,

@@ -11,6 +11,8 @@ from ._params import as_float, ints, param, per_channel, scalar
 from ._windows import effective_kernel, explicit_pads, output_sizes, pad_spatial, windows
 from .registry import evaluates
 
+WINDOW_ELEMENTS = 1 << 20  # gathered window values per einsum call (8 MB in float64)
+
 
 def _spatial_params(op, x, nd):
     strides = ints(param(op, x, "strides", [1] * nd))
@@ -45,8 +47,15 @@ def conv(op, x):
     w = weight.reshape((groups, c_out // groups) + weight.shape[1:])
     o_axes, k_axes = string.ascii_lowercase[:nd], string.ascii_lowercase[nd : 2 * nd]
     spec = f"NGC{o_axes}{k_axes},GFC{k_axes}->NGF{o_axes}"
-    out = np.einsum(spec, win, w, optimize=True).reshape([n, c_out] + out_sizes)
-    return _add_bias(out, x.get("bias"))
+    out = np.empty((n, groups, c_out // groups, *out_sizes), np.result_type(win, w))
+    # einsum gathers the windows it contracts into one array (kernel-size times the input);
+    # taking a band of output rows at a time bounds that copy
+    row_elements = n * c_in * int(np.prod(out_sizes[1:], dtype=np.int64)) * int(np.prod(kernel, dtype=np.int64))
+    rows = max(1, WINDOW_ELEMENTS // max(row_elements, 1))
+    for start in range(0, out_sizes[0], rows):
+        band = slice(start, start + rows)
+        out[:, :, :, band] = np.einsum(spec, win[:, :, :, band], w, optimize=True)
+    return _add_bias(out.reshape([n, c_out] + out_sizes), x.get("bias"))
 
 
 @evaluates("conv_transpose")
