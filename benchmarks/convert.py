@@ -61,9 +61,32 @@ def report_imports_done() -> None:
     print(json.dumps({"after_imports_mb": current_rss_mb()}), flush=True)
 
 
+def import_libraries() -> None:
+    """Load the code a conversion uses, so that "after imports" means after all of it.
+
+    edgebuild imports lowerings, fusion rules and interpreter ops on first use, and onnxscript
+    and onnx load parts of themselves lazily too; without this, library code loaded mid-run
+    would count as the model's footprint.
+    """
+    import importlib
+    import pkgutil
+
+    for package in ("edgebuild", "edgebuild_coreml", "onnxscript.rewriter", "onnxscript.optimizer", "onnx.reference"):
+        module = importlib.import_module(package)
+        for info in pkgutil.walk_packages(module.__path__, package + "."):
+            if ".tests" in info.name or info.name.endswith(("__main__", ".conftest")):
+                continue
+            try:
+                importlib.import_module(info.name)
+            except Exception:  # a module for another platform or an optional dependency
+                pass
+
+
 def work_baseline(_recipe: str, _variant: str, _source: str, _cache: str) -> None:
     import coremltools  # noqa: F401
     import onnxruntime  # noqa: F401
+
+    import_libraries()
 
     import edgebuild_coreml.backend  # noqa: F401
     from edgebuild.registry import get_registry
@@ -85,6 +108,7 @@ def work_edgebuild(recipe: str, variant: str, _source: str, cache: str) -> None:
     from edgebuild.dag.executor import Executor
     from edgebuild.registry import get_registry
 
+    import_libraries()
     registry = get_registry()
     store = open_store(cache)  # only the resolve stage reads it: the download is not conversion
     [build] = plan_jobs(load_variants([str(recipe)], [variant], registry), registry, store)
