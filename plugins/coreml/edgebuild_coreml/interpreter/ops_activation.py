@@ -10,9 +10,15 @@ from .registry import evaluates
 
 
 def _sigmoid(v: np.ndarray) -> np.ndarray:
-    # exp(-|v|) never overflows; both branches give 1 / (1 + exp(-v)).
-    e = np.exp(-np.abs(v))
-    return np.where(v >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(v.dtype)
+    # exp(-|v|) never overflows; both branches give 1 / (1 + exp(-v)). In place where it can
+    # be: activations of full-resolution images are megabytes each.
+    e = np.asarray(np.abs(v))  # a 0-d input gives a scalar, which has no buffer to reuse
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    out = np.where(v >= 0, np.ones((), v.dtype), e)
+    e += 1
+    out /= e
+    return out
 
 
 def _softplus(v: np.ndarray) -> np.ndarray:
@@ -93,7 +99,9 @@ def sigmoid_hard(op, x):
 @evaluates("silu")
 def silu(op, x):
     v = as_float(x["x"])
-    return v * _sigmoid(v)
+    out = _sigmoid(v)
+    out *= v
+    return out
 
 
 @evaluates("softplus")

@@ -24,9 +24,15 @@ def _spatial_params(op, x, nd):
 
 
 def _add_bias(out: np.ndarray, bias) -> np.ndarray:
+    """``out + bias`` per channel; in place (``out`` is always a fresh array here) when the
+    result type is ``out``'s own."""
     if bias is None:
         return out
-    return out + per_channel(as_float(bias), out.ndim)
+    b = per_channel(as_float(bias), out.ndim)
+    if np.result_type(out, b) != out.dtype:
+        return out + b
+    out += b
+    return out
 
 
 @evaluates("conv")
