@@ -68,6 +68,8 @@ def _import(frontend, path: Path, source: dict, out: Path, base_dir: Path) -> di
 
 def _option_files(frontend, variant: Variant) -> list[Path]:
     """Local files a frontend's options name (e.g. a PyTorch config), if the frontend says."""
+    if not variant.recipe.source.options:
+        return []  # and the frontend's module stays unimported
     lister = getattr(frontend, "option_files", None)
     if lister is None:
         return []
