@@ -149,3 +149,14 @@ def test_missing_source_is_a_clear_error(project):
     done = edgebuild("run", recipe)
     assert done.returncode == 2
     assert "source.model: no such file 'tiny.onnx'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_fully_cached_run_loads_no_model_library(project):
+    recipe = project()
+    edgebuild("run", recipe, check=0)
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "edgebuild.cli", "run", str(recipe)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "edgebuild.run" in loaded  # the full run, not the up-to-date answer
+    assert not loaded & {"onnx", "onnx_ir", "onnxscript", "coremltools", "torch", "numpy"}
