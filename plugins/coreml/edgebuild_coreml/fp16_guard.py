@@ -22,6 +22,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from edgebuild_coreml.interpreter.executor import input_vars
+
 FP16_MAX = 65504.0
 MAX_CALIBRATION_SAMPLES = 4  # the guard runs the interpreter once per sample; keep builds quick
 # Constants this large (attention masks built from float32's min, say) stand for infinity, as
@@ -107,51 +109,6 @@ def _max_abs(value) -> float | None:
     return max_finite_magnitude(array)
 
 
-def _vars_read(op):
-    """Vars ``op`` reads, including those read inside its nested blocks (cond, while_loop)."""
-    yield from _input_vars(op)
-    for block in op.blocks:
-        yield from block.outputs
-        for inner in block.operations:
-            yield from _vars_read(inner)
-
-
-def _release_points(function) -> dict:
-    """{top-level op: vars no later op reads}; the function's outputs are never released."""
-    last_reader = {}
-    for op in function.operations:
-        for var in _vars_read(op):
-            last_reader[var] = op
-    outputs = set(function.outputs)
-    points: dict = {}
-    for var, op in last_reader.items():
-        if var not in outputs:
-            points.setdefault(op, []).append(var)
-    return points
-
-
-def _run_observed(program, sample, observe) -> None:
-    """``run_program(program, sample, observer=observe)`` that frees each value after its last
-    reader: the guard needs only ranges, and holding every activation of a full-resolution conv
-    net at once costs several times the weights."""
-    from edgebuild_coreml.interpreter.executor import _Interpreter
-    from edgebuild_coreml.interpreter.loading import load_evaluators
-
-    load_evaluators()
-    function = program.functions["main"]
-    release_after = _release_points(function)
-    env: dict = {}
-
-    def observe_then_release(op, outputs) -> None:
-        observe(op, outputs)
-        for var in release_after.get(op, ()):
-            env.pop(var, None)
-
-    interpreter = _Interpreter(fp16=False, observer=observe_then_release)
-    env.update(interpreter.bind_function_inputs(function, sample))
-    interpreter.run_block(function, env)
-
-
 def return_freed_memory() -> None:
     """Collect garbage and hand freed heap pages back to the OS (glibc only; a no-op elsewhere).
 
@@ -182,8 +139,10 @@ def activation_ranges(program, samples) -> dict[str, float]:
         if peaks:
             ranges[op.name] = max(max(peaks), ranges.get(op.name, 0.0))
 
+    from edgebuild_coreml.interpreter import run_program
+
     for sample in samples:
-        _run_observed(program, sample, observe)
+        run_program(program, sample, observer=observe)
     return ranges
 
 
@@ -194,18 +153,13 @@ def _all_ops(block):
             yield from _all_ops(inner)
 
 
-def _input_vars(op):
-    for var in op.inputs.values():
-        yield from (var if isinstance(var, (list, tuple)) else (var,))
-
-
 def readers_of(program, producers: set[str]) -> list[str]:
     """Ops (outside ``producers``) reading an output of one of ``producers``."""
     found = []
     for op in _all_ops(program.functions["main"]):
         if op.name in producers:
             continue
-        if any(var.op is not None and var.op.name in producers for var in _input_vars(op)):
+        if any(var.op is not None and var.op.name in producers for var in input_vars(op)):
             found.append(op.name)
     return found
 
@@ -248,7 +202,7 @@ def constant_overflows(program, limit: float = FP16_MAX) -> dict[str, float]:
     for op in _all_ops(program.functions["main"]):
         if op.op_type == "const":
             continue
-        peaks = [_max_abs(var.val) for var in _input_vars(op) if var.val is not None]
+        peaks = [_max_abs(var.val) for var in input_vars(op) if var.val is not None]
         peak = max((m for m in peaks if m is not None), default=0.0)
         if peak > limit:
             found[op.name] = peak

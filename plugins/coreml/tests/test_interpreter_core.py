@@ -763,3 +763,28 @@ def test_state_read_and_update_ios18():
     cache = np.ones((1, 4), np.float16)
     x = np.arange(4, dtype=np.float16).reshape(1, 4)
     np.testing.assert_array_equal(run_program(prog, {"cache": cache, "x": x})["out"], 2 * (cache + x))
+
+
+def test_values_are_dropped_after_their_last_reader():
+    import weakref
+
+    @mb.program(input_specs=[spec((2, 3))])
+    def prog(x):
+        a = mb.relu(x=x, name="a")
+        b = mb.sigmoid(x=a, name="b")
+        c = mb.tanh(x=b, name="c")
+        return mb.add(x=c, y=b, name="d")  # b stays alive until d reads it
+
+    alive, seen = {}, {}
+
+    def observe(op, outputs):
+        seen[op.name] = {name: ref() is not None for name, ref in alive.items()}
+        alive[op.name] = weakref.ref(outputs[0])
+
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    (out,) = run_program(prog, {"x": x}).values()
+    np.testing.assert_allclose(out, np.tanh(1 / (1 + np.exp(-np.maximum(x, 0)))) + 1 / (1 + np.exp(-np.maximum(x, 0))),
+                               rtol=1e-6)
+    run_program(prog, {"x": x}, observer=observe)
+    assert seen["c"] == {"a": False, "b": True}  # a's last reader (b) has run; b is read again by d
+    assert seen["d"] == {"a": False, "b": True, "c": True}

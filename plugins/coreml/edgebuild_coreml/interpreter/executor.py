@@ -34,6 +34,9 @@ def run_program(
 
     ``observer(op, outputs)`` is called after every evaluated (non-constant) op with its output
     values, e.g. to record activation ranges.
+
+    Each value is dropped after the last op that reads it: holding every activation of a
+    full-resolution conv net at once would cost several times its weights.
     """
     load_evaluators()
     if function not in prog.functions:
@@ -42,7 +45,7 @@ def run_program(
             hint=f"available functions: {', '.join(sorted(prog.functions))}",
         )
     func = prog.functions[function]
-    interpreter = _Interpreter(fp16=fp16, observer=observer)
+    interpreter = _Interpreter(fp16=fp16, observer=observer, release_after=_last_readers(func))
     env = interpreter.bind_function_inputs(func, inputs)
     outputs = interpreter.run_block(func, env)
     return {var.name: value for var, value in zip(func.outputs, outputs)}
@@ -76,12 +79,43 @@ def run_mlpackage(
     return run_program(load_mlpackage(path), inputs, fp16=fp16)
 
 
+def input_vars(op):
+    """The Vars ``op`` reads directly (list-valued inputs flattened)."""
+    for var in op.inputs.values():
+        yield from (var if isinstance(var, (list, tuple)) else (var,))
+
+
+def _vars_read(op):
+    """Vars ``op`` reads, including those read inside its nested blocks (cond, while_loop)."""
+    yield from input_vars(op)
+    for block in op.blocks:
+        yield from block.outputs
+        for inner in block.operations:
+            yield from _vars_read(inner)
+
+
+def _last_readers(function) -> dict:
+    """{top-level op: the Vars no later op reads}; the function's outputs are never dropped."""
+    last_reader = {}
+    for op in function.operations:
+        for var in _vars_read(op):
+            last_reader[var] = op
+    outputs = set(function.outputs)
+    dead_after: dict = {}
+    for var, op in last_reader.items():
+        if var not in outputs:
+            dead_after.setdefault(op, []).append(var)
+    return dead_after
+
+
 class _Interpreter:
     """Evaluates blocks against an environment {Var: value}; nested blocks share it."""
 
-    def __init__(self, *, fp16: bool, observer: Callable[[Any, list], None] | None = None):
+    def __init__(self, *, fp16: bool, observer: Callable[[Any, list], None] | None = None,
+                 release_after: dict | None = None):
         self.fp16 = fp16
         self.observer = observer
+        self.release_after = release_after or {}  # {op: Vars to drop once it has run}
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -174,6 +208,8 @@ class _Interpreter:
             env[out] = self._conform(out, value, op=op)
         if self.observer is not None:
             self.observer(op, [env[out] for out in op.outputs])
+        for var in self.release_after.get(op, ()):
+            env.pop(var, None)
 
     def _gather_inputs(self, op, env: dict) -> dict:
         args = {}
