@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -29,6 +29,11 @@ Sample = dict[str, np.ndarray]
 
 
 def generate_inputs(spec: ValidateSection, input_specs: Mapping[str, Mapping[str, Any]], base_dir: Path) -> list[Sample]:
+    """Every sample of ``iter_inputs`` at once."""
+    return list(iter_inputs(spec, input_specs, base_dir))
+
+
+def iter_inputs(spec: ValidateSection, input_specs: Mapping[str, Mapping[str, Any]], base_dir: Path) -> Iterator[Sample]:
     """One ``{name: array}`` dict per sample (``spec.samples`` of them).
 
     ``input_specs`` maps each model input to ``{"shape": [ints], "dtype": str}``; relative file
@@ -42,16 +47,16 @@ def generate_inputs(spec: ValidateSection, input_specs: Mapping[str, Mapping[str
             known = ", ".join(input_specs) or "none"
             raise UsageError(f"validate.inputs.{name}: the model has no input '{name}' (inputs: {known})")
 
-    columns: dict[str, list[np.ndarray]] = {}
-    token_masks: list[np.ndarray] | None = None
+    columns: dict[str, Iterable] = {}
+    tokens_input: str | None = None  # the token input whose real-token masks companions follow
     for name, source in spec.inputs.items():
         field = f"validate.inputs.{name}"
         shape, dtype = shapes.get(name), dtypes.get(name)
         if source.kind == "random":
             columns[name] = _random(field, source.random, name, shape, dtype, spec.samples)
         elif source.kind == "tokens":
-            columns[name], masks = _tokens(field + ".tokens", source.tokens, name, shape, dtype, spec.samples)
-            token_masks = token_masks if token_masks is not None else masks
+            columns[name] = _tokens(field + ".tokens", source.tokens, name, shape, dtype, spec.samples)
+            tokens_input = tokens_input or name
         elif source.kind == "value":
             columns[name] = [_value(field, source.value, shape, dtype)] * spec.samples
         elif source.kind == "images":
@@ -59,12 +64,14 @@ def generate_inputs(spec: ValidateSection, input_specs: Mapping[str, Mapping[str
         else:
             columns[name] = _from_file(field, source, name, shape, dtype, spec.samples, base_dir)
 
+    companions: dict[str, tuple] = {}
     for name in input_specs:
         if name in columns:
             continue
         shape, dtype = shapes[name], dtypes[name]
-        if name in (MASK_INPUT, TOKEN_TYPE_INPUT) and token_masks is not None:
-            columns[name] = [_companion(name, mask, shape, dtype) for mask in token_masks]
+        if name in (MASK_INPUT, TOKEN_TYPE_INPUT) and tokens_input is not None:
+            _check_companion(name, shape, shapes[tokens_input])
+            companions[name] = (shape, dtype)
         elif dtype.kind in "fb":
             columns[name] = _random(f"validate.inputs.{name}", RandomInput(), name, shape, dtype, spec.samples)
         else:
@@ -72,7 +79,24 @@ def generate_inputs(spec: ValidateSection, input_specs: Mapping[str, Mapping[str
                 f"validate.inputs.{name}: the model input '{name}' is {dtype.name}; random values are rarely valid ids",
                 hint=f"describe it under validate.inputs.{name} (tokens, random with low/high, value or file)",
             )
-    return [{name: columns[name][i] for name in columns} for i in range(spec.samples)]
+    order = [name for name in (*spec.inputs, *input_specs) if name in columns or name in companions]
+    return _zip_samples(columns, tokens_input, companions, dict.fromkeys(order), spec.samples)
+
+
+def _zip_samples(columns: dict, tokens_input: str | None, companions: dict, order: dict, samples: int) -> Iterator[Sample]:
+    """One sample at a time from per-input streams (token streams yield (ids, mask) pairs)."""
+    streams = {name: iter(column) for name, column in columns.items()}
+    for _ in range(samples):
+        sample, masks = {}, {}
+        for name, stream in streams.items():
+            value = next(stream)
+            if isinstance(value, tuple):
+                value, masks[name] = value
+            sample[name] = value
+        for name, (shape, dtype) in companions.items():
+            mask = masks[tokens_input]
+            sample[name] = (mask if name == MASK_INPUT else np.zeros_like(mask)).astype(dtype)
+        yield {name: sample[name] for name in order}
 
 
 def _fixed_shape(name: str, shape) -> tuple[int, ...]:
@@ -88,10 +112,11 @@ def _rng(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(name.encode())])
 
 
-def _random(field: str, cfg: RandomInput, name: str, shape, dtype: np.dtype, samples: int) -> list[np.ndarray]:
+def _random(field: str, cfg: RandomInput, name: str, shape, dtype: np.dtype, samples: int) -> Iterator[np.ndarray]:
+    """Checks the config now; draws each sample when it is asked for (same stream either way)."""
     rng = _rng(cfg.seed, name)
     if dtype.kind == "b":
-        return [rng.random(shape) < 0.5 for _ in range(samples)]
+        return (rng.random(shape) < 0.5 for _ in range(samples))
     if dtype.kind in "iu":
         if cfg.high is None:
             raise UsageError(f"{field}.random: integer input '{name}' needs 'high' (exclusive upper bound)")
@@ -100,24 +125,21 @@ def _random(field: str, cfg: RandomInput, name: str, shape, dtype: np.dtype, sam
         if cfg.distribution == "uniform":
             if high <= low:
                 raise UsageError(f"{field}.random: high ({high}) must exceed low ({low}) for integers")
-            return [rng.integers(low, high, size=shape).astype(dtype) for _ in range(samples)]
-        draws = [np.rint(cfg.mean + cfg.std * rng.standard_normal(shape)) for _ in range(samples)]
-        return [np.clip(d, low, high - 1).astype(dtype) for d in draws]
+            return (rng.integers(low, high, size=shape).astype(dtype) for _ in range(samples))
+        return (np.clip(np.rint(cfg.mean + cfg.std * rng.standard_normal(shape)), low, high - 1).astype(dtype)
+                for _ in range(samples))
     if cfg.distribution == "uniform":
         low = cfg.low if cfg.low is not None else 0.0
         high = cfg.high if cfg.high is not None else 1.0
-        return [rng.uniform(low, high, size=shape).astype(dtype) for _ in range(samples)]
-    out = []
-    for _ in range(samples):
-        draw = cfg.mean + cfg.std * rng.standard_normal(shape)
-        if cfg.low is not None or cfg.high is not None:
-            draw = np.clip(draw, cfg.low, cfg.high)
-        out.append(draw.astype(dtype))
-    return out
+        return (rng.uniform(low, high, size=shape).astype(dtype) for _ in range(samples))
+    clipped = cfg.low is not None or cfg.high is not None
+    draws = (cfg.mean + cfg.std * rng.standard_normal(shape) for _ in range(samples))
+    return ((np.clip(d, cfg.low, cfg.high) if clipped else d).astype(dtype) for d in draws)
 
 
 def _tokens(field: str, cfg: TokensInput, name: str, shape, dtype: np.dtype, samples: int):
-    """Rows of ``[first] ids... [last] pad...``; also returns each sample's real-token mask."""
+    """Rows of ``[first] ids... [last] pad...`` with each sample's real-token mask, as
+    ``(ids, mask)`` pairs drawn when asked for."""
     if dtype.kind not in "iu":
         raise UsageError(f"{field}: input '{name}' is {dtype.name}; token ids need an integer input")
     length = shape[-1] if shape else 0
@@ -132,7 +154,11 @@ def _tokens(field: str, cfg: TokensInput, name: str, shape, dtype: np.dtype, sam
         raise UsageError(f"{field}.vocab_size: {cfg.vocab_size} leaves no ids besides pad and specials")
     rng = _rng(cfg.seed, name)
     rows_per_sample = int(np.prod(shape[:-1], dtype=np.int64))
-    ids_out, masks_out = [], []
+    return _token_rows(cfg, rng, rows_per_sample, length, specials, excluded, shape, dtype, samples)
+
+
+def _token_rows(cfg: TokensInput, rng, rows_per_sample: int, length: int, specials: list, excluded: list,
+                shape, dtype: np.dtype, samples: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     for _ in range(samples):
         ids = np.full((rows_per_sample, length), cfg.pad, dtype=np.int64)
         mask = np.zeros((rows_per_sample, length), dtype=np.int64)
@@ -145,19 +171,16 @@ def _tokens(field: str, cfg: TokensInput, name: str, shape, dtype: np.dtype, sam
             pieces += [body] + ([[cfg.special.last]] if cfg.special.last is not None else [])
             ids[row, :real] = np.concatenate(pieces)
             mask[row, :real] = 1
-        ids_out.append(ids.reshape(shape).astype(dtype))
-        masks_out.append(mask.reshape(shape))
-    return ids_out, masks_out
+        yield ids.reshape(shape).astype(dtype), mask.reshape(shape)
 
 
-def _companion(name: str, mask: np.ndarray, shape, dtype: np.dtype) -> np.ndarray:
-    if mask.shape != tuple(shape):
+def _check_companion(name: str, shape, tokens_shape) -> None:
+    """attention_mask / token_type_ids follow the token input, so they need its shape."""
+    if tuple(shape) != tuple(tokens_shape):
         raise UsageError(
-            f"validate.inputs.{name}: shape {list(shape)} does not match the token input's {list(mask.shape)}",
+            f"validate.inputs.{name}: shape {list(shape)} does not match the token input's {list(tokens_shape)}",
             hint=f"describe '{name}' under validate.inputs explicitly",
         )
-    values = mask if name == MASK_INPUT else np.zeros_like(mask)
-    return values.astype(dtype)
 
 
 def _value(field: str, value, shape, dtype) -> np.ndarray:
@@ -201,7 +224,7 @@ def _from_file(field: str, source: InputSource, name: str, shape, dtype, samples
     )
 
 
-def _images(field: str, cfg: ImagesInput, shape, dtype: np.dtype, samples: int, base_dir: Path) -> list[np.ndarray]:
+def _images(field: str, cfg: ImagesInput, shape, dtype: np.dtype, samples: int, base_dir: Path) -> Iterator[np.ndarray]:
     """Images from a folder, one per batch entry, cycling when there are fewer than needed."""
     if len(shape) != 4:
         raise UsageError(f"{field}: image inputs need a 4-d shape (batch, ...), got {list(shape)}")
@@ -224,7 +247,12 @@ def _images(field: str, cfg: ImagesInput, shape, dtype: np.dtype, samples: int, 
 
     mean = np.asarray(cfg.mean if cfg.mean is not None else [0.0], dtype=np.float64)
     std = np.asarray(cfg.std if cfg.std is not None else [1.0], dtype=np.float64)
-    out = []
+    return _image_batches(field, cfg, files, (batch, channels, height, width), mean, std, dtype, samples)
+
+
+def _image_batches(field: str, cfg: ImagesInput, files: list[Path], dims: tuple, mean, std, dtype: np.dtype,
+                   samples: int) -> Iterator[np.ndarray]:
+    batch, channels, height, width = dims
     for i in range(samples):
         batch_images = []
         for j in range(batch):
@@ -235,8 +263,7 @@ def _images(field: str, cfg: ImagesInput, shape, dtype: np.dtype, samples: int, 
         stacked = np.stack(batch_images)  # N, H, W, C
         if cfg.layout == "nchw":
             stacked = stacked.transpose(0, 3, 1, 2)
-        out.append(np.ascontiguousarray(stacked).astype(dtype))
-    return out
+        yield np.ascontiguousarray(stacked).astype(dtype)
 
 
 def _decode(field: str, path: Path) -> np.ndarray:

@@ -145,7 +145,9 @@ class CoreMLBackend:
         from edgebuild_coreml import compute as policy
         from edgebuild_coreml.lowering.converter import convert
         from edgebuild_coreml.lowering.package import save_mlpackage
+        from edgebuild_coreml.memory import map_large_blocks
 
+        map_large_blocks()
         compute = params["compute"]
         imported = model_path.parent / ARTIFACT if (model_path.parent / ARTIFACT).exists() else None
         if imported is not None:
@@ -208,14 +210,14 @@ class CoreMLBackend:
         """The ``before_fp16_cast`` hook: runs the program, still fp32 after coremltools' passes, on
         calibration inputs and names the ops to keep in fp32 (its GuardResult goes to ``record``)."""
         from edgebuild_coreml import fp16_guard
+        from edgebuild_coreml.memory import return_freed_memory
 
         def before_fp16_cast(program) -> set[str]:
-            # Inputs made here, not up front: only the guard needs them (a few MB for an image model).
+            # Inputs made one at a time as the guard runs them (a few MB each for an image model).
             samples = fp16_guard.calibration_samples(validate_section, model_path, recipe_inputs, base_dir,
                                                      input_names)
             record["result"] = guard = fp16_guard.find_overflows(program, samples)
-            del samples
-            fp16_guard.return_freed_memory()  # the activations, before the cast pass copies constants
+            return_freed_memory()  # the activations, before the cast pass copies constants
             return guard.keep_fp32
 
         return before_fp16_cast

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
 from edgebuild_coreml.interpreter.executor import input_vars
+from edgebuild_coreml.memory import return_freed_memory
 
 FP16_MAX = 65504.0
 MAX_CALIBRATION_SAMPLES = 4  # the guard runs the interpreter once per sample; keep builds quick
@@ -57,15 +58,16 @@ class GuardResult:
 
 
 def calibration_samples(section, source_path: Path, recipe_inputs: Mapping[str, Any], base_dir: Path,
-                        input_names: Mapping[str, str]) -> list[dict[str, np.ndarray]]:
-    """Up to MAX_CALIBRATION_SAMPLES inputs for the program, keyed by its (MIL) input names.
+                        input_names: Mapping[str, str]) -> Iterator[dict[str, np.ndarray]]:
+    """Up to MAX_CALIBRATION_SAMPLES inputs for the program, keyed by its (MIL) input names,
+    made one at a time as the guard runs them (a full-resolution image is megabytes).
 
     The recipe's ``validate`` inputs when it has a section, else uniform random values in [0, 1).
     Fixed-value inputs are folded into the model, so they are not fed.
     """
     from edgebuild.dag.validate import onnx_input_specs
     from edgebuild.verify.config import ValidateSection
-    from edgebuild.verify.inputs import generate_inputs
+    from edgebuild.verify.inputs import iter_inputs
 
     specs = onnx_input_specs(source_path, recipe_inputs)
     free = {name: spec for name, spec in specs.items() if "value" not in spec}
@@ -73,9 +75,9 @@ def calibration_samples(section, source_path: Path, recipe_inputs: Mapping[str, 
         section = ValidateSection(samples=MAX_CALIBRATION_SAMPLES)
     count = min(section.samples, MAX_CALIBRATION_SAMPLES)
     section = section.model_copy(update={"samples": count})
-    samples = generate_inputs(section, free, base_dir)
-    return [{input_names.get(name, name): value for name, value in sample.items() if name in input_names}
-            for sample in samples]
+    samples = iter_inputs(section, free, base_dir)
+    return ({input_names.get(name, name): value for name, value in sample.items() if name in input_names}
+            for sample in samples)
 
 
 # -- ranges -----------------------------------------------------------------------------------
@@ -109,29 +111,8 @@ def _max_abs(value) -> float | None:
     return max_finite_magnitude(array)
 
 
-def return_freed_memory() -> None:
-    """Collect garbage and hand freed heap pages back to the OS (glibc only; a no-op elsewhere).
-
-    The interpreter's activations are a few MB each: once glibc has seen such blocks freed it
-    serves them from its heap, which keeps freed pages resident and would add them to the peak
-    of the conversion that follows.
-    """
-    import ctypes
-    import ctypes.util
-    import gc
-
-    gc.collect()
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        trim = None
-    if trim is not None:
-        trim(0)
-
-
-def activation_ranges(program, samples) -> dict[str, float]:
-    """Largest |output| of every float-producing op over ``samples``."""
+def activation_ranges(program, samples: Iterable) -> dict[str, float]:
+    """Largest |output| of every float-producing op over ``samples`` (read once, in order)."""
     ranges: dict[str, float] = {}
 
     def observe(op, outputs) -> None:
@@ -143,6 +124,7 @@ def activation_ranges(program, samples) -> dict[str, float]:
 
     for sample in samples:
         run_program(program, sample, observer=observe)
+        return_freed_memory()  # else each run's freed activations stay resident, and add up
     return ranges
 
 
@@ -211,14 +193,22 @@ def constant_overflows(program, limit: float = FP16_MAX) -> dict[str, float]:
 
 def find_overflows(program, samples, *, limit: float = FP16_MAX) -> GuardResult:
     """Run ``program`` (fp32) on ``samples`` and name the ops fp16 could not hold."""
-    ranges = activation_ranges(program, samples)
+    checked = 0
+
+    def counted():
+        nonlocal checked
+        for sample in samples:
+            checked += 1
+            yield sample
+
+    ranges = activation_ranges(program, counted())
     overflowing = {name: peak for name, peak in ranges.items() if peak > limit}
     for name, peak in constant_overflows(program, limit).items():
         overflowing.setdefault(name, peak)
     return GuardResult(
         overflowing=overflowing,
         readers=readers_of(program, set(overflowing)) if overflowing else [],
-        checked_samples=len(samples),
+        checked_samples=checked,
         ranges=ranges,
     )
 

@@ -788,3 +788,19 @@ def test_values_are_dropped_after_their_last_reader():
     run_program(prog, {"x": x}, observer=observe)
     assert seen["c"] == {"a": False, "b": True}  # a's last reader (b) has run; b is read again by d
     assert seen["d"] == {"a": False, "b": True, "c": True}
+
+
+@pytest.mark.parametrize("op", ["sigmoid", "silu"])
+def test_sigmoid_family_in_slices_matches_numpy(monkeypatch, op):
+    from edgebuild_coreml.interpreter import ops_activation
+
+    monkeypatch.setattr(ops_activation, "ELEMENTWISE_CHUNK", 7)  # slice edges everywhere
+    x = (RNG.standard_normal((4, 5, 6)) * 30).astype(np.float32)
+
+    @mb.program(input_specs=[spec((4, 5, 6))])
+    def prog(x):
+        return getattr(mb, op)(x=x)
+
+    (got,) = run_program(prog, {"x": x}).values()
+    sigmoid = 1 / (1 + np.exp(-x.astype(np.float64)))
+    np.testing.assert_allclose(got, sigmoid * x if op == "silu" else sigmoid, rtol=1e-6, atol=1e-30)

@@ -71,3 +71,14 @@ def windows(xp: np.ndarray, kernel, strides, dilations, out_sizes) -> np.ndarray
     picks += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out_sizes, strides))
     picks += tuple(slice(None, None, d) for d in dilations)
     return view[picks]
+
+
+def padded_rows(x: np.ndarray, pads, out_sizes, eff_kernel, strides, start: int, stop: int, fill=0.0) -> np.ndarray:
+    """``pad_spatial`` of only the input rows (first spatial dim) that output rows
+    ``[start, stop)`` read, so a band of a large image is padded without copying all of it."""
+    size, before = x.shape[2], pads[0][0]
+    lo = start * strides[0] - before  # first and one-past-last input row read
+    hi = (stop - 1) * strides[0] + eff_kernel[0] - before
+    band = x[:, :, max(lo, 0):max(min(hi, size), 0)]
+    band_pads = [(max(-lo, 0), max(hi - size, 0)), *pads[1:]]
+    return pad_spatial(band, band_pads, [stop - start, *out_sizes[1:]], eff_kernel, strides, fill)

@@ -8,16 +8,19 @@ from scipy.special import erf
 from ._params import as_float, param, per_channel, scalar
 from .registry import evaluates
 
+ELEMENTWISE_CHUNK = 1 << 18  # values per slice where an activation needs temporaries
+
 
 def _sigmoid(v: np.ndarray) -> np.ndarray:
-    # exp(-|v|) never overflows; both branches give 1 / (1 + exp(-v)). In place where it can
-    # be: activations of full-resolution images are megabytes each.
-    e = np.asarray(np.abs(v))  # a 0-d input gives a scalar, which has no buffer to reuse
-    np.negative(e, out=e)
-    np.exp(e, out=e)
-    out = np.where(v >= 0, np.ones((), v.dtype), e)
-    e += 1
-    out /= e
+    # exp(-|v|) never overflows; both branches give 1 / (1 + exp(-v)). Computed a slice at a
+    # time: the temporaries of a full-resolution activation would be several times its size.
+    v = np.asarray(v)
+    out = np.empty(v.shape, v.dtype)
+    flat_in, flat_out = v.reshape(-1), out.reshape(-1)
+    for start in range(0, flat_in.size, ELEMENTWISE_CHUNK):
+        part = flat_in[start:start + ELEMENTWISE_CHUNK]
+        e = np.exp(-np.abs(part))
+        flat_out[start:start + ELEMENTWISE_CHUNK] = np.where(part >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
     return out
 
 

@@ -8,10 +8,10 @@ import string
 import numpy as np
 
 from ._params import as_float, ints, param, per_channel, scalar
-from ._windows import effective_kernel, explicit_pads, output_sizes, pad_spatial, windows
+from ._windows import effective_kernel, explicit_pads, output_sizes, padded_rows, windows
 from .registry import evaluates
 
-WINDOW_ELEMENTS = 1 << 20  # gathered window values per einsum call (8 MB in float64)
+WINDOW_ELEMENTS = 1 << 18  # gathered window values per einsum call (1 MB in float32)
 
 
 def _spatial_params(op, x, nd):
@@ -44,23 +44,23 @@ def conv(op, x):
     eff = effective_kernel(kernel, dilations)
     pads = explicit_pads(pad_type, inp.shape[2:], eff, strides, pad)
     out_sizes = output_sizes(inp.shape[2:], eff, strides, pads)
-    padded = pad_spatial(inp, pads, out_sizes, eff, strides)
-    win = windows(padded, kernel, strides, dilations, out_sizes)  # [N, C_in, *O, *K]
 
     n, c_in = inp.shape[:2]
     c_out = weight.shape[0]
-    win = win.reshape((n, groups, c_in // groups) + win.shape[2:])
     w = weight.reshape((groups, c_out // groups) + weight.shape[1:])
     o_axes, k_axes = string.ascii_lowercase[:nd], string.ascii_lowercase[nd : 2 * nd]
     spec = f"NGC{o_axes}{k_axes},GFC{k_axes}->NGF{o_axes}"
-    out = np.empty((n, groups, c_out // groups, *out_sizes), np.result_type(win, w))
+    out = np.empty((n, groups, c_out // groups, *out_sizes), np.result_type(inp, w))
     # einsum gathers the windows it contracts into one array (kernel-size times the input);
-    # taking a band of output rows at a time bounds that copy
+    # padding and contracting a band of output rows at a time bounds both copies
     row_elements = n * c_in * int(np.prod(out_sizes[1:], dtype=np.int64)) * int(np.prod(kernel, dtype=np.int64))
     rows = max(1, WINDOW_ELEMENTS // max(row_elements, 1))
     for start in range(0, out_sizes[0], rows):
-        band = slice(start, start + rows)
-        out[:, :, :, band] = np.einsum(spec, win[:, :, :, band], w, optimize=True)
+        stop = min(start + rows, out_sizes[0])
+        padded = padded_rows(inp, pads, out_sizes, eff, strides, start, stop)
+        win = windows(padded, kernel, strides, dilations, [stop - start, *out_sizes[1:]])  # [N, C_in, *O, *K]
+        win = win.reshape((n, groups, c_in // groups) + win.shape[2:])
+        out[:, :, :, start:stop] = np.einsum(spec, win, w, optimize=True)
     return _add_bias(out.reshape([n, c_out] + out_sizes), x.get("bias"))
 
 

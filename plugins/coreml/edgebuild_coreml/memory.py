@@ -1,0 +1,48 @@
+"""Process memory hygiene for the conversion: what numpy frees should leave the resident set.
+
+Weights are tens to thousands of MB and the interpreter's activations several MB each; with
+glibc's default heuristics freed blocks of that size stay in the heap, resident, and a build's
+peak grows with every pass that allocates and frees them. Both helpers are no-ops on other
+C libraries.
+"""
+
+from __future__ import annotations
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+
+
+def _libc_function(name: str):
+    """A glibc function by name, or None (another C library, or no ctypes)."""
+    import ctypes
+    import ctypes.util
+
+    library = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(library), name) if library else None
+    except (OSError, AttributeError):
+        return None
+
+
+def return_freed_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc only; a no-op elsewhere).
+
+    The interpreter's activations are a few MB each: once glibc has seen such blocks freed it
+    serves them from its heap, which keeps freed pages resident and would add them to the peak
+    of the conversion that follows.
+    """
+    import gc
+
+    gc.collect()
+    trim = _libc_function("malloc_trim")
+    if trim is not None:
+        trim(0)
+
+
+def map_large_blocks() -> None:
+    """Have glibc map every block of 256 KiB or more on its own (M_MMAP_THRESHOLD), so an
+    activation freed by the interpreter goes back to the OS at once. glibc otherwise raises
+    its threshold to the largest block freed so far and keeps later ones of that size in the
+    heap, where they stay resident."""
+    mallopt = _libc_function("mallopt")
+    if mallopt is not None:
+        mallopt(M_MMAP_THRESHOLD, 256 * 1024)
