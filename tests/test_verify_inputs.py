@@ -221,3 +221,21 @@ def test_png_decoded_with_pillow(tmp_path):
     spec = section(samples=1, inputs={"img": {"images": {"dir": "pngs", "scale": 1.0}}})
     [sample] = generate_inputs(spec, {"img": {"shape": [1, 3, 4, 4], "dtype": "float32"}}, tmp_path)
     np.testing.assert_array_equal(sample["img"][0], pixels.transpose(2, 0, 1).astype(np.float32))
+
+
+def test_samples_are_drawn_lazily_in_the_same_order_and_errors_come_first(tmp_path):
+    import itertools
+
+    from edgebuild.verify.inputs import iter_inputs
+
+    specs = {"input_ids": {"shape": [1, 16], "dtype": "int64"}, "attention_mask": {"shape": [1, 16], "dtype": "int64"},
+             "x": {"shape": [2, 3], "dtype": "float32"}}
+    inputs = {"input_ids": {"tokens": {"vocab_size": 50}}, "x": {"random": {"distribution": "normal", "low": -1}}}
+    endless = ValidateSection.model_validate({"samples": 10**9, "inputs": inputs})
+    first = list(itertools.islice(iter_inputs(endless, specs, tmp_path), 3))  # a list of 10**9 would not fit
+    expected = generate_inputs(ValidateSection.model_validate({"samples": 3, "inputs": inputs}), specs, tmp_path)
+    for got, want in zip(first, expected, strict=True):
+        assert list(got) == list(want) and all(np.array_equal(got[k], want[k]) for k in want)
+    bad = ValidateSection.model_validate({"samples": 2, "inputs": {"n": {"random": {}}}})
+    with pytest.raises(UsageError, match="needs 'high'"):
+        iter_inputs(bad, {"n": {"shape": [2], "dtype": "int32"}}, tmp_path)  # raised before any sample is drawn
