@@ -123,8 +123,10 @@ def record(*, files: list[Path], touch: list[Path], stderr: list[str], stdout: s
         "stdout": stdout,
         "depfile": {"path": str(depfile[0].absolute()), "text": depfile[1]} if depfile else None,
     }
-    target = _stamp_path(entry_argv)
-    _write_if_changed(target, json.dumps(stamp))
+    try:
+        _write_if_changed(_stamp_path(entry_argv), json.dumps(stamp))
+    except OSError:
+        pass  # a read-only or full cache: the next run is a full one, nothing worse
 
 
 def _write_if_changed(path: Path, text: str) -> None:

@@ -109,3 +109,24 @@ def test_deleted_depfile_is_rewritten_on_replay(project):
     Path("deps.d").unlink()
     assert run("run", recipe, "--depfile", "deps.d")[1]
     assert Path("deps.d").read_text() == text
+
+
+def test_a_corrupt_stamp_means_a_full_run(project, tmp_path):
+    recipe = project()
+    run("run", recipe)
+    (stamp,) = (tmp_path / "cache" / "stamps").glob("*.json")
+    stamp.write_text('{"version": 1, "paths": ')  # cut short
+    done, replayed, _ = run("run", recipe)
+    assert done.returncode == 0 and not replayed
+
+
+def test_a_stamp_that_cannot_be_written_does_not_fail_the_run(monkeypatch, tmp_path):
+    from edgebuild import uptodate
+
+    def refuse(path, text):
+        raise PermissionError(13, "read-only cache", str(path))
+
+    monkeypatch.setenv("EDGEBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(uptodate, "entry_argv", ["run", "recipe.yaml"])
+    monkeypatch.setattr(uptodate, "_write_if_changed", refuse)
+    uptodate.record(files=[], touch=[], stderr=["done"])  # returns quietly
