@@ -86,16 +86,16 @@ def replay(argv: list[str]) -> int | None:
             return None
         if _import_dirs() != stamp["import_dirs"]:
             return None
+        depfile = stamp.get("depfile")
+        if depfile is not None:
+            _write_if_changed(Path(depfile["path"]), depfile["text"])
     except (OSError, ValueError, KeyError, TypeError):
-        return None
-    for meta in stamp["touch"]:  # a use, for the store's least-recently-used eviction
+        return None  # the full run reports whatever is wrong
+    for meta in stamp.get("touch", ()):  # a use, for the store's least-recently-used eviction
         try:
             os.utime(meta)
         except OSError:
             pass
-    depfile = stamp.get("depfile")
-    if depfile is not None:
-        _write_if_changed(Path(depfile["path"]), depfile["text"])
     from edgebuild.progress import Printer
 
     printer = Printer()
