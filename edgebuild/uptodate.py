@@ -91,9 +91,9 @@ def replay(argv: list[str]) -> int | None:
             _write_if_changed(Path(depfile["path"]), depfile["text"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # the full run reports whatever is wrong
-    for meta in stamp.get("touch", ()):  # a use, for the store's least-recently-used eviction
+    for used in [*stamp.get("touch", ()), _stamp_path(argv)]:  # a use, for `cache gc`
         try:
-            os.utime(meta)
+            os.utime(used)
         except OSError:
             pass
     from edgebuild.progress import Printer

@@ -130,3 +130,16 @@ def test_a_stamp_that_cannot_be_written_does_not_fail_the_run(monkeypatch, tmp_p
     monkeypatch.setattr(uptodate, "entry_argv", ["run", "recipe.yaml"])
     monkeypatch.setattr(uptodate, "_write_if_changed", refuse)
     uptodate.record(files=[], touch=[], stderr=["done"])  # returns quietly
+
+
+def test_cache_gc_drops_stamps_unused_for_longer_than_its_age_limit(project, tmp_path):
+    recipe = project()
+    run("run", recipe)
+    (stamp,) = (tmp_path / "cache" / "stamps").glob("*.json")
+    assert run("run", recipe)[1]  # the replay touches its stamp
+    edgebuild("cache", "gc", "--max-age-days", "1", check=0)
+    assert stamp.exists()
+    old = stamp.stat().st_mtime - 3 * 86400
+    os.utime(stamp, (old, old))
+    edgebuild("cache", "gc", "--max-age-days", "2", check=0)
+    assert not stamp.exists()

@@ -194,6 +194,8 @@ class Store:
                 removed.append(entry)
                 total -= self.size_of(entry)
         self._clean_tmp()
+        if max_age_days is not None:
+            self._clean_stamps(now - max_age_days * 86400)
         return removed
 
     def touch(self, entry: Entry) -> None:
@@ -213,6 +215,16 @@ class Store:
     def clear(self) -> None:
         for sub in ("objects", "tmp", "locks", "stamps"):
             shutil.rmtree(self.root / sub, ignore_errors=True)
+
+    def _clean_stamps(self, unused_since: float) -> None:
+        """Drop up-to-date stamps (``edgebuild.uptodate``) not used since then; each is a small
+        file per command line ever run, and a replay touches its own."""
+        for stamp in (self.root / "stamps").glob("*.json"):
+            try:
+                if stamp.stat().st_mtime < unused_since:
+                    stamp.unlink()
+            except OSError:
+                pass
 
     def _clean_tmp(self) -> None:
         """Remove temporaries of builds that were killed (older than a day)."""
