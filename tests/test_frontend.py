@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -208,7 +210,7 @@ def test_opset_11_model_is_upgraded_to_13(tmp_path):
 # ---- the optimise stage with the registered passes -------------------------------------------
 
 
-def test_optimize_runs_registered_passes_and_reports_counts(tmp_path):
+def _linear_silu_model(tmp_path) -> Path:
     d = 8
     inits = [numpy_helper.from_array(RNG.standard_normal((d, d)).astype(np.float32), "w"),
              numpy_helper.from_array(RNG.standard_normal(d).astype(np.float32), "b")]
@@ -217,7 +219,11 @@ def test_optimize_runs_registered_passes_and_reports_counts(tmp_path):
     graph = helper.make_graph(nodes, "g", [vi("x", [2, d])], [vi("y", [2, d])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
-    src = save(model, tmp_path / "m.onnx")
+    return save(model, tmp_path / "m.onnx")
+
+
+def test_optimize_runs_registered_passes_and_reports_counts(tmp_path):
+    src = _linear_silu_model(tmp_path)
     OnnxFrontend().import_model(src, {}, tmp_path / "imp")
     report = optimize(tmp_path / "imp" / "model.onnx", tmp_path / "opt", passes={"fuse_attention": False})
     assert report["nodes_before"] == 4 and report["nodes_after"] == 2
@@ -227,9 +233,26 @@ def test_optimize_runs_registered_passes_and_reports_counts(tmp_path):
 
     from edgebuild.graph.fused_reference import run_reference
 
-    x = RNG.standard_normal((2, d)).astype(np.float32)
+    x = RNG.standard_normal((2, 8)).astype(np.float32)
     got = run_reference(tmp_path / "opt" / "model.onnx", {"x": x})["y"]
     np.testing.assert_allclose(got, run_ort(src, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_optimize_lets_go_of_the_model(tmp_path, monkeypatch):
+    """Rewrite rules outlive a build: a matcher still holding the last graph would keep its
+    weights resident through the lowering that follows in the same process."""
+    OnnxFrontend().import_model(_linear_silu_model(tmp_path), {}, tmp_path / "imp")
+    loaded, real_load = [], ir.load
+
+    def load(path, *args, **kwargs):
+        model = real_load(path, *args, **kwargs)
+        loaded.append(weakref.ref(model.graph))
+        return model
+
+    monkeypatch.setattr(ir, "load", load)
+    optimize(tmp_path / "imp" / "model.onnx", tmp_path / "opt")
+    gc.collect()
+    assert loaded and all(ref() is None for ref in loaded)
 
 
 def test_optimize_rejects_unknown_pass_names(tmp_path):

@@ -9,7 +9,7 @@ references, in :mod:`edgebuild.graph.fused_reference`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
@@ -39,19 +39,16 @@ class GraphPass:
     before_folding: bool = False
     commute: bool = True
     prepare: Callable[[ir.Model], None] | None = None
-    _rule_set: pattern.RewriteRuleSet | None = field(default=None, repr=False)
-
-    def rule_set(self) -> pattern.RewriteRuleSet:
-        if self._rule_set is None:
-            self._rule_set = pattern.RewriteRuleSet(list(self.rules()), commute=self.commute)
-        return self._rule_set
 
     def apply(self, model: ir.Model) -> int:
         if self.prepare is not None:
             self.prepare(model)
+        # Built per run and dropped after: onnxscript's matchers hold on to the last graph they
+        # matched, and with it every weight of the model.
+        rule_set = pattern.RewriteRuleSet(list(self.rules()), commute=self.commute)
         total = 0
         for _ in range(MAX_ROUNDS):
-            fired = self.rule_set().apply_to_model(model)
+            fired = rule_set.apply_to_model(model)
             total += fired
             if not fired:
                 break
@@ -77,25 +74,25 @@ PASSES: dict[str, GraphPass] = {
             "dequantize_weights",
             "INT8/UINT8 weight -> Cast -> [Sub zero point] -> Mul scale becomes DequantizeLinear, "
             "so backends keep the weights compressed",
-            lambda: dequant.RULES,
+            dequant.rules,
             before_folding=True,
         ),
         GraphPass(
             "fuse_conv_bn",
             "fold BatchNormalization into the preceding Conv's constant weights and bias",
-            lambda: conv_bn.RULES,
+            conv_bn.rules,
             commute=False,
         ),
         GraphPass(
             "fuse_bias",
             "Conv + Add -> Conv with bias; Gemm / MatMul [+ Add] -> edgebuild::Linear",
-            lambda: bias.RULES,
+            bias.rules,
         ),
         GraphPass(
             "fuse_activations",
             "ReLU6 -> Clip, HardSigmoid, HardSwish, x*sigmoid(x) -> edgebuild::Silu, "
             "erf/tanh GELU -> edgebuild::Gelu",
-            lambda: activations.RULES,
+            activations.rules,
             min_opset=activations.MIN_OPSET,
             commute=False,  # the rules list their own operand orders
             prepare=activations.constants_to_the_right,
@@ -103,13 +100,13 @@ PASSES: dict[str, GraphPass] = {
         GraphPass(
             "fuse_layer_norm",
             "mean/variance/normalise/scale/shift chains -> LayerNormalization (opset 17)",
-            lambda: layer_norm.RULES,
+            layer_norm.rules,
             min_opset=17,
         ),
         GraphPass(
             "fuse_attention",
             "softmax(Q @ K^T * scale + mask) @ V -> edgebuild::ScaledDotProductAttention",
-            lambda: attention.RULES,
+            attention.rules,
         ),
     )
 }

@@ -23,6 +23,21 @@ from edgebuild.graph.external_data import iter_graphs
 from edgebuild.graph.frontend import DATA_FILE, MODEL_FILE
 
 
+def forget_last_matches() -> None:
+    """Drop the graph onnxscript's default rewrite rules still point at after optimising.
+
+    The rules are module-level objects, and each matcher keeps the last graph it matched (and so
+    every weight of it, mapped) until the next model. A backend lowering in the same process
+    would carry that model through its own peak. Each match sets these fields afresh.
+    """
+    from onnxscript import rewriter
+
+    for rule in getattr(rewriter, "_DEFAULT_REWRITE_RULES", ()):
+        matcher = getattr(rule, "_matcher", None)
+        for field in ("_graph", "_match", "_current_node", "_tracer"):
+            if matcher is not None and hasattr(matcher, field):
+                setattr(matcher, field, None)
+
 
 def op_counts(model: ir.Model) -> dict[str, int]:
     """Ops by ``domain::type`` (plain type for ai.onnx), subgraphs included."""
@@ -98,6 +113,7 @@ def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = N
         if getattr(graph_pass, "before_folding", False):
             rules[name] = run_pass(name, graph_pass, model)
     onnxscript.optimizer.optimize_ir(model)
+    forget_last_matches()
     for name, graph_pass in selected:
         if not getattr(graph_pass, "before_folding", False):
             rules[name] = run_pass(name, graph_pass, model)

@@ -210,19 +210,20 @@ def constants_to_the_right(model: ir.Model) -> None:
                 node.replace_input_with(1, first)
 
 
-RULES = [
-    # GELU and HardSwish first: their patterns contain the smaller ones.
-    *[r for name, target, expected in _erf_gelu_patterns() for r in _rules(name, target, _gelu("none"), False, **expected)],
-    *[r for name, target, expected in _tanh_gelu_patterns() for r in _rules(name, target, _gelu("tanh"), False, **expected)],
-    *_rules("hardswish_div", _hswish_div, _hard_swish, three=3, zero=0, six=6, divisor=6),
-    *_rules("hardswish_mul", _hswish_mul, _hard_swish, three=3, zero=0, six=6, sixth=1 / 6),
-    *_rules("hardswish_x_hsig", _x_times_hsig, _hard_swish),
-    *_rules("hardsigmoid_div", _hsig_div, _hard_sigmoid, three=3, zero=0, six=6, divisor=6),
-    *_rules("hardsigmoid_mul", _hsig_mul, _hard_sigmoid, three=3, zero=0, six=6, sixth=1 / 6),
-    *_rules("hardsigmoid_inner_div", _hsig_inner_div, _hard_sigmoid, three=3, divisor=6, zero=0, one=1),
-    *_rules("hardsigmoid_affine", _hsig_affine, _hard_sigmoid, sixth=1 / 6, half=0.5, zero=0, one=1),
-    *_rules("silu", _x_sigmoid, _silu),
-    *_rules("relu6_min_max", _min_max, _clip06, zero=0, six=6),
-    *_rules("relu6_max_min", _max_min, _clip06, zero=0, six=6),
-    *_rules("relu6_relu_min", _relu_min, _clip06, six=6),
-]
+def rules() -> list[pattern.RewriteRule]:
+    return [
+        # GELU and HardSwish first: their patterns contain the smaller ones.
+        *[r for name, target, expected in _erf_gelu_patterns() for r in _rules(name, target, _gelu("none"), False, **expected)],
+        *[r for name, target, expected in _tanh_gelu_patterns() for r in _rules(name, target, _gelu("tanh"), False, **expected)],
+        *_rules("hardswish_div", _hswish_div, _hard_swish, three=3, zero=0, six=6, divisor=6),
+        *_rules("hardswish_mul", _hswish_mul, _hard_swish, three=3, zero=0, six=6, sixth=1 / 6),
+        *_rules("hardswish_x_hsig", _x_times_hsig, _hard_swish),
+        *_rules("hardsigmoid_div", _hsig_div, _hard_sigmoid, three=3, zero=0, six=6, divisor=6),
+        *_rules("hardsigmoid_mul", _hsig_mul, _hard_sigmoid, three=3, zero=0, six=6, sixth=1 / 6),
+        *_rules("hardsigmoid_inner_div", _hsig_inner_div, _hard_sigmoid, three=3, divisor=6, zero=0, one=1),
+        *_rules("hardsigmoid_affine", _hsig_affine, _hard_sigmoid, sixth=1 / 6, half=0.5, zero=0, one=1),
+        *_rules("silu", _x_sigmoid, _silu),
+        *_rules("relu6_min_max", _min_max, _clip06, zero=0, six=6),
+        *_rules("relu6_max_min", _max_min, _clip06, zero=0, six=6),
+        *_rules("relu6_relu_min", _relu_min, _clip06, six=6),
+    ]

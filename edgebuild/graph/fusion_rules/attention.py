@@ -95,10 +95,11 @@ def _sdpa(op, q, kt, v, probs, scale: float, mask):
     return op.ScaledDotProductAttention(*inputs, scale=float(scale), _domain=EDGEBUILD_DOMAIN)
 
 
-RULES = [
-    pattern.RewriteRule(_target(form, masked, guard), _replacement(form), name=f"sdpa_{form}{'_mask' * masked}{'_guard' * guard}")
-    # Longest first, so a scaled, masked attention is not claimed by a shorter pattern.
-    for guard in (True, False)
-    for masked in (True, False)
-    for form in SCALE_FORMS
-]
+def rules() -> list[pattern.RewriteRule]:
+    return [
+        pattern.RewriteRule(_target(form, masked, guard), _replacement(form), name=f"sdpa_{form}{'_mask' * masked}{'_guard' * guard}")
+        # Longest first, so a scaled, masked attention is not claimed by a shorter pattern.
+        for guard in (True, False)
+        for masked in (True, False)
+        for form in SCALE_FORMS
+    ]

@@ -147,10 +147,11 @@ def _gemm_to_linear(op, a, b, gemm_out):
     return op.Linear(a, weight, new_initializer(op, vector, gemm_out, "bias"), _domain=EDGEBUILD_DOMAIN)
 
 
-RULES = [
-    pattern.RewriteRule(_conv_add, _conv_with_bias, name="conv_add_bias"),
-    pattern.RewriteRule(_gemm, _gemm_to_linear, name="gemm_linear"),
-    pattern.RewriteRule(_matmul_add, _matmul_add_to_linear, name="matmul_add_linear"),
-    pattern.RewriteRule(_matmul, _matmul_to_linear, name="matmul_linear"),
-    pattern.RewriteRule(_linear_add, _linear_add_to_linear, name="linear_add_bias"),
-]
+def rules() -> list[pattern.RewriteRule]:
+    return [
+        pattern.RewriteRule(_conv_add, _conv_with_bias, name="conv_add_bias"),
+        pattern.RewriteRule(_gemm, _gemm_to_linear, name="gemm_linear"),
+        pattern.RewriteRule(_matmul_add, _matmul_add_to_linear, name="matmul_add_linear"),
+        pattern.RewriteRule(_matmul, _matmul_to_linear, name="matmul_linear"),
+        pattern.RewriteRule(_linear_add, _linear_add_to_linear, name="linear_add_bias"),
+    ]

@@ -41,4 +41,5 @@ def _folded_conv(op, x, gamma, beta, mean, var, conv_out, bn_out):
     return op.Conv(x, w, b_new, **dict(conv.attributes))
 
 
-RULES = [pattern.RewriteRule(_conv_bn, _folded_conv, name="fuse_conv_bn")]
+def rules() -> list[pattern.RewriteRule]:
+    return [pattern.RewriteRule(_conv_bn, _folded_conv, name="fuse_conv_bn")]

@@ -85,7 +85,8 @@ def _zero_point_array(zp) -> np.ndarray | None:
     return None
 
 
-RULES = [
-    pattern.RewriteRule(_cast_sub_mul, _dequantize, name="dequantize_sub_mul"),
-    pattern.RewriteRule(_cast_mul, _dequantize, name="dequantize_mul"),
-]
+def rules() -> list[pattern.RewriteRule]:
+    return [
+        pattern.RewriteRule(_cast_sub_mul, _dequantize, name="dequantize_sub_mul"),
+        pattern.RewriteRule(_cast_mul, _dequantize, name="dequantize_mul"),
+    ]

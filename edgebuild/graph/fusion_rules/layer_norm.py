@@ -127,8 +127,9 @@ def _absorb_bias(op, x, scale, beta, ln_out):
     return op.LayerNormalization(x, scale, new_bias, axis=int_attr(node, "axis", -1), epsilon=float_attr(node, "epsilon", 1e-5))
 
 
-RULES = [
-    pattern.RewriteRule(_normalize, _layer_norm, name="layer_norm"),
-    pattern.RewriteRule(_ln_times, _absorb_scale, name="layer_norm_scale"),
-    pattern.RewriteRule(_ln_plus, _absorb_bias, name="layer_norm_bias"),
-]
+def rules() -> list[pattern.RewriteRule]:
+    return [
+        pattern.RewriteRule(_normalize, _layer_norm, name="layer_norm"),
+        pattern.RewriteRule(_ln_times, _absorb_scale, name="layer_norm_scale"),
+        pattern.RewriteRule(_ln_plus, _absorb_bias, name="layer_norm_bias"),
+    ]

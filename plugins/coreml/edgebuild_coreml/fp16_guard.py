@@ -32,7 +32,9 @@ MAX_CALIBRATION_SAMPLES = 4  # the guard runs the interpreter once per sample; k
 # with headroom for the scores a mask is added to.
 MEANT_AS_INFINITY = 1e38
 SATURATED = FP16_MAX / 2
-SCAN_CHUNK = 1 << 20  # elements per step of a scan over a large array: bounds its temporaries
+# Elements per step of a scan over a large array: its temporaries (a few chunk-sized arrays)
+# stay well below one activation of a full-resolution image model.
+SCAN_CHUNK = 1 << 16
 
 
 @dataclass

@@ -8,19 +8,25 @@ from scipy.special import erf
 from ._params import as_float, param, per_channel, scalar
 from .registry import evaluates
 
-ELEMENTWISE_CHUNK = 1 << 18  # values per slice where an activation needs temporaries
+ELEMENTWISE_CHUNK = 1 << 16  # values per slice where an activation needs temporaries
 
 
 def _sigmoid(v: np.ndarray) -> np.ndarray:
-    # exp(-|v|) never overflows; both branches give 1 / (1 + exp(-v)). Computed a slice at a
-    # time: the temporaries of a full-resolution activation would be several times its size.
+    # exp(-|v|) never overflows; 1 / (1 + e) for v >= 0 and e / (1 + e) below give 1 / (1 + exp(-v)).
+    # A slice at a time, in place: the temporaries of a full-resolution activation would be
+    # several times its size.
     v = np.asarray(v)
     out = np.empty(v.shape, v.dtype)
     flat_in, flat_out = v.reshape(-1), out.reshape(-1)
     for start in range(0, flat_in.size, ELEMENTWISE_CHUNK):
-        part = flat_in[start:start + ELEMENTWISE_CHUNK]
-        e = np.exp(-np.abs(part))
-        flat_out[start:start + ELEMENTWISE_CHUNK] = np.where(part >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+        part, result = flat_in[start:start + ELEMENTWISE_CHUNK], flat_out[start:start + ELEMENTWISE_CHUNK]
+        e = np.abs(part)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        np.copyto(result, e)  # NaN stays NaN
+        np.copyto(result, 1.0, where=part >= 0)
+        e += 1.0
+        result /= e
     return out
 
 
