@@ -47,7 +47,9 @@ def edgebuild_register_passes(register):
 
     A pass has ``default: bool`` (on unless the recipe's ``optimize.passes`` says otherwise)
     and ``apply(model: onnx_ir.Model) -> int``, returning how many times it rewrote the
-    graph. Fusion passes are usually onnxscript rewrite rules.
+    graph. Fusion passes are usually onnxscript rewrite rules; build the rule objects in
+    ``apply``, not once per process: a matcher keeps the last graph it matched, and with it
+    that model's weights.
     """
 
 

@@ -10,6 +10,7 @@ import pluggy
 
 from edgebuild import hookspecs
 from edgebuild.errors import PluginError
+from edgebuild.versions import key_version
 
 KINDS = (
     "resolvers",
@@ -191,7 +192,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> dict[str, tuple[str, str]]:
         if pm.is_registered(module) or pm.get_plugin(ep.name) is not None:
             continue
         pm.register(module, name=ep.name)
-        dists[ep.name] = (dist, version)
+        dists[ep.name] = (dist, key_version(version, ep.module.split(".")[0]))
     return dists
 
 

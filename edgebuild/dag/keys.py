@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from edgebuild import __version__
+from edgebuild.versions import edgebuild_version
 
 
 def canonical(value) -> str:
@@ -19,6 +19,6 @@ def stage_key(kind: str, params: dict, inputs: dict[str, str], plugins: dict[str
         "params": params,
         "inputs": inputs,
         "plugins": plugins,
-        "edgebuild": __version__,
+        "edgebuild": edgebuild_version(),
     }
     return hashlib.sha256(canonical(payload).encode()).hexdigest()

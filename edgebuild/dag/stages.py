@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from edgebuild import __version__
+from edgebuild.versions import edgebuild_version
 from edgebuild.dag.hashstate import file_sha256
 from edgebuild.errors import UsageError
 from edgebuild.recipe import Variant
@@ -143,4 +143,4 @@ def artifact_of(stages: list[Stage]) -> str:
 
 
 def versions(registry) -> dict[str, str]:
-    return {"edgebuild": __version__, **registry.versions()}
+    return {"edgebuild": edgebuild_version(), **registry.versions()}

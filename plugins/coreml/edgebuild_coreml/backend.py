@@ -9,6 +9,7 @@ from pathlib import Path
 from edgebuild.dag.stages import Stage
 from edgebuild.errors import BuildError
 from edgebuild.verify.files import digest_params
+from edgebuild.versions import edgebuild_version
 
 ARTIFACT = "model.mlpackage"
 
@@ -62,7 +63,7 @@ class CoreMLBackend:
             "recipe": recipe.name, "variant": variant.name, "compute_policy": recipe.compute.policy,
             "author": recipe.metadata.author, "license": recipe.metadata.license,
             "description": recipe.metadata.description, "version": recipe.metadata.version,
-            "versions": {"edgebuild": __import__("edgebuild").__version__, **plugins},
+            "versions": {"edgebuild": edgebuild_version(), **plugins},
         }
 
         def package(results, out: Path) -> dict:

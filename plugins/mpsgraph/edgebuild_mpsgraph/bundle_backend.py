@@ -168,9 +168,9 @@ class BundleBackend:
     def package(lowered, out_dir: Path, recipe, variant: str, plugins: dict) -> dict:
         """Write ``out_dir/bundle`` (manifest + segments), or ``out_dir/model.mlpackage`` when Core
         ML runs the whole model; ``info["artifact"]`` names which."""
-        from edgebuild import __version__
         from edgebuild.bundle import HandOffSpec, Manifest, write_manifest
         from edgebuild.partition import HandOff
+        from edgebuild.versions import edgebuild_version
 
         info = lowered.info
         segments = info["segments"]
@@ -189,7 +189,7 @@ class BundleBackend:
                             inputs=info["inputs"], outputs=info["outputs"], segments=segments,
                             handoffs=[HandOffSpec(tensor=e.tensor, from_segment=e.producer, to_segment=e.consumer)
                                       for e in edges],
-                            versions={"edgebuild": __version__, **plugins})
+                            versions={"edgebuild": edgebuild_version(), **plugins})
         write_manifest(manifest, bundle_dir)
         return {"kind": "bundle", "segments": len(segments), "artifact": ARTIFACT,
                 "backends": [s["backend"] for s in segments],
