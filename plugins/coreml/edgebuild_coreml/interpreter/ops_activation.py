@@ -109,7 +109,8 @@ def sigmoid_hard(op, x):
 def silu(op, x):
     v = as_float(x["x"])
     out = _sigmoid(v)
-    out *= v
+    with np.errstate(invalid="ignore"):  # silu(-inf) = 0 * -inf: NaN, as in IEEE arithmetic
+        out *= v
     return out
 
 
