@@ -35,7 +35,7 @@ def forget_last_matches() -> None:
     for rule in getattr(rewriter, "_DEFAULT_REWRITE_RULES", ()):
         matcher = getattr(rule, "_matcher", None)
         for field in ("_graph", "_match", "_current_node", "_tracer"):
-            if matcher is not None and hasattr(matcher, field):
+            if hasattr(matcher, field):
                 setattr(matcher, field, None)
 
 
