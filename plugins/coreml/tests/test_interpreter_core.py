@@ -807,3 +807,57 @@ def test_sigmoid_family_in_slices_matches_numpy(monkeypatch, op):
         sigmoid = 1 / (1 + np.exp(-x.astype(np.float64)))
         expected = sigmoid * x if op == "silu" else sigmoid
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-30)  # NaN where expected is NaN
+
+
+@pytest.mark.parametrize("dtype,axis,scale_dtype", [(np.int8, 0, np.float32), (np.uint8, 1, np.float16), (np.int8, -1, np.float16)])
+def test_affine_dequantize_matches_coremltools(dtype, axis, scale_dtype):
+    from coremltools.converters.mil.mil.ops.defs.iOS16.constexpr_ops import constexpr_affine_dequantize
+
+    from edgebuild_coreml.interpreter.ops_constexpr import affine_dequantize
+
+    info = np.iinfo(dtype)
+    data = RNG.integers(info.min, info.max + 1, size=(6, 5)).astype(dtype)
+    channels = data.shape[axis]
+    zero_point = RNG.integers(info.min, info.max + 1, size=channels).astype(dtype)
+    scale = (RNG.random(channels) * 0.1 + 0.01).astype(scale_dtype)
+    args = {"quantized_data": data, "zero_point": zero_point, "scale": scale, "axis": axis}
+    got = affine_dequantize(None, args)
+    expected = constexpr_affine_dequantize.decompress(data, zero_point, scale, axis)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_compressed_weights_are_expanded_only_while_read():
+    """Decompression ops stand at the top of a program: all expanded up front, every weight of
+    the model would be dense at once."""
+    from edgebuild_coreml.interpreter import executor
+
+    weights = [RNG.integers(-128, 128, size=(4, 4)).astype(np.int8) for _ in range(3)]
+
+    @mb.program(input_specs=[spec((2, 4))], opset_version=ct.target.iOS16)
+    def prog(x):
+        dense = [mb.constexpr_affine_dequantize(quantized_data=w, zero_point=np.int8(0), scale=np.float32(0.5),
+                                                axis=0) for w in weights]
+        for d in dense:
+            x = mb.matmul(x=x, y=d)
+        return x
+
+    expanded: list[int] = []
+    live_at_expansion: list[int] = []
+    evaluate = executor._Interpreter._evaluate_op
+
+    def tracking(self, op, env):
+        if op.op_type.startswith("constexpr_"):
+            live_at_expansion.append(sum(1 for var in env if var.op is not None and var.op.op_type.startswith("constexpr_")))
+            expanded.append(op)
+        evaluate(self, op, env)
+
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(executor._Interpreter, "_evaluate_op", tracking)
+        (got,) = run_program(prog, {"x": x}).values()
+    expected = x
+    for w in weights:
+        expected = expected @ (w.astype(np.float32) * 0.5)
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    assert len(expanded) == 3 and live_at_expansion == [0, 0, 0]  # each dropped before the next is made

@@ -94,6 +94,13 @@ def _vars_read(op):
             yield from _vars_read(inner)
 
 
+def _decompresses(op) -> bool:
+    """Whether ``op`` expands a compressed weight (``constexpr_*``). Such ops usually stand
+    together at the top of a program; evaluated in order, every weight of the model would be
+    dense at once, so each is expanded when its reader runs and dropped after its last one."""
+    return op.op_type.startswith("constexpr_")
+
+
 def _last_readers(function) -> dict:
     """{top-level op: the Vars no later op reads}; the function's outputs are never dropped."""
     last_reader = {}
@@ -151,11 +158,15 @@ class _Interpreter:
             for var, value in zip(block.inputs, block_inputs):
                 env[var] = value
         for op in block.operations:
-            self._evaluate_op(op, env)
+            if not _decompresses(op):  # evaluated when first read, see value_of
+                self._evaluate_op(op, env)
         return [self.value_of(var, env) for var in block.outputs]
 
     def value_of(self, var, env: dict) -> Any:
         if var in env:
+            return env[var]
+        if var.op is not None and _decompresses(var.op):
+            self._evaluate_op(var.op, env)
             return env[var]
         known = var.val
         if known is None:

@@ -19,10 +19,16 @@ def _optional(x, name):
 
 @evaluates("constexpr_affine_dequantize")
 def affine_dequantize(op, x):
-    return type(op).decompress(
-        np.asarray(x["quantized_data"]), np.asarray(x["zero_point"]),
-        np.asarray(x["scale"]), int(x["axis"]),
-    )
+    # coremltools' decompress computes the same in float32, but ends in a copy, so two dense
+    # arrays exist at once: for an int8 embedding table, twice its float size. One here.
+    from coremltools.optimize._utils import promote_rank_to_same_as_data
+
+    data, axis = np.asarray(x["quantized_data"]), int(x["axis"])
+    zero_point, scale = (promote_rank_to_same_as_data(np.asarray(x[k]), data, axis) for k in ("zero_point", "scale"))
+    out = data.astype(np.float32)
+    out -= zero_point.astype(np.float32)
+    out *= scale
+    return out.astype(scale.dtype, copy=False)
 
 
 @evaluates("constexpr_cast")
