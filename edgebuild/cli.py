@@ -271,34 +271,42 @@ def kernels(
 
 @cache_app.command("info")
 def cache_info(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"), as_json: bool = typer.Option(False, "--json")):
-    """Where the store is and how big."""
+    """Where the store is, how big, and what `cache gc` would clean up."""
     from edgebuild.build import open_store
 
     store = open_store(cache_dir)
-    entries = store.entries()
-    data = {"path": str(store.root), "entries": len(entries), "bytes": sum(store.size_of(e) for e in entries)}
+    entries, corrupt, leftovers = store.entries(), store.corrupt(), store.leftovers()
+    data = {"path": str(store.root), "entries": len(entries), "bytes": sum(store.size_of(e) for e in entries),
+            "corrupt": len(corrupt), "temporaries": len(leftovers),
+            "garbage_bytes": sum(store.bytes_under(p) for p in corrupt + leftovers)}
     if as_json:
         sys.stdout.write(json.dumps(data) + "\n")
-    else:
-        typer.echo(f"{data['path']}\n{data['entries']} entries, {data['bytes'] / 1e6:.1f} MB")
+        return
+    typer.echo(f"{data['path']}\n{data['entries']} entries, {data['bytes'] / 1e6:.1f} MB")
+    if corrupt or leftovers:
+        typer.echo(f"{len(corrupt)} corrupt entries and {len(leftovers)} temporaries of killed builds "
+                   f"({data['garbage_bytes'] / 1e6:.1f} MB): `edgebuild cache gc` removes them")
 
 
 @cache_app.command("ls")
 def cache_ls(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"), as_json: bool = typer.Option(False, "--json")):
-    """List store entries: key, stage, size, age."""
+    """List store entries: key, stage, size, age (corrupt ones too, marked so)."""
     import time
 
     from edgebuild.build import open_store
 
     store = open_store(cache_dir)
     rows = [{"key": e.key, "stage": e.meta.get("stage"), "bytes": store.size_of(e),
-             "last_used": store.last_used(e)} for e in store.entries()]
+             "last_used": store.last_used(e), "status": "ok"} for e in store.entries()]
+    rows += [{"key": p.name, "stage": None, "bytes": store.bytes_under(p), "last_used": p.stat().st_mtime,
+              "status": "corrupt"} for p in store.corrupt()]
     if as_json:
         sys.stdout.write(json.dumps(rows) + "\n")
         return
     for r in sorted(rows, key=lambda r: -r["last_used"]):
         age = (time.time() - r["last_used"]) / 3600
-        typer.echo(f"{r['key'][:16]}  {r['stage']:<10} {r['bytes'] / 1e6:>9.2f} MB  {age:7.1f} h ago")
+        stage = r["stage"] if r["status"] == "ok" else "CORRUPT"
+        typer.echo(f"{r['key'][:16]}  {str(stage):<10} {r['bytes'] / 1e6:>9.2f} MB  {age:7.1f} h ago")
 
 
 def _parse_size(text: str) -> int:
@@ -307,32 +315,47 @@ def _parse_size(text: str) -> int:
     return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
 
 
+def _cleanup_failed(command: str, problems: list[str]) -> None:
+    """A clean-up that left things behind says what and fails, instead of claiming success."""
+    if not problems:
+        return
+    for line in problems[:20]:
+        typer.echo(f"could not remove {line}", err=True)
+    if len(problems) > 20:
+        typer.echo(f"... and {len(problems) - 20} more", err=True)
+    typer.echo(f"error: cache {command}: {len(problems)} paths could not be removed"
+               "\n  hint: the store (or part of it) is read-only or owned by another user; "
+               "fix its permissions or run as its owner", err=True)
+    raise typer.Exit(1)
+
+
 @cache_app.command("gc")
 def cache_gc(
     max_age_days: Optional[float] = typer.Option(None, "--max-age-days", help="evict entries unused for longer"),
     max_size: Optional[str] = typer.Option(None, "--max-size", help="evict least recently used until under, e.g. 5G"),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
 ):
-    """Evict entries by age and size budget."""
+    """Remove corrupt entries and temporaries of killed builds; evict entries by age and size budget."""
     from edgebuild.build import open_store
     from edgebuild.errors import UsageError
 
-    if max_age_days is None and max_size is None:
-        raise UsageError("cache gc: give --max-age-days and/or --max-size")
     try:
         budget = _parse_size(max_size) if max_size else None
     except Exception:
         raise UsageError(f"cache gc: --max-size {max_size!r} is not a size like 500M or 5G") from None
-    removed = open_store(cache_dir).gc(max_age_days=max_age_days, max_bytes=budget)
-    typer.echo(f"evicted {len(removed)} entries")
+    store = open_store(cache_dir)
+    corrupt, leftovers = len(store.corrupt()), len(store.leftovers())
+    removed, problems = store.gc(max_age_days=max_age_days, max_bytes=budget)
+    _cleanup_failed("gc", problems)
+    typer.echo(f"evicted {len(removed)} entries; removed {corrupt} corrupt entries and {leftovers} temporaries")
 
 
 @cache_app.command("clear")
 def cache_clear(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir")):
-    """Remove every entry."""
+    """Remove every entry (and only what the store made)."""
     from edgebuild.build import open_store
 
-    open_store(cache_dir).clear()
+    _cleanup_failed("clear", open_store(cache_dir).clear())
     typer.echo("cleared")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -146,9 +147,10 @@ def _write_comparisons(builds: list[Build]) -> None:
             roots.setdefault(build.output_dir.parent, []).append(build)
     for root, members in roots.items():
         if len(members) > 1 or len(list(root.glob("*/report.json"))) > 1:
+            from edgebuild.dag.atomic import file_mode
             from edgebuild.verify.report import write_combined
 
-            write_combined(root)
+            os.chmod(write_combined(root), file_mode())  # not tempfile's 0600: reports get published
 
 
 def _relative(path: Path) -> str:

@@ -58,6 +58,7 @@ def test_corrupt_store_entry_is_rebuilt_not_served(project, tmp_path):
     stored = tmp_path / "cache" / "objects" / key[:2] / key / "out" / "model" / "model.onnx"
     data = bytearray(stored.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, different bytes
+    stored.chmod(0o644)  # store files are read-only
     stored.write_bytes(bytes(data))
     Path("out").rename("out-old")  # make the build read the store again
     second = edgebuild("run", recipe, "--json", check=0)
@@ -138,9 +139,11 @@ def test_cache_info_ls_gc_clear(project, tmp_path):
     edgebuild("cache", "gc", "--max-size", "1", check=0)
     assert json.loads(edgebuild("cache", "info", "--json", check=0).stdout)["entries"] == 0
     edgebuild("run", project(), check=0)
+    assert "evicted 0 entries" in edgebuild("cache", "gc", check=0).stdout  # no budget: only garbage goes
+    assert json.loads(edgebuild("cache", "info", "--json", check=0).stdout)["entries"] >= 4
     edgebuild("cache", "clear", check=0)
     assert json.loads(edgebuild("cache", "info", "--json", check=0).stdout)["entries"] == 0
-    assert edgebuild("cache", "gc").returncode == 2
+    assert edgebuild("cache", "gc", "--max-size", "lots").returncode == 2
 
 
 def test_missing_source_is_a_clear_error(project):

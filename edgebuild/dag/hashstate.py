@@ -48,34 +48,59 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of ``path``, from the state DB when the file's stat is unchanged."""
-    path = Path(path).resolve()
-    st = os.stat(path)
-    stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+def stamp_of(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What must stay equal for a remembered digest to hold; ctime is set by the kernel on every
+    write, chmod, link or utime, so ``touch`` cannot forge it."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def hashed(path: Path) -> tuple[str, tuple[int, int, int, int]]:
+    """(sha256, stamp) of ``path``, the stamp taken around the read so that it vouches for the digest."""
+    for _ in range(3):
+        before = stamp_of(os.stat(path))
+        digest = sha256_of(path)
+        if stamp_of(os.stat(path)) == before:
+            break
+    return digest, before  # a file still changing gets a stamp that the next look will not match
+
+
+def remember(path: Path, stamp: tuple[int, int, int, int], digest: str) -> None:
+    """Record that ``path`` had ``digest`` while its stat was ``stamp``."""
     conn = _connection()
     if conn is not None:
-        row = conn.execute(
-            "SELECT inode, size, mtime_ns, ctime_ns, sha256 FROM state WHERE path = ?", (str(path),)
-        ).fetchone()
-        if row is not None and tuple(row[:4]) == stamp:
-            return row[4]
-    digest = sha256_of(path)
+        conn.execute("INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?, ?)", (str(Path(path).resolve()), *stamp, digest))
+
+
+def forget(folder: Path) -> None:
+    """Drop what is remembered of the files under ``folder`` (an evicted store entry)."""
+    conn = _connection()
     if conn is not None:
-        conn.execute("INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?, ?)", (str(path), *stamp, digest))
+        prefix = str(Path(folder).resolve()) + os.sep
+        conn.execute("DELETE FROM state WHERE substr(path, 1, ?) = ?", (len(prefix), prefix))
+
+
+def _remembered(path: Path, st: os.stat_result) -> str | None:
+    conn = _connection()
+    if conn is None:
+        return None
+    row = conn.execute(
+        "SELECT inode, size, mtime_ns, ctime_ns, sha256 FROM state WHERE path = ?", (str(path),)
+    ).fetchone()
+    return row[4] if row is not None and tuple(row[:4]) == stamp_of(st) else None
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of ``path``, from the state DB when the file's stat is unchanged since it was hashed."""
+    path = Path(path).resolve()
+    known = _remembered(path, os.stat(path))
+    if known is not None:
+        return known
+    digest, stamp = hashed(path)
+    remember(path, stamp, digest)
     return digest
 
 
 def known_sha256(path: Path) -> str | None:
     """The remembered digest of ``path`` if its stat is unchanged, else None (no hashing)."""
-    conn = _connection()
-    if conn is None:
-        return None
     path = Path(path).resolve()
-    st = os.stat(path)
-    row = conn.execute(
-        "SELECT inode, size, mtime_ns, ctime_ns, sha256 FROM state WHERE path = ?", (str(path),)
-    ).fetchone()
-    if row is not None and tuple(row[:4]) == (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns):
-        return row[4]
-    return None
+    return _remembered(path, os.stat(path))

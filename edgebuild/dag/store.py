@@ -2,14 +2,20 @@
 
 Layout under the cache root::
 
-    objects/ab/abcdef.../out/...      the stage's output files
+    objects/ab/abcdef.../out/...      the stage's output files (read-only)
     objects/ab/abcdef.../meta.json    manifest (size, mtime, sha256 per file), digest, stage info
     locks/abcdef....lock              held while one process builds the entry
+    tmp/abcdef....<random>            an entry being built (its key's lock is held meanwhile)
+    tmp/evict-...                     an entry being removed
+    state.db                          (inode, size, mtime_ns, ctime_ns) -> sha256 of verified files
 
 An entry is written into a temporary directory and renamed into place, so it is either
-whole or absent. On read, each file's size and mtime are checked against the manifest; a
-mismatch triggers a full re-hash, and an entry that fails it is evicted and rebuilt, never
-served.
+whole or absent. It is served only while every file's digest is known good: hashed and found
+equal to the manifest, or unchanged in (inode, size, mtime_ns, ctime_ns) since it last was —
+the kernel sets ctime on every write, chmod or utime, so restoring an mtime does not hide an
+edit (the rule of DVC's state and Bazel's digest cache). Anything else, including a
+``meta.json`` that is not a valid manifest, makes the entry corrupt: it is evicted and rebuilt,
+never served. Entry files are read-only so that outputs may hard-link them.
 """
 
 from __future__ import annotations
@@ -17,16 +23,24 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
-import tempfile
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
-from edgebuild.dag.hashstate import sha256_of
+from edgebuild.dag import hashstate
+from edgebuild.dag.atomic import dir_mode, file_mode, make_temp_dir
+
+KEY = re.compile(r"[0-9a-f]{64}")
+BUILDING = re.compile(r"(?P<key>[0-9a-f]{64})\..+")  # tmp/<key>.<random>
+OLD_BUILDING = re.compile(r"[0-9a-f]{12}-.+")  # tmp names of earlier versions (no full key)
+STAMP = re.compile(r"\.?[0-9a-f]{32}\.json(\.\d+\.tmp)?")  # edgebuild.uptodate's stamps
+STALE_SECONDS = 86400  # an old-style temporary this old belongs to no live build
 
 
 @dataclass
@@ -53,15 +67,68 @@ def manifest_digest(files: dict) -> str:
     return hashlib.sha256(canon.encode()).hexdigest()
 
 
-def scan(out: Path) -> dict:
+def scan(out: Path, stamps: dict | None = None) -> dict:
+    """The manifest of the files under ``out``; ``stamps`` (if given) receives each file's stat
+    stamp at hashing time, so the digest can be remembered once the files have moved."""
     files = {}
     for path in sorted(out.rglob("*")):
         if path.is_file():
-            st = path.stat()
-            files[path.relative_to(out).as_posix()] = {
-                "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256_of(path)
-            }
+            digest, stamp = hashstate.hashed(path)
+            rel = path.relative_to(out).as_posix()
+            files[rel] = {"size": stamp[1], "mtime_ns": stamp[2], "sha256": digest}
+            if stamps is not None:
+                stamps[rel] = stamp
     return files
+
+
+def valid_meta(key: str, meta) -> bool:
+    """A manifest this version can trust the shape of (anything else is a corrupt entry)."""
+    if not isinstance(meta, dict) or meta.get("key", key) != key or not isinstance(meta.get("info", {}), dict):
+        return False
+    files = meta.get("files")
+    if not isinstance(files, dict) or not all(
+        isinstance(f, dict) and isinstance(f.get("size"), int) and isinstance(f.get("sha256"), str)
+        for f in files.values()
+    ):
+        return False
+    return meta.get("digest") == manifest_digest(files)
+
+
+def seal(out: Path) -> None:
+    """Make an entry's files read-only (readable as the umask allows) and its directories usual."""
+    for folder, dirs, names in os.walk(out):
+        for name in dirs:
+            if not os.path.islink(os.path.join(folder, name)):
+                os.chmod(os.path.join(folder, name), dir_mode())
+        for name in names:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(path, file_mode(writable=False))
+
+
+def is_sealed(path: Path) -> bool:
+    """A regular file nobody may write (what an output may hard-link)."""
+    st = os.lstat(path)
+    return stat.S_ISREG(st.st_mode) and not st.st_mode & 0o222
+
+
+class Problems(list):
+    """Paths a clean-up could not remove, as ``"path: reason"`` lines."""
+
+    def rmtree(self, path: Path) -> None:
+        def failed(_func, failed_path, exc_info):
+            if not isinstance(exc_info[1], FileNotFoundError):  # gone already: someone else removed it
+                self.append(f"{failed_path}: {exc_info[1].strerror or exc_info[1]}")
+
+        shutil.rmtree(path, onerror=failed)
+
+    def unlink(self, path: Path) -> None:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            self.append(f"{path}: {exc.strerror or exc}")
 
 
 class Store:
@@ -71,9 +138,9 @@ class Store:
     def _dir(self, key: str) -> Path:
         return self.root / "objects" / key[:2] / key
 
-    def _lock(self, key: str) -> FileLock:
+    def _lock(self, key: str, timeout: float = -1) -> FileLock:
         (self.root / "locks").mkdir(parents=True, exist_ok=True)
-        return FileLock(str(self.root / "locks" / f"{key}.lock"))
+        return FileLock(str(self.root / "locks" / f"{key}.lock"), timeout=timeout)
 
     # -- reading ------------------------------------------------------------------------
     def lookup(self, key: str) -> Entry | None:
@@ -82,33 +149,39 @@ class Store:
         try:
             meta = json.loads((path / "meta.json").read_text())
         except (FileNotFoundError, NotADirectoryError):
+            if path.exists():
+                self.evict(key)  # an entry directory without a manifest
             return None
         except (OSError, ValueError):
             self.evict(key)
             return None
         entry = Entry(key, path, meta)
-        if not self._intact(entry):
+        if not valid_meta(key, meta) or not self._intact(entry):
             self.evict(key)
             return None
         return entry
 
     def _intact(self, entry: Entry) -> bool:
-        files = entry.meta.get("files", {})
+        """Every file present and known to hold the manifest's digest (see the module docstring)."""
+        files = entry.meta["files"]
         present = {p.relative_to(entry.out).as_posix() for p in entry.out.rglob("*") if p.is_file()} if entry.out.exists() else set()
         if present != set(files):
             return False
         for rel, expected in files.items():
-            st = (entry.out / rel).stat()
-            if st.st_size != expected["size"]:
-                return False
-            if st.st_mtime_ns != expected["mtime_ns"] and sha256_of(entry.out / rel) != expected["sha256"]:
+            path = entry.out / rel
+            try:
+                if path.is_symlink() or path.stat().st_size != expected["size"]:
+                    return False
+                if path.stat().st_mode & 0o222:  # written by an earlier version: seal it, then verify
+                    try:
+                        os.chmod(path, file_mode(writable=False))
+                    except OSError:
+                        pass  # a read-only store: outputs copy such a file instead of linking it
+                if hashstate.file_sha256(path) != expected["sha256"]:
+                    return False
+            except OSError:
                 return False
         return True
-
-    def verify(self, entry: Entry) -> bool:
-        """Full re-hash of every file (used before an entry's content is handed out)."""
-        files = entry.meta.get("files", {})
-        return all(sha256_of(entry.out / rel) == f["sha256"] for rel, f in files.items())
 
     # -- writing ------------------------------------------------------------------------
     def build(self, key: str, stage: str, produce: Callable[[Path], dict]) -> tuple[Entry, bool]:
@@ -126,13 +199,15 @@ class Store:
                 return entry, False
             tmp_root = self.root / "tmp"
             tmp_root.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(dir=tmp_root, prefix=f"{key[:12]}-"))
+            tmp = make_temp_dir(tmp_root, f"{key}.")  # the key in the name lets gc ask its lock
             try:
                 out = tmp / "out"
                 out.mkdir()
                 start = time.perf_counter()
                 info = produce(out) or {}
-                files = scan(out)
+                seal(out)
+                stamps: dict = {}
+                files = scan(out, stamps)
                 meta = {
                     "key": key, "stage": stage, "created": time.time(),
                     "seconds": round(time.perf_counter() - start, 3),
@@ -147,56 +222,134 @@ class Store:
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
+            # a rename leaves the files' stat alone, so the digests just computed still vouch for them
+            for rel, file_stamp in stamps.items():
+                hashstate.remember(final / "out" / rel, file_stamp, files[rel]["sha256"])
             return Entry(key, final, meta), True
 
-    def evict(self, key: str) -> None:
-        path = self._dir(key)
-        if path.exists():
-            trash = self.root / "tmp" / f"evict-{key[:12]}-{os.getpid()}-{time.time_ns()}"
+    def evict(self, key: str) -> Problems:
+        """Remove an entry (moved aside first, so readers never see half of it)."""
+        return self._remove_entry(self._dir(key))
+
+    def _remove_entry(self, path: Path) -> Problems:
+        problems = Problems()
+        if not path.exists():
+            return problems
+        trash = self.root / "tmp" / f"evict-{path.name[:12]}-{os.getpid()}-{time.time_ns()}"
+        try:
             trash.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.replace(path, trash)
-            except OSError:
-                return
-            shutil.rmtree(trash, ignore_errors=True)
+            os.replace(path, trash)
+        except FileNotFoundError:
+            return problems  # removed meanwhile by another process
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror or exc}")
+            return problems
+        try:
+            hashstate.forget(path)
+        except Exception:  # a locked or read-only state DB: its rows for gone files are harmless
+            pass
+        if trash.is_dir():
+            problems.rmtree(trash)
+        else:
+            problems.unlink(trash)
+        return problems
 
     # -- housekeeping -------------------------------------------------------------------
-    def entries(self) -> list[Entry]:
-        result = []
-        for meta_path in sorted((self.root / "objects").glob("*/*/meta.json")):
+    def _entry_dirs(self) -> list[Path]:
+        """Every directory the store made under objects/ (named by its key), intact or not."""
+        return sorted(p for p in (self.root / "objects").glob("*/*")
+                      if KEY.fullmatch(p.name) and p.parent.name == p.name[:2] and p.is_dir() and not p.is_symlink())
+
+    def _scan_entries(self) -> tuple[list[Entry], list[Path]]:
+        good, corrupt = [], []
+        for path in self._entry_dirs():
             try:
-                meta = json.loads(meta_path.read_text())
+                meta = json.loads((path / "meta.json").read_text())
             except (OSError, ValueError):
-                continue
-            result.append(Entry(meta_path.parent.name, meta_path.parent, meta))
-        return result
+                meta = None
+            if valid_meta(path.name, meta):
+                good.append(Entry(path.name, path, meta))
+            else:
+                corrupt.append(path)
+        return good, corrupt
+
+    def entries(self) -> list[Entry]:
+        """Entries whose manifest is valid (their files are checked when they are looked up)."""
+        return self._scan_entries()[0]
+
+    def corrupt(self) -> list[Path]:
+        """Entry directories whose manifest is missing or invalid: never served, removed by gc."""
+        return self._scan_entries()[1]
 
     def size_of(self, entry: Entry) -> int:
         return sum(f["size"] for f in entry.meta.get("files", {}).values())
 
-    def gc(self, *, max_age_days: float | None = None, max_bytes: int | None = None) -> list[Entry]:
-        """Evict entries older than ``max_age_days`` (by last use), then the least recently used until under ``max_bytes``."""
-        entries = sorted(self.entries(), key=lambda e: self.last_used(e))
+    @staticmethod
+    def bytes_under(path: Path) -> int:
+        total = 0
+        for folder, _, names in os.walk(path):
+            for name in names:
+                try:
+                    total += os.lstat(os.path.join(folder, name)).st_size
+                except OSError:
+                    pass
+        return total
+
+    def leftovers(self) -> list[Path]:
+        """Temporaries of builds and evictions that were killed (SIGTERM, SIGKILL, power loss)."""
+        found = []
+        for tmp in sorted((self.root / "tmp").glob("*")):
+            building = BUILDING.fullmatch(tmp.name)
+            if tmp.name.startswith("evict-"):
+                found.append(tmp)  # moved aside to be deleted: garbage whoever made it
+            elif building:
+                try:
+                    with self._lock(building["key"], timeout=0):  # its builder would hold this
+                        found.append(tmp)
+                except (Timeout, OSError):  # building, or a read-only store that cannot tell
+                    pass
+            elif OLD_BUILDING.fullmatch(tmp.name):
+                try:
+                    if time.time() - tmp.stat().st_mtime > STALE_SECONDS:
+                        found.append(tmp)
+                except OSError:
+                    pass
+        return found
+
+    def gc(self, *, max_age_days: float | None = None, max_bytes: int | None = None) -> tuple[list[Entry], Problems]:
+        """Remove corrupt entries and killed builds' temporaries; then evict entries older than
+        ``max_age_days`` (by last use), then the least recently used until under ``max_bytes``.
+        Returns the evicted entries and what could not be removed."""
+        entries, corrupt = self._scan_entries()
+        entries.sort(key=self.last_used)
+        problems = Problems()
+        for path in corrupt:
+            problems += self._remove_entry(path)
         removed = []
         now = time.time()
         if max_age_days is not None:
             for entry in list(entries):
                 if now - self.last_used(entry) > max_age_days * 86400:
-                    self.evict(entry.key)
-                    removed.append(entry)
+                    failed = self.evict(entry.key)
+                    problems += failed
+                    if not failed:
+                        removed.append(entry)
                     entries.remove(entry)
         if max_bytes is not None:
             total = sum(self.size_of(e) for e in entries)
             for entry in list(entries):
                 if total <= max_bytes:
                     break
-                self.evict(entry.key)
-                removed.append(entry)
+                failed = self.evict(entry.key)
+                problems += failed
+                if not failed:
+                    removed.append(entry)
                 total -= self.size_of(entry)
-        self._clean_tmp()
+        for tmp in self.leftovers():
+            problems.rmtree(tmp)
         if max_age_days is not None:
-            self._clean_stamps(now - max_age_days * 86400)
-        return removed
+            self._clean_stamps(now - max_age_days * 86400, problems)
+        return removed, problems
 
     def touch(self, entry: Entry) -> None:
         """Record a use, so gc evicts the least recently used first."""
@@ -212,22 +365,34 @@ class Store:
         except OSError:
             return 0.0
 
-    def clear(self) -> None:
-        for sub in ("objects", "tmp", "locks", "stamps"):
-            shutil.rmtree(self.root / sub, ignore_errors=True)
+    def clear(self) -> Problems:
+        """Remove every entry, temporary, lock and stamp — only what the store made, by its names,
+        so files someone else put in the cache directory stay. Returns what could not be removed."""
+        problems = Problems()
+        for path in self._entry_dirs():
+            problems += self._remove_entry(path)
+        for tmp in (self.root / "tmp").glob("*"):
+            if tmp.name.startswith("evict-") or BUILDING.fullmatch(tmp.name) or OLD_BUILDING.fullmatch(tmp.name):
+                if tmp.is_dir() and not tmp.is_symlink():
+                    problems.rmtree(tmp)
+        for lock in (self.root / "locks").glob("*.lock"):
+            if KEY.fullmatch(lock.stem):
+                problems.unlink(lock)
+        self._clean_stamps(float("inf"), problems)
+        for folder in [*(self.root / "objects").glob("*"), *(self.root / d for d in ("objects", "tmp", "locks", "stamps"))]:
+            try:
+                folder.rmdir()  # only if nothing else is left in it
+            except OSError:
+                pass
+        return problems
 
-    def _clean_stamps(self, unused_since: float) -> None:
+    def _clean_stamps(self, unused_since: float, problems: Problems) -> None:
         """Drop up-to-date stamps (``edgebuild.uptodate``) not used since then; each is a small
         file per command line ever run, and a replay touches its own."""
-        for stamp in (self.root / "stamps").glob("*.json"):
+        for stamp in (self.root / "stamps").glob("*.json*"):
             try:
-                if stamp.stat().st_mtime < unused_since:
-                    stamp.unlink()
+                if STAMP.fullmatch(stamp.name) and stamp.lstat().st_mtime < unused_since:
+                    problems.unlink(stamp)
             except OSError:
                 pass
 
-    def _clean_tmp(self) -> None:
-        """Remove temporaries of builds that were killed (older than a day)."""
-        for tmp in (self.root / "tmp").glob("*"):
-            if time.time() - tmp.stat().st_mtime > 86400:
-                shutil.rmtree(tmp, ignore_errors=True)
