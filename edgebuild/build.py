@@ -125,11 +125,10 @@ def planned_inputs(build: Build) -> list[Path]:
     return paths + input_paths(variant.recipe.validate_, variant.base_dir)
 
 
-def _refuse(build: Build, problem: str, fix: str):
+def _refuse(build: Build, problem: str, fix: str, field: str = "outputs.dir"):
     from edgebuild.errors import UsageError
 
-    where = f"{_shown(build.variant.path)}: outputs.dir"
-    raise UsageError(f"{where}: {problem}", hint=fix)
+    raise UsageError(f"{_shown(build.variant.path)}: {field}: {problem}", hint=fix)
 
 
 def _shown(path: Path) -> str:
@@ -152,7 +151,7 @@ def check_output_dir(build: Build, reads: list[Path] = (), store_root: Path | No
                 "set outputs.dir to a directory of its own, e.g. build/" + build.variant.recipe.name)
     if out.parent != root:
         _refuse(build, f"variant {build.variant.name!r} would write {_shown(out)}, outside {_shown(root)}",
-                "rename the variant: a plain name, no '/' or '..'")
+                "rename the variant: a plain name, no '/' or '..'", field="variants")
     existing = next((p for p in (root, *root.parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():
         _refuse(build, f"{_shown(existing)} is a file, not a directory", f"remove or rename that file, or {other}")
