@@ -295,3 +295,12 @@ def test_writable_store_file_is_copied_not_linked(tmp_path):
     src.chmod(0o444)
     _link_or_copy(src, tmp_path / "linked")
     assert os.path.samefile(src, tmp_path / "linked")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write to read-only files; the store's ctime check "
+                    "(tests/reliability/test_store.py) covers that case")
+def test_editing_a_delivered_artifact_in_place_cannot_reach_the_store(project, tmp_path, cli):
+    code, _, err = cli("run", project())
+    assert code == 0, err
+    with pytest.raises(PermissionError):
+        open(tmp_path / "out" / "default" / "model" / "model.onnx", "r+b")
