@@ -110,18 +110,22 @@ def output_location(variant: Variant) -> tuple[Path, Path]:
     return root, Path(os.path.normpath(root / variant.name))
 
 
-def planned_inputs(build: Build) -> list[Path]:
-    """The local files the build will read, known before it runs (see ``local_inputs``)."""
+def planned_inputs(build: Build, source: Path | None = None) -> list[Path]:
+    """Files outside the store whose content the build reads: the recipe and the recipes it
+    extends, a local source model (``source`` once resolved), files the stages declare,
+    validation inputs (and their image folders). Known before the build runs."""
     from edgebuild.graph.resolvers import scheme_of
     from edgebuild.verify.files import input_paths
 
     variant = build.variant
     paths = [variant.path, *variant.includes]
     model = variant.recipe.source.model
-    if scheme_of(model) == "file":
-        paths.append(variant.base_dir / model.removeprefix("file:"))
+    if source is None and scheme_of(model) == "file":
+        source = variant.base_dir / model.removeprefix("file:")
+    if source is not None:
+        paths.append(source)
     for stage in build.job.stages:
-        paths += stage.extra.get("files", [])
+        paths += stage.extra.get("files", [])  # e.g. a config file the frontend's options name
     return paths + input_paths(variant.recipe.validate_, variant.base_dir)
 
 
@@ -310,17 +314,10 @@ def _clone_or_copy(src, dst) -> None:
 
 
 def local_inputs(build: Build) -> list[Path]:
-    """Files outside the store whose content the build reads: the recipe and the recipes it
-    extends, a local source model, files the stages declare, validation inputs (and their image folders)."""
-    from edgebuild.verify.files import input_paths
-
-    paths = [build.variant.path, *build.variant.includes]
+    """``planned_inputs`` with the source the resolver found (a download is not a local input)."""
     resolved = build.job.results.get("resolve")
-    if resolved is not None and build.variant.recipe.source.model.split(":")[0] not in ("pypi", "https"):
-        paths.append(resolved.path)
-    for stage in build.job.stages:
-        paths += stage.extra.get("files", [])  # e.g. a config file the frontend's options name
-    return paths + input_paths(build.variant.recipe.validate_, build.variant.base_dir)
+    downloaded = build.variant.recipe.source.model.split(":")[0] in ("pypi", "https")
+    return planned_inputs(build, resolved.path if resolved is not None and not downloaded else None)
 
 
 def write_depfile(path: Path, builds: list[Build]) -> str:
