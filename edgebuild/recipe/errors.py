@@ -12,23 +12,35 @@ from edgebuild.recipe.locations import locate
 
 
 def _clean_path(loc: tuple, data) -> tuple:
-    """Drop pydantic's union-member tags from ``loc``, keeping only keys present in the data."""
+    """Drop pydantic's union-member tags from ``loc``, keeping only keys present in the data.
+
+    A tagged union puts the tag in the path (``weights.palettize.nbits`` for
+    ``weights: {mode: palettize, nbits: 5}``); the user's path is ``weights.nbits``.
+    """
     path, node = [], data
-    for part in loc:
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
         if isinstance(node, dict) and part in node:
             path.append(part)
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             path.append(part)
             node = node[part]
+        elif not last and isinstance(node, dict) and _is_discriminator_value(part, node):
+            continue  # the tag of a discriminated union: the value of the node's "mode" (say)
         elif isinstance(node, dict) and isinstance(part, str) and not path_is_tag(part):
             path.append(part)  # a missing or unknown key
             node = None
     return tuple(path)
 
 
+def _is_discriminator_value(part, node: dict) -> bool:
+    return isinstance(part, str) and any(isinstance(v, str) and v == part for v in node.values())
+
+
 def path_is_tag(part: str) -> bool:
-    return part[:1].isupper() or part in {"int", "str", "float", "bool", "list[int]", "dict[str,any]"} or "[" in part
+    return (part[:1].isupper() or part in {"int", "str", "float", "bool", "list[int]", "dict[str,any]"}
+            or part.startswith("constrained-") or "[" in part)
 
 
 def _model_at(model: type[BaseModel], path: tuple):
@@ -89,12 +101,23 @@ def _message(error: dict, path: tuple, model: type[BaseModel]) -> str:
         return f"unknown key {path[-1]!r}{hint}"
     if kind == "missing":
         return "required key is missing"
-    if kind == "literal_error":
-        expected = error.get("ctx", {}).get("expected", "")
-        return "must be one of " + expected.replace(" or ", ", ").replace("'", "")
+    if kind in ("literal_error", "union_tag_invalid"):
+        ctx = error.get("ctx", {})
+        expected = ctx.get("expected") or ctx.get("expected_tags") or ""
+        choices = [c.strip().strip("'") for c in expected.replace(" or ", ", ").split(",")]
+        given = ctx.get("tag", error.get("input"))
+        return "must be one of " + ", ".join(choices) + _closest(given, choices)
     message = error["msg"]
     message = message.removeprefix("Value error, ")
     return message[:1].lower() + message[1:]
+
+
+def _closest(given, choices: list[str]) -> str:
+    """``; did you mean 'x'?`` when ``given`` is a near miss of one of ``choices``."""
+    if not isinstance(given, str):
+        return ""
+    close = difflib.get_close_matches(given, choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def format_errors(
@@ -104,6 +127,8 @@ def format_errors(
     errors = []
     for error in exc.errors(include_url=False):
         raw = tuple(error["loc"])
+        if error["type"] == "union_tag_invalid":  # the tag's own key is what is wrong
+            raw += (error.get("ctx", {}).get("discriminator", "").strip("'"),)
         path = _clean_path(raw, data)
         errors.append((path, error, len(path) < len([p for p in raw if not (isinstance(p, str) and path_is_tag(p))])
                        or any(isinstance(p, str) and path_is_tag(p) for p in raw)))

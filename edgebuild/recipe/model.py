@@ -7,44 +7,83 @@ core stays ignorant of Core ML.
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from edgebuild.verify.config import ValidateSection
 
 DEPLOYMENT_TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18", "iOS26", "macOS12", "macOS13", "macOS14", "macOS15", "macOS26")
 DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool")
 POLICIES = ("auto", "all", "cpu_only", "cpu_and_gpu", "cpu_and_ne", "ane_only", "gpu_only")
+MAX_DIM = 2**31 - 1  # Core ML and most runtimes index with int32
+MAX_ELEMENTS = 2**30  # per input (4 GiB of float32): validation holds several samples of it
+MAX_RANK = 8
+
+Size = Annotated[int, Field(ge=1, le=MAX_DIM)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class EnumeratedDim(Strict):
     """A dimension that takes one of a few sizes (Core ML EnumeratedShapes)."""
 
-    enumerated: list[int] = Field(min_length=1)
+    enumerated: list[Size] = Field(min_length=1, max_length=128)
 
 
 class RangeDim(Strict):
-    """A dimension anywhere in ``[lo, hi]`` (Core ML RangeDim); ``default`` is used for tracing and validation."""
+    """A dimension anywhere in ``[lo, hi]`` (Core ML RangeDim), 1 <= lo <= hi; ``default`` (in the range) is used for tracing and validation."""
 
-    range: tuple[int, int]
-    default: Optional[int] = None
+    range: tuple[Size, Size]
+    default: Optional[Size] = None
+
+    @field_validator("range")
+    @classmethod
+    def _ordered(cls, value):
+        if value[0] > value[1]:
+            raise ValueError(f"the range [{value[0]}, {value[1]}] is reversed; write [{value[1]}, {value[0]}]")
+        return value
+
+    @field_validator("default")
+    @classmethod
+    def _inside(cls, value, info: ValidationInfo):
+        lo, hi = info.data.get("range") or (None, None)
+        if value is not None and lo is not None and not lo <= value <= hi:
+            raise ValueError(f"default {value} is outside the range [{lo}, {hi}]")
+        return value
 
 
-Dim = Union[int, str, EnumeratedDim, RangeDim]
+Dim = Union[Size, str, EnumeratedDim, RangeDim]
+
+
+def _largest(dim) -> int | None:
+    if isinstance(dim, int):
+        return dim
+    if isinstance(dim, EnumeratedDim):
+        return max(dim.enumerated)
+    if isinstance(dim, RangeDim):
+        return dim.range[1]
+    return None  # a symbolic name: its size comes from the model
 
 
 class InputSpec(Strict):
-    """A model input: its shape (ints pin dynamic dims) and dtype, or a fixed ``value`` folded at build time."""
+    """A model input: its shape (positive ints pin dynamic dims) and dtype, or a fixed ``value`` folded at build time."""
 
-    shape: Optional[list[Dim]] = None
+    shape: Optional[list[Dim]] = Field(default=None, max_length=MAX_RANK)
     dtype: Literal[DTYPES] = "float32"
     value: Any = None
+
+    @model_validator(mode="after")
+    def _not_huge(self):
+        sizes = [_largest(d) for d in self.shape or ()]
+        known = [s for s in sizes if s is not None]
+        if known and math.prod(known) > MAX_ELEMENTS:
+            raise ValueError(f"the shape has {math.prod(known):,} elements at its largest; the limit is {MAX_ELEMENTS:,}")
+        return self
 
 
 class Source(Strict):
