@@ -21,9 +21,10 @@ from edgebuild.recipe.locations import locate
 def closest(given, choices) -> str:
     """``; did you mean 'x'?`` for a near miss, else the list of valid names."""
     choices = [str(c) for c in choices]
-    close = difflib.get_close_matches(str(given), choices, n=1, cutoff=0.6)
+    lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(str(given).lower(), list(lower), n=1, cutoff=0.6)
     if close:
-        return f"; did you mean {close[0]!r}?"
+        return f"; did you mean {lower[close[0]]!r}?"
     return f"; valid: {', '.join(sorted(choices))}" if choices else "; none is installed"
 
 

@@ -116,8 +116,9 @@ def _closest(given, choices: list[str]) -> str:
     """``; did you mean 'x'?`` when ``given`` is a near miss of one of ``choices``."""
     if not isinstance(given, str):
         return ""
-    close = difflib.get_close_matches(given, choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(given.lower(), list(lower), n=1, cutoff=0.6)
+    return f"; did you mean {lower[close[0]]!r}?" if close else ""
 
 
 def format_errors(
@@ -132,7 +133,7 @@ def format_errors(
         path = _clean_path(raw, data)
         errors.append((path, error, len(path) < len([p for p in raw if not (isinstance(p, str) and path_is_tag(p))])
                        or any(isinstance(p, str) and path_is_tag(p) for p in raw)))
-    errors = _prefer_matching_branch(errors)
+    errors = _prefer_matching_branch(_drop_misfit_branches(errors))
     lines, seen = [], set()
     for path, error, _ in errors:
         full = prefix + path
@@ -143,6 +144,34 @@ def format_errors(
         dotted = ".".join(str(p) for p in full) or "<recipe>"
         lines.append(f"{where or '<recipe>'} {dotted}: {_message(error, path, model)}")
     return RecipeError("\n".join(lines))
+
+
+# errors saying a value has the wrong shape for a union member, rather than a wrong value
+_MISFIT = {"extra_forbidden", "missing", "model_type", "model_attributes_type", "dict_type", "int_type",
+           "int_parsing", "string_type", "float_type", "float_parsing", "bool_type", "bool_parsing",
+           "list_type", "tuple_type", "none_required"}
+
+
+def _drop_misfit_branches(errors: list) -> list:
+    """For a value that fits one member of a union (``{range: [64, 1]}`` is a RangeDim, not an
+    EnumeratedDim or an int), drop the members it does not fit and keep what is wrong with the
+    one it does."""
+    branches: dict[tuple, dict[str, bool]] = {}  # union site -> {member: fits}
+    tagged = []
+    for path, error, in_union in errors:
+        loc = tuple(error["loc"])
+        tags = [i for i, p in enumerate(loc) if isinstance(p, str) and path_is_tag(p)]
+        site = (loc[: tags[-1]], loc[tags[-1]]) if tags else None
+        tagged.append(site)
+        if site is not None:
+            fits = branches.setdefault(site[0], {}).setdefault(site[1], True)
+            branches[site[0]][site[1]] = fits and error["type"] not in _MISFIT
+    keep = []
+    for (path, error, in_union), site in zip(errors, tagged):
+        if site is not None and any(branches[site[0]].values()) and not branches[site[0]][site[1]]:
+            continue
+        keep.append((path, error, in_union))
+    return keep
 
 
 def _prefer_matching_branch(errors: list) -> list:
