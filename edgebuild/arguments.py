@@ -62,11 +62,11 @@ def check_reference(reference: Path, artifact: Path, runtime) -> None:
     except (NotOnnx, OSError) as exc:
         raise UsageError(f"--reference {reference}: not an ONNX model ({exc})",
                          hint="give the .onnx file the artifact was built from") from None
-    inspect = getattr(runtime, "inspect", None)
-    if inspect is None:
+    input_names = getattr(runtime, "input_names", None)  # optional in the runtime protocol
+    if input_names is None:
         return
     try:
-        taken = [i["name"] for i in inspect(artifact).get("inputs", [])]
+        taken = input_names(artifact)
     except Exception as exc:
         raise UsageError(f"{artifact}: cannot read the artifact ({type(exc).__name__}: {exc})") from None
     feeds = {i.name for i in inputs}

@@ -124,8 +124,7 @@ def _check_inputs_match_model(check: _Checker, variant, graph_inputs) -> None:
         path = ("source", "inputs", name)
         model = by_name.get(name)
         if model is None:
-            check.fail(path, f"the model has no input {name!r}" + closest(name, by_name), key=True,
-                       hint=f"the model's inputs are: {', '.join(by_name) or '(none)'}")
+            check.fail(path, f"the model has no input {name!r}" + closest(name, by_name), key=True)
         fixed = spec.value is not None
         if not fixed and model.dtype is not None and model.dtype != spec.dtype:
             said = "says" if "dtype" in _raw_input(variant, name) else "defaults to"
