@@ -44,7 +44,7 @@ def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks")):
 def run(
     recipes: List[Path] = typer.Argument(..., help="recipe files"),
     variant: Optional[List[str]] = typer.Option(None, "--variant", help="build only this variant (repeatable)"),
-    jobs: int = typer.Option(1, "-j", "--jobs", min=1, help="stages to run in parallel"),
+    jobs: int = typer.Option(1, "-j", "--jobs", min=1, max=256, help="stages to run in parallel"),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="store location"),
     no_cache: bool = typer.Option(False, "--no-cache", help="build everything in temporaries, store nothing"),
     force: bool = typer.Option(False, "--force", help="rebuild every stage, replacing store entries"),
@@ -53,8 +53,13 @@ def run(
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ):
     """Build every variant of RECIPE... into its output directory."""
+    from edgebuild.arguments import check_cache_dir, check_depfile, check_recipe_paths
     from edgebuild.progress import Printer
     from edgebuild.run import run_recipes
+
+    check_recipe_paths(recipes)
+    check_depfile(depfile)
+    check_cache_dir(cache_dir)
 
     code = run_recipes([str(r) for r in recipes], variants=variant, jobs=jobs, cache_dir=cache_dir,
                        no_cache=no_cache, force=force, as_json=as_json, depfile=depfile,
@@ -79,8 +84,10 @@ def plan(
 @app.command("validate")
 def validate_cmd(recipes: List[Path] = typer.Argument(...)):
     """Check recipes (schema and semantics) without building anything."""
+    from edgebuild.arguments import check_recipe_paths
     from edgebuild.build import load_variants
 
+    check_recipe_paths(recipes)
     registry = _registry()
     for recipe in recipes:
         variants = load_variants([str(recipe)], None, registry)
@@ -171,10 +178,10 @@ def inspect(artifact: Path = typer.Argument(...), as_json: bool = typer.Option(F
 def verify(
     artifact: Path = typer.Argument(...),
     reference: Path = typer.Option(..., "--reference", help="the source ONNX model"),
-    samples: int = typer.Option(8, "--samples", min=1),
-    cosine_min: Optional[float] = typer.Option(None, "--cosine-min"),
-    max_abs_max: Optional[float] = typer.Option(None, "--max-abs-max"),
-    seed: int = typer.Option(0, "--seed"),
+    samples: int = typer.Option(8, "--samples", min=1, max=10_000),
+    cosine_min: Optional[float] = typer.Option(None, "--cosine-min", min=-1.0, max=1.0),
+    max_abs_max: Optional[float] = typer.Option(None, "--max-abs-max", min=0.0),
+    seed: int = typer.Option(0, "--seed", min=0),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Compare an artifact with its source model on random inputs (exit 3 if a threshold fails)."""
@@ -183,9 +190,10 @@ def verify(
     from edgebuild.verify.config import ValidateSection
     from edgebuild.verify.report import to_jsonable
 
-    if not reference.exists():
-        raise UsageError(f"--reference {reference}: no such file")
+    from edgebuild.arguments import check_reference
+
     runtime = _runtime_for(artifact)
+    check_reference(reference, artifact, runtime)
     thresholds = {k: v for k, v in {"cosine_min": cosine_min, "max_abs_max": max_abs_max}.items() if v is not None}
     section = ValidateSection.model_validate({"samples": samples, "thresholds": thresholds})
     record = validate(section, reference, {}, lambda inputs: runtime.run(artifact, inputs), Path.cwd(),

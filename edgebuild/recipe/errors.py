@@ -12,23 +12,35 @@ from edgebuild.recipe.locations import locate
 
 
 def _clean_path(loc: tuple, data) -> tuple:
-    """Drop pydantic's union-member tags from ``loc``, keeping only keys present in the data."""
+    """Drop pydantic's union-member tags from ``loc``, keeping only keys present in the data.
+
+    A tagged union puts the tag in the path (``weights.palettize.nbits`` for
+    ``weights: {mode: palettize, nbits: 5}``); the user's path is ``weights.nbits``.
+    """
     path, node = [], data
-    for part in loc:
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
         if isinstance(node, dict) and part in node:
             path.append(part)
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             path.append(part)
             node = node[part]
+        elif not last and isinstance(node, dict) and _is_discriminator_value(part, node):
+            continue  # the tag of a discriminated union: the value of the node's "mode" (say)
         elif isinstance(node, dict) and isinstance(part, str) and not path_is_tag(part):
             path.append(part)  # a missing or unknown key
             node = None
     return tuple(path)
 
 
+def _is_discriminator_value(part, node: dict) -> bool:
+    return isinstance(part, str) and any(isinstance(v, str) and v == part for v in node.values())
+
+
 def path_is_tag(part: str) -> bool:
-    return part[:1].isupper() or part in {"int", "str", "float", "bool", "list[int]", "dict[str,any]"} or "[" in part
+    return (part[:1].isupper() or part in {"int", "str", "float", "bool", "list[int]", "dict[str,any]"}
+            or part.startswith("constrained-") or "[" in part)
 
 
 def _model_at(model: type[BaseModel], path: tuple):
@@ -89,12 +101,24 @@ def _message(error: dict, path: tuple, model: type[BaseModel]) -> str:
         return f"unknown key {path[-1]!r}{hint}"
     if kind == "missing":
         return "required key is missing"
-    if kind == "literal_error":
-        expected = error.get("ctx", {}).get("expected", "")
-        return "must be one of " + expected.replace(" or ", ", ").replace("'", "")
+    if kind in ("literal_error", "union_tag_invalid"):
+        ctx = error.get("ctx", {})
+        expected = ctx.get("expected") or ctx.get("expected_tags") or ""
+        choices = [c.strip().strip("'") for c in expected.replace(" or ", ", ").split(",")]
+        given = ctx.get("tag", error.get("input"))
+        return "must be one of " + ", ".join(choices) + _closest(given, choices)
     message = error["msg"]
     message = message.removeprefix("Value error, ")
     return message[:1].lower() + message[1:]
+
+
+def _closest(given, choices: list[str]) -> str:
+    """``; did you mean 'x'?`` when ``given`` is a near miss of one of ``choices``."""
+    if not isinstance(given, str):
+        return ""
+    lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(given.lower(), list(lower), n=1, cutoff=0.6)
+    return f"; did you mean {lower[close[0]]!r}?" if close else ""
 
 
 def format_errors(
@@ -104,10 +128,12 @@ def format_errors(
     errors = []
     for error in exc.errors(include_url=False):
         raw = tuple(error["loc"])
+        if error["type"] == "union_tag_invalid":  # the tag's own key is what is wrong
+            raw += (error.get("ctx", {}).get("discriminator", "").strip("'"),)
         path = _clean_path(raw, data)
         errors.append((path, error, len(path) < len([p for p in raw if not (isinstance(p, str) and path_is_tag(p))])
                        or any(isinstance(p, str) and path_is_tag(p) for p in raw)))
-    errors = _prefer_matching_branch(errors)
+    errors = _prefer_matching_branch(_drop_misfit_branches(errors))
     lines, seen = [], set()
     for path, error, _ in errors:
         full = prefix + path
@@ -118,6 +144,34 @@ def format_errors(
         dotted = ".".join(str(p) for p in full) or "<recipe>"
         lines.append(f"{where or '<recipe>'} {dotted}: {_message(error, path, model)}")
     return RecipeError("\n".join(lines))
+
+
+# errors saying a value has the wrong shape for a union member, rather than a wrong value
+_MISFIT = {"extra_forbidden", "missing", "model_type", "model_attributes_type", "dict_type", "int_type",
+           "int_parsing", "string_type", "float_type", "float_parsing", "bool_type", "bool_parsing",
+           "list_type", "tuple_type", "none_required"}
+
+
+def _drop_misfit_branches(errors: list) -> list:
+    """For a value that fits one member of a union (``{range: [64, 1]}`` is a RangeDim, not an
+    EnumeratedDim or an int), drop the members it does not fit and keep what is wrong with the
+    one it does."""
+    branches: dict[tuple, dict[str, bool]] = {}  # union site -> {member: fits}
+    tagged = []
+    for path, error, in_union in errors:
+        loc = tuple(error["loc"])
+        tags = [i for i, p in enumerate(loc) if isinstance(p, str) and path_is_tag(p)]
+        site = (loc[: tags[-1]], loc[tags[-1]]) if tags else None
+        tagged.append(site)
+        if site is not None:
+            fits = branches.setdefault(site[0], {}).setdefault(site[1], True)
+            branches[site[0]][site[1]] = fits and error["type"] not in _MISFIT
+    keep = []
+    for (path, error, in_union), site in zip(errors, tagged):
+        if site is not None and any(branches[site[0]].values()) and not branches[site[0]][site[1]]:
+            continue
+        keep.append((path, error, in_union))
+    return keep
 
 
 def _prefer_matching_branch(errors: list) -> list:

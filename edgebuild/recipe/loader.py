@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,9 @@ from edgebuild.recipe.merge import deep_merge, merge_locations
 from edgebuild.recipe.model import Recipe
 
 DEFAULT_VARIANT = "default"
+MAX_EXTENDS = 16  # files in one extends: chain, the recipe itself included
+# a variant name becomes a directory under outputs.dir: no separators, no "." or ".."
+VARIANT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 
 @dataclass
@@ -52,7 +56,8 @@ def _load_chain(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, dict, l
         raise RecipeError(f"{_display(chain[-1])}: extends cycle: {cycle}")
     data, locations = load_yaml(path, _display(path))
     if data is None:
-        data = {}
+        raise RecipeError(f"{_display(path)}:1:1 the recipe is empty",
+                          hint="a recipe needs at least edgebuild: 1, name and source.model (see `edgebuild init MODEL`)")
     if not isinstance(data, dict):
         raise RecipeError(f"{_display(path)}:1:1 a recipe is a mapping of keys (edgebuild, name, source, ...)")
     parent = data.get("extends")
@@ -63,6 +68,11 @@ def _load_chain(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, dict, l
     parent_path = (path.parent / parent)
     if not parent_path.exists():
         raise RecipeError(f"{locate(locations, ('extends',))} extends: no such file {parent!r}")
+    if parent_path.is_dir():
+        raise RecipeError(f"{locate(locations, ('extends',))} extends: {parent!r} is a directory, not a recipe file")
+    if len(chain) + 2 > MAX_EXTENDS:
+        raise RecipeError(f"{locate(locations, ('extends',))} extends: the chain is longer than {MAX_EXTENDS} files",
+                          hint="flatten the chain: a recipe that extends a base that extends a base is usually enough")
     base, base_locations, includes = _load_chain(parent_path, chain + (path,))
     base = {k: v for k, v in base.items() if k != "extends"}
     return deep_merge(base, data), merge_locations(base_locations, locations), includes + [parent_path.resolve()]
@@ -86,6 +96,8 @@ def load_recipe(path: Path | str, *, only: list[str] | None = None, sections=Non
     if not isinstance(variants, dict):
         raise RecipeError(f"{locate(locations, ('variants',))} variants: must map variant names to overrides")
     names = list(variants) or [DEFAULT_VARIANT]
+    for name in variants:
+        _check_variant_name(name, locations)
     for name in only or []:
         if name not in names:
             raise RecipeError(
@@ -110,6 +122,18 @@ def load_recipe(path: Path | str, *, only: list[str] | None = None, sections=Non
             sections(variant)
         result.append(variant)
     return result
+
+
+def _check_variant_name(name, locations: dict) -> None:
+    where = locate(locations, ("variants", str(name)), key=True) or locate(locations, ("variants",))
+    if not isinstance(name, str):
+        raise RecipeError(f"{where} variants.{name}: a variant name is text; YAML read this one as "
+                          f"{type(name).__name__} {name!r}", hint=f"quote it: '{name}'")
+    if not VARIANT_NAME.fullmatch(name):
+        raise RecipeError(
+            f"{where} variants.{name}: {name!r} is not a valid variant name: use letters, digits, '_', '-' "
+            f"and '.', starting with a letter, digit or '_' (at most 100 characters)",
+            hint="the name becomes a directory under outputs.dir, so it cannot contain '/' or be '.' or '..'")
 
 
 def _validate(data: dict, locations: dict, prefix_variant: str | None = None) -> Recipe:

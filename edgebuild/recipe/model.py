@@ -7,49 +7,89 @@ core stays ignorant of Core ML.
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from edgebuild.verify.config import ValidateSection
 
 DEPLOYMENT_TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18", "iOS26", "macOS12", "macOS13", "macOS14", "macOS15", "macOS26")
 DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool")
 POLICIES = ("auto", "all", "cpu_only", "cpu_and_gpu", "cpu_and_ne", "ane_only", "gpu_only")
+MAX_DIM = 2**31 - 1  # Core ML and most runtimes index with int32
+MAX_ELEMENTS = 2**30  # per input (4 GiB of float32): validation holds several samples of it
+MAX_RANK = 8
+
+Size = Annotated[int, Field(ge=1, le=MAX_DIM)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class EnumeratedDim(Strict):
     """A dimension that takes one of a few sizes (Core ML EnumeratedShapes)."""
 
-    enumerated: list[int] = Field(min_length=1)
+    enumerated: list[Size] = Field(min_length=1, max_length=128)
 
 
 class RangeDim(Strict):
-    """A dimension anywhere in ``[lo, hi]`` (Core ML RangeDim); ``default`` is used for tracing and validation."""
+    """A dimension anywhere in ``[lo, hi]`` (Core ML RangeDim), 1 <= lo <= hi; ``default`` (in the range) is used for tracing and validation."""
 
-    range: tuple[int, int]
-    default: Optional[int] = None
+    range: tuple[Size, Size]
+    default: Optional[Size] = None
+
+    @field_validator("range")
+    @classmethod
+    def _ordered(cls, value):
+        if value[0] > value[1]:
+            raise ValueError(f"the range [{value[0]}, {value[1]}] is reversed; write [{value[1]}, {value[0]}]")
+        return value
+
+    @field_validator("default")
+    @classmethod
+    def _inside(cls, value, info: ValidationInfo):
+        lo, hi = info.data.get("range") or (None, None)
+        if value is not None and lo is not None and not lo <= value <= hi:
+            raise ValueError(f"default {value} is outside the range [{lo}, {hi}]")
+        return value
 
 
-Dim = Union[int, str, EnumeratedDim, RangeDim]
+Dim = Union[Size, str, EnumeratedDim, RangeDim]
+
+
+def _largest(dim) -> int | None:
+    if isinstance(dim, int):
+        return dim
+    if isinstance(dim, EnumeratedDim):
+        return max(dim.enumerated)
+    if isinstance(dim, RangeDim):
+        return dim.range[1]
+    return None  # a symbolic name: its size comes from the model
 
 
 class InputSpec(Strict):
-    """A model input: its shape (ints pin dynamic dims) and dtype, or a fixed ``value`` folded at build time."""
+    """A model input: its shape (positive ints pin dynamic dims) and dtype, or a fixed ``value`` folded at build time."""
 
-    shape: Optional[list[Dim]] = None
+    shape: Optional[list[Dim]] = Field(default=None, max_length=MAX_RANK)
     dtype: Literal[DTYPES] = "float32"
     value: Any = None
+
+    @model_validator(mode="after")
+    def _not_huge(self):
+        sizes = [_largest(d) for d in self.shape or ()]
+        known = [s for s in sizes if s is not None]
+        if known and math.prod(known) > MAX_ELEMENTS:
+            raise ValueError(f"the shape has {math.prod(known):,} elements at its largest; the limit is {MAX_ELEMENTS:,}")
+        return self
 
 
 class Source(Strict):
     model: str = Field(description="path, pypi:NAME==VERSION#path/in/wheel, or https://... (sha256 required)")
-    sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{64}$",
+                                  description="sha256 of the model file; required for pypi: and https: sources")
     format: Optional[Literal["onnx", "pytorch"]] = Field(default=None, description="inferred from the file suffix when omitted")
     inputs: dict[str, InputSpec] = {}
     options: dict[str, Any] = Field(default={}, description="frontend-specific options, validated by the frontend plugin")
@@ -86,9 +126,9 @@ class ComputeOverride(Strict):
 
 class Compute(Strict):
     policy: Literal[POLICIES] = "auto"
-    chip: str = "m3"
+    chip: str = Field(default="m3", description="chip profile for the compute plan; the backend knows which exist")
     overrides: list[ComputeOverride] = []
-    rewrites: dict[str, bool] = Field(default={}, description="ANE-friendly rewrites to enable")
+    rewrites: dict[str, bool] = Field(default={}, description="ANE-friendly rewrites to enable, by the backend's names")
     fp16_guard: bool = Field(default=True, description="keep ops whose activations leave the fp16 range in fp32")
 
 
@@ -112,14 +152,17 @@ class Recipe(Strict):
 
     edgebuild: Literal[1] = Field(description="recipe format version")
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    extends: Optional[str] = None
+    extends: Optional[str] = Field(default=None, description="a base recipe file, relative to this one (chains of at most 16 files)")
     source: Source
     target: Target = Target()
     compute: Compute = Compute()
     optimize: Optimize = Optimize()
     compression: Optional[dict[str, Any]] = Field(default=None, description="weight compression, validated by the backend plugin")
     validate_: Optional[ValidateSection] = Field(default=None, alias="validate")
-    variants: dict[str, Optional[dict[str, Any]]] = Field(default={}, description="named partial overrides, deep-merged onto the base")
+    variants: dict[str, Optional[dict[str, Any]]] = Field(
+        default={}, description="named partial overrides, deep-merged onto the base; a name is letters, digits, "
+                                "'_', '-' and '.' (starting with a letter, digit or '_'), not '.' or '..'",
+        json_schema_extra={"propertyNames": {"pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"}})
     outputs: Outputs = Outputs()
     metadata: Metadata = Metadata()
 

@@ -25,6 +25,14 @@ def _owned_sections(variant) -> list[tuple[str, tuple, object]]:
 
 
 def validate_plugin_sections(variant, registry) -> None:
+    """The plugin-owned sections, then the checks against the registry and the disk (checks.py)."""
+    from edgebuild.recipe.checks import check_variant
+
+    _validate_sections(variant, registry)
+    check_variant(variant, registry)
+
+
+def _validate_sections(variant, registry) -> None:
     for name, path, data in _owned_sections(variant):
         if not data:
             continue

@@ -1,18 +1,28 @@
 """The recipe's ``validate`` section: which inputs to feed, which limits to hold the outputs to.
 
 Every model forbids unknown keys so a typo (``cosine_mni``) is a recipe error, not a silently
-ignored limit. Thresholds left out are not checked: an empty ``thresholds`` means "report only".
+ignored limit, and every number must be finite and inside its metric's domain (a ``cosine_min``
+above 1 could never pass, one below -1 could never fail). Thresholds left out are not checked:
+an empty ``thresholds`` means "report only". Counts have upper bounds (``MAX_SAMPLES``...) so a
+slip of the keyboard cannot ask for more memory than any machine has.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
+MAX_SAMPLES = 10_000
+MAX_TOKENS = 1_000_000  # token sequence length
+MAX_VOCAB = 2**31  # token ids are int32 on the device
+MAX_IMAGE_SIDE = 16_384
+RUNTIMES = ("interpreter", "coreml")
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class RandomInput(_Strict):
@@ -27,7 +37,7 @@ class RandomInput(_Strict):
     high: Optional[float] = None
     mean: float = 0.0
     std: float = Field(default=1.0, ge=0.0)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=2**64)
 
     @model_validator(mode="after")
     def _ordered(self):
@@ -51,12 +61,12 @@ class TokensInput(_Strict):
     last dimension.
     """
 
-    vocab_size: int = Field(ge=2)
-    seed: int = 0
+    vocab_size: int = Field(ge=2, le=MAX_VOCAB)
+    seed: int = Field(default=0, ge=0, lt=2**64)
     special: SpecialTokens = SpecialTokens()
     pad: int = 0
-    length: Optional[int] = Field(default=None, ge=1)
-    real_tokens: Optional[int] = Field(default=None, ge=1)
+    length: Optional[int] = Field(default=None, ge=1, le=MAX_TOKENS)
+    real_tokens: Optional[int] = Field(default=None, ge=1, le=MAX_TOKENS)
 
 
 class ImagesInput(_Strict):
@@ -67,7 +77,7 @@ class ImagesInput(_Strict):
     """
 
     dir: str
-    size: Optional[tuple[int, int]] = None
+    size: Optional[tuple[Annotated[int, Field(ge=1, le=MAX_IMAGE_SIDE)], Annotated[int, Field(ge=1, le=MAX_IMAGE_SIDE)]]] = None
     mean: Optional[list[float]] = None
     std: Optional[list[float]] = None
     layout: Literal["nchw", "nhwc"] = "nchw"
@@ -115,14 +125,14 @@ class Thresholds(_Strict):
     ``*_max`` against the worst (highest) one. Omitted limits are reported but not enforced.
     """
 
-    cosine_min: Optional[float] = None
-    max_abs_max: Optional[float] = Field(default=None, ge=0.0)
-    mean_abs_max: Optional[float] = Field(default=None, ge=0.0)
-    p99_abs_max: Optional[float] = Field(default=None, ge=0.0)
-    max_rel_max: Optional[float] = Field(default=None, ge=0.0)
-    snr_db_min: Optional[float] = None
-    top1_agreement_min: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    top5_agreement_min: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    cosine_min: Optional[float] = Field(default=None, ge=-1.0, le=1.0, description="cosine similarity, in [-1, 1]")
+    max_abs_max: Optional[float] = Field(default=None, ge=0.0, description="an error limit, >= 0")
+    mean_abs_max: Optional[float] = Field(default=None, ge=0.0, description="an error limit, >= 0")
+    p99_abs_max: Optional[float] = Field(default=None, ge=0.0, description="an error limit, >= 0")
+    max_rel_max: Optional[float] = Field(default=None, ge=0.0, description="an error limit, >= 0")
+    snr_db_min: Optional[float] = Field(default=None, description="decibels, any finite number")
+    top1_agreement_min: Optional[float] = Field(default=None, ge=0.0, le=1.0, description="a rate, in [0, 1]")
+    top5_agreement_min: Optional[float] = Field(default=None, ge=0.0, le=1.0, description="a rate, in [0, 1]")
 
     def merged(self, override: "Thresholds | None") -> "Thresholds":
         """These limits with ``override``'s explicitly set ones on top."""
@@ -138,13 +148,13 @@ class OutputOverride(_Strict):
 class ValidateSection(_Strict):
     """``validate:`` in a recipe."""
 
-    samples: int = Field(default=8, ge=1, description="how many input samples to compare")
+    samples: int = Field(default=8, ge=1, le=MAX_SAMPLES, description="how many input samples to compare")
     inputs: dict[str, InputSource] = Field(
         default={}, description="per model input; inputs not listed get uniform random values in [0, 1)"
     )
     thresholds: Thresholds = Thresholds()
     per_output: dict[str, OutputOverride] = Field(default={}, description="per-output threshold overrides")
-    runtimes: list[str] = Field(
+    runtimes: list[Literal[RUNTIMES]] = Field(
         default=["interpreter", "coreml"],
         min_length=1,
         description="candidate runtimes to run; 'coreml' runs only on macOS and is skipped elsewhere",

@@ -107,6 +107,13 @@ class CoreMLBackend:
         return stages
 
     @staticmethod
+    def check_recipe(recipe) -> None:
+        """Checks at load (``edgebuild validate``): chip and rewrite names exist."""
+        from edgebuild_coreml.compute import check_compute_names
+
+        check_compute_names(recipe.compute)
+
+    @staticmethod
     def lower_params(variant) -> dict:
         recipe = variant.recipe
         dump = recipe.model_dump(mode="json", by_alias=True)

@@ -13,6 +13,8 @@ from typing import Any, Mapping
 from edgebuild.errors import BuildError, UsageError
 
 COMPUTE_UNITS_KEY = "com.edgebuild.compute_units"
+# the keys of ane.rewrites.REWRITES, here so a recipe check need not import coremltools
+REWRITE_NAMES = ("linear_to_conv", "split_attention_heads", "clamp_norm_epsilon")
 
 # Core ML has no "only the ANE" or "only the GPU" setting: the strict policies use the closest
 # compute units and rely on the plan check for the promise.
@@ -103,6 +105,22 @@ def range_inputs(recipe_inputs: Mapping[str, Mapping[str, Any]], renamed: Mappin
 
 
 # -- rewrites, plan, strict policies ----------------------------------------------------------
+
+
+def check_compute_names(compute) -> None:
+    """compute.chip and compute.rewrites name things this plugin has (RecipeError with the path)."""
+    from edgebuild.errors import RecipeError
+    from edgebuild.recipe.checks import closest
+    from edgebuild_coreml.ane.chips import load_chips, normalise_chip_name
+
+    chips = load_chips()
+    if normalise_chip_name(compute.chip) not in chips:
+        raise RecipeError(f"unknown chip {compute.chip!r}" + closest(normalise_chip_name(compute.chip), chips),
+                          path=("compute", "chip"))
+    for name in compute.rewrites:
+        if name not in REWRITE_NAMES:
+            raise RecipeError(f"unknown ANE rewrite {name!r}" + closest(name, REWRITE_NAMES),
+                              path=("compute", "rewrites", name))
 
 
 def enabled_rewrites(rewrites: Mapping[str, bool]) -> list[str]:

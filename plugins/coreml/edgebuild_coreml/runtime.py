@@ -20,6 +20,12 @@ class InterpreterRuntime:
 
         return run_mlpackage(artifact, inputs, fp16=fp16)
 
+    def input_names(self, artifact: Path) -> list[str]:
+        """The inputs the artifact takes, from its spec (``verify`` checks them against the reference)."""
+        import coremltools as ct
+
+        return [i.name for i in ct.utils.load_spec(str(artifact)).description.input]
+
     def inspect(self, artifact: Path) -> dict:
         from edgebuild_coreml.inspect import inspect_mlpackage
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from edgebuild.build import load_variants
 from edgebuild.errors import RecipeError
@@ -40,5 +42,10 @@ def test_variant_overrides_are_gated_too(tmp_path, monkeypatch):
 
 def test_the_same_recipe_on_ios18_loads(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    # a recipe that loads is checked against its model too: x must exist with rank 2
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
     (tmp_path / "r.yaml").write_text(RECIPE.format(target="iOS18"))
     assert [v.name for v in load_variants(["r.yaml"], None, get_registry())] == ["int4", "palette3"]

@@ -1,0 +1,175 @@
+"""Checks of a loaded variant against what is installed and on disk, before any build work.
+
+The pydantic models check each value on its own; these need more: the registry (is there a
+backend, a pass, a chip of that name?), the source model (does it have the inputs the recipe
+names, with that rank and dtype?) and the file system (do the validation files exist?). Every
+problem is a RecipeError at the offending value's file:line:column, with the closest valid
+name when there is one. ``edgebuild validate`` and ``edgebuild run`` both run them at load.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import numpy as np
+
+from edgebuild.errors import RecipeError, UsageError
+from edgebuild.recipe.locations import locate
+
+
+def closest(given, choices) -> str:
+    """``; did you mean 'x'?`` for a near miss, else the list of valid names."""
+    choices = [str(c) for c in choices]
+    lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(str(given).lower(), list(lower), n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {lower[close[0]]!r}?"
+    return f"; valid: {', '.join(sorted(choices))}" if choices else "; none is installed"
+
+
+class _Checker:
+    def __init__(self, variant):
+        self.variant = variant
+        self.suffix = f"\n  (in variant {variant.name!r})" if variant.name != "default" else ""
+
+    def fail(self, path: tuple, message: str, *, key: bool = False, hint: str | None = None):
+        where = locate(self.variant.locations, path, key=key) or self.variant.path.name
+        dotted = ".".join(str(p) for p in path)
+        raise RecipeError(f"{where} {dotted}: {message}{self.suffix}", hint=hint)
+
+
+def check_variant(variant, registry) -> None:
+    """Every check of this module; raises the first RecipeError found."""
+    check = _Checker(variant)
+    fmt = _check_source(check, variant, registry)
+    _check_backend(check, variant, registry)
+    _check_passes(check, variant, registry)
+    inputs = _model_inputs(check, variant) if fmt == "onnx" else None
+    if inputs is not None:
+        _check_inputs_match_model(check, variant, inputs)
+    _check_validation(check, variant, inputs)
+
+
+def _check_source(check: _Checker, variant, registry) -> str | None:
+    from edgebuild.dag.stages import _source_format
+    from edgebuild.graph.resolvers import scheme_of
+
+    source = variant.recipe.source
+    try:
+        scheme = scheme_of(source.model)
+    except UsageError as exc:
+        check.fail(("source", "model"), exc.message.removeprefix("source.model: "))
+    if scheme in ("pypi", "https") and not source.sha256:
+        check.fail(("source", "model"), f"a {scheme}: source needs source.sha256, the digest of the file it names",
+                   hint="add source.sha256: <64 hex digits> (sha256sum of the file); a download that does not "
+                        "match it is refused, as pip's hash-checking mode does")
+    if scheme == "file":
+        path = Path(source.model.removeprefix("file:"))
+        path = path if path.is_absolute() else variant.base_dir / path
+        if not path.is_file():
+            problem = "is a directory, not a model file" if path.is_dir() else "no such file"
+            check.fail(("source", "model"), f"{problem} ({source.model!r}, relative to the recipe)")
+    try:
+        fmt = _source_format(variant, source.model)
+    except UsageError:
+        check.fail(("source", "model"), f"cannot tell the format of {source.model!r} from its name",
+                   hint="set source.format: onnx or pytorch")
+    if registry.get("frontends", fmt) is None:
+        check.fail(("source", "format") if source.format else ("source", "model"),
+                   f"no installed plugin reads {fmt!r} models" + closest(fmt, registry.names("frontends")),
+                   hint="pip install the plugin for it (e.g. edgebuild-pytorch), then check `edgebuild plugins`")
+    return fmt if scheme == "file" else None  # remote sources are not fetched to check them
+
+
+def _check_backend(check: _Checker, variant, registry) -> None:
+    name = variant.recipe.target.backend
+    backend = registry.get("backends", name)
+    if backend is None:
+        check.fail(("target", "backend"), f"no installed plugin provides backend {name!r}"
+                   + closest(name, registry.names("backends")))
+    own_check = getattr(backend, "check_recipe", None)  # names only the backend knows: chips, rewrites
+    if own_check is not None:
+        try:
+            own_check(variant.recipe)
+        except RecipeError as exc:
+            if exc.path is None:
+                raise
+            check.fail(exc.path, exc.message, hint=exc.hint)
+
+
+def _check_passes(check: _Checker, variant, registry) -> None:
+    known = registry.names("passes")
+    for name in variant.recipe.optimize.passes:
+        if name not in known:
+            check.fail(("optimize", "passes", name), f"unknown pass {name!r}" + closest(name, known), key=True)
+
+
+def _model_inputs(check: _Checker, variant):
+    from edgebuild.recipe.model_inputs import NotOnnx, read_graph_inputs
+
+    model = variant.recipe.source.model.removeprefix("file:")
+    path = Path(model) if Path(model).is_absolute() else variant.base_dir / model
+    try:
+        return read_graph_inputs(path)
+    except NotOnnx as exc:
+        check.fail(("source", "model"), f"{model!r} is not an ONNX model ({exc})")
+    except OSError as exc:
+        check.fail(("source", "model"), f"cannot read {model!r}: {exc.strerror or exc}")
+
+
+def _check_inputs_match_model(check: _Checker, variant, graph_inputs) -> None:
+    by_name = {i.name: i for i in graph_inputs}
+    for name, spec in variant.recipe.source.inputs.items():
+        path = ("source", "inputs", name)
+        model = by_name.get(name)
+        if model is None:
+            check.fail(path, f"the model has no input {name!r}" + closest(name, by_name), key=True)
+        fixed = spec.value is not None
+        if not fixed and model.dtype is not None and model.dtype != spec.dtype:
+            said = "says" if "dtype" in _raw_input(variant, name) else "defaults to"
+            check.fail(path + (("dtype",) if said == "says" else ()),
+                       f"the model takes {model.dtype}, the recipe {said} {spec.dtype}",
+                       hint=f"write dtype: {model.dtype}")
+        if model.dims is None:
+            continue
+        rank = len(spec.shape) if spec.shape is not None else (np.ndim(spec.value) if fixed else None)
+        if rank is not None and rank != len(model.dims):
+            where = path + ("shape",) if spec.shape is not None else path + ("value",)
+            check.fail(where, f"{rank} dims given, the model's input has rank {len(model.dims)} "
+                              f"({_show_dims(model.dims)})", hint="give one entry per dimension")
+        for axis, (model_dim, dim) in enumerate(zip(model.dims, spec.shape or ())):
+            static = model_dim if isinstance(model_dim, int) and model_dim > 0 else None
+            if static is not None and dim != static:
+                check.fail(path + ("shape", axis), f"dim {axis} is fixed to {static} in the model, the recipe "
+                           f"asks for {dim if isinstance(dim, (int, str)) else 'a flexible size'}",
+                           hint=f"use {static}, or re-export the model with a dynamic axis")
+
+
+def _raw_input(variant, name) -> dict:
+    spec = ((variant.data.get("source") or {}).get("inputs") or {}).get(name)
+    return spec if isinstance(spec, dict) else {}
+
+
+def _show_dims(dims) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _check_validation(check: _Checker, variant, graph_inputs) -> None:
+    section = variant.recipe.validate_
+    if section is None:
+        return
+    names = [i.name for i in graph_inputs] if graph_inputs is not None else None
+    for name, source in section.inputs.items():
+        path = ("validate", "inputs", name)
+        if names is not None and name not in names and source.kind != "value":
+            check.fail(path, f"the model has no input {name!r}" + closest(name, names), key=True)
+        if source.file is not None:
+            file = variant.base_dir / source.file
+            if not file.is_file():
+                problem = "is a directory, not a .npy/.npz file" if file.is_dir() else "no such file"
+                check.fail(path + ("file",), f"{problem} ({source.file!r}, relative to the recipe)")
+        if source.images is not None:
+            folder = variant.base_dir / source.images.dir
+            if not folder.is_dir():
+                check.fail(path + ("images", "dir"), f"no such directory ({source.images.dir!r}, relative to the recipe)")

