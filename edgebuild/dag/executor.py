@@ -4,6 +4,9 @@ A stage's key depends on its inputs' digests, so keys are known only as upstream
 finish. Each variant runs its chain in a worker thread; a stage key claimed by one
 variant is awaited, not rebuilt, by the others (and across processes the store's file
 locks do the same).
+
+Ctrl-C stops every running stage body, in whichever thread it runs (see
+:mod:`edgebuild.dag.interrupt`), and ``run`` then raises KeyboardInterrupt.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from edgebuild.dag.interrupt import Interrupts
 from edgebuild.dag.keys import stage_key
 from edgebuild.dag.stages import Result, Stage
 from edgebuild.dag.store import Store
@@ -41,17 +45,26 @@ class Executor:
         self._claims: dict[str, Future] = {}
         self._lock = threading.Lock()
         self._forced: set[str] = set()
+        self._interrupts = Interrupts()
 
     def key_of(self, stage: Stage, results: dict[str, Result]) -> str:
         return stage_key(stage.name, stage.params, {d: results[d].digest for d in stage.deps}, stage.plugins)
 
     def run(self, jobs: list[Job]) -> list[Job]:
-        if self.jobs == 1 or len(jobs) == 1:
-            for job in jobs:
-                self._run_job(job)
-        else:
-            with ThreadPoolExecutor(self.jobs) as pool:
-                list(pool.map(self._run_job, jobs))
+        """Run every job; raises KeyboardInterrupt once all stages have stopped if Ctrl-C was pressed."""
+        self._interrupts = Interrupts()
+        with self._interrupts.watching():
+            if self.jobs == 1 or len(jobs) == 1:
+                for job in jobs:  # in this thread: the main thread's KeyboardInterrupt lands in the stage
+                    self._run_job(job)
+            else:
+                pool = ThreadPoolExecutor(self.jobs)
+                try:
+                    for future in [pool.submit(self._run_job, job) for job in jobs]:
+                        future.result()
+                finally:  # on Ctrl-C the running stages are interrupted too; wait for them to clean up
+                    pool.shutdown(wait=True, cancel_futures=True)
+        self._interrupts.check()  # an interrupt a stage body swallowed still ends the run
         return jobs
 
     def _run_job(self, job: Job) -> None:
@@ -62,9 +75,11 @@ class Executor:
             job.error = exc
 
     def _run_stage(self, job: Job, stage: Stage) -> Result:
+        self._interrupts.check()
         if stage.resolve is not None:
             self.on_event(job.label, f"{stage.name}:start", None)
-            result = stage.resolve()
+            with self._interrupts.stage_body():
+                result = stage.resolve()
             self.on_event(job.label, f"{stage.name}:done", result)
             return result
         key = self.key_of(stage, job.results)
@@ -97,15 +112,25 @@ class Executor:
             import tempfile
 
             out = Path(tempfile.mkdtemp(prefix=f"edgebuild-{stage.name}-"))
-            info = stage.produce(inputs, out) or {}
+            try:
+                info = self._produce(stage, inputs, out)
+            except BaseException:
+                import shutil
+
+                shutil.rmtree(out, ignore_errors=True)  # nothing half-written left behind
+                raise
             from edgebuild.dag.store import manifest_digest, scan
 
             return Result(stage.name, key, manifest_digest(scan(out)), out, info, "ran",
                           round(time.perf_counter() - start, 3))
         if self.force:
             self.store.evict(key)
-        entry, built = self.store.build(key, stage.name, lambda out: stage.produce(inputs, out))
+        entry, built = self.store.build(key, stage.name, lambda out: self._produce(stage, inputs, out))
         if not built:
             self.store.touch(entry)
         seconds = entry.meta.get("seconds", 0.0) if built else round(time.perf_counter() - start, 3)
         return Result(stage.name, key, entry.digest, entry.out, entry.info, "ran" if built else "cached", seconds)
+
+    def _produce(self, stage: Stage, inputs: dict[str, Result], out: Path) -> dict:
+        with self._interrupts.stage_body():
+            return stage.produce(inputs, out) or {}
