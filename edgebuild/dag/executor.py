@@ -11,9 +11,10 @@ Ctrl-C stops every running stage body, in whichever thread it runs (see
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -23,6 +24,8 @@ from edgebuild.dag.keys import stage_key
 from edgebuild.dag.stages import Result, Stage
 from edgebuild.dag.store import Store
 from edgebuild.errors import BuildError, EdgebuildError
+
+INTERRUPT_GRACE_SECONDS = 3.0
 
 
 @dataclass
@@ -51,21 +54,53 @@ class Executor:
         return stage_key(stage.name, stage.params, {d: results[d].digest for d in stage.deps}, stage.plugins)
 
     def run(self, jobs: list[Job]) -> list[Job]:
-        """Run every job; raises KeyboardInterrupt once all stages have stopped if Ctrl-C was pressed."""
+        """Run every job; raises KeyboardInterrupt once its stages have stopped if Ctrl-C was pressed."""
         self._interrupts = Interrupts()
         with self._interrupts.watching():
             if self.jobs == 1 or len(jobs) == 1:
                 for job in jobs:  # in this thread: the main thread's KeyboardInterrupt lands in the stage
                     self._run_job(job)
             else:
-                pool = ThreadPoolExecutor(self.jobs)
-                try:
-                    for future in [pool.submit(self._run_job, job) for job in jobs]:
-                        future.result()
-                finally:  # on Ctrl-C the running stages are interrupted too; wait for them to clean up
-                    pool.shutdown(wait=True, cancel_futures=True)
+                self._run_in_threads(jobs)
         self._interrupts.check()  # an interrupt a stage body swallowed still ends the run
         return jobs
+
+    def _run_in_threads(self, jobs: list[Job]) -> None:
+        """Jobs on ``self.jobs`` daemon threads. On Ctrl-C the running stage bodies are interrupted
+        and given ``INTERRUPT_GRACE_SECONDS`` to clean up; a thread still stuck in a native call
+        after that is abandoned (its store temporary goes with the next ``cache gc``)."""
+        pending: queue.SimpleQueue = queue.SimpleQueue()
+        for job in jobs:
+            pending.put(job)
+        failures: list[BaseException] = []
+
+        def work() -> None:
+            while not self._interrupts.requested.is_set():
+                try:
+                    job = pending.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    self._run_job(job)
+                except BaseException as exc:  # KeyboardInterrupt, or a bug: re-raised by the caller
+                    failures.append(exc)
+
+        threads = [threading.Thread(target=work, name=f"edgebuild-jobs-{i}", daemon=True)
+                   for i in range(min(self.jobs, len(jobs)))]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                thread.join()
+        except KeyboardInterrupt:
+            self._interrupts.request()
+            deadline = time.monotonic() + INTERRUPT_GRACE_SECONDS
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            raise
+        errors = [exc for exc in failures if not isinstance(exc, KeyboardInterrupt)]
+        if errors:
+            raise errors[0]
 
     def _run_job(self, job: Job) -> None:
         try:
