@@ -4,21 +4,28 @@ A stage's key depends on its inputs' digests, so keys are known only as upstream
 finish. Each variant runs its chain in a worker thread; a stage key claimed by one
 variant is awaited, not rebuilt, by the others (and across processes the store's file
 locks do the same).
+
+Ctrl-C stops every running stage body, in whichever thread it runs (see
+:mod:`edgebuild.dag.interrupt`), and ``run`` then raises KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from edgebuild.dag.interrupt import Interrupts
 from edgebuild.dag.keys import stage_key
 from edgebuild.dag.stages import Result, Stage
 from edgebuild.dag.store import Store
 from edgebuild.errors import BuildError, EdgebuildError
+
+INTERRUPT_GRACE_SECONDS = 3.0
 
 
 @dataclass
@@ -41,18 +48,59 @@ class Executor:
         self._claims: dict[str, Future] = {}
         self._lock = threading.Lock()
         self._forced: set[str] = set()
+        self._interrupts = Interrupts()
 
     def key_of(self, stage: Stage, results: dict[str, Result]) -> str:
         return stage_key(stage.name, stage.params, {d: results[d].digest for d in stage.deps}, stage.plugins)
 
     def run(self, jobs: list[Job]) -> list[Job]:
-        if self.jobs == 1 or len(jobs) == 1:
-            for job in jobs:
-                self._run_job(job)
-        else:
-            with ThreadPoolExecutor(self.jobs) as pool:
-                list(pool.map(self._run_job, jobs))
+        """Run every job; raises KeyboardInterrupt once its stages have stopped if Ctrl-C was pressed."""
+        self._interrupts = Interrupts()
+        with self._interrupts.watching():
+            if self.jobs == 1 or len(jobs) == 1:
+                for job in jobs:  # in this thread: the main thread's KeyboardInterrupt lands in the stage
+                    self._run_job(job)
+            else:
+                self._run_in_threads(jobs)
+        self._interrupts.check()  # an interrupt a stage body swallowed still ends the run
         return jobs
+
+    def _run_in_threads(self, jobs: list[Job]) -> None:
+        """Jobs on ``self.jobs`` daemon threads. On Ctrl-C the running stage bodies are interrupted
+        and given ``INTERRUPT_GRACE_SECONDS`` to clean up; a thread still stuck in a native call
+        after that is abandoned (its store temporary goes with the next ``cache gc``)."""
+        pending: queue.SimpleQueue = queue.SimpleQueue()
+        for job in jobs:
+            pending.put(job)
+        failures: list[BaseException] = []
+
+        def work() -> None:
+            while not self._interrupts.requested.is_set():
+                try:
+                    job = pending.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    self._run_job(job)
+                except BaseException as exc:  # KeyboardInterrupt, or a bug: re-raised by the caller
+                    failures.append(exc)
+
+        threads = [threading.Thread(target=work, name=f"edgebuild-jobs-{i}", daemon=True)
+                   for i in range(min(self.jobs, len(jobs)))]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                thread.join()
+        except KeyboardInterrupt:
+            self._interrupts.request()
+            deadline = time.monotonic() + INTERRUPT_GRACE_SECONDS
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            raise
+        errors = [exc for exc in failures if not isinstance(exc, KeyboardInterrupt)]
+        if errors:
+            raise errors[0]
 
     def _run_job(self, job: Job) -> None:
         try:
@@ -62,9 +110,11 @@ class Executor:
             job.error = exc
 
     def _run_stage(self, job: Job, stage: Stage) -> Result:
+        self._interrupts.check()
         if stage.resolve is not None:
             self.on_event(job.label, f"{stage.name}:start", None)
-            result = stage.resolve()
+            with self._interrupts.stage_body():
+                result = stage.resolve()
             self.on_event(job.label, f"{stage.name}:done", result)
             return result
         key = self.key_of(stage, job.results)
@@ -97,15 +147,25 @@ class Executor:
             import tempfile
 
             out = Path(tempfile.mkdtemp(prefix=f"edgebuild-{stage.name}-"))
-            info = stage.produce(inputs, out) or {}
+            try:
+                info = self._produce(stage, inputs, out)
+            except BaseException:
+                import shutil
+
+                shutil.rmtree(out, ignore_errors=True)  # nothing half-written left behind
+                raise
             from edgebuild.dag.store import manifest_digest, scan
 
             return Result(stage.name, key, manifest_digest(scan(out)), out, info, "ran",
                           round(time.perf_counter() - start, 3))
         if self.force:
             self.store.evict(key)
-        entry, built = self.store.build(key, stage.name, lambda out: stage.produce(inputs, out))
+        entry, built = self.store.build(key, stage.name, lambda out: self._produce(stage, inputs, out))
         if not built:
             self.store.touch(entry)
         seconds = entry.meta.get("seconds", 0.0) if built else round(time.perf_counter() - start, 3)
         return Result(stage.name, key, entry.digest, entry.out, entry.info, "ran" if built else "cached", seconds)
+
+    def _produce(self, stage: Stage, inputs: dict[str, Result], out: Path) -> dict:
+        with self._interrupts.stage_body():
+            return stage.produce(inputs, out) or {}
