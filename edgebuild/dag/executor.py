@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from edgebuild import progress
 from edgebuild.dag.keys import stage_key
 from edgebuild.dag.stages import Result, Stage
 from edgebuild.dag.store import Store
@@ -80,7 +81,8 @@ class Executor:
             return result
         try:
             self.on_event(job.label, f"{stage.name}:start", None)
-            result = self._build(stage, key, job.results)
+            with progress.reporting(self._progress_events(job.label, stage.name)):
+                result = self._build(stage, key, job.results)
             claim.set_result(result)
             self.on_event(job.label, f"{stage.name}:done", result)
             return result
@@ -90,21 +92,26 @@ class Executor:
                 raise
             raise BuildError(f"stage {stage.name} failed: {type(exc).__name__}: {exc}") from exc
 
+    def _progress_events(self, label: str, stage: str) -> progress.Reporter:
+        """A running stage's ``progress.report`` calls, as ``<stage>:progress`` events."""
+        return lambda step, done, total: self.on_event(label, f"{stage}:progress", progress.Step(step, done, total))
+
     def _build(self, stage: Stage, key: str, results: dict[str, Result]) -> Result:
         inputs = {d: results[d] for d in stage.deps}
+        produce = progress.announced(stage.produce)
         start = time.perf_counter()
         if self.store is None:
             import tempfile
 
             out = Path(tempfile.mkdtemp(prefix=f"edgebuild-{stage.name}-"))
-            info = stage.produce(inputs, out) or {}
+            info = produce(inputs, out) or {}
             from edgebuild.dag.store import manifest_digest, scan
 
             return Result(stage.name, key, manifest_digest(scan(out)), out, info, "ran",
                           round(time.perf_counter() - start, 3))
         if self.force:
             self.store.evict(key)
-        entry, built = self.store.build(key, stage.name, lambda out: stage.produce(inputs, out))
+        entry, built = self.store.build(key, stage.name, lambda out: produce(inputs, out))
         if not built:
             self.store.touch(entry)
         seconds = entry.meta.get("seconds", 0.0) if built else round(time.perf_counter() - start, 3)
