@@ -51,19 +51,23 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout"),
     depfile: Optional[Path] = typer.Option(None, "--depfile", help="write Make dependencies here"),
     verbose: bool = typer.Option(False, "-v", "--verbose"),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="print errors and unmet thresholds only"),
 ):
     """Build every variant of RECIPE... into its output directory."""
     from edgebuild.arguments import check_cache_dir, check_depfile, check_recipe_paths
-    from edgebuild.progress import Printer
+    from edgebuild.errors import UsageError
+    from edgebuild.progress import printer_for
     from edgebuild.run import run_recipes
 
+    if quiet and verbose:
+        raise UsageError("-q and -v contradict each other; give one")
     check_recipe_paths(recipes)
     check_depfile(depfile)
     check_cache_dir(cache_dir)
 
     code = run_recipes([str(r) for r in recipes], variants=variant, jobs=jobs, cache_dir=cache_dir,
                        no_cache=no_cache, force=force, as_json=as_json, depfile=depfile,
-                       verbose=verbose, console=Printer())
+                       verbose=verbose, console=printer_for(quiet=quiet, verbose=verbose))
     raise typer.Exit(code)
 
 
@@ -74,11 +78,14 @@ def plan(
     variant: Optional[List[str]] = typer.Option(None, "--variant"),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
     as_json: bool = typer.Option(False, "--json"),
+    ops: bool = typer.Option(False, "--ops", help="also list every op with its unit, time and reasons"),
 ):
-    """Which stages would run (and why) and, where the backend can tell, the per-op compute plan."""
+    """Where the backend can tell, the compute plan (by unit, then by op type and reason); which
+    stages would run, and why."""
     from edgebuild.run import plan_recipe
 
-    plan_recipe(str(recipe), chip=chip, variants=variant, cache_dir=cache_dir, as_json=as_json, console=_stderr())
+    plan_recipe(str(recipe), chip=chip, variants=variant, cache_dir=cache_dir, as_json=as_json, console=_stderr(),
+                ops=ops)
 
 
 @app.command("validate")
@@ -208,20 +215,24 @@ def verify(
             Console().print(f"[bold]{output}[/] " + "  ".join(
                 f"{m}={values[m]['min' if m in ('cosine', 'snr_db') else 'max']:.6g}"
                 for m in ("cosine", "max_abs", "max_rel", "snr_db") if m in values))
+    from rich.markup import escape
+
     for failure in record["failures"]:
-        _stderr().print(f"[red]threshold[/] {failure}")
+        _stderr().print(f"[red]threshold[/] {escape(failure['message'])}")
     raise typer.Exit(3 if record["failures"] else 0)
 
 
 @app.command()
-def report(directory: Path = typer.Argument(..., help="a recipe's outputs.dir")):
-    """Rebuild the page comparing every variant under DIRECTORY."""
+def report(directory: Path = typer.Argument(..., help="a recipe's outputs.dir, or any folder above built variants")):
+    """Write DIRECTORY/index.html comparing every variant whose report.json is below DIRECTORY."""
     from edgebuild.errors import UsageError
-    from edgebuild.verify.report import write_combined
+    from edgebuild.verify.report import find_reports, write_combined
 
     if not directory.is_dir():
         raise UsageError(f"{directory}: no such directory")
-    typer.echo(write_combined(directory))
+    page = write_combined(directory, recursive=True)
+    _stderr().print(f"{len(find_reports(directory, recursive=True))} variant(s)")
+    typer.echo(page)
 
 
 @app.command()

@@ -12,69 +12,126 @@ from edgebuild.build import (
 )
 from edgebuild.dag.executor import Executor
 from edgebuild.errors import ValidationFailed
+from edgebuild.progress import as_printer, escape, stage_line
+from edgebuild.verify.html import human_bytes
+from edgebuild.verify.report import INDEX_HTML, REPORT_HTML, REPORT_JSON
 
 
-def _stage_line(label: str, stage: str, status: str, seconds: float) -> str:
-    colour = "green" if status == "ran" else "cyan"
-    return f"[dim]{label}[/] {stage:<9} [{colour}]{status:<6}[/] {seconds:7.2f}s"
+def _validation_failures(build: Build) -> list[dict]:
+    """Every runtime's unmet limits as ``{"output", "runtime", "metric", "value", "limit", ...}``.
+
+    Read from the runtimes' records, which have always been structured (a validate stage
+    cached by an older edgebuild kept its top-level failures as sentences)."""
+    result = build.job.results.get("validate")
+    runtimes = (result.info.get("runtimes") or {}) if result is not None else {}
+    return [{"output": f.get("output"), "runtime": runtime, "metric": f.get("metric"), "value": f.get("value"),
+             "limit": f.get("limit"), "statistic": f.get("statistic", "worst"), "message": f.get("message", "")}
+            for runtime, record in runtimes.items() for f in record.get("failures") or []]
+
+
+def _status(build: Build) -> str:
+    """"failed" when a stage failed or validation missed a limit; else "built"."""
+    return "failed" if build.job.error is not None or _validation_failures(build) else "built"
+
+
+def _validation(build: Build) -> dict:
+    result = build.job.results.get("validate")
+    return {**result.info, "failures": _validation_failures(build)} if result is not None else {}
+
+
+def _artifact_path(build: Build) -> Path | None:
+    return build.output_dir / build.artifact if build.artifact and build.job.error is None else None
+
+
+def _comparison(build: Build) -> Path:
+    return build.output_dir.parent / INDEX_HTML
 
 
 def _done_line(build: Build) -> str:
-    made = build.output_dir / build.artifact if build.artifact else build.output_dir
-    return f"[bold]{build.job.label}[/] -> {_relative(made)}  (report: {_relative(build.output_dir / 'report.html')})"
-
-
-def _event_printer(console, verbose: bool):
-    def on_event(label: str, event: str, result) -> None:
-        stage, _, what = event.partition(":")
-        if what == "start":
-            if verbose:
-                console.print(f"[dim]{label}[/] {stage} …")
-            return
-        console.print(_stage_line(label, stage, result.status, result.seconds))
-
-    return on_event
+    """The variant's last word: validation verdict, artifact and size, where its report is."""
+    made = _artifact_path(build)
+    size = _size(build, build.job.results)
+    failures = _validation_failures(build)
+    if failures:
+        verdict = f"[red]validation failed[/] ({len(failures)} limit{'s' if len(failures) > 1 else ''})"
+    elif "validate" in build.job.results:
+        verdict = "[green]validation passed[/]"
+    else:
+        verdict = "[yellow]not validated[/]"
+    where = escape(_relative(made if made is not None else build.output_dir))
+    return (f"[bold]{build.job.label}[/] {verdict}  {where} ({human_bytes(size)})  "
+            f"report: {escape(_relative(build.output_dir / REPORT_HTML))}")
 
 
 def _variant_json(build: Build, *, as_cached: bool = False) -> dict:
     """The variant's ``run --json`` object; ``as_cached``: as a repeat of the run would report it."""
     job = build.job
-    validation = job.results.get("validate")
+    artifact = _artifact_path(build)
+    reported = job.error is None and (build.output_dir / REPORT_JSON).exists()
+    comparison = _comparison(build)
     return {
         "recipe": build.variant.recipe.name,
         "variant": build.variant.name,
-        "status": "failed" if job.error is not None else "built",
-        "artifacts": [str(build.output_dir / build.artifact)] if build.artifact and job.error is None else [],
+        "status": _status(build),
+        "artifacts": [str(artifact)] if artifact is not None else [],
+        "artifact_sizes": {str(artifact): _size(build, job.results)} if artifact is not None else {},
         "output_dir": str(build.output_dir),
+        "report": str(build.output_dir / REPORT_HTML) if reported else None,
+        "report_json": str(build.output_dir / REPORT_JSON) if reported else None,
+        **({"comparison": str(comparison)} if reported and comparison.exists() else {}),
         "stages": [{"name": r.name, "key": r.key, "status": "cached" if as_cached else r.status,
                     "seconds": 0.0 if as_cached else r.seconds}
                    for r in job.results.values()],
-        "validation": validation.info if validation is not None else {},
+        "validation": _validation(build),
         **({"error": str(job.error)} if job.error is not None else {}),
     }
 
 
-def _report_data(build: Build) -> dict:
+def _run_json(builds: list[Build], *, as_cached: bool = False) -> str:
+    from edgebuild.versions import edgebuild_version
+
+    variants = [_variant_json(b, as_cached=as_cached) for b in builds]
+    return json.dumps({"variants": variants, "version": edgebuild_version()}) + "\n"
+
+
+def _report_data(build: Build, registry):
+    """The variant's report (report_schema.Report): header, stages, each stage's record, and the
+    sections the page draws lifted from the stages that measure them."""
+    from edgebuild.dag.stages import versions
+    from edgebuild.verify.report_schema import Report
+    from edgebuild.versions import edgebuild_version
+
+    recipe = build.variant.recipe
     results = build.job.results
     data = {
-        "recipe": build.variant.recipe.name, "variant": build.variant.name,
+        "recipe": recipe.name, "variant": build.variant.name, "status": _status(build),
+        "edgebuild_version": edgebuild_version(),
+        "recipe_path": os.path.relpath(build.variant.path, build.output_dir),
+        "source": {"model": recipe.source.model, "sha256": results["resolve"].digest if "resolve" in results else None},
+        "target": {"backend": recipe.target.backend, "deployment_target": recipe.target.deployment_target,
+                   "precision": recipe.target.precision},
+        "compute": {"policy": recipe.compute.policy, "chip": recipe.compute.chip},
+        "versions": versions(registry),
         "artifact": {"path": build.artifact, "kind": Path(build.artifact).suffix.lstrip(".") or "bundle",
                      "size_bytes": _size(build, results)},
-        "status": "built",
+        "comparison": f"../{INDEX_HTML}",
         "stages": [{"name": r.name, "status": r.status, "seconds": r.seconds, "key": r.key} for r in results.values()],
     }
+    notes = []
     for name, result in results.items():
         if name != "resolve":
             data[name] = result.info
-    # the sections the report page draws, lifted from the stages that measure them
+        notes += [str(n) for n in result.info.get("notes") or []] if isinstance(result.info.get("notes"), list) else []
     if "validate" in results:
-        data["validation"] = results["validate"].info
-    for name in ("lower", "compress", "package"):
-        info = results[name].info if name in results else {}
-        for key in ("plan", "sizes", "notes", "fp16_guard"):
-            if key in info:
-                data[key] = info[key]
-    return data
+        data["validation"] = _validation(build)
+    if "weights" in (results["compress"].info if "compress" in results else {}):
+        data["compression"] = results["compress"].info
+    for name in ("lower", "compress", "package"):  # the last stage that planned the program
+        if name in results and "plan" in results[name].info:
+            data["plan"] = results[name].info["plan"]
+    if notes:
+        data["notes"] = notes
+    return Report.model_validate(data)
 
 
 def _size(build: Build, results) -> int:
@@ -90,36 +147,43 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
                 as_json=False, depfile=None, verbose=False, console) -> int:
     from edgebuild.registry import get_registry
 
+    display = as_printer(console, verbose=verbose)
     registry = get_registry()
     store = open_store(cache_dir)
     builds = plan_jobs(load_variants(recipes, variants, registry), registry, store)
-    executor = Executor(None if no_cache else store, jobs=jobs, force=force, on_event=_event_printer(console, verbose))
-    executor.run([b.job for b in builds])
+    executor = Executor(None if no_cache else store, jobs=jobs, force=force, on_event=display.on_event)
+    try:
+        executor.run([b.job for b in builds])
+    finally:
+        display.close()
     code = 0
     for build in builds:
         if build.job.error is not None:
-            console.print(f"[red]error[/] {build.job.label}: {build.job.error}")
+            display.error(f"[red]error[/] {build.job.label}: {escape(build.job.error)}")
             code = max(code, build.job.error.exit_code)
             continue
         settle_artifact(build)
-        build.written = materialise(build, registry, _report_data(build))
-        failures = (build.job.results.get("validate").info.get("failures", [])
-                    if build.job.results.get("validate") else [])
+        build.written = materialise(build, registry, _report_data(build, registry))
+        failures = _validation_failures(build)
+        for failure in failures:
+            display.error(f"[red]threshold[/] {build.job.label}: {failure['runtime']}: {escape(failure['message'])}")
         if failures:
-            for failure in failures:
-                console.print(f"[red]threshold[/] {build.job.label}: {failure}")
             code = max(code, ValidationFailed.exit_code) if code != 1 else code
-        console.print(_done_line(build))
-    _write_comparisons(builds)
+    comparisons = _write_comparisons(builds)
+    for build in builds:
+        if build.job.error is None:
+            display.print(_done_line(build))
+    for page in comparisons:
+        display.print(f"comparison of the variants: {escape(_relative(page))}")
     dependencies = write_depfile(Path(depfile), builds) if depfile else None
     if as_json:
-        sys.stdout.write(json.dumps({"variants": [_variant_json(b) for b in builds]}) + "\n")
+        sys.stdout.write(_run_json(builds))
     if code == 0 and not no_cache:
-        _stamp(builds, as_json, (Path(depfile), dependencies) if depfile else None)
+        _stamp(builds, as_json, (Path(depfile), dependencies) if depfile else None, quiet=display.quiet)
     return code
 
 
-def _stamp(builds: list[Build], as_json: bool, depfile) -> None:
+def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False) -> None:
     """Let an identical repeat of this successful run answer without building (edgebuild.uptodate)."""
     from edgebuild import uptodate
 
@@ -127,7 +191,7 @@ def _stamp(builds: list[Build], as_json: bool, depfile) -> None:
     for build in builds:
         files += local_inputs(build)
         for result in build.job.results.values():
-            lines.append(_stage_line(build.job.label, result.name, "cached", 0.0))
+            lines.append(stage_line(build.job.label, result.name, "cached", 0.0))
             if result.name == "resolve":
                 files.append(result.path)
                 continue
@@ -135,22 +199,22 @@ def _stamp(builds: list[Build], as_json: bool, depfile) -> None:
             touch.append(result.path.parent / "meta.json")
         files += [build.output_dir, *build.output_dir.rglob("*")]
     lines += [_done_line(build) for build in builds]
-    stdout = json.dumps({"variants": [_variant_json(b, as_cached=True) for b in builds]}) + "\n" if as_json else ""
-    uptodate.record(files=files, touch=touch, stderr=lines, stdout=stdout, depfile=depfile)
+    lines += [f"comparison of the variants: {escape(_relative(p))}" for p in sorted({_comparison(b) for b in builds})
+              if p.exists()]
+    stdout = _run_json(builds, as_cached=True) if as_json else ""
+    uptodate.record(files=files, touch=touch, stderr=[] if quiet else lines, stdout=stdout, depfile=depfile)
 
 
-def _write_comparisons(builds: list[Build]) -> None:
-    """One page per recipe with several variants, comparing their size and error."""
-    roots = {}
-    for build in builds:
-        if build.job.error is None and build.written:
-            roots.setdefault(build.output_dir.parent, []).append(build)
-    for root, members in roots.items():
-        if len(members) > 1 or len(list(root.glob("*/report.json"))) > 1:
-            from edgebuild.dag.atomic import file_mode
-            from edgebuild.verify.report import write_combined
+def _write_comparisons(builds: list[Build]) -> list[Path]:
+    """The page comparing a recipe's variants (size, error, status), beside their folders."""
+    from edgebuild.dag.atomic import file_mode
+    from edgebuild.verify.report import write_combined
 
-            os.chmod(write_combined(root), file_mode())  # not tempfile's 0600: reports get published
+    roots = sorted({build.output_dir.parent for build in builds if build.job.error is None})
+    pages = [write_combined(root) for root in roots]
+    for page in pages:
+        os.chmod(page, file_mode())  # not tempfile's 0600: reports get published
+    return pages
 
 
 def _relative(path: Path) -> str:
@@ -209,7 +273,7 @@ def _why(stage, before, known) -> str:
     return "not in the store (evicted or built elsewhere)"
 
 
-def plan_recipe(recipe, *, chip=None, variants=None, cache_dir=None, as_json=False, console=None) -> None:
+def plan_recipe(recipe, *, chip=None, variants=None, cache_dir=None, as_json=False, console=None, ops=False) -> None:
     from edgebuild.registry import get_registry
 
     registry = get_registry()
@@ -222,16 +286,28 @@ def plan_recipe(recipe, *, chip=None, variants=None, cache_dir=None, as_json=Fal
         backend = registry.get("backends", build.variant.recipe.target.backend)
         compute = getattr(backend, "compute_plan", None)
         if compute is not None:
-            entry["compute"] = compute(build, store, registry, chip=chip, console=None if as_json else console)
+            entry["compute"] = compute(build, store, registry, chip=chip)
         out["variants"].append(entry)
         if not as_json:
-            from rich.table import Table
-
-            table = Table("stage", "status", "why", title=f"{build.job.label}")
-            for row in rows:
-                table.add_row(row["name"], row["status"], row["reason"])
-            console.print(table)
+            _print_plan(build, entry, console, ops=ops)
     if as_json:
         if len(out["variants"]) == 1 and "compute" in out["variants"][0]:
             out.update(out["variants"][0]["compute"])  # the documented top-level {"ops", "breakdown", "total_ms"}
         sys.stdout.write(json.dumps(out) + "\n")
+
+
+def _print_plan(build: Build, entry: dict, console, *, ops: bool) -> None:
+    """A variant's plan, summary first: the compute plan by unit and by op type and reason (every
+    op with ``ops``), then which stages would run and why."""
+    from rich.markup import escape as escape_markup
+    from rich.table import Table
+
+    from edgebuild.compute_plan import render
+
+    console.rule(f"[bold]{escape_markup(build.job.label)}[/]")
+    if "compute" in entry:
+        render(entry["compute"], console, ops=ops)
+    table = Table("stage", "status", "why", title="stages")
+    for row in entry["stages"]:
+        table.add_row(row["name"], row["status"], escape_markup(row["reason"]))
+    console.print(table)

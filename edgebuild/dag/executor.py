@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from edgebuild import progress
 from edgebuild.dag.interrupt import Interrupts
 from edgebuild.dag.keys import stage_key
 from edgebuild.dag.stages import Result, Stage
@@ -130,7 +131,8 @@ class Executor:
             return result
         try:
             self.on_event(job.label, f"{stage.name}:start", None)
-            result = self._build(stage, key, job.results)
+            with progress.reporting(self._progress_events(job.label, stage.name)):
+                result = self._build(stage, key, job.results)
             claim.set_result(result)
             self.on_event(job.label, f"{stage.name}:done", result)
             return result
@@ -139,6 +141,10 @@ class Executor:
             if isinstance(exc, EdgebuildError) or not isinstance(exc, Exception):
                 raise
             raise BuildError(f"stage {stage.name} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _progress_events(self, label: str, stage: str) -> progress.Reporter:
+        """A running stage's ``progress.report`` calls, as ``<stage>:progress`` events."""
+        return lambda step, done, total: self.on_event(label, f"{stage}:progress", progress.Step(step, done, total))
 
     def _build(self, stage: Stage, key: str, results: dict[str, Result]) -> Result:
         inputs = {d: results[d] for d in stage.deps}
@@ -168,4 +174,4 @@ class Executor:
 
     def _produce(self, stage: Stage, inputs: dict[str, Result], out: Path) -> dict:
         with self._interrupts.stage_body():
-            return stage.produce(inputs, out) or {}
+            return progress.announced(stage.produce)(inputs, out) or {}

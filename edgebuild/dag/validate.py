@@ -75,10 +75,11 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
              candidate_name: str = "interpreter", *, reference: Runner | None = None, specs: dict | None = None,
              reference_name: str = "onnxruntime") -> dict:
     """Run both sides on the recipe's inputs; return the report's ``validation`` record."""
+    from edgebuild.progress import report
     from edgebuild.verify.inputs import generate_inputs
     from edgebuild.verify.metrics import aggregate, compare, error_histogram, merge_histograms
     from edgebuild.verify.report import runtime_record
-    from edgebuild.verify.thresholds import check, limits_for
+    from edgebuild.verify.thresholds import aggregation_for, check, limits_for
 
     specs = specs if specs is not None else onnx_input_specs(source_path, recipe_inputs)
     fixed = {n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in specs.items() if "value" in s}
@@ -89,20 +90,23 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
                          hint="check validate.samples and that validate.inputs' folders and files hold data")
     reference = reference or onnxruntime_runner(source_path)
     per_sample, histograms = [], []
-    for sample in samples:
+    for index, sample in enumerate(samples, 1):
         ref = reference({**sample, **fixed})
         cand = candidate(sample)
         per_sample.append(compare(ref, cand))
         histograms.append(error_histogram(ref, cand))
+        report(f"samples validated ({candidate_name})", index, len(samples))
     aggregated = aggregate(per_sample)
     failures = check(aggregated, section.thresholds, section.per_output)
     limits = {o: limits_for(section.thresholds, section.per_output, o) for o in aggregated}
-    record = runtime_record(aggregated, failures, limits=limits, histograms=merge_histograms(histograms))
+    statistics = {o: aggregation_for(section.thresholds, section.per_output, o) for o in aggregated}
+    record = runtime_record(aggregated, failures, limits=limits, aggregation=statistics,
+                            histograms=merge_histograms(histograms))
     return {
         "samples": len(samples),
         "reference": reference_name,
         "runtimes": {candidate_name: record},
-        "failures": [f.message for f in failures],
+        "failures": [{"runtime": candidate_name, **f.to_dict()} for f in failures],
     }
 
 

@@ -120,9 +120,24 @@ class InputSource(_Strict):
         return next(kind for kind in INPUT_KINDS if getattr(self, kind) is not None)
 
 
+# -- which statistic over the samples a limit is held against (see thresholds.py) -----------
+Aggregation = Literal["worst", "mean", "median", "p1", "p10", "p90", "p99"]
+LimitedMetric = Literal["cosine", "max_abs", "mean_abs", "p99_abs", "max_rel", "snr_db", "top1_agreement", "top5_agreement"]
+# An agreement limit is a rate over the samples; an error limit holds for every sample.
+DEFAULT_AGGREGATION: dict[str, str] = {"top1_agreement": "mean", "top5_agreement": "mean"}
+
+
+def aggregation_of(aggregate: dict[str, str], metric: str) -> str:
+    """The statistic ``metric``'s limit is held against: the recipe's choice, else the default."""
+    return aggregate.get(metric) or DEFAULT_AGGREGATION.get(metric, "worst")
+# ------------------------------------------------------------------------------------------
+
+
 class Thresholds(_Strict):
-    """Limits on the aggregated metrics. ``*_min`` is held against the worst (lowest) sample,
-    ``*_max`` against the worst (highest) one. Omitted limits are reported but not enforced.
+    """Limits on the aggregated metrics. ``*_min`` is held against the lowest sample and ``*_max``
+    against the highest ("worst"), except the top-k agreements, held against their mean over the
+    samples (the agreement rate); ``aggregate`` picks another statistic per metric. Omitted limits
+    are reported but not enforced.
     """
 
     cosine_min: Optional[float] = Field(default=None, ge=-1.0, le=1.0, description="cosine similarity, in [-1, 1]")
@@ -133,12 +148,18 @@ class Thresholds(_Strict):
     snr_db_min: Optional[float] = Field(default=None, description="decibels, any finite number")
     top1_agreement_min: Optional[float] = Field(default=None, ge=0.0, le=1.0, description="a rate, in [0, 1]")
     top5_agreement_min: Optional[float] = Field(default=None, ge=0.0, le=1.0, description="a rate, in [0, 1]")
+    aggregate: dict[LimitedMetric, Aggregation] = Field(
+        default={}, description="per metric, the statistic over the samples its limit is held against: "
+        "worst (default; mean for top1/top5_agreement), mean, median or a percentile p1, p10, p90, p99")
 
     def merged(self, override: "Thresholds | None") -> "Thresholds":
         """These limits with ``override``'s explicitly set ones on top."""
         if override is None:
             return self
-        return self.model_copy(update=override.model_dump(exclude_unset=True))
+        update = override.model_dump(exclude_unset=True)
+        if "aggregate" in update:
+            update["aggregate"] = {**self.aggregate, **override.aggregate}
+        return self.model_copy(update=update)
 
 
 class OutputOverride(_Strict):

@@ -1,8 +1,8 @@
 """HTML pages for a variant's report and for the comparison of a recipe's variants.
 
 Self-contained: inline CSS and inline SVG, no scripts, nothing fetched, so the file opens
-offline and can be attached to a CI run. Every section tolerates missing data (see
-``report.py`` for the shape of ``data``).
+offline and can be attached to a CI run. The pages read ``report_schema.Report``, the same
+schema the build writes; every section is optional.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from html import escape
 from typing import Any, Iterable, Mapping, Sequence
 
 from edgebuild.verify import svg
-from edgebuild.verify.metrics import STATISTICS
-from edgebuild.verify.thresholds import metric_of
+from edgebuild.verify.report_schema import Compression, Report, RuntimeRecord, Validation
+from edgebuild.verify.thresholds import metric_of, statistic_key
 
 MAX_LAYERS_IN_CHART = 25
 MAX_PLAN_ROWS = 400
@@ -50,61 +50,70 @@ code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
 """
 
 
-def render_report(data: Mapping[str, Any]) -> str:
+LOWER_IS_BETTER = ("max_abs", "mean_abs", "p90_abs", "p99_abs", "max_rel", "nonfinite")
+
+
+def render_report(data: Report | Mapping[str, Any]) -> str:
     """The page for one variant."""
-    title = " / ".join(str(part) for part in (data.get("recipe"), data.get("variant")) if part) or "edgebuild report"
+    report = data if isinstance(data, Report) else Report.model_validate(data)
+    title = " / ".join(str(part) for part in (report.recipe, report.variant) if part) or "edgebuild report"
     sections = [
-        _summary(data),
-        _stages(data.get("stages")),
-        _sizes(data.get("sizes")),
-        _numerics(data.get("validation")),
-        _plan(data.get("plan")),
-        _fusion_rules(data.get("optimize")),
-        _notes(data.get("notes")),
+        _summary(report),
+        _stages(report),
+        _compression(report.compression),
+        _numerics(report.validation),
+        _plan(report.plan),
+        _fusion_rules(report.optimize),
+        _notes(report.notes),
     ]
-    return _page(title, f"<h1>{escape(title)}</h1>" + "".join(s for s in sections if s))
+    heading = f"<h1>{escape(title)} {_badge(report.status)}</h1>"
+    return _page(title, heading + "".join(s for s in sections if s))
 
 
-def render_combined(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-    """The page comparing variants; ``reports`` is ``[(link to the variant's page, its data)]``."""
-    recipes = sorted({str(data.get("recipe")) for _, data in reports if data.get("recipe")})
+def render_combined(reports: Sequence[tuple[str, Report | Mapping[str, Any]]]) -> str:
+    """The page comparing variants; ``reports`` is ``[(link to the variant's page, its report)]``."""
+    reports = [(link, r if isinstance(r, Report) else Report.model_validate(r)) for link, r in reports]
+    recipes = sorted({str(r.recipe) for _, r in reports if r.recipe})
     title = f"{', '.join(recipes) or 'edgebuild'}: variants"
+    several = len(recipes) > 1
     points, rows = [], []
-    for link, data in reports:
-        name = str(data.get("variant") or link.split("/")[0])
-        size = _artifact_size(data)
-        errors = worst_metrics(data.get("validation"))
-        ok = _status_ok(data)
+    for link, report in reports:
+        name = str(report.variant or link.split("/")[0])
+        name = f"{report.recipe} / {name}" if several else name
+        size = _artifact_size(report)
+        errors = worst_metrics(report.validation)
         if size is not None and errors.get("max_abs") is not None:
-            points.append((name, size / 1e6, errors["max_abs"], ok))
+            points.append((name, size / 1e6, errors["max_abs"], report.status != "failed"))
         rows.append([
             f'<a href="{escape(link)}">{escape(name)}</a>',
-            _badge(data.get("status")),
-            _cell(_bytes(size)),
-            _cell(_ratio(data)),
-            _cell(_num(errors.get("cosine"))),
+            _badge(report.status),
+            _cell(human_bytes(size)),
+            _cell(_ratio(report.compression)),
+            _cell(_one_minus(errors.get("cosine"))),
             _cell(_num(errors.get("max_abs"))),
             _cell(_num(errors.get("snr_db"))),
             _cell(_num(errors.get("top1_agreement"))),
-            _cell(str(_failure_count(data.get("validation")))),
+            _cell(str(len(report.failures))),
         ])
-    body = [f"<h1>{escape(title)}</h1><p class=sub>{len(reports)} variant(s). Errors are the worst over outputs and samples.</p>"]
+    body = [f"<h1>{escape(title)}</h1><p class=sub>{len(reports)} variant(s). Errors are the worst over outputs, "
+            "runtimes and samples.</p>"]
     chart = svg.scatter(points, x_label="artifact size (MB)", y_label="worst max |error|")
     if chart:
         body.append("<h2>Size against error</h2>" + chart)
-    headers = ["variant", "status", "size", "compression", "cosine (min)", "max abs (max)", "SNR dB (min)", "top-1 (min)", "failures"]
+    headers = ["variant", "status", "size", "compression", "1 − cosine (worst)", "max abs (worst)", "SNR dB (worst)",
+               "top-1 (worst)", "failures"]
     body.append("<h2>Variants</h2>" + _table(headers, rows, raw=True))
     return _page(title, "".join(body))
 
 
-def worst_metrics(validation: Mapping[str, Any] | None) -> dict[str, float]:
-    """Worst value of a few headline metrics over every runtime, output and sample."""
+def worst_metrics(validation: Validation | None) -> dict[str, float]:
+    """Worst value of each metric over every runtime, output and sample."""
     worst: dict[str, float] = {}
-    for runtime in _runtimes(validation).values():
-        for metrics in (runtime.get("metrics") or {}).items():
-            for metric, stats in metrics[1].items():
-                side = "max" if metric in ("max_abs", "mean_abs", "p99_abs", "max_rel", "nonfinite") else "min"
-                value = _as_float(stats.get(side)) if isinstance(stats, Mapping) else None
+    for runtime in (validation.runtimes.values() if validation else ()):
+        for metrics in runtime.metrics.values():
+            for metric, stats in metrics.items():
+                side = "max" if metric in LOWER_IS_BETTER else "min"
+                value = stats.get(side)
                 if value is None or math.isnan(value):
                     continue
                 current = worst.get(metric)
@@ -115,132 +124,155 @@ def worst_metrics(validation: Mapping[str, Any] | None) -> dict[str, float]:
 
 # -- sections -----------------------------------------------------------------------------
 
-def _summary(data) -> str:
-    artifact = data.get("artifact") or {}
-    cards = [("recipe", data.get("recipe")), ("variant", data.get("variant")), ("status", None),
-             ("artifact", artifact.get("path")), ("size", _bytes(_artifact_size(data))), ("compression", _ratio(data))]
-    html = ['<div class="cards">']
+def _summary(report: Report) -> str:
+    cards = [("recipe", report.recipe), ("variant", report.variant),
+             ("artifact", report.artifact.path if report.artifact else None), ("size", human_bytes(_artifact_size(report))),
+             ("weights compressed", _ratio(report.compression))]
+    html = ['<div class="cards">', f'<div class="card"><div class="k">status</div><div class="v">{_badge(report.status)}</div></div>']
     for key, value in cards:
-        if key == "status":
-            html.append(f'<div class="card"><div class="k">status</div><div class="v">{_badge(data.get("status"))}</div></div>')
-        elif value not in (None, "", "—"):
+        if value not in (None, "", "—"):
             html.append(f'<div class="card"><div class="k">{key}</div><div class="v">{escape(str(value))}</div></div>')
     html.append("</div>")
-    extra = [(k, data.get(k)) for k in ("recipe_path", "source", "target", "created", "edgebuild_version") if data.get(k)]
-    if extra:
-        html.append(_table(["", ""], [[k, _short(v)] for k, v in extra], header=False))
+    rows = []
+    if report.recipe_path:
+        rows.append(["recipe file", f"<code>{escape(report.recipe_path)}</code>"])
+    if report.source:
+        digest = f" <span class=muted>sha256</span> <code>{escape(report.source.sha256)}</code>" if report.source.sha256 else ""
+        rows.append(["source", f"<code>{escape(report.source.model)}</code>{digest}"])
+    if report.target:
+        parts = (report.target.backend, report.target.deployment_target)
+        rows.append(["target", escape(" · ".join(p for p in parts if p))])
+        if report.target.precision:
+            rows.append(["precision", escape(report.target.precision)])
+    if report.compute and report.compute.policy:
+        chip = f" (planned for {report.compute.chip})" if report.compute.chip else ""
+        rows.append(["compute policy", escape(report.compute.policy + chip)])
+    versions = dict(report.versions)
+    if report.edgebuild_version and "edgebuild" not in versions:
+        versions = {"edgebuild": report.edgebuild_version, **versions}
+    if versions:
+        rows.append(["versions", escape(", ".join(f"{name} {version}" for name, version in versions.items()))])
+    if report.comparison:
+        rows.append(["all variants", f'<a href="{escape(report.comparison)}">comparison page</a>'])
+    if rows:
+        html.append(_table(["", ""], rows, raw=True, header=False))
     return "<h2>Summary</h2>" + "".join(html)
 
 
-def _stages(stages) -> str:
-    if not stages:
+def _stages(report: Report) -> str:
+    if not report.stages:
         return ""
-    rows, total = [], 0.0
-    for stage in stages:
-        seconds = stage.get("seconds")
-        total += seconds if isinstance(seconds, (int, float)) else 0.0
-        status = str(stage.get("status", ""))
-        rows.append([escape(str(stage.get("name", ""))), _badge(status, good=("ran", "cached")),
-                     f'<span class=num>{_num(seconds, 3)}</span>', f'<code>{escape(str(stage.get("key", ""))[:16])}</code>'])
-    rows.append(["<b>total</b>", "", f"<b>{_num(total, 3)}</b>", ""])
+    rows = []
+    for stage in report.stages:
+        rows.append([escape(stage.name), _badge(stage.status, good=("ran", "cached")),
+                     f'<span class=num>{stage.seconds:.3f}</span>', f'<code>{escape((stage.key or "")[:16])}</code>'])
+    total = sum(stage.seconds for stage in report.stages)
+    rows.append(["<b>total</b>", "", f"<b>{total:.3f}</b>", ""])
     return "<h2>Stages</h2>" + _table(["stage", "status", "seconds", "key"], rows, raw=True)
 
 
-def _sizes(sizes) -> str:
-    layers = (sizes or {}).get("layers") or []
-    if not layers:
+def _compression(compression: Compression | None) -> str:
+    if compression is None or not compression.weights:
         return ""
-    ordered = sorted(layers, key=lambda layer: -(layer.get("before_bytes") or 0))
-    shown = [(str(l.get("name")), float(l.get("before_bytes") or 0), float(l.get("after_bytes") or 0)) for l in ordered[:MAX_LAYERS_IN_CHART]]
+    before, after = compression.total_before, compression.total_after
+    ratio = f"{compression.ratio:.2f}× smaller" if compression.ratio else "nothing left"
+    overall = svg.grouped_bars([(f"all {len(compression.weights)} weights", float(before), float(after))],
+                               labels=("before", "after"), unit_format=lambda v: human_bytes(v) or "0")
+    ordered = sorted(compression.weights, key=lambda w: -w.bytes_before)
+    shown = [(w.name, float(w.bytes_before), float(w.bytes_after)) for w in ordered[:MAX_LAYERS_IN_CHART]]
     rest = ordered[MAX_LAYERS_IN_CHART:]
     if rest:
-        shown.append((f"({len(rest)} other layers)", float(sum(l.get("before_bytes") or 0 for l in rest)),
-                      float(sum(l.get("after_bytes") or 0 for l in rest))))
-    before = sum(l.get("before_bytes") or 0 for l in layers)
-    after = sum(l.get("after_bytes") or 0 for l in layers)
-    ratio = f" ({before / after:.2f}x smaller)" if after else ""
-    chart = svg.grouped_bars(shown, labels=("before", "after"), unit_format=lambda v: _bytes(v) or "0")
-    return (f"<h2>Weights per layer</h2><p class=sub>{len(layers)} layers: {_bytes(before)} before, "
-            f"{_bytes(after)} after compression{ratio}.</p>{chart}")
+        shown.append((f"({len(rest)} other weights)", float(sum(w.bytes_before for w in rest)),
+                      float(sum(w.bytes_after for w in rest))))
+    layers = svg.grouped_bars(shown, labels=("before", "after"), unit_format=lambda v: human_bytes(v) or "0")
+    modes = sorted({w.mode for w in compression.weights if w.mode})
+    how = f" ({', '.join(modes)})" if modes else ""
+    return (f'<section id="compression"><h2>Compression</h2><p class=sub>{len(compression.weights)} weights{escape(how)}: '
+            f"{human_bytes(before)} before, {human_bytes(after)} after: <b>{ratio}</b>.</p>"
+            f"<h3>overall</h3>{overall}<h3>per weight, largest first</h3>{layers}</section>")
 
 
-def _numerics(validation) -> str:
-    runtimes = _runtimes(validation)
-    if not runtimes:
+def _numerics(validation: Validation | None) -> str:
+    if validation is None or not validation.runtimes:
         return ""
-    samples = (validation or {}).get("samples")
-    reference = (validation or {}).get("reference")
-    intro = ", ".join(x for x in (f"{samples} samples" if samples else "", f"reference: {reference}" if reference else "") if x)
+    intro = ", ".join(x for x in (f"{validation.samples} samples" if validation.samples else "",
+                                  f"reference: {validation.reference}" if validation.reference else "") if x)
     html = [f"<h2>Numerics</h2><p class=sub>{escape(intro)}</p>" if intro else "<h2>Numerics</h2>"]
-    for name, runtime in runtimes.items():
+    for name, runtime in validation.runtimes.items():
         html.append(f"<h3>candidate: {escape(name)}</h3>")
-        if runtime.get("skipped"):
-            html.append(f'<p class="muted">skipped: {escape(str(runtime["skipped"]))}</p>')
+        if runtime.skipped:
+            html.append(f'<p class="muted">skipped: {escape(runtime.skipped)}</p>')
             continue
-        failures = runtime.get("failures") or []
-        if failures:
-            html.append('<ul class="failures">' + "".join(f"<li>{escape(_failure_text(f))}</li>" for f in failures) + "</ul>")
-        limits = runtime.get("limits") or (validation or {}).get("limits") or {}
-        for output, metrics in (runtime.get("metrics") or {}).items():
+        if runtime.failures:
+            html.append('<ul class="failures">' + "".join(f"<li>{escape(f.message or f.metric)}</li>" for f in runtime.failures) + "</ul>")
+        for output, metrics in runtime.metrics.items():
             html.append(f"<h3>output <code>{escape(output)}</code></h3>")
-            html.append('<div class="grid-2">' + _metric_table(metrics, limits.get(output) or {}, failures, output))
-            hist = (runtime.get("histograms") or {}).get(output)
+            html.append('<div class="grid-2">' + _metric_table(runtime, output, metrics))
+            hist = runtime.histograms.get(output)
             if hist:
-                html.append(svg.histogram(hist.get("counts") or [], hist.get("edges") or [], title=f"|error| histogram of {output}"))
+                html.append(svg.histogram(hist.counts, hist.edges, title=f"|error| histogram of {output}"))
             html.append("</div>")
     return "".join(html)
 
 
-def _metric_table(metrics, limits, failures, output) -> str:
-    by_metric = {}
-    for threshold, limit in limits.items():
+def _metric_table(runtime: RuntimeRecord, output: str, metrics: Mapping[str, Mapping[str, float]]) -> str:
+    """One row per metric: mean and worst sample, the limit, the statistic it is held against and
+    its value, pass or FAIL. Cosine shows as 1 − cosine, so 0.99999 and 0.9999 look different."""
+    limits = {}
+    for threshold, limit in runtime.limits.get(output, {}).items():
         metric, side = metric_of(threshold)
-        by_metric[metric] = (threshold, side, limit)
-    failed = {_field(f, "metric") for f in failures if _field(f, "output") == output}
-    for failure in failures:  # limits not passed in: recover them from the failures
-        metric, limit, value = _field(failure, "metric"), _as_float(_field(failure, "limit")), _as_float(_field(failure, "value"))
-        if _field(failure, "output") == output and metric not in by_metric and None not in (limit, value):
-            side = "min" if value < limit else "max"
-            by_metric[metric] = (f"{metric}_{side}", side, limit)
+        limits[metric] = (side, limit)
+    failed = {f.metric for f in runtime.failures if f.output == output}
+    for failure in runtime.failures:  # a limit recorded only in its failure
+        if failure.output == output and failure.metric not in limits and None not in (failure.value, failure.limit):
+            limits[failure.metric] = ("min" if failure.value < failure.limit else "max", failure.limit)
+    statistics = runtime.aggregation.get(output, {})
     rows = []
     for metric, stats in metrics.items():
-        stats = stats if isinstance(stats, Mapping) else {}
-        threshold, side, limit = by_metric.get(metric, (None, None, None))
-        worst_key = side or ("min" if metric in ("cosine", "snr_db") or metric.startswith("top") else "max")
+        worst_side = "max" if metric in LOWER_IS_BETTER else "min"
+        side, limit = limits.get(metric, (worst_side, None))
+        statistic = statistics.get(metric) or next((f.statistic for f in runtime.failures
+                                                    if f.output == output and f.metric == metric), "worst")
+        show = _one_minus if metric == "cosine" else _num
+        label = "1 − cosine" if metric == "cosine" else metric
         if metric == "nonfinite":
-            limit_text, verdict = "= 0", ("bad" if metric in failed else "ok")
-        elif threshold is None:
-            limit_text, verdict = "—", ""
+            limit_text, held, value, verdict = "= 0", "worst", stats.get("max"), "bad" if metric in failed else "ok"
+        elif limit is None:
+            limit_text, held, value, verdict = "—", "", None, ""
         else:
-            limit_text = f"{'≥' if side == 'min' else '≤'} {_num(limit)}"
-            verdict = "bad" if metric in failed else "ok"
-        cells = [f"<td>{escape(metric)}</td>"]
-        for stat in STATISTICS:
-            cls = f"num {verdict}" if stat == worst_key and verdict else "num"
-            cells.append(f'<td class="{cls}">{_num(stats.get(stat))}</td>')
+            bound = ("≤ " + _one_minus(limit)) if metric == "cosine" else f"{'≥' if side == 'min' else '≤'} {_num(limit)}"
+            limit_text, held, verdict = bound, statistic, "bad" if metric in failed else "ok"
+            value = stats.get(statistic_key(statistic, side))
         result = {"ok": "pass", "bad": "FAIL"}.get(verdict, "")
-        cells.append(f'<td class="num">{escape(limit_text)}</td><td class="{verdict}">{result}</td>')
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("metric", *STATISTICS, "limit", "result"))
+        rows.append(
+            f"<tr><td>{escape(label)}</td><td class=num>{show(stats.get('avg'))}</td>"
+            f"<td class=num>{show(stats.get(worst_side))}</td><td class=num>{escape(limit_text)}</td>"
+            f"<td>{escape(held)}</td><td class=\"num {verdict}\">{show(value) if value is not None else ''}</td>"
+            f"<td class=\"{verdict}\">{result}</td></tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("metric", "mean", "worst sample", "limit", "held against", "value", "result"))
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
 def _plan(plan) -> str:
-    if not plan:
+    if plan is None:
         return ""
+    from edgebuild.compute_plan import op_groups, unit_shares
+
     html = ["<h2>Compute plan</h2>"]
-    if plan.get("total_ms") is not None:
-        html.append(f"<p class=sub>estimated total: {_num(plan.get('total_ms'))} ms</p>")
-    breakdown = plan.get("breakdown") or {}
-    if breakdown:
-        html.append("<h3>breakdown</h3>" + _mapping_table(breakdown, key_header="unit"))
-    ops = plan.get("ops") or []
-    if ops:
-        columns = _columns(ops)
-        rows = [[_short(op.get(c)) for c in columns] for op in ops[:MAX_PLAN_ROWS]]
-        html.append(f"<h3>ops ({len(ops)})</h3>" + _table(columns, rows))
-        if len(ops) > MAX_PLAN_ROWS:
-            html.append(f'<p class="muted">{len(ops) - MAX_PLAN_ROWS} more ops in report.json</p>')
+    if plan.total_ms is not None:
+        html.append(f"<p class=sub>{len(plan.ops)} ops, estimated total {_num(plan.total_ms)} ms"
+                    f"{escape(' (' + str(plan.model_extra.get('note')) + ')') if plan.model_extra.get('note') else ''}</p>")
+    if plan.ops:
+        rows = [[s.unit, str(s.ops), f"{s.op_share:.1f}%", _num(s.ms), f"{s.time_share:.1f}%"] for s in unit_shares(plan.ops)]
+        html.append("<h3>by unit</h3>" + _table(["unit", "ops", "share of ops", "est ms", "share of time"], rows))
+        groups = op_groups(plan.ops)
+        rows = [[g.op, g.unit, str(g.count), _num(g.ms), "; ".join(g.reasons), "; ".join(g.fixes)] for g in groups[:MAX_PLAN_ROWS]]
+        html.append("<h3>by op type and reason</h3>"
+                    + _table(["op", "unit", "ops", "est ms", "why not a faster unit / note", "fix"], rows))
+        if len(groups) > MAX_PLAN_ROWS:
+            html.append(f'<p class="muted">{len(groups) - MAX_PLAN_ROWS} more groups in report.json</p>')
+    elif plan.breakdown:
+        html.append("<h3>breakdown</h3>" + _mapping_table(plan.breakdown, key_header="unit"))
     return "".join(html)
 
 
@@ -260,7 +292,6 @@ def _fusion_rules(optimize) -> str:
 def _notes(notes) -> str:
     if not notes:
         return ""
-    notes = [notes] if isinstance(notes, str) else notes
     return "<h2>Notes</h2><ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>"
 
 
@@ -272,61 +303,24 @@ def _page(title: str, body: str) -> str:
             f"<body>{body}</body></html>\n")
 
 
-def _runtimes(validation) -> dict[str, Mapping[str, Any]]:
-    if not isinstance(validation, Mapping):
-        return {}
-    if validation.get("runtimes"):
-        return dict(validation["runtimes"])
-    if validation.get("metrics"):
-        return {str(validation.get("runtime", "candidate")): validation}
-    return {}
+def _artifact_size(report: Report):
+    return report.artifact.size_bytes if report.artifact else None
 
 
-def _as_float(value):
-    """Numbers, and the "inf"/"-inf"/"nan" strings report.json uses for non-finite ones."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if value in ("inf", "-inf", "nan"):
-        return float(value)
-    return None
+def _ratio(compression: Compression | None) -> str:
+    ratio = compression.ratio if compression is not None and compression.weights else None
+    return f"{ratio:.2f}×" if ratio else "—"
 
 
-def _failure_count(validation) -> int:
-    return sum(len(r.get("failures") or []) for r in _runtimes(validation).values())
-
-
-def _failure_text(failure) -> str:
-    return str(_field(failure, "message") or failure)
-
-
-def _field(failure, name):
-    return failure.get(name) if isinstance(failure, Mapping) else getattr(failure, name, None)
-
-
-def _status_ok(data) -> bool:
-    return str(data.get("status", "")).lower() in ("passed", "built", "ok", "success") and not _failure_count(data.get("validation"))
-
-
-def _artifact_size(data):
-    size = (data.get("artifact") or {}).get("size_bytes")
-    return size if isinstance(size, (int, float)) else None
-
-
-def _ratio(data) -> str:
-    layers = (data.get("sizes") or {}).get("layers") or []
-    before = sum(l.get("before_bytes") or 0 for l in layers)
-    after = sum(l.get("after_bytes") or 0 for l in layers)
-    return f"{before / after:.2f}x" if before and after else "—"
-
-
-def _badge(status, good=("passed", "built", "ok", "success", "ran", "cached")) -> str:
+def _badge(status, good=("built", "ran", "cached")) -> str:
     text = str(status or "unknown")
     lowered = text.lower()
     cls = "ok" if lowered in good else "bad" if lowered in ("failed", "error", "fail") else "neutral"
     return f'<span class="badge {cls}">{escape(text)}</span>'
 
 
-def _bytes(size) -> str:
+def human_bytes(size) -> str:
+    """``12.35 MB``: sizes in SI units, as Finder shows them."""
     if not isinstance(size, (int, float)):
         return "—"
     for unit in ("B", "KB", "MB", "GB"):
@@ -336,7 +330,15 @@ def _bytes(size) -> str:
     return ""
 
 
-def _num(value, digits: int = 4) -> str:
+def _one_minus(cosine) -> str:
+    """1 − cosine in scientific notation: the distance from identical that a limit like 0.9999 is about."""
+    if not isinstance(cosine, (int, float)) or math.isnan(cosine):
+        return _num(cosine)
+    gap = 1.0 - cosine
+    return "0" if gap == 0 else f"{gap:.3e}"
+
+
+def _num(value, digits: int = 6) -> str:
     if isinstance(value, str):  # report.json writes inf/nan as strings
         return escape(value)
     if not isinstance(value, (int, float)):

@@ -28,7 +28,7 @@ from edgebuild.errors import BuildError
 
 REL_FLOOR = 1e-3
 TOP_K = (1, 5)
-STATISTICS = ("avg", "p90", "p99", "max", "min")
+STATISTICS = ("avg", "p1", "p10", "p50", "p90", "p99", "max", "min")
 
 # Fixed log-spaced bins for |error| histograms, so per-sample histograms simply add up.
 # Bin 0 holds exact zeros (and anything below 1e-9), the last bin everything from 1e3 up.
@@ -77,7 +77,8 @@ def compare_output(name: str, reference: np.ndarray, candidate: np.ndarray, *, r
 
 
 def aggregate(samples: Sequence[Mapping[str, OutputMetrics]]) -> dict[str, dict[str, dict[str, float]]]:
-    """``{output: {metric: {"avg", "p90", "p99", "max", "min"}}}`` over the per-sample results.
+    """``{output: {metric: {statistic: value}}}`` over the per-sample results, for each of
+    ``STATISTICS``: the mean, percentiles 1, 10, 50, 90, 99 (linear interpolation) and the extremes.
 
     A metric missing from some samples is aggregated over the samples that have it.
     """
@@ -178,10 +179,6 @@ def _statistics(values: list[float]) -> dict[str, float]:
     # unless there are none, and keep min/max exact.
     basis = finite if finite.size else array
     with np.errstate(invalid="ignore"):
-        return {
-            "avg": float(np.mean(basis)),
-            "p90": float(np.percentile(basis, 90)),
-            "p99": float(np.percentile(basis, 99)),
-            "max": float(np.max(array)),
-            "min": float(np.min(array)),
-        }
+        stats = {"avg": float(np.mean(basis))}
+        stats.update((f"p{q}", float(np.percentile(basis, q))) for q in (1, 10, 50, 90, 99))
+        return {**stats, "max": float(np.max(array)), "min": float(np.min(array))}

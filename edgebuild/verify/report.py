@@ -1,33 +1,10 @@
 """Write a variant's ``report.json`` and ``report.html``, and the page comparing variants.
 
-``data`` (every key optional; unknown keys are kept in the JSON and ignored by the page)::
-
-    {
-      "recipe": "orientation",            "variant": "int4",
-      "status": "passed" | "failed" | "built" | ...,
-      "recipe_path": "recipes/orientation.yaml",  "created": "2025-01-01T12:00:00Z",
-      "artifact": {"path": "model.mlpackage", "kind": "mlpackage", "size_bytes": 1234567},
-      "stages": [{"name": "lower", "key": "ab12...", "status": "ran" | "cached", "seconds": 1.5}],
-      "sizes": {"layers": [{"name": "conv1.weight", "before_bytes": 4096, "after_bytes": 1024, ...}]},
-      "validation": {
-        "samples": 8, "reference": "onnxruntime",
-        "runtimes": {                       # one entry per candidate runtime, see runtime_record()
-          "interpreter": {
-            "metrics":    {output: {metric: {"avg", "p90", "p99", "max", "min"}}},  # metrics.aggregate
-            "failures":   [{"output", "metric", "value", "limit", "message"}],      # thresholds.check
-            "limits":     {output: {"cosine_min": 0.995, ...}},                     # thresholds.limits_for
-            "histograms": {output: {"edges": [...], "counts": [...]}},             # metrics.merge_histograms
-          },
-          "coreml": {"skipped": "Core ML runs only on macOS"},
-        },
-      },
-      "plan": {"ops": [{...}], "breakdown": {unit: ms or {...}}, "total_ms": 12.3},
-      "optimize": {"rules": [{"name": "conv_bn", "count": 3}] or {"conv_bn": 3}},
-      "notes": ["free text", ...],
-    }
-
-In ``report.json`` non-finite floats are written as the strings ``"inf"``, ``"-inf"`` and
-``"nan"`` (JSON has no such numbers; an SNR of identical outputs is ``inf``).
+What a report holds is ``report_schema.Report``; ``write_report`` checks the data against it
+before writing anything, and the pages read the same model. A validation runtime's record
+(``validation.runtimes[name]``) is made by ``runtime_record`` from the outputs of
+``metrics.aggregate``, ``thresholds.check``, ``thresholds.limits_for``,
+``thresholds.aggregation_for`` and ``metrics.merge_histograms``.
 """
 
 from __future__ import annotations
@@ -40,42 +17,71 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from edgebuild.errors import BuildError
+from edgebuild.errors import BuildError, UsageError
 from edgebuild.verify.html import render_combined, render_report
+from edgebuild.verify.report_schema import Report
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 INDEX_HTML = "index.html"
 
 
-def write_report(out_dir: Path, data: Mapping[str, Any]) -> tuple[Path, Path]:
+def write_report(out_dir: Path, data: Report | Mapping[str, Any]) -> tuple[Path, Path]:
     """Write ``report.json`` and a self-contained ``report.html`` into ``out_dir``."""
     out_dir = Path(out_dir)
+    report = data if isinstance(data, Report) else _validated(to_jsonable(data), "the build's report data")
     out_dir.mkdir(parents=True, exist_ok=True)
-    plain = to_jsonable(data)
+    plain = to_jsonable(report.model_dump(exclude_unset=True))
     json_path = _write_atomic(out_dir / REPORT_JSON, json.dumps(plain, indent=2, allow_nan=False) + "\n")
-    html_path = _write_atomic(out_dir / REPORT_HTML, render_report(plain))
+    html_path = _write_atomic(out_dir / REPORT_HTML, render_report(report))
     return json_path, html_path
 
 
-def write_combined(root: Path) -> Path:
-    """Write ``root/index.html`` comparing every ``root/*/report.json`` (one per variant)."""
+def find_reports(root: Path, *, recursive: bool = False) -> list[Path]:
+    """``report.json`` of every variant directly below ``root`` (``recursive``: at any depth),
+    leaving out hidden directories (a build's temporaries)."""
     root = Path(root)
+    pattern = f"**/{REPORT_JSON}" if recursive else f"*/{REPORT_JSON}"
+    return sorted(p for p in root.glob(pattern)
+                  if p.parent != root and not any(part.startswith(".") for part in p.relative_to(root).parts))
+
+
+def write_combined(root: Path, *, recursive: bool = False) -> Path:
+    """Write ``root/index.html`` comparing every variant's report below ``root`` (see ``find_reports``)."""
+    root = Path(root)
+    found = find_reports(root, recursive=recursive)
+    if not found:
+        raise UsageError(f"{root}: no variant reports (*/{REPORT_JSON}) below this directory",
+                         hint="give a recipe's outputs.dir, or a folder above several")
     reports = []
-    for path in sorted(root.glob(f"*/{REPORT_JSON}")):
+    for path in found:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise BuildError(f"report: cannot read {path} ({exc})", hint="rebuild that variant to rewrite its report") from None
-        reports.append((f"{path.parent.name}/{REPORT_HTML}", data))
+        reports.append((path.parent.relative_to(root).joinpath(REPORT_HTML).as_posix(), _validated(data, str(path))))
     return _write_atomic(root / INDEX_HTML, render_combined(reports))
 
 
-def runtime_record(aggregated: Mapping, failures: Sequence, *, limits: Mapping | None = None, histograms: Mapping | None = None) -> dict[str, Any]:
-    """One ``validation.runtimes`` entry from the outputs of aggregate/check/merge_histograms."""
+def _validated(data, where: str) -> Report:
+    from pydantic import ValidationError
+
+    try:
+        return Report.model_validate(data)
+    except ValidationError as exc:
+        raise BuildError(f"report: {where} does not match the report schema: {exc}",
+                         hint="rebuild the variant with this edgebuild to rewrite its report") from None
+
+
+def runtime_record(aggregated: Mapping, failures: Sequence, *, limits: Mapping | None = None,
+                   aggregation: Mapping | None = None, histograms: Mapping | None = None) -> dict[str, Any]:
+    """One ``validation.runtimes`` entry from the outputs of aggregate/check/merge_histograms
+    (``limits`` from thresholds.limits_for, ``aggregation`` from thresholds.aggregation_for)."""
     record: dict[str, Any] = {"metrics": aggregated, "failures": [_plain_failure(f) for f in failures]}
     if limits:
         record["limits"] = limits
+    if aggregation:
+        record["aggregation"] = aggregation
     if histograms:
         record["histograms"] = histograms
     return record

@@ -1,7 +1,17 @@
 """Hold aggregated metrics to the recipe's limits.
 
-A limit named ``<metric>_min`` is compared with the lowest value any sample reached, and
-``<metric>_max`` with the highest: a threshold is only met when every sample meets it.
+A limit named ``<metric>_min`` (``_max``) is compared with one statistic of the metric over
+the samples, ``thresholds.aggregate[metric]``:
+
+- ``worst`` (the default): the lowest (highest) value any sample reached, so the limit holds
+  for every sample. The default for every error metric: cosine, max_abs, mean_abs, p99_abs,
+  max_rel, snr_db.
+- ``mean`` (the default for top1_agreement and top5_agreement, which are rates): the average
+  over the samples. A batch-1 classifier's top-1 agreement is 0 or 1 per sample; its mean
+  is the agreement rate.
+- ``median``, ``p1``, ``p10``, ``p90``, ``p99``: that percentile over the samples (linear
+  interpolation, as numpy's); ``cosine: p10`` lets one sample in ten fall below the limit.
+
 NaN/inf in a candidate output is always a failure, thresholds or not.
 """
 
@@ -11,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional
 
-from edgebuild.verify.config import Thresholds
+from edgebuild.verify.config import Thresholds, aggregation_of
 
 NONFINITE = "nonfinite"
 
@@ -25,6 +35,7 @@ class Failure:
     value: Optional[float]
     limit: Optional[float]
     message: str
+    statistic: str = "worst"  # which statistic over the samples ``value`` is (thresholds.aggregate)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,8 +62,9 @@ def check(
         override = overrides.get(output)
         limits = base.merged(override)
         explicit = set(override.model_dump(exclude_unset=True)) if override else set()
-        for name, limit in limits.model_dump(exclude_none=True).items():
-            failure = _check_one(output, metrics, name, limit, required=name in explicit)
+        for name, limit in _limits(limits).items():
+            statistic = aggregation_of(limits.aggregate, metric_of(name)[0])
+            failure = _check_one(output, metrics, name, limit, statistic, required=name in explicit)
             if failure:
                 failures.append(failure)
     return failures
@@ -60,9 +72,30 @@ def check(
 
 def limits_for(thresholds: Thresholds | Mapping[str, Any] | None, per_output: Mapping[str, Any] | None, output: str) -> dict[str, float]:
     """The limits that apply to ``output``, as ``{threshold name: limit}`` (for reports)."""
+    return _limits(_merged(thresholds, per_output, output))
+
+
+def aggregation_for(thresholds: Thresholds | Mapping[str, Any] | None, per_output: Mapping[str, Any] | None,
+                    output: str) -> dict[str, str]:
+    """``{metric: statistic}`` for every metric with a limit on ``output`` (for reports)."""
+    merged = _merged(thresholds, per_output, output)
+    return {metric_of(name)[0]: aggregation_of(merged.aggregate, metric_of(name)[0]) for name in _limits(merged)}
+
+
+def statistic_key(statistic: str, side: str) -> str:
+    """The key of ``metrics.aggregate``'s statistics that ``statistic`` reads for a ``side`` limit."""
+    if statistic == "worst":
+        return "min" if side == "min" else "max"
+    return {"mean": "avg", "median": "p50"}.get(statistic, statistic)
+
+
+def _merged(thresholds, per_output, output: str) -> Thresholds:
     override = (per_output or {}).get(output)
-    merged = _as_thresholds(thresholds).merged(_override_thresholds(override) if override is not None else None)
-    return merged.model_dump(exclude_none=True)
+    return _as_thresholds(thresholds).merged(_override_thresholds(override) if override is not None else None)
+
+
+def _limits(thresholds: Thresholds) -> dict[str, float]:
+    return thresholds.model_dump(exclude_none=True, exclude={"aggregate"})
 
 
 def metric_of(threshold: str) -> tuple[str, str]:
@@ -71,19 +104,20 @@ def metric_of(threshold: str) -> tuple[str, str]:
     return metric, side
 
 
-def _check_one(output: str, metrics, threshold: str, limit: float, *, required: bool) -> Failure | None:
+def _check_one(output: str, metrics, threshold: str, limit: float, statistic: str, *, required: bool) -> Failure | None:
     metric, side = metric_of(threshold)
     if metric not in metrics:
         if not required:  # e.g. a global top1 limit on an output that is not a classifier
             return None
-        return Failure(output, metric, None, limit, f"output '{output}': {metric} is not available for this output, but per_output sets {threshold}")
-    worst = metrics[metric]["min" if side == "min" else "max"]
-    if math.isnan(worst):
-        return Failure(output, metric, worst, limit, f"output '{output}': {metric} is NaN ({threshold} {_fmt(limit)})")
-    if side == "min" and worst < limit:
-        return Failure(output, metric, worst, limit, f"output '{output}': {metric} {_fmt(worst)} < {threshold} {_fmt(limit)}")
-    if side == "max" and worst > limit:
-        return Failure(output, metric, worst, limit, f"output '{output}': {metric} {_fmt(worst)} > {threshold} {_fmt(limit)}")
+        return Failure(output, metric, None, limit, f"output '{output}': {metric} is not available for this output, but per_output sets {threshold}", statistic)
+    value = float(metrics[metric][statistic_key(statistic, side)])
+    over = "" if statistic == "worst" else f" ({statistic} over the samples)"
+    if math.isnan(value):
+        return Failure(output, metric, value, limit, f"output '{output}': {metric} is NaN ({threshold} {_fmt(limit)})", statistic)
+    if (side == "min" and value < limit) or (side == "max" and value > limit):
+        shown, bound = _fmt_apart(value, limit)
+        sign = "<" if side == "min" else ">"
+        return Failure(output, metric, value, limit, f"output '{output}': {metric}{over} {shown} {sign} {threshold} {bound}", statistic)
     return None
 
 
@@ -101,3 +135,12 @@ def _override_thresholds(value) -> Thresholds:
 
 def _fmt(value: float) -> str:
     return f"{value:.6g}"
+
+
+def _fmt_apart(value: float, limit: float) -> tuple[str, str]:
+    """Both numbers with just enough digits to tell them apart (0.9999899 vs 0.99999)."""
+    for digits in range(6, 17):
+        shown, bound = f"{value:.{digits}g}", f"{limit:.{digits}g}"
+        if shown != bound:
+            return shown, bound
+    return shown, bound

@@ -95,7 +95,7 @@ class CoreMLBackend:
                                          specs=specs, reference_name=name)
                     record["samples"] = one["samples"]
                     record["runtimes"].update(one["runtimes"])
-                    record["failures"] += [f"{runtime}: {f}" for f in one["failures"]]
+                    record["failures"] += one["failures"]
                 if "coreml" in section.runtimes and not coreml_runtime.available():
                     record["runtimes"]["coreml"] = {"skipped": coreml_runtime.SKIPPED}
                 return save(out, record)

@@ -333,9 +333,12 @@ def test_render_plan_prints_table_breakdown_and_note():
     plan = plan_program(_cnn_program(), policy="cpu_and_ne")
     console = Console(file=io.StringIO(), width=200, record=True)
     render_plan(plan, console)
+    summary = console.export_text()
+    assert "breakdown by unit" in summary and "by op type and reason" in summary and NOTE in summary
+    assert "conv1" not in summary  # one row per op only when asked for
+    render_plan(plan, console, ops=True)
     text = console.export_text()
-    assert "conv1" in text and "pool2" in text and "breakdown" in text
-    assert NOTE in text
+    assert "conv1" in text and "pool2" in text
 
 
 # --- rewrites ---------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from coremltools.converters.mil._deployment_compatibility import AvailableTarget
 from coremltools.optimize._utils import infer_block_sizes
 
 from edgebuild.errors import BuildError
+from edgebuild.progress import report as report_progress
 
 from .kmeans1d import palettize_fp16_tensors, palettize_groups
 from .lut import KmeansLutFunction
@@ -130,7 +131,8 @@ def cluster_jobs(jobs: list[PaletteJob], *, workers: int | None = None, packed: 
             cluster(job)
         return
     with ThreadPoolExecutor(max_workers=min(workers, len(rest))) as pool:
-        list(pool.map(cluster, rest))
+        for done, _ in enumerate(pool.map(cluster, rest), 1):  # reported from this thread, the stage's
+            report_progress("layers clustered", done, len(rest))
 
 
 def _is_whole_float16(job: PaletteJob) -> bool:

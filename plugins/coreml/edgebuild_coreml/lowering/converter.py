@@ -19,6 +19,7 @@ from coremltools.converters.mil.mil import Function, Program, get_new_symbol, ty
 from coremltools.converters.mil.mil.var import Var
 
 from edgebuild.errors import BuildError, EdgebuildError
+from edgebuild.progress import report as report_progress
 from edgebuild_coreml.lowering.context import LoweringContext, unique_identifier
 from edgebuild_coreml.lowering.errors import LoweringError
 
@@ -378,6 +379,7 @@ def convert(
             lower_node(ctx, node)
             for value in release_after.get(index, ()):
                 _release_weight(ctx, value)
+            report_progress("ops lowered", index + 1, len(graph))
         outputs = []
         for value in graph.outputs:
             mil_name = result.output_names[value.name]

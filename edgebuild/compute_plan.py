@@ -1,0 +1,117 @@
+"""A backend's compute plan (``{"ops", "breakdown", "total_ms", ...}``), summarised for people.
+
+A plan lists every op with the unit predicted to run it, its estimated time and the reasons
+it cannot use a faster unit. A model has hundreds of ops and one reason often covers most
+of them, so ``edgebuild plan`` and the report lead with the share of ops and of time per
+unit, then one row per (op type, unit, reasons); the per-op table is there on request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+UNITS = ("ane", "gpu", "cpu")
+_UNIT_STYLE = {"ane": "green", "gpu": "cyan", "cpu": "yellow"}
+
+
+@dataclass
+class UnitShare:
+    unit: str
+    ops: int
+    ms: float
+    op_share: float  # percent of the ops (fused ops count with the op they are fused into)
+    time_share: float  # percent of the estimated time
+
+
+@dataclass
+class OpGroup:
+    op: str
+    unit: str
+    reasons: tuple[str, ...]  # with the op's own name taken out, so one sentence covers every op
+    fixes: tuple[str, ...]
+    count: int = 0
+    ms: float = 0.0
+    names: list[str] = field(default_factory=list)
+
+
+def unit_shares(ops: Sequence[Mapping[str, Any]]) -> list[UnitShare]:
+    """Per unit that runs any op: how many ops and how much of the estimated time."""
+    total_ms = sum(float(op.get("est_ms") or 0.0) for op in ops) or 1.0
+    units = [*UNITS, *sorted({str(op.get("unit")) for op in ops} - set(UNITS))]
+    shares = []
+    for unit in units:
+        mine = [op for op in ops if op.get("unit") == unit]
+        if mine:
+            ms = sum(float(op.get("est_ms") or 0.0) for op in mine)
+            shares.append(UnitShare(unit, len(mine), ms, 100.0 * len(mine) / len(ops), 100.0 * ms / total_ms))
+    return shares
+
+
+def op_groups(ops: Sequence[Mapping[str, Any]]) -> list[OpGroup]:
+    """Ops grouped by type, unit and reasons; the most expensive group first."""
+    groups: dict[tuple, OpGroup] = {}
+    for op in ops:
+        name = str(op.get("name", ""))
+        reasons = tuple(_general(str(r.get("message", "")), name) for r in op.get("reasons") or [])
+        fixes = tuple(dict.fromkeys(str(r.get("fix")) for r in op.get("reasons") or [] if r.get("fix")))
+        key = (str(op.get("op", op.get("op_type", ""))), str(op.get("unit", "")), reasons)
+        group = groups.setdefault(key, OpGroup(key[0], key[1], reasons, fixes))
+        group.count += 1
+        group.ms += float(op.get("est_ms") or 0.0)
+        group.names.append(name)
+    return sorted(groups.values(), key=lambda g: (-g.ms, -g.count, g.op))
+
+
+def _general(message: str, name: str) -> str:
+    """``conv 'stem.0' works on fp32`` -> ``conv works on fp32``."""
+    return message.replace(f" '{name}'", "") if name else message
+
+
+def render(plan: Mapping[str, Any], console, *, title: str = "Compute plan", ops: bool = False) -> None:
+    """Write ``plan`` to a rich console: the per-unit summary, the grouped table, and with
+    ``ops`` the per-op table; then strict-policy violations and Core ML's measured agreement."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    all_ops = list(plan.get("ops") or [])
+    where = ", ".join(f"{k} {plan[k]}" for k in ("chip", "policy") if plan.get(k))
+    heading = f"{title} ({where})" if where else title
+    console.print(f"[bold]{escape(heading)}[/]: {len(all_ops)} ops, estimated {float(plan.get('total_ms') or 0.0):.3f} ms")
+    summary = Table("unit", "ops", "share of ops", "est ms", "share of time", title="breakdown by unit")
+    for share in unit_shares(all_ops):
+        summary.add_row(_unit(share.unit), str(share.ops), f"{share.op_share:.1f}%", f"{share.ms:.4f}",
+                        f"{share.time_share:.1f}%")
+    console.print(summary)
+    grouped = Table("op", "unit", "ops", "est ms", "why not a faster unit / note", "fix",
+                    title="by op type and reason")
+    for group in op_groups(all_ops):
+        grouped.add_row(escape(group.op), _unit(group.unit), str(group.count), f"{group.ms:.4f}",
+                        escape("; ".join(group.reasons)), escape("; ".join(group.fixes)))
+    console.print(grouped)
+    if ops:
+        table = Table("op", "type", "unit", "est ms", "fused into", "why not a faster unit / note", title="per op")
+        for op in all_ops:
+            table.add_row(escape(str(op.get("name", ""))), escape(str(op.get("op", ""))), _unit(str(op.get("unit", ""))),
+                          "" if op.get("fused_into") else f"{float(op.get('est_ms') or 0.0):.4f}",
+                          escape(str(op.get("fused_into") or "")),
+                          escape("; ".join(str(r.get("message", "")) for r in op.get("reasons") or [])))
+        console.print(table)
+    else:
+        console.print("[dim]--ops lists every op[/]")
+    violations = plan.get("violations") or []
+    if violations:
+        names = ", ".join(f"{v['op']} '{v['name']}'" for v in violations)
+        console.print(f"[red]{escape(str(plan.get('policy')))}[/]: {len(violations)} op(s) cannot run on the "
+                      f"{str(violations[0]['unit']).upper()}: {escape(names)}")
+    measured = plan.get("measured") or {}
+    if "agreement" in measured:
+        console.print(f"Core ML's own plan: {measured['compared']} ops compared, prediction agrees on "
+                      f"{measured['agreement']:.0%} ({measured['cost_weighted_agreement']:.0%} by cost)")
+    if plan.get("note"):
+        console.print(f"[dim]{escape(str(plan['note']))}[/]")
+
+
+def _unit(unit: str) -> str:
+    style = _UNIT_STYLE.get(unit)
+    return f"[{style}]{unit}[/]" if style else unit

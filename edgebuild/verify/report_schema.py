@@ -1,0 +1,171 @@
+"""What a variant's ``report.json`` holds: one schema for the build that writes it
+(``edgebuild.run``) and the page that reads it (``html.py``), so a section cannot silently
+go missing because the two sides spelt a key differently.
+
+Every section is optional (a variant without compression has no ``compression``), but a
+section that is present must have its fields: the compressor's per-weight sizes without
+``bytes_before``, say, fail the build instead of leaving the page without its chart.
+Beside the sections, the report keeps each stage's own record under the stage's name
+(``lower``, ``compress``, ...); any other top-level key is an error.
+
+In ``report.json`` non-finite floats are the strings ``"inf"``, ``"-inf"`` and ``"nan"`` (JSON
+has no such numbers; an SNR of identical outputs is ``inf``); reading turns them back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Open(BaseModel):
+    """A stage's record: the fields the page reads are typed, the rest is kept as written."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Source(_Section):
+    model: str
+    sha256: Optional[str] = None  # of the file that was built
+
+
+class Target(_Section):
+    backend: str
+    deployment_target: Optional[str] = None
+    precision: Optional[str] = None
+
+
+class Compute(_Section):
+    policy: Optional[str] = None
+    chip: Optional[str] = None
+
+
+class Artifact(_Section):
+    path: str
+    kind: str = ""
+    size_bytes: Optional[int] = None
+
+
+class StageRun(_Section):
+    name: str
+    status: str  # "ran" | "cached"
+    seconds: float = 0.0
+    key: Optional[str] = None
+
+
+class WeightSize(_Open):
+    """One weight as the compress stage reports it."""
+
+    name: str
+    bytes_before: int
+    bytes_after: int
+    op_type: Optional[str] = None
+    mode: Optional[str] = None
+
+
+class Compression(_Open):
+    """The compress stage's record: every weight's size before and after."""
+
+    weights: list[WeightSize]
+    bytes_before: Optional[int] = None
+    bytes_after: Optional[int] = None
+
+    @property
+    def total_before(self) -> int:
+        return self.bytes_before if self.bytes_before is not None else sum(w.bytes_before for w in self.weights)
+
+    @property
+    def total_after(self) -> int:
+        return self.bytes_after if self.bytes_after is not None else sum(w.bytes_after for w in self.weights)
+
+    @property
+    def ratio(self) -> Optional[float]:
+        """How many times smaller the weights became (None when nothing is left to divide by)."""
+        return self.total_before / self.total_after if self.total_after else None
+
+
+class Failure(_Section):
+    """One unmet limit: ``value`` (the ``statistic`` over the samples) against ``limit``."""
+
+    output: str
+    metric: str
+    value: Optional[float] = None
+    limit: Optional[float] = None
+    runtime: Optional[str] = None
+    statistic: str = "worst"
+    message: str = ""
+
+
+class Histogram(_Section):
+    edges: list[float]
+    counts: list[int]
+
+
+class RuntimeRecord(_Section):
+    """One candidate runtime's comparison with the reference, or why it was skipped."""
+
+    metrics: dict[str, dict[str, dict[str, float]]] = {}  # output -> metric -> statistic -> value
+    failures: list[Failure] = []
+    limits: dict[str, dict[str, float]] = {}  # output -> threshold name -> limit
+    aggregation: dict[str, dict[str, str]] = {}  # output -> metric -> statistic its limit is held against
+    histograms: dict[str, Histogram] = {}
+    skipped: Optional[str] = None
+
+
+class Validation(_Open):
+    samples: Optional[int] = None
+    reference: Optional[str] = None
+    runtimes: dict[str, RuntimeRecord] = {}
+    failures: list[Failure] = []
+
+    @field_validator("failures", mode="before")
+    @classmethod
+    def _structured(cls, failures):
+        # reports written before failures were structured held one sentence each
+        return [{"output": "", "metric": "", "message": f} if isinstance(f, str) else f for f in failures or []]
+
+
+class ComputePlan(_Open):
+    ops: list[dict[str, Any]] = []
+    breakdown: dict[str, Any] = {}
+    total_ms: Optional[float] = None
+
+
+class Report(_Open):
+    """A variant's ``report.json``."""
+
+    recipe: Optional[str] = None
+    variant: Optional[str] = None
+    status: Optional[Literal["built", "failed"]] = None
+    edgebuild_version: Optional[str] = None
+    recipe_path: Optional[str] = None
+    source: Optional[Source] = None
+    target: Optional[Target] = None
+    compute: Optional[Compute] = None
+    versions: dict[str, str] = {}  # edgebuild and every plugin whose code made a stage
+    artifact: Optional[Artifact] = None
+    comparison: Optional[str] = Field(default=None, description="the page comparing the recipe's variants, relative to this report")
+    stages: list[StageRun] = []
+    compression: Optional[Compression] = None
+    validation: Optional[Validation] = None
+    plan: Optional[ComputePlan] = None
+    optimize: Optional[dict[str, Any]] = None
+    notes: list[str] = []
+
+    @model_validator(mode="after")
+    def _only_stage_records_besides(self):
+        stages = {stage.name for stage in self.stages}
+        unknown = sorted(set(self.model_extra or {}) - stages)
+        if unknown:
+            raise ValueError(f"unknown report section(s) {', '.join(unknown)} (neither a field nor a stage's record)")
+        return self
+
+    @property
+    def failures(self) -> list[Failure]:
+        """Every runtime's unmet limits."""
+        return [f for runtime in (self.validation.runtimes.values() if self.validation else ()) for f in runtime.failures]
