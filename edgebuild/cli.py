@@ -90,9 +90,8 @@ def init(
         sys.stdout.write(init_text(start(model, cache_dir), Path("recipe.yaml")))
         return
     recipe, started = init_recipe(model, Path(out) if out else None, force=force, cache_dir=cache_dir)
-    console = _stderr()
-    console.print(f"[green]wrote[/] {os.path.relpath(recipe)}: {len(started.facts.inputs)} input(s); {started.checked}")
-    console.print(f"next: edgebuild run {os.path.relpath(recipe)}")
+    typer.echo(f"wrote {os.path.relpath(recipe)}: {len(started.facts.inputs)} input(s); {started.checked}", err=True)
+    typer.echo(f"next: edgebuild run {os.path.relpath(recipe)}", err=True)
 
 
 @app.command()
