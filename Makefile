@@ -1,50 +1,79 @@
 # Two commands on a fresh machine: `make demo` and `make test`.
+#   .venv       the user environment: edgebuild and its first-party plugins, as `pip install 'edgebuild[...]'`
+#               would install them (`make demo`: the core and the Core ML backend only; `make install`: all)
+#   .venv-test  the test environment: everything, the test extras and the test plugin (`make test`)
+# Both install the versions in constraints/newest.txt, the newest known to work (docs/install.md).
 PYTHON ?= python3
 VENV ?= .venv
+TEST_VENV ?= .venv-test
 BIN := $(VENV)/bin
-PLUGINS := plugins/coreml plugins/pytorch plugins/msl plugins/mpsgraph plugins/example-ops
-EXTRAS := $(foreach p,$(PLUGINS),$(if $(wildcard $(p)/pyproject.toml),-e $(p)[test]))
+TEST_BIN := $(TEST_VENV)/bin
+CONSTRAINTS ?= constraints/newest.txt
+PIP_INSTALL = pip install -q -c $(CONSTRAINTS)
+# the first-party plugins the extras name, installed from this tree (pip takes a named folder over the index)
+PLUGINS := plugins/coreml plugins/pytorch plugins/mpsgraph plugins/msl
+TEST_PLUGINS := $(PLUGINS) plugins/example-ops
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all docs schema conformance bench clean browser
+.PHONY: install demo test test-all test-env docs schema conformance bench wheels clean browser
+
+$(VENV)/bin/pip:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(TEST_BIN)/pip:
+	$(PYTHON) -m venv $(TEST_VENV)
+	$(TEST_BIN)/pip install -q --upgrade pip
+
+# what the demo needs: ONNX in, Core ML out (no torch, no test extras)
+$(VENV)/.demo-installed: pyproject.toml plugins/coreml/pyproject.toml $(CONSTRAINTS) | $(VENV)/bin/pip
+	$(BIN)/$(PIP_INSTALL) -e '.[coreml]' -e plugins/coreml
+	touch $@
+
+$(VENV)/.installed: pyproject.toml $(foreach p,$(PLUGINS),$(p)/pyproject.toml) $(CONSTRAINTS) | $(VENV)/bin/pip
+	$(BIN)/$(PIP_INSTALL) -e '.[all]' $(foreach p,$(PLUGINS),-e $(p))
+	touch $@
+
+$(TEST_VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) tests/testplugin/pyproject.toml $(CONSTRAINTS) | $(TEST_BIN)/pip
+	$(TEST_BIN)/$(PIP_INSTALL) -e '.[all,test]' $(foreach p,$(TEST_PLUGINS),-e $(p)[test]) -e tests/testplugin
+	touch $@
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) tests/testplugin/pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	# torch is pinned to the CPU build: an unpinned torch drags in several GB of CUDA packages
-	$(BIN)/pip install -q -e '.[test]' $(EXTRAS) -e tests/testplugin
-	touch $@
+test-env: $(TEST_VENV)/.installed
 
-demo: install
+demo: $(VENV)/.demo-installed
 	$(BIN)/edgebuild run recipes/orientation.yaml
 	@echo
 	@echo "artifacts: build/orientation/<variant>/model.mlpackage"
 	@echo "reports:   build/orientation/<variant>/report.html"
 
-test: install docs
-	$(BIN)/pytest -n 2 -q $(PYTEST_ARGS)
+test: test-env docs
+	$(TEST_BIN)/pytest -n 2 -q $(PYTEST_ARGS)
 
-test-all: install
-	$(BIN)/pytest -n 2 -q -m '' $(PYTEST_ARGS)
+test-all: test-env
+	$(TEST_BIN)/pytest -n 2 -q -m '' $(PYTEST_ARGS)
 
-docs: install
-	$(BIN)/python -m edgebuild.docsgen
-	$(BIN)/mkdocs build -q --strict -d build/site
+docs: test-env
+	$(TEST_BIN)/python -m edgebuild.docsgen
+	$(TEST_BIN)/mkdocs build -q --strict -d build/site
 
-schema: install
-	$(BIN)/edgebuild schema --out schemas/recipe.schema.json
+schema: test-env
+	$(TEST_BIN)/edgebuild schema --out schemas/recipe.schema.json
 
-conformance: install
-	$(BIN)/python -m edgebuild.conformance --suite onnx-node --backend coreml --out docs/conformance.md
+conformance: test-env
+	$(TEST_BIN)/python -m edgebuild.conformance --suite onnx-node --backend coreml --out docs/conformance.md
 
-bench: install
-	$(BIN)/python benchmarks/cache.py
+bench: test-env
+	$(TEST_BIN)/python benchmarks/cache.py
+
+# wheels of the core and every first-party plugin, for `pip install --find-links dist 'edgebuild[all]'`
+wheels: $(TEST_VENV)/.installed
+	$(TEST_BIN)/pip wheel -q --no-deps -w dist . $(PLUGINS)
 
 # headless Chromium for the report rendering test (Debian package; needs root)
 browser:
 	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 
 clean:
-	rm -rf build $(VENV)
+	rm -rf build dist $(VENV) $(TEST_VENV)

@@ -35,8 +35,22 @@ def _registry():
     return get_registry()
 
 
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from edgebuild.start.versions import version_lines
+
+    for line in version_lines():
+        typer.echo(line)
+    raise typer.Exit(0)
+
+
 @app.callback()
-def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks")):
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="edgebuild's and every installed plugin's version"),
+):
     _state["debug"] = debug
 
 
@@ -69,6 +83,42 @@ def run(
                        no_cache=no_cache, force=force, as_json=as_json, depfile=depfile,
                        verbose=verbose, console=printer_for(quiet=quiet, verbose=verbose))
     raise typer.Exit(code)
+
+
+@app.command()
+def init(
+    model: str = typer.Argument(..., help="an .onnx file, or a pypi:/https: source as recipes write it"),
+    out: Optional[str] = typer.Option(None, "-o", "--out", help="recipe to write (default: NAME.yaml here; - for stdout)"),
+    force: bool = typer.Option(False, "--force", help="replace an existing recipe file"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="store for downloaded sources"),
+):
+    """Write a commented recipe read off MODEL: inputs, validation generators, fp32 and fp16 variants."""
+    from edgebuild.start.init import init as init_recipe, init_text, start
+
+    if out == "-":
+        sys.stdout.write(init_text(start(model, cache_dir), Path("recipe.yaml")))
+        return
+    recipe, started = init_recipe(model, Path(out) if out else None, force=force, cache_dir=cache_dir)
+    typer.echo(f"wrote {os.path.relpath(recipe)}: {len(started.facts.inputs)} input(s); {started.checked}", err=True)
+    typer.echo(f"next: edgebuild run {os.path.relpath(recipe)}", err=True)
+
+
+@app.command()
+def convert(
+    model: str = typer.Argument(..., help="an .onnx file, or a pypi:/https: source as recipes write it"),
+    out: Path = typer.Option(..., "-o", "--out", help="the .mlpackage to write"),
+    precision: str = typer.Option("fp16", "--precision", help="fp16 (as ct.convert) or fp32"),
+    compress: Optional[str] = typer.Option(None, "--compress", help="int8, int4, palettize2..8, prune50"),
+    deployment_target: Optional[str] = typer.Option(None, "--deployment-target",
+                                                    help="e.g. iOS17 (default: the lowest the options need, at least iOS17)"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="store location"),
+):
+    """Build MODEL into OUT in one command; the recipe it used is written beside OUT."""
+    from edgebuild.progress import Printer
+    from edgebuild.start.convert import convert as convert_model
+
+    raise typer.Exit(convert_model(model, out, precision=precision, compress=compress,
+                                   deployment_target=deployment_target, cache_dir=cache_dir, console=Printer()))
 
 
 @app.command()
