@@ -123,10 +123,14 @@ def activation_ranges(program, samples: Iterable) -> dict[str, float]:
             ranges[op.name] = max(max(peaks), ranges.get(op.name, 0.0))
 
     from edgebuild_coreml.interpreter import run_program
+    from edgebuild_coreml.interpreter.plan import forget_plans
 
-    for sample in samples:
-        run_program(program, sample, observer=observe)
-        return_freed_memory()  # else each run's freed activations stay resident, and add up
+    try:
+        for sample in samples:
+            run_program(program, sample, observer=observe)
+            return_freed_memory()  # else each run's freed activations stay resident, and add up
+    finally:
+        forget_plans(program)  # the cast pass rewrites the program next: its plan would pin old ops
     return ranges
 
 

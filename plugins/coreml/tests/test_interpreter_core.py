@@ -827,14 +827,10 @@ def test_affine_dequantize_matches_coremltools(dtype, axis, scale_dtype):
     np.testing.assert_array_equal(got, expected)
 
 
-def test_compressed_weights_are_expanded_only_while_read():
-    """Decompression ops stand at the top of a program: all expanded up front, every weight of
-    the model would be dense at once."""
-    from edgebuild_coreml.interpreter import executor
+def _three_dequantized_matmuls():
+    weights = [RNG.integers(-128, 128, size=(32, 32)).astype(np.int8) for _ in range(3)]  # 4 KB dense
 
-    weights = [RNG.integers(-128, 128, size=(4, 4)).astype(np.int8) for _ in range(3)]
-
-    @mb.program(input_specs=[spec((2, 4))], opset_version=ct.target.iOS16)
+    @mb.program(input_specs=[spec((2, 32))], opset_version=ct.target.iOS16)
     def prog(x):
         dense = [mb.constexpr_affine_dequantize(quantized_data=w, zero_point=np.int8(0), scale=np.float32(0.5),
                                                 axis=0) for w in weights]
@@ -842,22 +838,59 @@ def test_compressed_weights_are_expanded_only_while_read():
             x = mb.matmul(x=x, y=d)
         return x
 
-    expanded: list[int] = []
-    live_at_expansion: list[int] = []
-    evaluate = executor._Interpreter._evaluate_op
-
-    def tracking(self, op, env):
-        if op.op_type.startswith("constexpr_"):
-            live_at_expansion.append(sum(1 for var in env if var.op is not None and var.op.op_type.startswith("constexpr_")))
-            expanded.append(op)
-        evaluate(self, op, env)
-
-    x = RNG.standard_normal((2, 4)).astype(np.float32)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(executor._Interpreter, "_evaluate_op", tracking)
-        (got,) = run_program(prog, {"x": x}).values()
+    x = RNG.standard_normal((2, 32)).astype(np.float32)
     expected = x
     for w in weights:
         expected = expected @ (w.astype(np.float32) * 0.5)
-    np.testing.assert_allclose(got, expected, rtol=1e-5)
-    assert len(expanded) == 3 and live_at_expansion == [0, 0, 0]  # each dropped before the next is made
+    return prog, x, expected
+
+
+def _tracking_expansions(patch) -> list:
+    """Weak references to every array the dequantize evaluator makes, in order."""
+    import weakref
+
+    prog, x, _ = _three_dequantized_matmuls()
+    run_program(prog, {"x": x})  # loads the evaluators
+    made: list = []
+    expand = EVALUATORS["constexpr_affine_dequantize"]
+
+    def tracking(op, x):
+        result = expand(op, x)
+        made.append((weakref.ref(result), sum(ref() is not None for ref, _ in made)))
+        return result
+
+    patch.setitem(EVALUATORS, "constexpr_affine_dequantize", tracking)
+    return made
+
+
+def test_compressed_weights_are_expanded_only_while_read_when_not_cached():
+    """Decompression ops stand at the top of a program: all expanded up front, every weight of
+    the model would be dense at once."""
+    from edgebuild_coreml.interpreter import plan
+
+    prog, x, expected = _three_dequantized_matmuls()
+    with pytest.MonkeyPatch.context() as patch:
+        made = _tracking_expansions(patch)
+        patch.setattr(plan, "EXPANDED_CACHE_BYTES", 0)
+        for _ in range(2):
+            (got,) = run_program(prog, {"x": x}).values()
+            np.testing.assert_allclose(got, expected, rtol=1e-5)
+    live_at_expansion = [live for _, live in made]
+    assert live_at_expansion == [0] * 6  # each dropped before the next is made, on every run
+    assert all(ref() is None for ref, _ in made)
+
+
+def test_expanded_weights_are_cached_across_runs_up_to_the_cap():
+    from edgebuild_coreml.interpreter import plan
+
+    prog, x, expected = _three_dequantized_matmuls()
+    with pytest.MonkeyPatch.context() as patch:
+        made = _tracking_expansions(patch)
+        patch.setattr(plan, "EXPANDED_CACHE_BYTES", 32 * 32 * 4)  # room for one float32 [32, 32] weight
+        for _ in range(3):
+            (got,) = run_program(prog, {"x": x}).values()
+            np.testing.assert_allclose(got, expected, rtol=1e-5)
+    assert len(made) == 3 + 2 + 2  # the first weight is expanded once, the other two on every run
+    assert sum(ref() is not None for ref, _ in made) == 1
+    plan.forget_plans(prog)
+    assert all(ref() is None for ref, _ in made)

@@ -66,14 +66,19 @@ def onnx_pads(mil_pad):
         ((1, 2, 5, 5), (3, 2, 2, 2), [2, 1], [1, 1], [3, 1, 4, 0], 1),  # rows wholly in the padding
         ((1, 4, 10), (4, 1, 3), [2], [3], [2, 1], 4),  # 1-D depthwise
         ((1, 2, 5, 6, 4), (3, 2, 2, 3, 2), [1, 2, 1], [1, 1, 2], [1, 0, 0, 1, 1, 1], 1),  # 3-D
+        ((2, 5, 6, 7), (3, 5, 1, 1), [1, 1], [1, 1], [0, 0, 0, 0], 1),  # pointwise: one matmul
+        ((1, 5, 7, 6), (4, 5, 1, 1), [2, 3], [1, 1], [0, 0, 0, 0], 1),  # strided pointwise
+        ((1, 4, 6, 6), (6, 2, 1, 1), [1, 1], [1, 1], [0, 0, 0, 0], 2),  # grouped pointwise
+        ((2, 6, 9, 8), (6, 1, 3, 3), [2, 1], [2, 1], [2, 1, 0, 3], 6),  # 2-D depthwise
+        ((1, 3, 7, 7), (6, 1, 3, 3), [1, 2], [1, 1], [1, 1, 1, 1], 3),  # depthwise, 2 outputs per channel
     ],
 )
 @pytest.mark.parametrize("banded", [False, True], ids=["whole", "row-bands"])
 def test_conv_matches_onnxruntime(monkeypatch, shape, kernel, strides, dilations, pad, groups, banded):
-    if banded:  # one output row per einsum call, as on large images
+    if banded:  # one output row per matmul, as on large images
         from edgebuild_coreml.interpreter import ops_conv
 
-        monkeypatch.setattr(ops_conv, "WINDOW_ELEMENTS", 1)
+        monkeypatch.setattr(ops_conv, "TILE_ELEMENTS", 1)
     x, w, b = randn(*shape), randn(*kernel), randn(kernel[0])
     (got,) = run_mil(
         lambda x: mb.conv(x=x, weight=w, bias=b, strides=strides, dilations=dilations,
@@ -83,6 +88,59 @@ def test_conv_matches_onnxruntime(monkeypatch, shape, kernel, strides, dilations
     (want,) = run_onnx("Conv", {"x": x, "w": w, "b": b}, strides=strides, dilations=dilations,
                        pads=onnx_pads(pad), group=groups)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def naive_conv(x, w, strides, dilations, pads, groups):
+    """Convolution by its definition, one output element at a time, in float64."""
+    n, c_in, *size = x.shape
+    c_out, c_group, *kernel = w.shape
+    padded = np.pad(x.astype(np.float64), [(0, 0), (0, 0), *pads])
+    out_sizes = [(s + b + a - (k - 1) * d - 1) // st + 1
+                 for s, (b, a), k, d, st in zip(size, pads, kernel, dilations, strides)]
+    out = np.zeros((n, c_out, *out_sizes))
+    per_group = c_out // groups
+    for b_, f, *o in np.ndindex(n, c_out, *out_sizes):
+        first = (f // per_group) * c_group
+        for c, *k in np.ndindex(c_group, *kernel):
+            at = tuple(oi * st + ki * d for oi, ki, st, d in zip(o, k, strides, dilations))
+            out[(b_, f, *o)] += padded[(b_, first + c, *at)] * w[(f, c, *k)]
+    return out
+
+
+CONV_CASES = [  # (input shape, weight shape, groups): pointwise, im2col, depthwise, grouped paths
+    ((1, 4, 6, 5), (3, 4, 1, 1), 1), ((2, 3, 6, 5), (4, 3, 3, 2), 1), ((1, 4, 6, 5), (4, 1, 3, 3), 4),
+    ((1, 4, 6, 5), (8, 1, 2, 3), 4), ((1, 6, 5, 6), (4, 3, 2, 2), 2), ((1, 3, 9), (2, 3, 4), 1),
+    ((1, 2, 4, 5, 4), (2, 1, 2, 2, 2), 2),
+]
+
+
+@pytest.mark.parametrize("shape, kernel, groups", CONV_CASES)
+@pytest.mark.parametrize("strides, dilations, padded", [(1, 1, False), (2, 1, True), (1, 2, True), (3, 2, False)])
+@pytest.mark.parametrize("tile", [1, 1 << 20], ids=["tile-1", "whole"])
+def test_conv_matches_its_definition(monkeypatch, shape, kernel, groups, strides, dilations, padded, tile):
+    from edgebuild_coreml.interpreter import ops_conv
+
+    monkeypatch.setattr(ops_conv, "TILE_ELEMENTS", tile)
+    nd = len(shape) - 2
+    pads = [(1, 2) if padded else (0, 0)] * nd
+    x, w, b = randn(*shape), randn(*kernel), randn(kernel[0])
+    (got,) = run_mil(
+        lambda x: mb.conv(x=x, weight=w, bias=b, strides=[strides] * nd, dilations=[dilations] * nd,
+                          pad_type="custom", pad=[p for pair in pads for p in pair], groups=groups),
+        x=x,
+    )
+    want = naive_conv(x, w, [strides] * nd, [dilations] * nd, pads, groups) + b.reshape((1, -1) + (1,) * nd)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_keeps_its_input_intact():
+    """The gathered windows and depthwise taps are copies: the input (maybe a view of a
+    constant, or read by a later op) is never written."""
+    for kernel, groups in (((4, 4, 3, 3), 1), ((4, 1, 3, 3), 4), ((4, 4, 1, 1), 1)):
+        x, w = randn(1, 4, 6, 6), randn(*kernel)
+        kept = x.copy()
+        run_mil(lambda x: mb.conv(x=x, weight=w, groups=groups), x=x)
+        np.testing.assert_array_equal(x, kept)
 
 
 @pytest.mark.parametrize("pad_type, auto_pad", [("same", "SAME_UPPER"), ("same_lower", "SAME_LOWER")])

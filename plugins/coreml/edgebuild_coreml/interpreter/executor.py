@@ -8,6 +8,7 @@ fp32 intermediate through fp16 to emulate a float16 compute precision on an fp32
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -17,7 +18,10 @@ from edgebuild.errors import BuildError, EdgebuildError
 
 from .control_flow import BLOCK_EVALUATORS
 from .loading import load_evaluators
-from .registry import EVALUATORS
+from .registry import EVALUATORS, INPLACE
+from .plan import Plan, Step, decompresses, input_vars, plan_for, shape_matches, tensor_type_of
+
+__all__ = ["input_vars", "load_mlpackage", "run_mlpackage", "run_program"]
 
 _WEIGHTS_SUBDIR = os.path.join("Data", "com.apple.CoreML", "weights")
 
@@ -36,7 +40,9 @@ def run_program(
     values, e.g. to record activation ranges.
 
     Each value is dropped after the last op that reads it: holding every activation of a
-    full-resolution conv net at once would cost several times its weights.
+    full-resolution conv net at once would cost several times its weights. The program's plan
+    (see :class:`Plan`) is worked out on the first call and reused while the program is unchanged,
+    so validating many samples pays for it, and for expanding compressed weights, once.
     """
     load_evaluators()
     if function not in prog.functions:
@@ -45,7 +51,8 @@ def run_program(
             hint=f"available functions: {', '.join(sorted(prog.functions))}",
         )
     func = prog.functions[function]
-    interpreter = _Interpreter(fp16=fp16, observer=observer, release_after=_last_readers(func))
+    plan = plan_for(func, fp16=fp16)
+    interpreter = _Interpreter(plan, observer=observer)
     env = interpreter.bind_function_inputs(func, inputs)
     outputs = interpreter.run_block(func, env)
     return {var.name: value for var, value in zip(func.outputs, outputs)}
@@ -79,50 +86,13 @@ def run_mlpackage(
     return run_program(load_mlpackage(path), inputs, fp16=fp16)
 
 
-def input_vars(op):
-    """The Vars ``op`` reads directly (list-valued inputs flattened)."""
-    for var in op.inputs.values():
-        yield from (var if isinstance(var, (list, tuple)) else (var,))
-
-
-def _vars_read(op):
-    """Vars ``op`` reads, including those read inside its nested blocks (cond, while_loop)."""
-    yield from input_vars(op)
-    for block in op.blocks:
-        yield from block.outputs
-        for inner in block.operations:
-            yield from _vars_read(inner)
-
-
-def _decompresses(op) -> bool:
-    """Whether ``op`` expands a compressed weight (``constexpr_*``). Such ops usually stand
-    together at the top of a program; evaluated in order, every weight of the model would be
-    dense at once, so each is expanded when its reader runs and dropped after its last one."""
-    return op.op_type.startswith("constexpr_")
-
-
-def _last_readers(function) -> dict:
-    """{top-level op: the Vars no later op reads}; the function's outputs are never dropped."""
-    last_reader = {}
-    for op in function.operations:
-        for var in _vars_read(op):
-            last_reader[var] = op
-    outputs = set(function.outputs)
-    dead_after: dict = {}
-    for var, op in last_reader.items():
-        if var not in outputs:
-            dead_after.setdefault(op, []).append(var)
-    return dead_after
-
-
 class _Interpreter:
     """Evaluates blocks against an environment {Var: value}; nested blocks share it."""
 
-    def __init__(self, *, fp16: bool, observer: Callable[[Any, list], None] | None = None,
-                 release_after: dict | None = None):
-        self.fp16 = fp16
+    def __init__(self, plan: Plan, *, observer: Callable[[Any, list], None] | None = None):
+        self.plan = plan
+        self.fp16 = plan.fp16
         self.observer = observer
-        self.release_after = release_after or {}  # {op: Vars to drop once it has run}
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -136,10 +106,10 @@ class _Interpreter:
         env: dict = {}
         for name, var in func.inputs.items():
             value = np.asarray(inputs[name])
-            declared = _tensor_type_of(var)
+            declared = tensor_type_of(var)
             if declared is not None:
                 dtype, shape = declared
-                if not _shape_matches(value.shape, shape):
+                if not shape_matches(value.shape, shape):
                     raise BuildError(
                         f"MIL program input {name!r} has shape {value.shape}, "
                         f"expected {tuple(shape)}"
@@ -157,48 +127,51 @@ class _Interpreter:
         if block_inputs is not None:
             for var, value in zip(block.inputs, block_inputs):
                 env[var] = value
-        for op in block.operations:
-            if not _decompresses(op):  # evaluated when first read, see value_of
-                self._evaluate_op(op, env)
+        for step in self.plan.steps(block):
+            self._evaluate(step, env)
         return [self.value_of(var, env) for var in block.outputs]
 
     def value_of(self, var, env: dict) -> Any:
-        if var in env:
-            return env[var]
-        if var.op is not None and _decompresses(var.op):
-            self._evaluate_op(var.op, env)
-            return env[var]
-        known = var.val
-        if known is None:
-            producer = var.op.name if var.op is not None else "a block input"
+        value = env.get(var, _MISSING)
+        if value is not _MISSING:
+            return value
+        op = var.op
+        if op is not None and decompresses(op):  # expanded when first read, see plan.decompresses
+            value = self.plan.constant(var, lambda: self._expand(op, env, var))
+        elif var.val is not None:
+            value = self.plan.constant(var, lambda: self._conform(var, tensor_type_of(var), var.val))
+        else:
+            producer = op.name if op is not None else "a block input"
             raise BuildError(
                 f"MIL interpreter: value of {var.name!r} (from {producer}) is not available",
                 hint="the program reads a variable before it is computed",
             )
-        value = self._conform(var, known)
-        env[var] = value
+        env[var] = value  # released with the var after its last reader
         return value
+
+    def _expand(self, op, env: dict, var) -> Any:
+        self._evaluate(Step(op, ()), env)
+        return env[var]
 
     # -- ops ------------------------------------------------------------------------------
 
-    def _evaluate_op(self, op, env: dict) -> None:
-        if op.op_type == "const" or (op.outputs and all(out.val is not None for out in op.outputs)):
-            for out in op.outputs:
-                env[out] = self._conform(out, out.val)
-            return
+    def _evaluate(self, step: Step, env: dict) -> None:
+        op = step.op
         try:
-            if op.op_type in BLOCK_EVALUATORS:
-                args = self._gather_inputs(op, env)
-                results = BLOCK_EVALUATORS[op.op_type](op, args, self, env)
+            args, donated = self._gather_inputs(step, env)
+            evaluator = EVALUATORS.get(step.op_type)
+            if step.op_type in BLOCK_EVALUATORS:
+                results = BLOCK_EVALUATORS[step.op_type](op, args, self, env)
+            elif evaluator is None:
+                raise BuildError(
+                    f"MIL interpreter has no evaluator for op type {op.op_type!r} "
+                    f"(op {op.name!r})",
+                    hint="add one with @evaluates in edgebuild_coreml.interpreter",
+                )
+            elif step.donors and step.op_type in INPLACE:
+                results = evaluator(op, args, donated=donated)
             else:
-                evaluator = EVALUATORS.get(op.op_type)
-                if evaluator is None:
-                    raise BuildError(
-                        f"MIL interpreter has no evaluator for op type {op.op_type!r} "
-                        f"(op {op.name!r})",
-                        hint="add one with @evaluates in edgebuild_coreml.interpreter",
-                    )
-                results = evaluator(op, self._gather_inputs(op, env))
+                results = evaluator(op, args)
         except EdgebuildError:
             raise
         except Exception as exc:  # noqa: BLE001 - report which op broke, keep the cause
@@ -206,81 +179,59 @@ class _Interpreter:
                 f"MIL interpreter failed on op {op.name!r} ({op.op_type}): "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        if len(op.outputs) == 1 and not isinstance(results, (tuple, list)):
+        outputs = step.outputs
+        if len(outputs) == 1 and (outputs[0][2] or not isinstance(results, (tuple, list))):
             results = (results,)
-        elif len(op.outputs) == 1 and _is_list_var(op.outputs[0]):
-            results = (results,)
-        if len(results) != len(op.outputs):
+        if len(results) != len(outputs):
             raise BuildError(
                 f"MIL interpreter: evaluator for {op.op_type!r} returned {len(results)} "
-                f"values, op {op.name!r} has {len(op.outputs)} outputs"
+                f"values, op {op.name!r} has {len(outputs)} outputs"
             )
-        for out, value in zip(op.outputs, results):
-            env[out] = self._conform(out, value, op=op)
+        for (out, declared, _), value in zip(outputs, results):
+            env[out] = self._conform(out, declared, value, op=op)
         if self.observer is not None:
-            self.observer(op, [env[out] for out in op.outputs])
-        for var in self.release_after.get(op, ()):
+            self.observer(op, [env[out] for out, _, _ in outputs])
+        for var in step.release:
             env.pop(var, None)
 
-    def _gather_inputs(self, op, env: dict) -> dict:
+    def _gather_inputs(self, step: Step, env: dict) -> tuple[dict, frozenset]:
+        donated = set()
+        for name, var in step.donors:
+            value = env.pop(var, _MISSING)  # it is released after this op anyway
+            if value is not _MISSING:
+                # Free to overwrite when it owns its memory and only this frame holds it: any
+                # live view of it, or another name for it, would hold a reference.
+                if sys.getrefcount(value) == 2 and _owns_writable_memory(value):
+                    donated.add(name)
+                env[var] = value
         args = {}
-        for name, var in op.inputs.items():
-            if isinstance(var, (list, tuple)):
+        for name, var in step.inputs:
+            if isinstance(var, tuple):
                 args[name] = [self.value_of(v, env) for v in var]
             else:
                 args[name] = self.value_of(var, env)
-        return args
+        return args, frozenset(donated)
 
-    def _conform(self, var, value, op=None):
+    def _conform(self, var, declared, value, op=None):
         """Cast ``value`` to ``var``'s declared dtype (and fp16-round if emulating)."""
-        declared = _tensor_type_of(var)
         if declared is None:
             return value
         dtype, shape = declared
-        array = np.asarray(value)
-        if op is not None and not _shape_matches(array.shape, shape):
+        array = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if op is not None and not shape_matches(array.shape, shape):
             raise BuildError(
                 f"MIL interpreter: op {op.name!r} ({op.op_type}) produced shape "
                 f"{array.shape} for {var.name!r}, which is declared {tuple(shape)}"
             )
-        array = array.astype(dtype, copy=False)
+        if array.dtype != dtype:
+            array = array.astype(dtype)
         if self.fp16 and dtype == np.float32:
             array = array.astype(np.float16).astype(np.float32)
         return array
 
 
-def _is_list_var(var) -> bool:
-    from coremltools.converters.mil.mil import types
-
-    return types.is_list(var.sym_type)
+_MISSING = object()
 
 
-def _tensor_type_of(var) -> tuple[np.dtype, tuple] | None:
-    """(numpy dtype, shape) of a tensor/scalar Var; None for lists, strings, states."""
-    from coremltools.converters.mil.mil import types
-
-    sym_type = var.sym_type
-    if types.is_state(sym_type):
-        sym_type = sym_type.wrapped_type()
-    if types.is_tensor(sym_type):
-        primitive, shape = sym_type.get_primitive(), sym_type.get_shape()
-    elif types.is_scalar(sym_type):
-        primitive, shape = sym_type, ()
-    else:
-        return None
-    if types.is_str(primitive):
-        return None
-    try:
-        dtype = np.dtype(types.nptype_from_builtin(primitive))
-    except (KeyError, TypeError):
-        return None
-    return dtype, tuple(shape)
-
-
-def _shape_matches(actual: tuple, declared: tuple) -> bool:
-    """Declared symbolic dims match anything; static dims must be equal."""
-    if len(actual) != len(declared):
-        return False
-    return all(
-        not isinstance(d, (int, np.integer)) or int(d) == a for a, d in zip(actual, declared)
-    )
+def _owns_writable_memory(value) -> bool:
+    return isinstance(value, np.ndarray) and value.base is None and value.flags.writeable

@@ -11,7 +11,7 @@ from ._params import as_float, ints, param, per_channel, scalar
 from ._windows import effective_kernel, explicit_pads, output_sizes, padded_rows, windows
 from .registry import evaluates
 
-WINDOW_ELEMENTS = 1 << 18  # gathered window values per einsum call (1 MB in float32)
+TILE_ELEMENTS = 1 << 20  # gathered window values per matmul (4 MB in float32)
 
 
 def _spatial_params(op, x, nd):
@@ -37,6 +37,10 @@ def _add_bias(out: np.ndarray, bias) -> np.ndarray:
 
 @evaluates("conv")
 def conv(op, x):
+    """Convolution as matrix products: a 1x1 conv is one ``numpy.matmul`` over the input as it
+    is; any other gathers its windows (im2col) a band of output rows at a time, so the gathered
+    copy stays within ``TILE_ELEMENTS`` however large the image; a depthwise conv (one input
+    channel per output channel) sums kernel taps instead, as a matmul of width one would waste it."""
     inp, weight = as_float(x["x"]), as_float(x["weight"])
     nd = inp.ndim - 2
     strides, dilations, groups, pad_type, pad = _spatial_params(op, x, nd)
@@ -44,24 +48,76 @@ def conv(op, x):
     eff = effective_kernel(kernel, dilations)
     pads = explicit_pads(pad_type, inp.shape[2:], eff, strides, pad)
     out_sizes = output_sizes(inp.shape[2:], eff, strides, pads)
-
     n, c_in = inp.shape[:2]
     c_out = weight.shape[0]
-    w = weight.reshape((groups, c_out // groups) + weight.shape[1:])
-    o_axes, k_axes = string.ascii_lowercase[:nd], string.ascii_lowercase[nd : 2 * nd]
-    spec = f"NGC{o_axes}{k_axes},GFC{k_axes}->NGF{o_axes}"
-    out = np.empty((n, groups, c_out // groups, *out_sizes), np.result_type(inp, w))
-    # einsum gathers the windows it contracts into one array (kernel-size times the input);
-    # padding and contracting a band of output rows at a time bounds both copies
-    row_elements = n * c_in * int(np.prod(out_sizes[1:], dtype=np.int64)) * int(np.prod(kernel, dtype=np.int64))
-    rows = max(1, WINDOW_ELEMENTS // max(row_elements, 1))
+    out = np.empty((n, c_out, *out_sizes), np.result_type(inp, weight))
+    if out.size:
+        if groups == 1 and all(k == 1 for k in kernel) and not any(b or a for b, a in pads):
+            _pointwise(inp, weight, strides, out)
+        elif c_in == groups and c_out == groups:
+            _depthwise(inp, weight, strides, dilations, pads, out)
+        else:
+            _im2col(inp, weight, strides, dilations, pads, groups, out)
+    return _add_bias(out, x.get("bias"))
+
+
+def _pointwise(inp, weight, strides, out):
+    """1x1 kernel, no padding: ``weight [F, C] @ input [N, C, pixels]``."""
+    n, c_in = inp.shape[:2]
+    picked = inp[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
+    np.matmul(weight.reshape(weight.shape[0], c_in), picked.reshape(n, c_in, -1), out=out.reshape(n, out.shape[1], -1))
+
+
+def _bands(out_sizes, row_elements):
+    """[start, stop) ranges of output rows (first spatial dim) whose work fits in a tile."""
+    rows = max(1, TILE_ELEMENTS // max(row_elements, 1))
     for start in range(0, out_sizes[0], rows):
-        stop = min(start + rows, out_sizes[0])
-        padded = padded_rows(inp, pads, out_sizes, eff, strides, start, stop)
-        win = windows(padded, kernel, strides, dilations, [stop - start, *out_sizes[1:]])  # [N, C_in, *O, *K]
-        win = win.reshape((n, groups, c_in // groups) + win.shape[2:])
-        out[:, :, :, start:stop] = np.einsum(spec, win, w, optimize=True)
-    return _add_bias(out.reshape([n, c_out] + out_sizes), x.get("bias"))
+        yield start, min(start + rows, out_sizes[0])
+
+
+def _band_windows(inp, pads, out_sizes, kernel, strides, dilations, start, stop):
+    """Windows ``[N, C, rows, *O_rest, *K]`` (a strided view) of output rows ``[start, stop)``."""
+    padded = padded_rows(inp, pads, out_sizes, effective_kernel(kernel, dilations), strides, start, stop)
+    return windows(padded, kernel, strides, dilations, [stop - start, *out_sizes[1:]])
+
+
+def _im2col(inp, weight, strides, dilations, pads, groups, out):
+    n, c_in = inp.shape[:2]
+    c_out, kernel = out.shape[1], list(weight.shape[2:])
+    nd, out_sizes = len(kernel), list(out.shape[2:])
+    taps, rest = int(np.prod(kernel, dtype=np.int64)), int(np.prod(out_sizes[1:], dtype=np.int64))
+    w = weight.reshape(groups, c_out // groups, (c_in // groups) * taps)  # [G, Fg, Cg*K]
+    out_rows = out.reshape(n, groups, c_out // groups, out_sizes[0], rest)
+    # window axes [N, C, rows, *O_rest, *K] -> [N, C, *K, rows, *O_rest]: rows of the matrix
+    # are (channel, tap), columns the output pixels, as weight's [Cg, *K] flattens
+    order = (0, 1, *range(2 + nd, 2 + 2 * nd), *range(2, 2 + nd))
+    for start, stop in _bands(out_sizes, n * c_in * taps * rest):
+        win = _band_windows(inp, pads, out_sizes, kernel, strides, dilations, start, stop)
+        cols = np.empty((n, c_in, *kernel, stop - start, *out_sizes[1:]), out.dtype)
+        np.copyto(cols, win.transpose(order))
+        cols = cols.reshape(n, groups, w.shape[2], (stop - start) * rest)
+        product = np.matmul(w, cols)  # [N, G, Fg, rows * rest]
+        out_rows[:, :, :, start:stop] = product.reshape(n, groups, c_out // groups, stop - start, rest)
+
+
+def _depthwise(inp, weight, strides, dilations, pads, out):
+    """One input channel per output channel: out += weight[:, tap] * shifted input, per tap."""
+    n, channels = inp.shape[:2]
+    kernel, out_sizes = list(weight.shape[2:]), list(out.shape[2:])
+    w = weight.reshape(channels, -1)  # [C, K]
+    rest = int(np.prod(out_sizes[1:], dtype=np.int64))
+    scale_shape = (1, channels) + (1,) * len(kernel)
+    for start, stop in _bands(out_sizes, n * channels * rest):
+        win = _band_windows(inp, pads, out_sizes, kernel, strides, dilations, start, stop)
+        acc = out[:, :, start:stop]
+        product = np.empty(acc.shape, out.dtype)
+        for index, tap in enumerate(itertools.product(*(range(k) for k in kernel))):
+            scale = w[:, index].reshape(scale_shape)
+            if index == 0:
+                np.multiply(win[(Ellipsis, *tap)], scale, out=acc)
+            else:
+                np.multiply(win[(Ellipsis, *tap)], scale, out=product)
+                acc += product
 
 
 @evaluates("conv_transpose")

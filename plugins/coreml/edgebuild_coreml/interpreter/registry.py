@@ -7,6 +7,15 @@ array per op output (a single array for single-output ops)::
     @evaluates("relu")
     def relu(op, x):
         return np.maximum(x["x"], 0)
+
+An evaluator registered with ``inplace=True`` also takes ``donated``: the names of the inputs
+whose arrays nobody else holds (read by no later op, no view of them alive), which it may
+overwrite with its result instead of allocating one::
+
+    @evaluates("relu", inplace=True)
+    def relu(op, x, donated=()):
+        v = x["x"]
+        return np.maximum(v, 0, out=v if "x" in donated else None)
 """
 
 from __future__ import annotations
@@ -14,12 +23,14 @@ from __future__ import annotations
 from typing import Callable
 
 EVALUATORS: dict[str, Callable] = {}
+INPLACE: set[str] = set()  # op types whose evaluator takes ``donated``
 
 
-def evaluates(*op_types: str):
+def evaluates(*op_types: str, inplace: bool = False):
     def decorate(fn: Callable) -> Callable:
         for op_type in op_types:
             EVALUATORS[op_type] = fn
+            (INPLACE.add if inplace else INPLACE.discard)(op_type)
         return fn
 
     return decorate

@@ -1,0 +1,160 @@
+"""Validation speed: the MIL interpreter on edgebuild's packages against onnxruntime on the source.
+
+For each recipe in ``recipes/`` naming one of the real ONNX models, the recipe's fp32 and fp16
+variants are built through edgebuild's own pipeline (import .. package, cached in the benchmark's
+store; the validate stage is left out), then one process times, per sample and over the same
+inputs (the recipe's own validation inputs):
+
+- onnxruntime (CPU, 2 intra-op threads) on the source model;
+- the interpreter on the fp32 package, through the runner the validate stage uses;
+- the interpreter on the fp16 package, as the validate stage runs it (the recipe's
+  ``fp16_emulation``: an fp16 artifact computes in its own typed fp16);
+- the whole sample loop of the validate stage on the fp32 package (every sample, with its
+  reference and metrics), to show what running samples in parallel buys.
+
+Each runner is warmed up on one sample (a first call loads and prepares), then the median time
+over ``--samples`` samples is reported, with ratios interp/ort and fp16/fp32.
+
+    python benchmarks/validate.py [--models ddddocr_det,orientation] [--samples 8] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ("orientation", "ppocr_cls", "ddddocr_det", "minilm_paraphrase", "minilm_int8", "silero_vad")
+ORT_THREADS = 2
+
+
+def build_package(recipe: str, variant: str, cache: str):
+    """Build ``recipe:variant`` up to its package; (Variant, artifact path, lower stage info)."""
+    from edgebuild.build import load_variants, open_store, plan_jobs
+    from edgebuild.dag.executor import Executor
+    from edgebuild.registry import get_registry
+
+    registry = get_registry()
+    [build] = plan_jobs(load_variants([recipe], [variant], registry), registry, open_store(cache))
+    build.job.stages = [s for s in build.job.stages if s.name != "validate"]
+    Executor(open_store(cache)).run([build.job])
+    if build.job.error is not None:
+        raise SystemExit(f"{recipe}:{variant}: build failed: {build.job.error}")
+    results = build.job.results
+    return build.variant, results["package"].path / build.artifact, results["lower"].info, results["resolve"].path
+
+
+def ort_runner(source: Path):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = ORT_THREADS
+    session = ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return lambda inputs: session.run(None, {n: inputs[n] for n in names if n in inputs})
+
+
+def interpreter_runner(variant, artifact: Path, lowered: dict):
+    from edgebuild.registry import get_registry
+
+    backend = get_registry().get("backends", "coreml")
+    section = variant.recipe.validate_
+    return backend.runner(artifact, variant.recipe.target.precision, lowered=lowered,
+                          emulate_fp16=section.fp16_emulation == "on")
+
+
+def per_sample_ms(run, samples: list[dict]) -> float:
+    """Median wall time of ``run`` per sample, after one warm-up call."""
+    run(samples[0])
+    times = []
+    for sample in samples:
+        start = time.perf_counter()
+        run(sample)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def validate_loop_ms(variant, source: Path, runner, samples: int) -> float:
+    """The validate stage's whole sample loop (reference + candidate + metrics), per sample."""
+    from edgebuild.dag.validate import reference_for, validate
+
+    dump = variant.recipe.model_dump(mode="json", by_alias=True)
+    section = variant.recipe.validate_.model_copy(update={"samples": samples})
+    reference, specs, name = reference_for(None, dump["source"], source, variant.base_dir)
+    start = time.perf_counter()
+    validate(section, source, dump["source"]["inputs"], runner, variant.base_dir, reference=reference,
+             specs=specs, reference_name=name)
+    return (time.perf_counter() - start) * 1000 / samples
+
+
+def measure(name: str, samples: int, cache: str, loop: bool) -> dict:
+    from edgebuild.dag.validate import onnx_input_specs
+    from edgebuild.verify.inputs import generate_inputs
+
+    recipe = str(ROOT / "recipes" / f"{name}.yaml")
+    fp32, artifact32, lowered32, source = build_package(recipe, "fp32", cache)
+    fp16, artifact16, lowered16, _ = build_package(recipe, "fp16", cache)
+    specs = onnx_input_specs(source, fp32.recipe.model_dump(mode="json")["source"]["inputs"])
+    fixed = {n: s for n, s in specs.items() if "value" in s}
+    free = {n: s for n, s in specs.items() if "value" not in s}
+    section = fp32.recipe.validate_.model_copy(update={"samples": samples})
+    inputs = generate_inputs(section, free, fp32.base_dir)
+    import numpy as np
+
+    for sample in inputs:
+        sample.update({n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in fixed.items()})
+
+    row = {"model": name, "samples": samples, "weights_mb": source.stat().st_size / 2**20}
+    row["ort_ms"] = per_sample_ms(ort_runner(source), inputs)
+    interp32 = interpreter_runner(fp32, artifact32, lowered32)
+    row["interp_fp32_ms"] = per_sample_ms(interp32, inputs)
+    row["interp_fp16_ms"] = per_sample_ms(interpreter_runner(fp16, artifact16, lowered16), inputs)
+    row["interp_over_ort"] = row["interp_fp32_ms"] / row["ort_ms"]
+    row["fp16_over_fp32"] = row["interp_fp16_ms"] / row["interp_fp32_ms"]
+    if loop:
+        row["validate_loop_ms"] = validate_loop_ms(fp32, source, interp32, samples)
+    print(f"{name}: {json.dumps(row)}", file=sys.stderr)
+    return row
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'model':<18} {'ort':>8} {'interp fp32':>12} {'interp fp16':>12} {'interp/ort':>11} "
+          f"{'fp16/fp32':>10} {'validate loop':>14}")
+    print(f"{'':<18} {'ms':>8} {'ms':>12} {'ms':>12} {'(<= 3)':>11} {'(<= 2)':>10} {'ms/sample':>14}")
+    print("-" * 92)
+    for row in rows:
+        loop = f"{row['validate_loop_ms']:>14.1f}" if "validate_loop_ms" in row else f"{'':>14}"
+        print(f"{row['model']:<18} {row['ort_ms']:>8.1f} {row['interp_fp32_ms']:>12.1f} "
+              f"{row['interp_fp16_ms']:>12.1f} {row['interp_over_ort']:>11.2f} {row['fp16_over_fp32']:>10.2f} {loop}")
+    print(f"\nmedian per-sample time over {rows[0]['samples'] if rows else 0} samples, one process; "
+          f"onnxruntime on the source with {ORT_THREADS} threads; the interpreter on edgebuild's packages")
+    print("validate loop: the validate stage's sample loop on the fp32 package (reference, interpreter, "
+          "metrics) per sample")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(RECIPES), help="recipe names in recipes/, comma-separated")
+    parser.add_argument("--samples", type=int, default=8, help="samples timed per runner (after one warm-up)")
+    parser.add_argument("--no-loop", action="store_true", help="skip timing the validate stage's sample loop")
+    parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "edgebuild-bench-validate"),
+                        help="the store the packages are built into (kept between runs)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    args = parser.parse_args(argv)
+
+    rows = [measure(name, args.samples, args.cache_dir, not args.no_loop) for name in args.models.split(",") if name]
+    if args.json:
+        print(json.dumps({"ort_threads": ORT_THREADS, "rows": rows}, indent=1))
+    else:
+        print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

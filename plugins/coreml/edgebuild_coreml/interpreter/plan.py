@@ -1,0 +1,217 @@
+"""A MIL function prepared once for many runs: what every op reads, writes and releases.
+
+Validation runs the same program on dozens of samples. Looking up evaluators, reading
+declared types through coremltools, working out value liveness and conforming constants
+cost as much per op as a small op's arithmetic, so a :class:`Plan` does it once per function
+and each run only moves arrays.
+
+Expanded constants (compressed weights after their ``constexpr_*`` op, fp16-rounded weights
+under fp16 emulation) are kept for the plan's lifetime, which is the program's (the plans
+are kept on the function), up to :data:`EXPANDED_CACHE_BYTES`; past that they are expanded
+when read and dropped after their last reader, as on a single run.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from .registry import INPLACE
+
+#: bytes of expanded constants a plan may keep between runs (a dense copy of a compressed
+#: model's weights costs up to 16x its size on disk: the cap keeps large models bounded)
+EXPANDED_CACHE_BYTES = 512 << 20
+SMALL_CONSTANT_BYTES = 1024  # kept without counting
+
+_PLANS_ATTRIBUTE = "_edgebuild_interpreter_plans"
+_plans_lock = threading.Lock()
+
+
+class _PlanSlot(dict):
+    """{fp16 flag: Plan}, kept on the function it plans; a copied program starts without plans."""
+
+    def __deepcopy__(self, memo):
+        return _PlanSlot()
+
+    def __copy__(self):
+        return _PlanSlot()
+
+    def __reduce__(self):
+        return _PlanSlot, ()
+
+
+def plan_for(func, *, fp16: bool) -> "Plan":
+    """The plan of ``func`` (a pymil Function), built on first use and kept on ``func``.
+
+    A graph pass may rewrite the program between runs (the fp16 guard runs it, then the fp16
+    cast pass edits it): a plan remembers the operations it was made from and is rebuilt when
+    they differ. :func:`forget_plans` drops them (and their cached weights) for good.
+    """
+    with _plans_lock:
+        slot = getattr(func, _PLANS_ATTRIBUTE, None)
+        if slot is None:
+            slot = _PlanSlot()
+            setattr(func, _PLANS_ATTRIBUTE, slot)
+        plan = slot.get(fp16)
+        if plan is None or not plan.matches(func):
+            slot.clear()  # a stale plan's cached weights go with it
+            plan = slot[fp16] = Plan(func, fp16=fp16)
+        return plan
+
+
+def forget_plans(prog) -> None:
+    """Drop the plans of every function of ``prog``: before a pass rewrites it, so the plan's
+    references do not keep replaced ops (and their weights) alive."""
+    with _plans_lock:
+        for func in prog.functions.values():
+            if getattr(func, _PLANS_ATTRIBUTE, None) is not None:
+                setattr(func, _PLANS_ATTRIBUTE, None)
+
+
+class Step:
+    """One op to evaluate: its evaluator, inputs, declared outputs and the values it releases."""
+
+    __slots__ = ("op", "op_type", "inputs", "outputs", "release", "donors")
+
+    def __init__(self, op, release: tuple):
+        self.op = op
+        self.op_type = op.op_type  # evaluators are looked up per run: plugins may add or replace them
+        self.inputs = tuple((name, tuple(var) if isinstance(var, (list, tuple)) else var)
+                            for name, var in op.inputs.items())
+        self.outputs = tuple((out, tensor_type_of(out), is_list_var(out)) for out in op.outputs)
+        self.release = release
+        # inputs an in-place evaluator may overwrite: read once here and by no later op
+        self.donors: tuple = ()
+        if op.op_type in INPLACE:
+            single = [var for _, var in self.inputs if not isinstance(var, tuple)]
+            self.donors = tuple((name, var) for name, var in self.inputs
+                                if not isinstance(var, tuple) and var in release and single.count(var) == 1)
+
+
+class Plan:
+    """Steps of every block of a function, its constants and its expanded-weight cache."""
+
+    def __init__(self, func, *, fp16: bool):
+        self.fp16 = fp16
+        self._operations = tuple(func.operations)
+        self._release = last_readers(func)
+        self._steps: dict = {}
+        self._constants: dict = {}  # {Var: conformed value}, filled on first read
+        self._cached_bytes = 0
+        self._lock = threading.Lock()
+
+    def matches(self, func) -> bool:
+        return self._operations == tuple(func.operations)
+
+    def steps(self, block) -> list[Step]:
+        """The ops of ``block`` to evaluate, in order (constants and lazily expanded weights left out)."""
+        steps = self._steps.get(block)
+        if steps is None:
+            steps = [Step(op, tuple(self._release.get(op, ())))
+                     for op in block.operations if not is_constant_op(op) and not decompresses(op)]
+            self._steps[block] = steps
+        return steps
+
+    def constant(self, var, compute: Callable[[], Any]) -> Any:
+        """The conformed value of constant ``var``: cached, or ``compute()``-d and cached if it fits."""
+        value = self._constants.get(var)
+        if value is not None:
+            return value
+        value = compute()
+        size = _new_bytes(value, var)
+        with self._lock:
+            if var not in self._constants and self._cached_bytes + size <= EXPANDED_CACHE_BYTES:
+                self._constants[var] = value
+                self._cached_bytes += size
+        return value
+
+
+def _new_bytes(value, var) -> int:
+    """Bytes ``value`` holds beyond the program's own copy of ``var``'s value (0 for a view of it,
+    and for small values: op parameters, scalars)."""
+    if not isinstance(value, np.ndarray) or value.nbytes <= SMALL_CONSTANT_BYTES:
+        return 0
+    known = var.val if var.op is None or not decompresses(var.op) else None
+    if isinstance(known, np.ndarray) and np.shares_memory(value, known):
+        return 0
+    return value.nbytes
+
+
+def is_constant_op(op) -> bool:
+    return op.op_type == "const" or bool(op.outputs and all(out.val is not None for out in op.outputs))
+
+
+def decompresses(op) -> bool:
+    """Whether ``op`` expands a compressed weight (``constexpr_*``). Such ops usually stand
+    together at the top of a program; evaluated in order, every weight of the model would be
+    dense at once, so each is expanded when its reader runs and dropped after its last one
+    (or kept in the plan's bounded cache)."""
+    return op.op_type.startswith("constexpr_")
+
+
+def input_vars(op):
+    """The Vars ``op`` reads directly (list-valued inputs flattened)."""
+    for var in op.inputs.values():
+        yield from (var if isinstance(var, (list, tuple)) else (var,))
+
+
+def _vars_read(op):
+    """Vars ``op`` reads, including those read inside its nested blocks (cond, while_loop)."""
+    yield from input_vars(op)
+    for block in op.blocks:
+        yield from block.outputs
+        for inner in block.operations:
+            yield from _vars_read(inner)
+
+
+def last_readers(function) -> dict:
+    """{top-level op: the Vars no later op reads}; the function's outputs are never dropped."""
+    last_reader = {}
+    for op in function.operations:
+        for var in _vars_read(op):
+            last_reader[var] = op
+    outputs = set(function.outputs)
+    dead_after: dict = {}
+    for var, op in last_reader.items():
+        if var not in outputs:
+            dead_after.setdefault(op, []).append(var)
+    return dead_after
+
+
+def is_list_var(var) -> bool:
+    from coremltools.converters.mil.mil import types
+
+    return types.is_list(var.sym_type)
+
+
+def tensor_type_of(var) -> tuple[np.dtype, tuple] | None:
+    """(numpy dtype, shape) of a tensor/scalar Var; None for lists, strings, states."""
+    from coremltools.converters.mil.mil import types
+
+    sym_type = var.sym_type
+    if types.is_state(sym_type):
+        sym_type = sym_type.wrapped_type()
+    if types.is_tensor(sym_type):
+        primitive, shape = sym_type.get_primitive(), sym_type.get_shape()
+    elif types.is_scalar(sym_type):
+        primitive, shape = sym_type, ()
+    else:
+        return None
+    if types.is_str(primitive):
+        return None
+    try:
+        dtype = np.dtype(types.nptype_from_builtin(primitive))
+    except (KeyError, TypeError):
+        return None
+    return dtype, tuple(shape)
+
+
+def shape_matches(actual: tuple, declared: tuple) -> bool:
+    """Declared symbolic dims match anything; static dims must be equal."""
+    if len(actual) != len(declared):
+        return False
+    return all(
+        not isinstance(d, (int, np.integer)) or int(d) == a for a, d in zip(actual, declared)
+    )
