@@ -389,6 +389,11 @@ def cache_clear(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir")):
 def main() -> None:
     """Entry point: user errors become one message and an exit code, never a traceback (unless --debug)."""
     debug = "--debug" in sys.argv[1:]
+    if sys.argv[1:] == ["--version"]:  # answered before click, whose versions differ on eager options of groups
+        from edgebuild.start.versions import version_lines
+
+        sys.stdout.write("\n".join(version_lines()) + "\n")
+        sys.exit(0)
     try:
         code = app(standalone_mode=False)  # typer returns Exit codes in this mode
         if code == 130:  # typer's translation of KeyboardInterrupt
