@@ -35,21 +35,10 @@ def _registry():
     return get_registry()
 
 
-def _print_version(value: bool) -> None:
-    if not value:
-        return
-    from edgebuild.start.versions import version_lines
-
-    for line in version_lines():
-        typer.echo(line)
-    raise typer.Exit(0)
-
-
 @app.callback()
 def _main(
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
-    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
-                                 help="edgebuild's and every installed plugin's version"),
+    version: bool = typer.Option(False, "--version", help="edgebuild's and every installed plugin's version"),
 ):
     _state["debug"] = debug
 
@@ -431,6 +420,11 @@ def cache_clear(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir")):
 def main() -> None:
     """Entry point: user errors become one message and an exit code, never a traceback (unless --debug)."""
     debug = "--debug" in sys.argv[1:]
+    if [a for a in sys.argv[1:] if a != "--debug"] == ["--version"]:  # answered before click: no plugin is loaded
+        from edgebuild.start.versions import version_lines
+
+        sys.stdout.write("\n".join(version_lines()) + "\n")
+        sys.exit(0)
     try:
         code = app(standalone_mode=False)  # typer returns Exit codes in this mode
         if code == 130:  # typer's translation of KeyboardInterrupt
