@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import onnx
 import pytest
 
 import edgebuild
@@ -58,11 +59,11 @@ def coreml_project(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEBUILD_CACHE_DIR", str(tmp_path / "cache"))
     tiny_model(tmp_path / "tiny.onnx")
 
-    def write(thresholds: str) -> Path:
+    def write(thresholds: str, precision: str = "float32") -> Path:
         path = tmp_path / "r.yaml"
         path.write_text(
             "edgebuild: 1\nname: tiny\nsource: {model: tiny.onnx, inputs: {x: {shape: [2, 4], dtype: float32}}}\n"
-            f"target: {{backend: coreml, precision: float32}}\nvalidate: {{samples: 2, thresholds: {thresholds}}}\n"
+            f"target: {{backend: coreml, precision: {precision}}}\nvalidate: {{samples: 2, thresholds: {thresholds}}}\n"
             "outputs: {dir: out}\n")
         return path
 
@@ -74,17 +75,22 @@ def test_validation_metrics_are_returned_and_check_raises_on_missed_thresholds(c
     validation = result["default"].validation
     assert isinstance(validation, Validation) and validation.passed and validation.samples == 2
     assert validation.metrics["interpreter"]["y"]["cosine"]["min"] > 0.999
-    # an impossible limit: built, measured, failed, and check() raises the CLI's exit-3 error
-    failed = edgebuild.build(coreml_project("{max_abs_max: 0.0, cosine_min: 1.1}"))
+    # a limit fp16 rounding cannot meet: built, measured, failed, and check() raises the CLI's exit-3 error
+    failed = edgebuild.build(coreml_project("{max_abs_max: 0.0}", precision="float16"))
     assert not failed.ok and failed.exit_code == 3 and failed["default"].status == "failed"
     assert failed["default"].validation.failures
     with pytest.raises(ValidationFailed):
         failed.check()
 
 
-def test_check_raises_build_error_for_a_failed_stage(project, tmp_path):
-    (tmp_path / "tiny.onnx").write_bytes(b"not onnx")
-    result = edgebuild.build(project())
+def test_check_raises_build_error_for_a_failed_stage(coreml_project, tmp_path):
+    # valid ONNX with an op no plugin lowers: the recipe loads, the lower stage fails
+    recipe = coreml_project("{}")
+    model = onnx.load(tmp_path / "tiny.onnx")
+    model.graph.node[-1].op_type, model.graph.node[-1].domain = "Mystery", "com.example"
+    model.opset_import.append(onnx.helper.make_opsetid("com.example", 1))
+    onnx.save(model, tmp_path / "tiny.onnx")
+    result = edgebuild.build(recipe)
     assert result.exit_code == 1 and result["default"].error
     with pytest.raises(BuildError):
         result.check()
