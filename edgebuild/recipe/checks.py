@@ -10,9 +10,8 @@ name when there is one. ``edgebuild validate`` and ``edgebuild run`` both run th
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
-
-import numpy as np
 
 from edgebuild.errors import RecipeError, UsageError
 from edgebuild.recipe.locations import locate
@@ -68,8 +67,8 @@ def _check_source(check: _Checker, variant, registry) -> str | None:
         path = Path(source.model.removeprefix("file:"))
         path = path if path.is_absolute() else variant.base_dir / path
         if not path.is_file():
-            problem = "is a directory, not a model file" if path.is_dir() else "no such file"
-            check.fail(("source", "model"), f"{problem} ({source.model!r}, relative to the recipe)")
+            problem = f"{source.model!r} is a directory, not a model file" if path.is_dir() else f"no such file {source.model!r}"
+            check.fail(("source", "model"), f"{problem} (looked at {os.path.relpath(path)})")
     try:
         fmt = _source_format(variant, source.model)
     except UsageError:
@@ -133,7 +132,7 @@ def _check_inputs_match_model(check: _Checker, variant, graph_inputs) -> None:
                        hint=f"write dtype: {model.dtype}")
         if model.dims is None:
             continue
-        rank = len(spec.shape) if spec.shape is not None else (np.ndim(spec.value) if fixed else None)
+        rank = len(spec.shape) if spec.shape is not None else (_rank(spec.value) if fixed else None)
         if rank is not None and rank != len(model.dims):
             where = path + ("shape",) if spec.shape is not None else path + ("value",)
             check.fail(where, f"{rank} dims given, the model's input has rank {len(model.dims)} "
@@ -144,6 +143,15 @@ def _check_inputs_match_model(check: _Checker, variant, graph_inputs) -> None:
                 check.fail(path + ("shape", axis), f"dim {axis} is fixed to {static} in the model, the recipe "
                            f"asks for {dim if isinstance(dim, (int, str)) else 'a flexible size'}",
                            hint=f"use {static}, or re-export the model with a dynamic axis")
+
+
+def _rank(value) -> int:
+    """numpy.ndim of a nested list, without importing numpy (a cached run never needs it)."""
+    rank = 0
+    while isinstance(value, (list, tuple)):
+        rank += 1
+        value = value[0] if value else None
+    return rank
 
 
 def _raw_input(variant, name) -> dict:

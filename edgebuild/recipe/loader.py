@@ -51,9 +51,6 @@ def _display(path: Path) -> str:
 def _load_chain(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, dict, list[Path]]:
     """Data and locations of ``path`` with every file it extends merged underneath."""
     path = path.resolve()
-    if path in chain:
-        cycle = " -> ".join(_display(p) for p in chain + (path,))
-        raise RecipeError(f"{_display(chain[-1])}: extends cycle: {cycle}")
     data, locations = load_yaml(path, _display(path))
     if data is None:
         raise RecipeError(f"{_display(path)}:1:1 the recipe is empty",
@@ -70,6 +67,10 @@ def _load_chain(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, dict, l
         raise RecipeError(f"{locate(locations, ('extends',))} extends: no such file {parent!r}")
     if parent_path.is_dir():
         raise RecipeError(f"{locate(locations, ('extends',))} extends: {parent!r} is a directory, not a recipe file")
+    if parent_path.resolve() in chain + (path,):
+        cycle = " -> ".join(_display(p) for p in chain + (path, parent_path.resolve()))
+        raise RecipeError(f"{locate(locations, ('extends',))} extends cycle: {cycle}",
+                          hint="a recipe cannot extend itself, directly or through its bases")
     if len(chain) + 2 > MAX_EXTENDS:
         raise RecipeError(f"{locate(locations, ('extends',))} extends: the chain is longer than {MAX_EXTENDS} files",
                           hint="flatten the chain: a recipe that extends a base that extends a base is usually enough")

@@ -52,12 +52,17 @@ def _read(path: Path, display: str) -> str:
             raise RecipeError(f"{display}: {size / 1e6:.1f} MB is too large for a recipe "
                               f"(limit {MAX_FILE_BYTES // (1024 * 1024)} MiB)",
                               hint="is this the right file? keep large input values in .npy files (validate.inputs.NAME.file)")
-        with open(path, encoding="utf-8") as handle:
-            return handle.read(MAX_FILE_BYTES + 1)
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise RecipeError(f"{display}: no such file") from None
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise RecipeError(f"{display}: not UTF-8 text ({exc.reason})") from None
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise RecipeError(f"{display}:{line}:{column} not UTF-8 text ({exc.reason})",
+                          hint="save the recipe as UTF-8") from None
     except PermissionError:
         raise RecipeError(f"{display}: permission denied", hint="make the recipe readable") from None
 

@@ -61,7 +61,6 @@ name: tiny
 source: {model: m.onnx}
 target: {backend: coreml, deployment_target: iOS18}
 variants: {int4: {}}
-outputs: {dir: out}
 compression:
   weights:
     mode: palettize
@@ -89,7 +88,9 @@ CASES = [
     ("recursive-alias", BASE + "metadata: &m [1, *m]\n", {}, "recipe.yaml:8:", "recursive structure", False),
     ("huge-file", HUGE_RECIPE, {}, "recipe.yaml:", "too large for a recipe", False),
     ("extends-too-deep", "extends: base0.yaml\n", extends_chain(20), "base14.yaml:1:10", "longer than 16 files", False),
-    ("extends-cycle", BASE + "extends: recipe.yaml\n", {}, "recipe.yaml:", "extends cycle", False),
+    ("extends-self", BASE + "extends: recipe.yaml\n", {}, "recipe.yaml:8:10", "extends cycle", False),
+    ("extends-cycle", "extends: b.yaml\n", {"b.yaml": "extends: recipe.yaml\n"}, "b.yaml:1:10",
+     "extends cycle: recipe.yaml -> b.yaml -> recipe.yaml", False),
     ("extends-directory", BASE + "extends: sub\n", {"sub/keep.txt": ""}, "recipe.yaml:8:10", "is a directory", False),
     ("samples-1e20", BASE + "validate: {samples: 100000000000000000000}\n", {}, "recipe.yaml:8:21",
      "less than or equal to 10000", False),
@@ -170,17 +171,17 @@ CASES = [
     ("unknown-rewrite", BASE.replace("testcopy", "coreml") + "compute: {rewrites: {split_attention: true}}\n", {},
      "recipe.yaml:8:", "did you mean 'split_attention_heads'?", True),
     # item 12: a wrong value at its own line and path; an empty file names the file
-    ("palettize-nbits", PALETTIZE, {}, "recipe.yaml:10:12", "compression.weights.nbits: must be one of 1, 2, 3, 4, 6, 8", True),
+    ("palettize-nbits", PALETTIZE, {}, "recipe.yaml:9:12", "compression.weights.nbits: must be one of 1, 2, 3, 4, 6, 8", True),
     ("prune-then-dtype", PALETTIZE.replace("    mode: palettize\n    nbits: 5\n",
                                            "    mode: prune\n    then: {mode: linear, dtype: int3}\n"), {},
-     "recipe.yaml:10:33", "compression.weights.then.dtype: must be one of int8, int4, uint8, uint4", True),
-    ("mode-misspelled", PALETTIZE.replace("mode: palettize", "mode: palettise"), {}, "recipe.yaml:9:11",
+     "recipe.yaml:9:33", "compression.weights.then.dtype: must be one of int8, int4, uint8, uint4", True),
+    ("mode-misspelled", PALETTIZE.replace("mode: palettize", "mode: palettise"), {}, "recipe.yaml:8:11",
      "compression.weights.mode: must be one of palettize, linear, prune; did you mean 'palettize'?", True),
     ("policy-misspelled", BASE + "compute: {policy: cpu_and_nee}\n", {}, "recipe.yaml:8:19", "did you mean 'cpu_and_ne'?", False),
     ("empty-file", "", {}, "recipe.yaml:1:1", "the recipe is empty", False),
     ("only-comments", "# nothing here\n", {}, "recipe.yaml:1:1", "the recipe is empty", False),
     ("not-a-mapping", "- a list\n", {}, "recipe.yaml:1:1", "a recipe is a mapping", False),
-    ("not-utf8", b"name: caf\xe9\n", {}, "recipe.yaml", "not UTF-8", False),
+    ("not-utf8", b"edgebuild: 1\nname: caf\xe9\n", {}, "recipe.yaml:2:10", "not UTF-8", False),
 ]
 
 
@@ -294,3 +295,13 @@ def test_rewrite_names_match_the_rewrites_the_plugin_runs():
     from edgebuild_coreml.compute import REWRITE_NAMES
 
     assert set(REWRITE_NAMES) == set(REWRITES)
+
+
+@pytest.mark.skipif(not HAS_COREML, reason="needs the edgebuild-coreml plugin")
+def test_a_tagged_union_value_is_reported_at_its_own_line_and_path(tmp_path, monkeypatch, capsys):
+    """The tag pydantic puts in the error's path (weights.palettize.nbits) is not the user's path."""
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, PALETTIZE, {})
+    code, err = validate_cli(capsys, "recipe.yaml")
+    assert code == 2
+    assert err.splitlines()[0] == "error: recipe.yaml:9:12 compression.weights.nbits: must be one of 1, 2, 3, 4, 6, 8"
