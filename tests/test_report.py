@@ -248,3 +248,15 @@ def test_failed_limit_shown_even_without_limits(tmp_path):
     _, html_path = write_report(tmp_path, {"validation": {"runtimes": {"interpreter": runtime_record(aggregated, failures)}}})
     html = html_path.read_text()
     assert "≤ 0.1" in html and ">FAIL<" in html
+
+
+def test_an_unreadable_report_is_left_off_the_page_when_asked(tmp_path):
+    write_report(tmp_path / "fp16", variant_data("fp16", 1e-4, 2))
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "report.json").write_text(json.dumps({"status": "passed", "sizes": {"layers": []}}))
+    with pytest.raises(BuildError, match="old/report.json"):
+        write_combined(tmp_path)
+    skipped = []
+    html = write_combined(tmp_path, on_skip=lambda path, why: skipped.append((path, why))).read_text()
+    assert [path for path, _ in skipped] == [tmp_path / "old" / "report.json"] and "report schema" in skipped[0][1]
+    assert 'href="fp16/report.html"' in html and "old/" not in html
