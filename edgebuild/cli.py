@@ -269,8 +269,16 @@ def report(directory: Path = typer.Argument(..., help="a recipe's outputs.dir, o
 
     if not directory.is_dir():
         raise UsageError(f"{directory}: no such directory")
-    page = write_combined(directory, recursive=True)
-    _stderr().print(f"{len(find_reports(directory, recursive=True))} variant(s)")
+    from rich.markup import escape
+
+    skipped = []
+
+    def skip(path: Path, why: str) -> None:
+        skipped.append(path)
+        _stderr().print(f"[yellow]warning[/] left out {escape(str(path))}: {escape(why)}")
+
+    page = write_combined(directory, recursive=True, on_skip=skip)
+    _stderr().print(f"{len(find_reports(directory, recursive=True)) - len(skipped)} variant(s)")
     typer.echo(page)
 
 

@@ -49,23 +49,32 @@ def unit_shares(ops: Sequence[Mapping[str, Any]]) -> list[UnitShare]:
 
 
 def op_groups(ops: Sequence[Mapping[str, Any]]) -> list[OpGroup]:
-    """Ops grouped by type, unit and reasons; the most expensive group first."""
+    """Ops grouped by reasons, unit and type: the groups sharing reasons stay together, the most
+    expensive reasons first, and within them the most expensive op type first."""
     groups: dict[tuple, OpGroup] = {}
     for op in ops:
-        name = str(op.get("name", ""))
-        reasons = tuple(_general(str(r.get("message", "")), name) for r in op.get("reasons") or [])
+        name, op_type = str(op.get("name", "")), str(op.get("op", op.get("op_type", "")))
+        reasons = tuple(_general(str(r.get("message", "")), op_type, name) for r in op.get("reasons") or [])
         fixes = tuple(dict.fromkeys(str(r.get("fix")) for r in op.get("reasons") or [] if r.get("fix")))
-        key = (str(op.get("op", op.get("op_type", ""))), str(op.get("unit", "")), reasons)
-        group = groups.setdefault(key, OpGroup(key[0], key[1], reasons, fixes))
+        key = (reasons, str(op.get("unit", "")), op_type)
+        group = groups.setdefault(key, OpGroup(op_type, key[1], reasons, fixes))
         group.count += 1
         group.ms += float(op.get("est_ms") or 0.0)
         group.names.append(name)
-    return sorted(groups.values(), key=lambda g: (-g.ms, -g.count, g.op))
+    by_reasons: dict[tuple, float] = {}
+    for group in groups.values():
+        by_reasons[group.reasons] = by_reasons.get(group.reasons, 0.0) + group.ms
+    return sorted(groups.values(), key=lambda g: (-by_reasons[g.reasons], g.reasons, -g.ms, -g.count, g.op))
 
 
-def _general(message: str, name: str) -> str:
-    """``conv 'stem.0' works on fp32`` -> ``conv works on fp32``."""
-    return message.replace(f" '{name}'", "") if name else message
+def _general(message: str, op_type: str, name: str) -> str:
+    """``conv 'stem.0' works on fp32`` -> ``works on fp32``: one sentence for every op it covers."""
+    if not name:
+        return message
+    for prefix in (f"{op_type} '{name}' ", f"'{name}' "):
+        if message.startswith(prefix):
+            return message[len(prefix):]
+    return message.replace(f" '{name}'", "")
 
 
 def render(plan: Mapping[str, Any], console, *, title: str = "Compute plan", ops: bool = False) -> None:
@@ -83,11 +92,18 @@ def render(plan: Mapping[str, Any], console, *, title: str = "Compute plan", ops
         summary.add_row(_unit(share.unit), str(share.ops), f"{share.op_share:.1f}%", f"{share.ms:.4f}",
                         f"{share.time_share:.1f}%")
     console.print(summary)
-    grouped = Table("op", "unit", "ops", "est ms", "why not a faster unit / note", "fix",
-                    title="by op type and reason")
-    for group in op_groups(all_ops):
-        grouped.add_row(escape(group.op), _unit(group.unit), str(group.count), f"{group.ms:.4f}",
-                        escape("; ".join(group.reasons)), escape("; ".join(group.fixes)))
+    grouped = Table(title="by reason and op type")
+    grouped.add_column("why not a faster unit / note", ratio=3, overflow="fold")
+    grouped.add_column("fix", ratio=3, overflow="fold")
+    for column in ("unit", "op", "ops", "est ms"):
+        grouped.add_column(column, justify="right" if column in ("ops", "est ms") else "left", no_wrap=True)
+    groups = op_groups(all_ops)
+    for index, group in enumerate(groups):
+        first = index == 0 or groups[index - 1].reasons != group.reasons
+        last = index == len(groups) - 1 or groups[index + 1].reasons != group.reasons
+        grouped.add_row(escape("; ".join(group.reasons) or "—") if first else "",
+                        escape("; ".join(group.fixes)) if first else "",
+                        _unit(group.unit), escape(group.op), str(group.count), f"{group.ms:.4f}", end_section=last)
     console.print(grouped)
     if ops:
         table = Table("op", "type", "unit", "est ms", "fused into", "why not a faster unit / note", title="per op")

@@ -154,7 +154,7 @@ class LivePrinter(Printer):
 
     def print(self, text: str) -> None:
         # soft_wrap: a long path wraps where the terminal wraps it, not at a newline rich inserts
-        (self._live.console if self._live is not None else self.console).print(text, soft_wrap=True)
+        (self._live.console if self._live is not None else self.console).print(text, soft_wrap=True, highlight=False)
 
     def error(self, text: str) -> None:
         self.print(text)
@@ -174,6 +174,7 @@ class LivePrinter(Printer):
                 task = self.tasks.pop(key, None)
                 if task is not None:
                     self._live.remove_task(task)
+                    self._live.refresh()  # else the line below is drawn with the finished stage still live
                 self.print(stage_line(label, stage, payload.status, payload.seconds))
 
     def close(self) -> None:
@@ -191,7 +192,7 @@ class RichPrinter(Printer):
 
     def _write(self, text: str) -> None:
         with self._lock:
-            self.console.print(text, soft_wrap=True)
+            self.console.print(text, soft_wrap=True, highlight=False)
 
 
 def as_printer(console, *, verbose: bool = False) -> Printer:

@@ -169,7 +169,7 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
             display.error(f"[red]threshold[/] {build.job.label}: {failure['runtime']}: {escape(failure['message'])}")
         if failures:
             code = max(code, ValidationFailed.exit_code) if code != 1 else code
-    comparisons = _write_comparisons(builds)
+    comparisons = _write_comparisons(builds, display)
     for build in builds:
         if build.job.error is None:
             display.print(_done_line(build))
@@ -205,13 +205,17 @@ def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False) 
     uptodate.record(files=files, touch=touch, stderr=[] if quiet else lines, stdout=stdout, depfile=depfile)
 
 
-def _write_comparisons(builds: list[Build]) -> list[Path]:
-    """The page comparing a recipe's variants (size, error, status), beside their folders."""
+def _write_comparisons(builds: list[Build], display) -> list[Path]:
+    """The page comparing a recipe's variants (size, error, status), beside their folders; a
+    stale report of a variant this run did not build is left off, with a warning."""
     from edgebuild.dag.atomic import file_mode
     from edgebuild.verify.report import write_combined
 
+    def skipped(path: Path, why: str) -> None:
+        display.print(f"[yellow]warning[/] comparison page leaves out {escape(_relative(path))}: {escape(why)}")
+
     roots = sorted({build.output_dir.parent for build in builds if build.job.error is None})
-    pages = [write_combined(root) for root in roots]
+    pages = [write_combined(root, on_skip=skipped) for root in roots]
     for page in pages:
         os.chmod(page, file_mode())  # not tempfile's 0600: reports get published
     return pages

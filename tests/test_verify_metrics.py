@@ -4,11 +4,12 @@ import math
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from edgebuild.errors import BuildError
 from edgebuild.verify.config import OutputOverride, Thresholds
 from edgebuild.verify.metrics import REL_FLOOR, aggregate, compare, error_histogram, merge_histograms
-from edgebuild.verify.thresholds import check, limits_for
+from edgebuild.verify.thresholds import aggregation_for, check, limits_for
 
 
 def test_error_metrics_match_hand_computation():
@@ -174,3 +175,61 @@ def test_end_to_end_with_noise():
     worst = min(s["logits"]["cosine"] for s in samples)
     [f] = check(aggregated, {"cosine_min": 0.999})
     assert f.value == worst
+
+
+# -- which statistic over the samples a limit is held against --------------------------------
+
+def _classifier_samples(agreeing: list[bool]) -> list[dict]:
+    """One batch-1 classifier sample per entry: the candidate's argmax agrees or not."""
+    samples = []
+    for agree in agreeing:
+        ref = np.array([[0.1, 0.7, 0.2]])
+        cand = ref.copy() if agree else np.array([[0.7, 0.1, 0.2]])
+        samples.append(compare({"logits": ref}, {"logits": cand}))
+    return samples
+
+
+def test_top1_agreement_limit_applies_to_the_rate_over_samples():
+    aggregated = aggregate(_classifier_samples([True] * 9 + [False]))
+    assert aggregated["logits"]["top1_agreement"]["min"] == 0.0  # one sample disagrees ...
+    assert check(aggregated, {"top1_agreement_min": 0.9}) == []  # ... and the rate is 0.9
+    [f] = check(aggregated, {"top1_agreement_min": 0.95})
+    assert (f.value, f.statistic) == (pytest.approx(0.9), "mean")
+    assert f.message == "output 'logits': top1_agreement (mean over the samples) 0.9 < top1_agreement_min 0.95"
+
+
+def test_recipe_can_hold_a_limit_to_another_statistic():
+    values = [0.9999, 0.9998, 0.9997, 0.9996, 0.9995, 0.9994, 0.9993, 0.9992, 0.9991, 0.9990, 0.95]  # p10: the 2nd lowest
+    aggregated = aggregate([{"y": {"cosine": v}} for v in values])
+    assert check(aggregated, {"cosine_min": 0.999})  # the worst sample, by default
+    assert check(aggregated, {"cosine_min": 0.999, "aggregate": {"cosine": "p10"}}) == []  # one in eleven below
+    assert check(aggregated, {"cosine_min": 0.99, "aggregate": {"cosine": "mean"}}) == []
+    [f] = check(aggregated, {"cosine_min": 0.9995, "aggregate": {"cosine": "median"}})
+    assert f.value == pytest.approx(np.median(values)) and f.statistic == "median"
+    strict = {"top1_agreement_min": 0.95, "aggregate": {"top1_agreement": "worst"}}
+    assert check(aggregate(_classifier_samples([True] * 19 + [False])), strict)
+
+
+def test_aggregation_in_per_output_overrides_merges_with_the_global_one():
+    thresholds = {"cosine_min": 0.99, "max_abs_max": 0.1, "aggregate": {"cosine": "mean"}}
+    overrides = {"y": {"thresholds": {"aggregate": {"max_abs": "p90"}}}}
+    assert aggregation_for(thresholds, overrides, "y") == {"cosine": "mean", "max_abs": "p90"}
+    assert aggregation_for(thresholds, {}, "y") == {"cosine": "mean", "max_abs": "worst"}
+    assert "aggregate" not in limits_for(thresholds, overrides, "y")
+
+
+@pytest.mark.parametrize("aggregate_", [{"cosin": "mean"}, {"cosine": "average"}, {"cosine": "p50"}])
+def test_a_misspelt_aggregation_is_a_recipe_error(aggregate_):
+    with pytest.raises(ValidationError):
+        Thresholds.model_validate({"cosine_min": 0.99, "aggregate": aggregate_})
+
+
+def test_failure_shows_enough_digits_to_tell_value_from_limit():
+    [f] = check(aggregate([{"y": {"cosine": 0.9999899}}]), {"cosine_min": 0.99999})
+    assert "0.9999899 < cosine_min 0.99999" in f.message
+
+
+def test_aggregate_keeps_low_percentiles_for_min_limits():
+    values = list(np.linspace(0.0, 1.0, 11))
+    stats = aggregate([{"y": {"cosine": v}} for v in values])["y"]["cosine"]
+    assert stats["p10"] == pytest.approx(0.1) and stats["p1"] == pytest.approx(0.01) and stats["p50"] == pytest.approx(0.5)

@@ -127,9 +127,9 @@ LimitedMetric = Literal["cosine", "max_abs", "mean_abs", "p99_abs", "max_rel", "
 DEFAULT_AGGREGATION: dict[str, str] = {"top1_agreement": "mean", "top5_agreement": "mean"}
 
 
-def aggregation_of(aggregate: dict[str, str], metric: str) -> str:
+def aggregation_of(aggregate: Optional[dict[str, str]], metric: str) -> str:
     """The statistic ``metric``'s limit is held against: the recipe's choice, else the default."""
-    return aggregate.get(metric) or DEFAULT_AGGREGATION.get(metric, "worst")
+    return (aggregate or {}).get(metric) or DEFAULT_AGGREGATION.get(metric, "worst")
 # ------------------------------------------------------------------------------------------
 
 
@@ -148,8 +148,8 @@ class Thresholds(_Strict):
     snr_db_min: Optional[float] = Field(default=None, description="decibels, any finite number")
     top1_agreement_min: Optional[float] = Field(default=None, ge=0.0, le=1.0, description="a rate, in [0, 1]")
     top5_agreement_min: Optional[float] = Field(default=None, ge=0.0, le=1.0, description="a rate, in [0, 1]")
-    aggregate: dict[LimitedMetric, Aggregation] = Field(
-        default={}, description="per metric, the statistic over the samples its limit is held against: "
+    aggregate: Optional[dict[LimitedMetric, Aggregation]] = Field(
+        default=None, description="per metric, the statistic over the samples its limit is held against: "
         "worst (default; mean for top1/top5_agreement), mean, median or a percentile p1, p10, p90, p99")
 
     def merged(self, override: "Thresholds | None") -> "Thresholds":
@@ -158,7 +158,7 @@ class Thresholds(_Strict):
             return self
         update = override.model_dump(exclude_unset=True)
         if "aggregate" in update:
-            update["aggregate"] = {**self.aggregate, **override.aggregate}
+            update["aggregate"] = {**(self.aggregate or {}), **(override.aggregate or {})}
         return self.model_copy(update=update)
 
 

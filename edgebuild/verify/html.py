@@ -266,9 +266,11 @@ def _plan(plan) -> str:
         rows = [[s.unit, str(s.ops), f"{s.op_share:.1f}%", _num(s.ms), f"{s.time_share:.1f}%"] for s in unit_shares(plan.ops)]
         html.append("<h3>by unit</h3>" + _table(["unit", "ops", "share of ops", "est ms", "share of time"], rows))
         groups = op_groups(plan.ops)
-        rows = [[g.op, g.unit, str(g.count), _num(g.ms), "; ".join(g.reasons), "; ".join(g.fixes)] for g in groups[:MAX_PLAN_ROWS]]
-        html.append("<h3>by op type and reason</h3>"
-                    + _table(["op", "unit", "ops", "est ms", "why not a faster unit / note", "fix"], rows))
+        rows = [[*(["; ".join(g.reasons) or "—", "; ".join(g.fixes)] if i == 0 or groups[i - 1].reasons != g.reasons
+                   else ["", ""]), g.unit, g.op, str(g.count), _num(g.ms)]
+                for i, g in enumerate(groups[:MAX_PLAN_ROWS])]
+        html.append("<h3>by reason and op type</h3>"
+                    + _table(["why not a faster unit / note", "fix", "unit", "op", "ops", "est ms"], rows))
         if len(groups) > MAX_PLAN_ROWS:
             html.append(f'<p class="muted">{len(groups) - MAX_PLAN_ROWS} more groups in report.json</p>')
     elif plan.breakdown:

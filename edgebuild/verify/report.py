@@ -15,7 +15,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from edgebuild.errors import BuildError, UsageError
 from edgebuild.verify.html import render_combined, render_report
@@ -46,8 +46,11 @@ def find_reports(root: Path, *, recursive: bool = False) -> list[Path]:
                   if p.parent != root and not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
-def write_combined(root: Path, *, recursive: bool = False) -> Path:
-    """Write ``root/index.html`` comparing every variant's report below ``root`` (see ``find_reports``)."""
+def write_combined(root: Path, *, recursive: bool = False, on_skip: Callable[[Path, str], None] | None = None) -> Path:
+    """Write ``root/index.html`` comparing every variant's report below ``root`` (see ``find_reports``).
+
+    A report this edgebuild cannot read (written by an older one, or damaged) is left off the
+    page and handed to ``on_skip(path, why)``; with no ``on_skip`` it is an error."""
     root = Path(root)
     found = find_reports(root, recursive=recursive)
     if not found:
@@ -56,10 +59,17 @@ def write_combined(root: Path, *, recursive: bool = False) -> Path:
     reports = []
     for path in found:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise BuildError(f"report: cannot read {path} ({exc})", hint="rebuild that variant to rewrite its report") from None
-        reports.append((path.parent.relative_to(root).joinpath(REPORT_HTML).as_posix(), _validated(data, str(path))))
+            report = _validated(json.loads(path.read_text(encoding="utf-8")), str(path))
+        except (OSError, ValueError, BuildError) as exc:
+            if on_skip is None:
+                raise BuildError(f"report: cannot read {path} ({exc})",
+                                 hint="rebuild that variant to rewrite its report") from None
+            on_skip(path, str(exc).splitlines()[0])
+            continue
+        reports.append((path.parent.relative_to(root).joinpath(REPORT_HTML).as_posix(), report))
+    if not reports:
+        raise UsageError(f"{root}: none of the {len(found)} variant reports below this directory is readable",
+                         hint="rebuild the variants with this edgebuild to rewrite their reports")
     return _write_atomic(root / INDEX_HTML, render_combined(reports))
 
 

@@ -334,7 +334,7 @@ def test_render_plan_prints_table_breakdown_and_note():
     console = Console(file=io.StringIO(), width=200, record=True)
     render_plan(plan, console)
     summary = console.export_text()
-    assert "breakdown by unit" in summary and "by op type and reason" in summary and NOTE in summary
+    assert "breakdown by unit" in summary and "by reason and op type" in summary and NOTE in summary
     assert "conv1" not in summary  # one row per op only when asked for
     render_plan(plan, console, ops=True)
     text = console.export_text()

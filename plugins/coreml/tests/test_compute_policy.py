@@ -277,7 +277,7 @@ def test_without_the_guard_fp16_overflows_and_validation_fails(tmp_path, cache_d
     assert code == 3, log
     report = json.loads((tmp_path / "out_unguarded" / "default" / "report.json").read_text())
     assert "fp16_guard" not in report["lower"]
-    assert any("NaN/inf" in failure for failure in report["validate"]["failures"])
+    assert any("NaN/inf" in failure["message"] for failure in report["validate"]["failures"])
 
 
 def test_linear_to_conv_rewrite_runs_before_the_pass_pipeline(tmp_path, cache_dir):

@@ -50,7 +50,8 @@ def test_a_failing_threshold_exits_3_naming_runtime_output_and_metric(tmp_path):
     done = _run(tmp_path)
     assert done.returncode == 3, done.stderr
     failures = json.loads(done.stdout)["variants"][0]["validation"]["failures"]
-    assert any(f.startswith("interpreter: output 'y': max_abs") and "max_abs_max 1e-09" in f for f in failures), failures
+    assert {"output": "y", "runtime": "interpreter", "metric": "max_abs", "limit": 1e-9}.items() <= next(
+        f for f in failures if f["metric"] == "max_abs").items(), failures
 
 
 def test_editing_a_validation_input_file_reruns_validation_only(tmp_path):
