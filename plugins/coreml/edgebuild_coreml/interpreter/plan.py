@@ -114,6 +114,10 @@ class Plan:
             self._steps[block] = steps
         return steps
 
+    def cached(self, var) -> Any:
+        """The cached value of constant ``var``, or None."""
+        return self._constants.get(var)
+
     def constant(self, var, compute: Callable[[], Any]) -> Any:
         """The conformed value of constant ``var``: cached, or ``compute()``-d and cached if it fits."""
         value = self._constants.get(var)
