@@ -950,3 +950,34 @@ def test_in_place_ops_write_into_dead_intermediates():
         (got,) = run_program(prog, {"x": x}).values()
     np.testing.assert_allclose(got, np.maximum(3 * x + 1, 0), rtol=1e-6)
     assert len(set(made)) == 1  # mul made the buffer; add and relu wrote into it
+
+
+def test_interpreter_runtime_reads_a_package_once_until_it_changes(tmp_path, monkeypatch):
+    from edgebuild_coreml import interpreter
+    from edgebuild_coreml.runtime import InterpreterRuntime
+
+    def program(scale):
+        @mb.program(input_specs=[spec((2, 3))], opset_version=ct.target.iOS17)
+        def prog(x):
+            return mb.mul(x=x, y=np.float32(scale))
+
+        return prog
+
+    path = saved(program(2.0), tmp_path / "m.mlpackage")
+    loads = []
+    load = interpreter.load_mlpackage
+    monkeypatch.setattr(interpreter, "load_mlpackage", lambda p: loads.append(p) or load(p))
+    runtime, x = InterpreterRuntime(), RNG.standard_normal((2, 3)).astype(np.float32)
+    for _ in range(3):
+        (got,) = runtime.run(path, {"x": x}).values()
+        np.testing.assert_allclose(got, 2 * x, rtol=1e-6)
+    assert len(loads) == 1
+    import shutil
+    import time
+
+    shutil.rmtree(path)
+    time.sleep(0.01)  # a distinct modification time even on coarse clocks
+    saved(program(3.0), path)
+    (got,) = runtime.run(path, {"x": x}).values()
+    np.testing.assert_allclose(got, 3 * x, rtol=1e-6)
+    assert len(loads) == 2
