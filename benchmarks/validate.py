@@ -9,6 +9,8 @@ inputs (the recipe's own validation inputs):
 - the interpreter on the fp32 package, through the runner the validate stage uses;
 - the interpreter on the fp16 package, as the validate stage runs it (the recipe's
   ``fp16_emulation``: an fp16 artifact computes in its own typed fp16);
+- the interpreter on both packages again with samples run as the validate stage runs them
+  (a few at once, ``edgebuild.dag.validate.map_samples``): wall time / samples;
 - the whole sample loop of the validate stage on the fp32 package (every sample, with its
   reference and metrics), to show what running samples in parallel buys.
 
@@ -80,6 +82,17 @@ def per_sample_ms(run, samples: list[dict]) -> float:
     return statistics.median(times)
 
 
+def parallel_ms(run, samples: list[dict]) -> float:
+    """Wall time per sample of ``run`` over every sample the way the validate stage runs them
+    (a few at a time, see ``edgebuild.dag.validate.map_samples``), after one warm-up call."""
+    from edgebuild.dag.validate import map_samples
+
+    run(samples[0])
+    start = time.perf_counter()
+    map_samples(run, samples)
+    return (time.perf_counter() - start) * 1000 / len(samples)
+
+
 def validate_loop_ms(variant, source: Path, runner, samples: int) -> float:
     """The validate stage's whole sample loop (reference + candidate + metrics), per sample."""
     from edgebuild.dag.validate import reference_for, validate
@@ -93,7 +106,7 @@ def validate_loop_ms(variant, source: Path, runner, samples: int) -> float:
     return (time.perf_counter() - start) * 1000 / samples
 
 
-def measure(name: str, samples: int, cache: str, loop: bool) -> dict:
+def measure(name: str, samples: int, cache: str, loop: bool, parallel: bool) -> dict:
     from edgebuild.dag.validate import onnx_input_specs
     from edgebuild.verify.inputs import generate_inputs
 
@@ -117,25 +130,42 @@ def measure(name: str, samples: int, cache: str, loop: bool) -> dict:
     row["interp_fp16_ms"] = per_sample_ms(interpreter_runner(fp16, artifact16, lowered16), inputs)
     row["interp_over_ort"] = row["interp_fp32_ms"] / row["ort_ms"]
     row["fp16_over_fp32"] = row["interp_fp16_ms"] / row["interp_fp32_ms"]
+    if parallel:
+        interp16 = interpreter_runner(fp16, artifact16, lowered16)
+        row["parallel_fp32_ms"] = parallel_ms(interp32, inputs)
+        row["parallel_fp16_ms"] = parallel_ms(interp16, inputs)
+        row["parallel_over_ort"] = row["parallel_fp32_ms"] / row["ort_ms"]
+        row["parallel_fp16_over_fp32"] = row["parallel_fp16_ms"] / row["parallel_fp32_ms"]
     if loop:
         row["validate_loop_ms"] = validate_loop_ms(fp32, source, interp32, samples)
     print(f"{name}: {json.dumps(row)}", file=sys.stderr)
     return row
 
 
+def _cell(row: dict, key: str, width: int, digits: int = 1) -> str:
+    return f"{row[key]:>{width}.{digits}f}" if key in row else f"{'':>{width}}"
+
+
 def print_table(rows: list[dict]) -> None:
-    print(f"{'model':<18} {'ort':>8} {'interp fp32':>12} {'interp fp16':>12} {'interp/ort':>11} "
-          f"{'fp16/fp32':>10} {'validate loop':>14}")
-    print(f"{'':<18} {'ms':>8} {'ms':>12} {'ms':>12} {'(<= 3)':>11} {'(<= 2)':>10} {'ms/sample':>14}")
-    print("-" * 92)
+    print(f"{'':<18} {'':>8} {'one sample at a time':^37}   {'samples in parallel':^37}")
+    print(f"{'model':<18} {'ort':>8} {'fp32':>8} {'fp16':>8} {'fp32/ort':>9} {'fp16/fp32':>9}   "
+          f"{'fp32':>8} {'fp16':>8} {'fp32/ort':>9} {'fp16/fp32':>9} {'validate loop':>14}")
+    print(f"{'':<18} {'ms':>8} {'ms':>8} {'ms':>8} {'(<= 3)':>9} {'(<= 2)':>9}   "
+          f"{'ms':>8} {'ms':>8} {'(<= 3)':>9} {'(<= 2)':>9} {'ms/sample':>14}")
+    print("-" * 125)
     for row in rows:
-        loop = f"{row['validate_loop_ms']:>14.1f}" if "validate_loop_ms" in row else f"{'':>14}"
-        print(f"{row['model']:<18} {row['ort_ms']:>8.1f} {row['interp_fp32_ms']:>12.1f} "
-              f"{row['interp_fp16_ms']:>12.1f} {row['interp_over_ort']:>11.2f} {row['fp16_over_fp32']:>10.2f} {loop}")
-    print(f"\nmedian per-sample time over {rows[0]['samples'] if rows else 0} samples, one process; "
-          f"onnxruntime on the source with {ORT_THREADS} threads; the interpreter on edgebuild's packages")
-    print("validate loop: the validate stage's sample loop on the fp32 package (reference, interpreter, "
-          "metrics) per sample")
+        print(" ".join([f"{row['model']:<18}", _cell(row, "ort_ms", 8), _cell(row, "interp_fp32_ms", 8),
+                        _cell(row, "interp_fp16_ms", 8), _cell(row, "interp_over_ort", 9, 2),
+                        _cell(row, "fp16_over_fp32", 9, 2), "  " + _cell(row, "parallel_fp32_ms", 8),
+                        _cell(row, "parallel_fp16_ms", 8), _cell(row, "parallel_over_ort", 9, 2),
+                        _cell(row, "parallel_fp16_over_fp32", 9, 2), _cell(row, "validate_loop_ms", 14)]))
+    print(f"\nper-sample wall time over {rows[0]['samples'] if rows else 0} samples, one process; onnxruntime "
+          f"on the source with {ORT_THREADS} threads, one sample at a time (median); the interpreter on "
+          "edgebuild's fp32 and fp16 packages")
+    print("one sample at a time: median; in parallel: total / samples, run as the validate stage runs them "
+          "(a few samples at once, one BLAS thread each)")
+    print("validate loop: the validate stage's whole sample loop on the fp32 package (reference, interpreter, "
+          "metrics), per sample")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,12 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(RECIPES), help="recipe names in recipes/, comma-separated")
     parser.add_argument("--samples", type=int, default=8, help="samples timed per runner (after one warm-up)")
     parser.add_argument("--no-loop", action="store_true", help="skip timing the validate stage's sample loop")
+    parser.add_argument("--no-parallel", action="store_true",
+                        help="skip timing the interpreter with samples run in parallel (as the validate stage runs them)")
     parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "edgebuild-bench-validate"),
                         help="the store the packages are built into (kept between runs)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = parser.parse_args(argv)
 
-    rows = [measure(name, args.samples, args.cache_dir, not args.no_loop) for name in args.models.split(",") if name]
+    rows = [measure(name, args.samples, args.cache_dir, not args.no_loop, not args.no_parallel)
+            for name in args.models.split(",") if name]
     if args.json:
         print(json.dumps({"ort_threads": ORT_THREADS, "rows": rows}, indent=1))
     else:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
 
-from edgebuild.errors import BuildError
+from edgebuild.errors import BuildError, UsageError
 
 Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
@@ -71,6 +73,60 @@ def reference_for(registry, source: dict, source_path: Path, base_dir: Path) -> 
     return onnxruntime_runner(source_path), onnx_input_specs(source_path, source.get("inputs", {})), "onnxruntime"
 
 
+WORKERS_ENV = "EDGEBUILD_VALIDATE_WORKERS"
+
+
+def sample_workers(samples: int) -> int:
+    """How many samples to run at once: one per core, at most two (each holds its activations),
+    or ``$EDGEBUILD_VALIDATE_WORKERS``."""
+    configured = os.environ.get(WORKERS_ENV, "").strip()
+    if configured:
+        try:
+            workers = int(configured)
+        except ValueError:
+            raise UsageError(f"{WORKERS_ENV}={configured!r} is not a number of workers",
+                             hint="set it to 1 to run validation samples one at a time") from None
+    else:
+        workers = min(2, os.cpu_count() or 1)
+    return max(1, min(workers, samples))
+
+
+def map_samples(fn: Callable, samples: list, *, parallel: bool = True,
+                on_done: Callable[[int], None] | None = None) -> list:
+    """``[fn(s) for s in samples]``, a few samples at a time in threads when ``parallel``;
+    ``on_done(n)`` is called in the caller's thread as the first ``n`` results are in.
+
+    numpy and onnxruntime release the GIL in their kernels, so threads share the cores without
+    copying a model into other processes. Each sample's BLAS calls run on one thread meanwhile
+    (threadpoolctl, when installed): two samples with a BLAS pool each would oversubscribe the
+    cores. A runner that must not be called concurrently says so with ``parallel_samples = False``.
+    """
+    workers = sample_workers(len(samples)) if parallel else 1
+    results: list = []
+
+    def collect(outcomes) -> list:
+        for outcome in outcomes:
+            results.append(outcome)
+            if on_done is not None:
+                on_done(len(results))
+        return results
+
+    if workers == 1:
+        return collect(fn(sample) for sample in samples)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _blas_threads(1), ThreadPoolExecutor(workers, thread_name_prefix="validate") as pool:
+        return collect(pool.map(fn, samples))
+
+
+def _blas_threads(limit: int):
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=limit, user_api="blas")
+
+
 def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner, base_dir: Path,
              candidate_name: str = "interpreter", *, reference: Runner | None = None, specs: dict | None = None,
              reference_name: str = "onnxruntime") -> dict:
@@ -89,13 +145,17 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
         raise BuildError("validate: no input samples were produced, so nothing was compared",
                          hint="check validate.samples and that validate.inputs' folders and files hold data")
     reference = reference or onnxruntime_runner(source_path)
-    per_sample, histograms = [], []
-    for index, sample in enumerate(samples, 1):
+
+    def compare_one(sample):
         ref = reference({**sample, **fixed})
         cand = candidate(sample)
-        per_sample.append(compare(ref, cand))
-        histograms.append(error_histogram(ref, cand))
-        report(f"samples validated ({candidate_name})", index, len(samples))
+        return compare(ref, cand), error_histogram(ref, cand)
+
+    compared = map_samples(compare_one, samples, parallel=all(getattr(r, "parallel_samples", True)
+                                                               for r in (reference, candidate)),
+                           on_done=lambda n: report(f"samples validated ({candidate_name})", n, len(samples)))
+    per_sample = [metrics for metrics, _ in compared]
+    histograms = [histogram for _, histogram in compared]
     aggregated = aggregate(per_sample)
     failures = check(aggregated, section.thresholds, section.per_output)
     limits = {o: limits_for(section.thresholds, section.per_output, o) for o in aggregated}

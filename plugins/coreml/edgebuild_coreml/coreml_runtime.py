@@ -34,5 +34,6 @@ def core_ml_runners(artifact: Path, lowered: dict | None = None) -> dict:
             outputs = model.predict({to_mil.get(k, k): v for k, v in inputs.items()})
             return {to_onnx.get(k, k): np.asarray(v) for k, v in outputs.items()}
 
+        run.parallel_samples = False  # one prediction at a time: concurrent ones were never measured
         runners[f"coreml-{unit.lower().replace('_', '-')}"] = run
     return runners

@@ -2,23 +2,45 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 ARTIFACT_SUFFIXES = (".mlpackage", ".mlmodel")
 
 
 class InterpreterRuntime:
-    """Runs an .mlpackage's ML Program with edgebuild's MIL interpreter (any OS)."""
+    """Runs an .mlpackage's ML Program with edgebuild's MIL interpreter (any OS).
+
+    ``run`` is called once per sample: the last package read is kept (with its interpreter
+    plan) while its files are unchanged, so a sample costs its arithmetic, not a reload.
+    """
 
     name = "mil-interpreter"
+
+    def __init__(self):
+        self._loaded: tuple | None = None  # (path, stamp, program)
+        self._lock = threading.Lock()
 
     def can_run(self, artifact: Path) -> bool:
         return Path(artifact).suffix in ARTIFACT_SUFFIXES
 
     def run(self, artifact: Path, inputs: dict, *, fp16: bool = False) -> dict:
-        from edgebuild_coreml.interpreter import run_mlpackage
+        from edgebuild_coreml.interpreter import run_program
 
-        return run_mlpackage(artifact, inputs, fp16=fp16)
+        return run_program(self._program(Path(artifact)), inputs, fp16=fp16)
+
+    def _program(self, artifact: Path):
+        from edgebuild_coreml.interpreter import load_mlpackage
+
+        stamp = _stamp(artifact)
+        with self._lock:
+            if self._loaded is not None and self._loaded[:2] == (artifact.resolve(), stamp):
+                return self._loaded[2]
+            self._loaded = None  # drop the previous program before reading the next
+            program = load_mlpackage(artifact)
+            self._loaded = (artifact.resolve(), stamp, program)
+            return program
 
     def input_names(self, artifact: Path) -> list[str]:
         """The inputs the artifact takes, from its spec (``verify`` checks them against the reference)."""
@@ -30,3 +52,18 @@ class InterpreterRuntime:
         from edgebuild_coreml.inspect import inspect_mlpackage
 
         return inspect_mlpackage(artifact)
+
+
+def _stamp(artifact: Path) -> tuple:
+    """(path, size, mtime_ns) of every file of the model (spec and weights): changes when it is
+    rewritten. A package's Manifest.json is left out: coremltools rewrites it on every read."""
+    data = artifact / "Data"
+    files = sorted(p for p in data.rglob("*") if p.is_file()) if artifact.is_dir() else [artifact]
+    stamp = []
+    for path in files:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        stamp.append((str(path), info.st_size, info.st_mtime_ns))
+    return tuple(stamp)

@@ -894,3 +894,90 @@ def test_expanded_weights_are_cached_across_runs_up_to_the_cap():
     assert sum(ref() is not None for ref, _ in made) == 1
     plan.forget_plans(prog)
     assert all(ref() is None for ref, _ in made)
+
+
+def test_in_place_ops_never_overwrite_a_value_read_later():
+    """Elementwise ops write into an input only when nothing else can see it: not a function
+    input or output, not a value a later op reads, not the base of a live view."""
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+
+    @mb.program(input_specs=[spec((2, 3, 4))], opset_version=ct.target.iOS17)
+    def prog(x):
+        first = mb.relu(x=x)  # x is the caller's array
+        shifted = mb.add(x=first, y=np.float32(1.0))  # an output, read again below
+        view = mb.reshape(x=shifted, shape=[6, 4])  # shares shifted's memory
+        scaled = mb.mul(x=shifted, y=np.float32(2.0))  # shifted dead here, but view is alive
+        clipped = mb.clip(x=scaled, alpha=np.float32(0.5), beta=np.float32(2.5))  # scaled dead: free
+        squashed = mb.sigmoid_hard(x=clipped, alpha=np.float32(0.3), beta=np.float32(0.1))
+        flat = mb.reshape(x=squashed, shape=[6, 4])
+        return shifted, mb.sub(x=view, y=flat), mb.silu(x=mb.exp(x=flat))
+
+    kept = x.copy()
+    shifted, difference, silu = run_program(prog, {"x": x}).values()
+    np.testing.assert_array_equal(x, kept)
+    want_shifted = np.maximum(kept, 0) + 1
+    want_squashed = np.clip(0.3 * np.clip(2 * want_shifted, 0.5, 2.5) + 0.1, 0, 1).reshape(6, 4)
+    np.testing.assert_allclose(shifted, want_shifted, rtol=1e-6)
+    np.testing.assert_allclose(difference, want_shifted.reshape(6, 4) - want_squashed, rtol=1e-6, atol=1e-6)
+    e = np.exp(want_squashed)
+    np.testing.assert_allclose(silu, e / (1 + np.exp(-e)), rtol=1e-6)
+
+
+def test_in_place_ops_write_into_dead_intermediates():
+    from edgebuild_coreml.interpreter.registry import INPLACE
+
+    x = RNG.standard_normal((64,)).astype(np.float32)
+
+    @mb.program(input_specs=[spec((64,))], opset_version=ct.target.iOS17)
+    def prog(x):
+        a = mb.mul(x=x, y=np.float32(3.0))
+        b = mb.add(x=a, y=np.float32(1.0))
+        return mb.relu(x=b)
+
+    made = []
+    with pytest.MonkeyPatch.context() as patch:
+        run_program(prog, {"x": x})  # loads the evaluators
+        for op_type in ("mul", "add", "relu"):
+            assert op_type in INPLACE
+            original = EVALUATORS[op_type]
+
+            def tracking(op, args, donated=(), original=original):
+                result = original(op, args, donated=donated)
+                made.append(result.__array_interface__["data"][0])
+                return result
+
+            patch.setitem(EVALUATORS, op_type, tracking)
+        (got,) = run_program(prog, {"x": x}).values()
+    np.testing.assert_allclose(got, np.maximum(3 * x + 1, 0), rtol=1e-6)
+    assert len(set(made)) == 1  # mul made the buffer; add and relu wrote into it
+
+
+def test_interpreter_runtime_reads_a_package_once_until_it_changes(tmp_path, monkeypatch):
+    from edgebuild_coreml import interpreter
+    from edgebuild_coreml.runtime import InterpreterRuntime
+
+    def program(scale):
+        @mb.program(input_specs=[spec((2, 3))], opset_version=ct.target.iOS17)
+        def prog(x):
+            return mb.mul(x=x, y=np.float32(scale))
+
+        return prog
+
+    path = saved(program(2.0), tmp_path / "m.mlpackage")
+    loads = []
+    load = interpreter.load_mlpackage
+    monkeypatch.setattr(interpreter, "load_mlpackage", lambda p: loads.append(p) or load(p))
+    runtime, x = InterpreterRuntime(), RNG.standard_normal((2, 3)).astype(np.float32)
+    for _ in range(3):
+        (got,) = runtime.run(path, {"x": x}).values()
+        np.testing.assert_allclose(got, 2 * x, rtol=1e-6)
+    assert len(loads) == 1
+    import shutil
+    import time
+
+    shutil.rmtree(path)
+    time.sleep(0.01)  # a distinct modification time even on coarse clocks
+    saved(program(3.0), path)
+    (got,) = runtime.run(path, {"x": x}).values()
+    np.testing.assert_allclose(got, 3 * x, rtol=1e-6)
+    assert len(loads) == 2

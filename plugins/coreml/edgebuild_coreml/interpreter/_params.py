@@ -15,13 +15,29 @@ def param(op, x: dict, name: str, fallback=None):
     value = x.get(name)
     if value is not None:
         return value
-    defaults = getattr(op, "default_inputs", None)
-    if defaults is not None:
-        try:
-            value = dict(defaults().items()).get(name)
-        except Exception:  # default_inputs may need input shapes that a loaded op lacks
-            value = None
+    value = _defaults_of(op).get(name)
     return fallback if value is None else value
+
+
+_DEFAULTS_ATTRIBUTE = "_edgebuild_default_inputs"
+
+
+def _defaults_of(op) -> dict:
+    """The op's ``default_inputs()``, worked out once per op (it builds Vars: costly per sample)."""
+    defaults = getattr(op, _DEFAULTS_ATTRIBUTE, None)
+    if defaults is None:
+        defaults = {}
+        default_inputs = getattr(op, "default_inputs", None)
+        if default_inputs is not None:
+            try:
+                defaults = dict(default_inputs().items())
+            except Exception:  # default_inputs may need input shapes that a loaded op lacks
+                defaults = {}
+        try:
+            setattr(op, _DEFAULTS_ATTRIBUTE, defaults)
+        except AttributeError:  # an object without attributes of its own (tests pass stand-ins)
+            pass
+    return defaults
 
 
 def scalar(value):

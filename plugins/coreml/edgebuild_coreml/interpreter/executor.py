@@ -135,6 +135,10 @@ class _Interpreter:
         value = env.get(var, _MISSING)
         if value is not _MISSING:
             return value
+        value = self.plan.cached(var)
+        if value is not None:
+            env[var] = value
+            return value
         op = var.op
         if op is not None and decompresses(op):  # expanded when first read, see plan.decompresses
             value = self.plan.constant(var, lambda: self._expand(op, env, var))

@@ -42,9 +42,17 @@ def _beta(op, x):
     return scalar(param(op, x, "beta"))
 
 
-@evaluates("relu")
-def relu(op, x):
-    return np.maximum(as_float(x["x"]), 0)
+def _float_operand(x, donated) -> tuple[np.ndarray, np.ndarray | None]:
+    """(x["x"] widened to float32, an array the result may be written into or None): the
+    widened copy is the evaluator's own, a donated float32 input too."""
+    value = as_float(x["x"])
+    return value, value if value is not x["x"] or "x" in donated else None
+
+
+@evaluates("relu", inplace=True)
+def relu(op, x, donated=()):
+    value, out = _float_operand(x, donated)
+    return np.maximum(value, 0, out=out)
 
 
 @evaluates("relu6")
@@ -100,16 +108,22 @@ def sigmoid(op, x):
     return _sigmoid(as_float(x["x"]))
 
 
-@evaluates("sigmoid_hard")
-def sigmoid_hard(op, x):
-    return np.clip(_alpha(op, x) * as_float(x["x"]) + _beta(op, x), 0, 1)
+@evaluates("sigmoid_hard", inplace=True)
+def sigmoid_hard(op, x, donated=()):
+    value, out = _float_operand(x, donated)
+    out = np.multiply(value, np.float32(_alpha(op, x)), out=out)
+    out += np.float32(_beta(op, x))
+    return np.clip(out, 0, 1, out=out)
 
 
-@evaluates("silu")
-def silu(op, x):
-    v = as_float(x["x"])
+@evaluates("silu", inplace=True)
+def silu(op, x, donated=()):
+    v, own = _float_operand(x, donated)
     out = _sigmoid(v)
     with np.errstate(invalid="ignore"):  # silu(-inf) = 0 * -inf: NaN, as in IEEE arithmetic
+        if own is not None:
+            own *= out
+            return own
         out *= v
     return out
 

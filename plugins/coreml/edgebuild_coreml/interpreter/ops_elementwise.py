@@ -53,9 +53,29 @@ _BINARY = {
 }
 
 
+_KEEPS_FLOAT_TYPE = ("add", "sub", "mul", "real_div", "maximum", "minimum")
+
+
 @evaluates(*_BINARY)
 def binary(op, x):
     return _BINARY[op.op_type](x["x"], x["y"])
+
+
+@evaluates(*_KEEPS_FLOAT_TYPE, inplace=True)
+def binary_in_place(op, x, donated=()):
+    """Arithmetic that writes into a donated operand of the result's shape and float type, so
+    a chain (conv -> mul -> add -> ...) reuses one buffer instead of allocating per op."""
+    a, b = x["x"], x["y"]
+    fn = _BINARY[op.op_type]
+    for name, target in (("x", a), ("y", b)):
+        if name in donated and _fits(target, a, b):
+            return fn(a, b, out=target)
+    return fn(a, b)
+
+
+def _fits(target, a, b) -> bool:
+    return (target.dtype.kind == "f" and target.dtype == np.result_type(a, b)
+            and target.shape == np.broadcast_shapes(np.shape(a), np.shape(b)))
 
 
 _UNARY = {
@@ -84,10 +104,12 @@ _UNARY = {
 }
 
 
-@evaluates(*_UNARY)
-def unary(op, x):
+@evaluates(*_UNARY, inplace=True)
+def unary(op, x, donated=()):
+    value = x["x"]
+    out = value if "x" in donated and value.dtype.kind == "f" and op.op_type != "logical_not" else None
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return _UNARY[op.op_type](x["x"])
+        return _UNARY[op.op_type](value, out=out)
 
 
 @evaluates("erf")
@@ -122,9 +144,11 @@ def _epsilon(x, default):
     return np.asarray(default if epsilon is None else epsilon).astype(x["x"].dtype)
 
 
-@evaluates("clip")
-def clip(op, x):
-    return np.minimum(np.maximum(x["x"], x["alpha"]), x["beta"])
+@evaluates("clip", inplace=True)
+def clip(op, x, donated=()):
+    value = x["x"]
+    out = value if "x" in donated and _fits(value, value, x["alpha"]) and _fits(value, value, x["beta"]) else None
+    return np.minimum(np.maximum(value, x["alpha"], out=out), x["beta"], out=out)
 
 
 @evaluates("threshold")

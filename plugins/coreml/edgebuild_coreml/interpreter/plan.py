@@ -114,18 +114,48 @@ class Plan:
             self._steps[block] = steps
         return steps
 
+    def cached(self, var) -> Any:
+        """The cached value of constant ``var``, or None (also when the value it was made from
+        was swapped since: compression's sensitivity analysis replaces a const's value in place)."""
+        entry = self._constants.get(var)
+        if entry is None:
+            return None
+        sources, _, value = entry
+        return value if _source_ids(var)[0] == sources else None
+
     def constant(self, var, compute: Callable[[], Any]) -> Any:
         """The conformed value of constant ``var``: cached, or ``compute()``-d and cached if it fits."""
-        value = self._constants.get(var)
+        value = self.cached(var)
         if value is not None:
             return value
         value = compute()
         size = _new_bytes(value, var)
+        ids, sources = _source_ids(var)
         with self._lock:
-            if var not in self._constants and self._cached_bytes + size <= EXPANDED_CACHE_BYTES:
-                self._constants[var] = value
+            previous = self._constants.pop(var, None)
+            if previous is not None:
+                self._cached_bytes -= _new_bytes(previous[2], var)
+            if self._cached_bytes + size <= EXPANDED_CACHE_BYTES:
+                # the sources are kept with the entry, so their ids stay theirs while it lives
+                self._constants[var] = (ids, sources, value)
                 self._cached_bytes += size
         return value
+
+
+def _source_ids(var) -> tuple[tuple, tuple]:
+    """(ids, objects) of the stored values ``var``'s constant value is made from: its own, or
+    for an expanded weight those of its ``constexpr_*`` op's inputs."""
+    op = var.op
+    if op is not None and decompresses(op):
+        ids, objects = [], []
+        for inner in input_vars(op):
+            inner_ids, inner_objects = _source_ids(inner)
+            ids.extend(inner_ids)
+            objects.extend(inner_objects)
+        return tuple(ids), tuple(objects)
+    holder = var._sym_val
+    raw = None if holder is None else holder.val
+    return (id(raw),), (raw,)
 
 
 def _new_bytes(value, var) -> int:
