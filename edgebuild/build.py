@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,8 +129,6 @@ def planned_inputs(build: Build, source: Path | None = None) -> list[Path]:
 
 
 def _refuse(build: Build, problem: str, fix: str, field: str = "outputs.dir"):
-    from edgebuild.errors import UsageError
-
     raise UsageError(f"{_shown(build.variant.path)}: {field}: {problem}", hint=fix)
 
 

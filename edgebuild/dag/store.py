@@ -34,7 +34,7 @@ from typing import Callable
 from filelock import FileLock, Timeout
 
 from edgebuild.dag import hashstate
-from edgebuild.dag.atomic import dir_mode, file_mode, make_temp_dir
+from edgebuild.dag.atomic import file_mode, make_temp_dir, publish_tree
 
 KEY = re.compile(r"[0-9a-f]{64}")
 BUILDING = re.compile(r"(?P<key>[0-9a-f]{64})\..+")  # tmp/<key>.<random>
@@ -92,14 +92,6 @@ def valid_meta(key: str, meta) -> bool:
     ):
         return False
     return meta.get("digest") == manifest_digest(files)
-
-
-def publish_dirs(out: Path) -> None:
-    """Give an entry's directories the usual mode (producers may stage them with mkdtemp's 0700)."""
-    for folder, dirs, _ in os.walk(out):
-        for name in dirs:
-            if not os.path.islink(os.path.join(folder, name)):
-                os.chmod(os.path.join(folder, name), dir_mode())
 
 
 def seal(path: Path) -> bool:
@@ -178,7 +170,7 @@ class Store:
         for rel, expected in files.items():
             path = entry.out / rel
             try:
-                if path.is_symlink() or path.stat().st_size != expected["size"]:
+                if path.stat().st_size != expected["size"]:
                     return False
                 if hashstate.file_sha256(path) != expected["sha256"]:
                     return False
@@ -208,7 +200,7 @@ class Store:
                 out.mkdir()
                 start = time.perf_counter()
                 info = produce(out) or {}
-                publish_dirs(out)
+                publish_tree(out)  # producers may stage directories with mkdtemp's 0700
                 stamps: dict = {}
                 files = scan(out, stamps)
                 meta = {

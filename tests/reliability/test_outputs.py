@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPE, edgebuild, log_lines, tiny_model
+from conftest import RECIPE, log_lines, tiny_model
 
 MARKER = ".edgebuild-output"
 
