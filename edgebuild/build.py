@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,7 @@ from edgebuild.dag import hashstate
 from edgebuild.dag.atomic import file_mode, make_temp_dir, publish_tree, replace_path, write_text_atomic
 from edgebuild.dag.executor import Executor, Job
 from edgebuild.dag.stages import Result, Stage, artifact_of, pipeline, versions
-from edgebuild.dag.store import Store, is_sealed
+from edgebuild.dag.store import Store, seal
 from edgebuild.errors import UsageError
 from edgebuild.recipe import Variant, load_recipe
 
@@ -130,8 +129,6 @@ def planned_inputs(build: Build, source: Path | None = None) -> list[Path]:
 
 
 def _refuse(build: Build, problem: str, fix: str, field: str = "outputs.dir"):
-    from edgebuild.errors import UsageError
-
     raise UsageError(f"{_shown(build.variant.path)}: {field}: {problem}", hint=fix)
 
 
@@ -285,10 +282,10 @@ def _delivered(source: Path, target: Path) -> bool:
 
 
 def _link_or_copy(src, dst) -> None:
-    """Hard-link a store file into the output directory (no copy of gigabytes of weights) if it
-    is read-only, so that editing the output in place cannot reach the store; otherwise, or
-    across file systems, reflink where the file system can, else copy."""
-    if is_sealed(src):
+    """Hard-link a store file into the output directory (no copy of gigabytes of weights) once it
+    is read-only, so that editing the output in place cannot reach the store; if it cannot be made
+    read-only, or across file systems, reflink where the file system can, else copy."""
+    if seal(src):
         try:
             os.link(src, dst)
             return

@@ -389,7 +389,7 @@ def _cleanup_failed(command: str, problems: list[str]) -> None:
         typer.echo(f"could not remove {line}", err=True)
     if len(problems) > 20:
         typer.echo(f"... and {len(problems) - 20} more", err=True)
-    typer.echo(f"error: cache {command}: {len(problems)} paths could not be removed"
+    typer.echo(f"error: cache {command}: {len(problems)} path{'s' if len(problems) != 1 else ''} could not be removed"
                "\n  hint: the store (or part of it) is read-only or owned by another user; "
                "fix its permissions or run as its owner", err=True)
     raise typer.Exit(1)

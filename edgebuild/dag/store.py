@@ -2,7 +2,7 @@
 
 Layout under the cache root::
 
-    objects/ab/abcdef.../out/...      the stage's output files (read-only)
+    objects/ab/abcdef.../out/...      the stage's output files (read-only once an output links them)
     objects/ab/abcdef.../meta.json    manifest (size, mtime, sha256 per file), digest, stage info
     locks/abcdef....lock              held while one process builds the entry
     tmp/abcdef....<random>            an entry being built (its key's lock is held meanwhile)
@@ -15,7 +15,7 @@ equal to the manifest, or unchanged in (inode, size, mtime_ns, ctime_ns) since i
 the kernel sets ctime on every write, chmod or utime, so restoring an mtime does not hide an
 edit (the rule of DVC's state and Bazel's digest cache). Anything else, including a
 ``meta.json`` that is not a valid manifest, makes the entry corrupt: it is evicted and rebuilt,
-never served. Entry files are read-only so that outputs may hard-link them.
+never served. A file an output hard-links is made read-only first (``seal``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Callable
 from filelock import FileLock, Timeout
 
 from edgebuild.dag import hashstate
-from edgebuild.dag.atomic import dir_mode, file_mode, make_temp_dir
+from edgebuild.dag.atomic import file_mode, make_temp_dir, publish_tree
 
 KEY = re.compile(r"[0-9a-f]{64}")
 BUILDING = re.compile(r"(?P<key>[0-9a-f]{64})\..+")  # tmp/<key>.<random>
@@ -94,22 +94,22 @@ def valid_meta(key: str, meta) -> bool:
     return meta.get("digest") == manifest_digest(files)
 
 
-def seal(out: Path) -> None:
-    """Make an entry's files read-only (readable as the umask allows) and its directories usual."""
-    for folder, dirs, names in os.walk(out):
-        for name in dirs:
-            if not os.path.islink(os.path.join(folder, name)):
-                os.chmod(os.path.join(folder, name), dir_mode())
-        for name in names:
-            path = os.path.join(folder, name)
-            if not os.path.islink(path):
-                os.chmod(path, file_mode(writable=False))
+def seal(path: Path) -> bool:
+    """Make a store file read-only (readable as the umask allows) so that an output may hard-link
+    it: an edit of the output then needs a chmod first and cannot silently reach the store.
+    False if the file cannot be sealed (a read-only store, another user's file): copy it instead.
 
-
-def is_sealed(path: Path) -> bool:
-    """A regular file nobody may write (what an output may hard-link)."""
-    st = os.lstat(path)
-    return stat.S_ISREG(st.st_mode) and not st.st_mode & 0o222
+    Only files an output links are sealed: a producer that copies an upstream file and rewrites
+    the copy (coremltools' ``MLModel.save`` does) would be refused a read-only copy."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        if st.st_mode & 0o222:
+            os.chmod(path, file_mode(writable=False))
+        return True
+    except OSError:
+        return False
 
 
 class Problems(list):
@@ -170,13 +170,8 @@ class Store:
         for rel, expected in files.items():
             path = entry.out / rel
             try:
-                if path.is_symlink() or path.stat().st_size != expected["size"]:
+                if path.stat().st_size != expected["size"]:
                     return False
-                if path.stat().st_mode & 0o222:  # written by an earlier version: seal it, then verify
-                    try:
-                        os.chmod(path, file_mode(writable=False))
-                    except OSError:
-                        pass  # a read-only store: outputs copy such a file instead of linking it
                 if hashstate.file_sha256(path) != expected["sha256"]:
                     return False
             except OSError:
@@ -205,7 +200,7 @@ class Store:
                 out.mkdir()
                 start = time.perf_counter()
                 info = produce(out) or {}
-                seal(out)
+                publish_tree(out)  # producers may stage directories with mkdtemp's 0700
                 stamps: dict = {}
                 files = scan(out, stamps)
                 meta = {

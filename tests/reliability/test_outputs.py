@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPE, edgebuild, log_lines, tiny_model
+from conftest import RECIPE, log_lines, tiny_model
 
 MARKER = ".edgebuild-output"
 
@@ -284,17 +284,25 @@ def test_outputs_get_the_usual_modes_and_artifacts_link_only_read_only_store_fil
     assert mode(tmp_path / "cache" / "objects") == 0o777 & ~mask
 
 
-def test_writable_store_file_is_copied_not_linked(tmp_path):
-    """An entry of an earlier version (writable files) must not be shared with an output."""
+def test_store_file_is_linked_only_once_read_only_else_copied(tmp_path, monkeypatch):
     from edgebuild.build import _link_or_copy
 
     src = tmp_path / "store-file"
     src.write_bytes(b"weights")
+    _link_or_copy(src, tmp_path / "linked")
+    assert os.path.samefile(src, tmp_path / "linked") and not src.stat().st_mode & 0o222
+    src.chmod(0o644)
+
+    real_chmod = os.chmod
+
+    def refuse(path, *args, **kwargs):  # a store file the user may read but not change
+        if str(path) == str(src):
+            raise PermissionError(1, "Operation not permitted")
+        return real_chmod(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "chmod", refuse)
     _link_or_copy(src, tmp_path / "copied")
     assert not os.path.samefile(src, tmp_path / "copied") and (tmp_path / "copied").read_bytes() == b"weights"
-    src.chmod(0o444)
-    _link_or_copy(src, tmp_path / "linked")
-    assert os.path.samefile(src, tmp_path / "linked")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write to read-only files; the store's ctime check "
