@@ -31,8 +31,15 @@ def _event_printer(console, verbose: bool):
                 console.print(f"[dim]{label}[/] {stage} …")
             return
         console.print(_stage_line(label, stage, result.status, result.seconds))
+        for line in _warning_lines(result):
+            console.print(line)
 
     return on_event
+
+
+def _warning_lines(result) -> list[str]:
+    """A stage's ``info["warnings"]`` (e.g. a compute plan with nothing on the Neural Engine)."""
+    return [f"[yellow]warning[/] {text}" for text in (result.info or {}).get("warnings", [])]
 
 
 def _variant_json(build: Build, *, as_cached: bool = False) -> dict:
@@ -127,6 +134,7 @@ def _stamp(builds: list[Build], as_json: bool, depfile) -> None:
         files += local_inputs(build)
         for result in build.job.results.values():
             lines.append(_stage_line(build.job.label, result.name, "cached", 0.0))
+            lines += _warning_lines(result)
             if result.name == "resolve":
                 files.append(result.path)
                 continue
