@@ -128,8 +128,9 @@ class Plan:
             message=f"{name} is cheaper on the {placed}: est. {op.unit_ms.get(op.unit, 0.0):.4f} ms there against "
                     f"{op.unit_ms.get(unit, 0.0):.4f} ms on the {there}, transfers between units included",
             fix=f"small ops, or ops between others that leave the {there}, rarely pay for the trip: make the "
-                f"neighbouring ops {there}-eligible, or choose a policy with a fallback (e.g. "
-                f"{'cpu_and_ne' if unit == 'ane' else 'cpu_and_gpu'})",
+                f"neighbouring ops {there}-eligible" + (
+                    f", or choose a policy with a fallback (e.g. {'cpu_and_ne' if unit == 'ane' else 'cpu_and_gpu'})"
+                    if self.policy in STRICT_POLICIES else ""),
             source="edgebuild cost model", severity="placement", unit=unit)]
 
 
