@@ -129,7 +129,10 @@ def materialise(build: Build, registry, report_data: dict) -> bool:
     out = build.output_dir
     lock = lock_data(build, registry)
     previous = read_lock(out)
-    if previous is not None and previous.get("stages") == lock["stages"] and (out / build.artifact).exists():
+    from edgebuild.verify.report import REPORT_HTML, REPORT_JSON
+
+    complete = all((out / name).exists() for name in (build.artifact, REPORT_JSON, REPORT_HTML))
+    if previous is not None and previous.get("stages") == lock["stages"] and complete:
         return False  # nothing changed: leave the directory (and its timestamps, for make) alone
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
