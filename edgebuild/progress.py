@@ -87,6 +87,11 @@ def stage_line(label: str, stage: str, status: str, seconds: float) -> str:
     return f"[dim]{label}[/] {stage:<9} [{colour}]{status:<6}[/] {seconds:7.2f}s"
 
 
+def warning_lines(result) -> list[str]:
+    """A stage's ``info["warnings"]`` (e.g. a compute plan with nothing on the Neural Engine)."""
+    return [f"[yellow]warning[/] {escape(text)}" for text in (result.info or {}).get("warnings", [])]
+
+
 class Printer:
     """Plain lines (colour on a terminal unless NO_COLOR); ``quiet``: errors only."""
 
@@ -124,6 +129,8 @@ class Printer:
             self.print(f"[dim]{label}[/] {stage:<9} started")
         elif what == "done":
             self.print(stage_line(label, stage, payload.status, payload.seconds))
+            for line in warning_lines(payload):
+                self.print(line)
 
     def close(self) -> None:
         """Stop any live display (the plain printer has none)."""
@@ -176,6 +183,8 @@ class LivePrinter(Printer):
                     self._live.remove_task(task)
                     self._live.refresh()  # else the line below is drawn with the finished stage still live
                 self.print(stage_line(label, stage, payload.status, payload.seconds))
+                for line in warning_lines(payload):
+                    self.print(line)
 
     def close(self) -> None:
         if self._live is not None:

@@ -12,7 +12,7 @@ from edgebuild.build import (
 )
 from edgebuild.dag.executor import Executor
 from edgebuild.errors import ValidationFailed
-from edgebuild.progress import as_printer, escape, stage_line
+from edgebuild.progress import as_printer, escape, stage_line, warning_lines
 from edgebuild.verify.html import human_bytes
 from edgebuild.verify.report import INDEX_HTML, REPORT_HTML, REPORT_JSON
 
@@ -61,6 +61,7 @@ def _done_line(build: Build) -> str:
     where = escape(_relative(made if made is not None else build.output_dir))
     return (f"[bold]{build.job.label}[/] {verdict}  {where} ({human_bytes(size)})  "
             f"report: {escape(_relative(build.output_dir / REPORT_HTML))}")
+
 
 
 def _variant_json(build: Build, *, as_cached: bool = False) -> dict:
@@ -192,6 +193,7 @@ def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False) 
         files += local_inputs(build)
         for result in build.job.results.values():
             lines.append(stage_line(build.job.label, result.name, "cached", 0.0))
+            lines += warning_lines(result)
             if result.name == "resolve":
                 files.append(result.path)
                 continue

@@ -128,8 +128,12 @@ def test_a_stamp_that_cannot_be_written_does_not_fail_the_run(monkeypatch, tmp_p
 
     monkeypatch.setenv("EDGEBUILD_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(uptodate, "entry_argv", ["run", "recipe.yaml"])
-    monkeypatch.setattr(uptodate, "_write_if_changed", refuse)
-    uptodate.record(files=[], touch=[], stderr=["done"])  # returns quietly
+    attempts = []
+    monkeypatch.setattr(uptodate, "_write_if_changed", lambda path, text: (attempts.append(path), refuse(path, text)))
+    assert uptodate.record(files=[], touch=[], stderr=["done"]) is None  # no exception reaches the run
+    assert len(attempts) == 1  # it did try to write the stamp
+    assert not (tmp_path / "cache" / "stamps").exists()
+    assert uptodate.replay(["run", "recipe.yaml"]) is None  # so the next run is a full one
 
 
 def test_cache_gc_drops_stamps_unused_for_longer_than_its_age_limit(project, tmp_path):
@@ -143,3 +147,20 @@ def test_cache_gc_drops_stamps_unused_for_longer_than_its_age_limit(project, tmp
     os.utime(stamp, (old, old))
     edgebuild("cache", "gc", "--max-age-days", "2", check=0)
     assert not stamp.exists()
+
+
+def test_a_deleted_report_is_restored_by_the_next_run(project):
+    """The stamp covers the output files: one gone means a full (cached) run, which writes it again."""
+    recipe = project()
+    run("run", recipe)
+    out = Path("out/default")
+    for name in ("report.json", "report.html"):
+        (out / name).unlink()
+        done, replayed, stderr = run("run", recipe)
+        assert done.returncode == 0 and not replayed
+        assert (out / name).exists(), f"{name} was not restored"
+        report = json.loads((out / "report.json").read_text())
+        assert (report["recipe"], report["variant"], report["status"]) == ("tiny", "default", "built")
+        assert "<html" in (out / "report.html").read_text().lower()
+        assert "report.html" in stderr and (out / "report.html").exists()  # the path printed exists
+        assert run("run", recipe)[1]  # and the run after is up to date again

@@ -41,8 +41,12 @@ class Job:
 
 class Executor:
     def __init__(self, store: Store | None, *, jobs: int = 1, force: bool = False,
-                 on_event: Callable[[str, str, Result | None], None] | None = None):
+                 on_event: Callable[[str, str, Result | None], None] | None = None,
+                 scratch: Path | None = None):
         self.store = store  # None: --no-cache, build into temporaries
+        # Read-only use of the store (``edgebuild plan``): entries are taken from it, misses are
+        # built into temporaries under ``scratch`` (the caller removes it), nothing is written.
+        self.scratch = scratch
         self.jobs = max(1, jobs)
         self.force = force
         self.on_event = on_event or (lambda *a: None)
@@ -149,10 +153,14 @@ class Executor:
     def _build(self, stage: Stage, key: str, results: dict[str, Result]) -> Result:
         inputs = {d: results[d] for d in stage.deps}
         start = time.perf_counter()
-        if self.store is None:
+        if self.store is not None and self.scratch is not None:
+            entry = self.store.lookup(key)
+            if entry is not None:
+                return Result(stage.name, key, entry.digest, entry.out, entry.info, "cached", 0.0)
+        if self.store is None or self.scratch is not None:
             import tempfile
 
-            out = Path(tempfile.mkdtemp(prefix=f"edgebuild-{stage.name}-"))
+            out = Path(tempfile.mkdtemp(prefix=f"edgebuild-{stage.name}-", dir=self.scratch))
             try:
                 info = self._produce(stage, inputs, out)
             except BaseException:

@@ -56,7 +56,7 @@ ORIENTATION_RECIPE = """\
 extends: {shipped}
 compression:
   weights: {{mode: palettize, nbits: 8}}
-validate: {{samples: 4}}
+validate: {{samples: 4, thresholds: {{cosine_min: 0.99, max_rel_max: null}}}}
 outputs: {{dir: out}}
 """
 

@@ -125,9 +125,14 @@ class CoreMLBackend:
             "compute": dump["compute"],
         }
         if recipe.target.precision == "float16" and recipe.compute.fp16_guard:
-            # The guard calibrates on the validation inputs, so they shape the lowered program.
+            # The guard calibrates on (at most FP16_GUARD_SAMPLES of) the validation inputs, so they
+            # shape the lowered program; more samples for validation do not.
+            from edgebuild_coreml.compute import FP16_GUARD_SAMPLES
+
             section = dump.get("validate") or {}
-            params["calibration"] = {"samples": section.get("samples"), "inputs": section.get("inputs"),
+            samples = section.get("samples")
+            params["calibration"] = {"samples": min(samples, FP16_GUARD_SAMPLES) if samples else samples,
+                                     "inputs": section.get("inputs"),
                                      **digest_params(recipe.validate_, variant.base_dir)}
         return params
 
@@ -202,6 +207,9 @@ class CoreMLBackend:
         if error is not None:
             error.program, error.renamed_inputs = program, renamed_inputs
             raise error
+        warning = policy.ane_absence_warning(plan, where or model_path.name)
+        if warning:
+            info["warnings"] = [warning]
         return {
             "op_counts": result.op_counts,
             "renamed_inputs": renamed_inputs,
@@ -283,30 +291,43 @@ class CoreMLBackend:
 
     # -- compute plan (``edgebuild plan``) ------------------------------------------------
     def compute_plan(self, build, store, registry, *, chip: str | None = None, console=None) -> dict:
-        """The per-op compute plan of the variant's lowered program: {"ops", "breakdown", "total_ms", ...}."""
-        from edgebuild_coreml import compute as policy
-        from edgebuild_coreml.ane.plan import STRICT_POLICIES
+        """The per-op compute plan of the variant's lowered program: {"ops", "breakdown", "total_ms", ...}.
+
+        Read-only: a lowering the store lacks is made in a temporary directory and dropped.
+        """
         from edgebuild_coreml.plan_source import lowered_program
 
+        with lowered_program(build, store) as lowered:
+            return self._describe_plan(build, lowered, chip, console)
+
+    @staticmethod
+    def _describe_plan(build, lowered, chip: str | None, console) -> dict:
+        from edgebuild_coreml import compute as policy
+        from edgebuild_coreml.ane.plan import STRICT_POLICIES
+
         compute = build.variant.recipe.model_dump(mode="json", by_alias=True)["compute"]
-        program, shapes_dynamic, _, artifact = lowered_program(build, store, with_path=True)
-        plan = policy.plan_for(program, compute, chip=chip, shapes_dynamic=shapes_dynamic)
+        plan = policy.plan_for(lowered.program, compute, chip=chip, shapes_dynamic=lowered.shapes_dynamic)
         violations = plan.violations()
+        warning = policy.ane_absence_warning(plan, build.job.label)
         if console is not None:
             from edgebuild_coreml.ane import render_plan
 
             render_plan(plan, console)
             if violations:
                 names = ", ".join(f"{v['op']} '{v['name']}'" for v in violations)
-                console.print(f"[red]{plan.policy}[/]: {len(violations)} op(s) cannot run on the "
+                console.print(f"[red]{plan.policy}[/]: the plan places {len(violations)} op(s) off the "
                               f"{violations[0]['unit'].upper()}: {names}")
+            if warning:
+                console.print(f"[yellow]warning[/] {warning}")
         data = plan.to_json()
         data["policy"] = plan.policy
-        if artifact is not None:
+        if warning:
+            data["warnings"] = [warning]
+        if lowered.artifact is not None:
             from edgebuild_coreml.measured_plan import compare_with_core_ml
 
             units = policy.compute_units_for(compute["policy"]).name
-            data["measured"] = compare_with_core_ml(artifact, data, units)
+            data["measured"] = compare_with_core_ml(lowered.artifact, data, units)
             if console is not None and "agreement" in data["measured"]:
                 m = data["measured"]
                 console.print(f"Core ML's own plan ({units}): {m['compared']} ops compared, "

@@ -16,6 +16,10 @@ COMPUTE_UNITS_KEY = "com.edgebuild.compute_units"
 # the keys of ane.rewrites.REWRITES, here so a recipe check need not import coremltools
 REWRITE_NAMES = ("linear_to_conv", "split_attention_heads", "clamp_norm_epsilon")
 
+# The fp16 guard runs the interpreter once per sample, on at most this many of the validation
+# inputs; here (not in fp16_guard) so the lower stage's cache key can say so without its imports.
+FP16_GUARD_SAMPLES = 4
+
 # Core ML has no "only the ANE" or "only the GPU" setting: the strict policies use the closest
 # compute units and rely on the plan check for the promise.
 POLICY_COMPUTE_UNITS = {
@@ -152,7 +156,7 @@ def plan_for(program, compute: Mapping[str, Any], *, chip: str | None = None,
 
 
 def violation_error(plan, where: str) -> PolicyViolation | None:
-    """A build error listing every op that breaks a strict policy, or None if all comply.
+    """A build error listing every op the plan places off a strict policy's unit, or None if all are on it.
 
     ``where`` names what the user wrote (the recipe file and variant).
     """
@@ -167,10 +171,35 @@ def violation_error(plan, where: str) -> PolicyViolation | None:
             if entry["name"] not in message:
                 message = f"{entry['op']} '{entry['name']}': {message}"
             lines.append(f"  - {message}" + (f" (fix: {reason['fix']})" if reason.get("fix") else ""))
+    placed = sorted({entry["placed"].upper() for entry in violations})
     return PolicyViolation(
-        f"{where}: compute.policy {plan.policy} needs every op on the {unit}, but "
-        f"{len(violations)} op(s) cannot run there:\n" + "\n".join(lines),
+        f"{where}: compute.policy {plan.policy} needs every op on the {unit}, but the plan places "
+        f"{len(violations)} of {len(plan.ops)} op(s) on the {' and '.join(placed)}:\n" + "\n".join(lines),
         hint=f"apply the fixes above, or relax compute.policy (e.g. "
              f"{'cpu_and_ne' if unit == 'ANE' else 'cpu_and_gpu'}); `edgebuild plan` shows the full plan",
         violations=violations,
     )
+
+
+def ane_absence_warning(plan, where: str, top: int = 3) -> str | None:
+    """A warning when the policy allows the Neural Engine but the plan puts no op there, with the
+    most common reasons; None otherwise (strict policies fail instead, see ``violation_error``)."""
+    from collections import Counter
+
+    from edgebuild_coreml.ane.plan import POLICY_UNITS, STRICT_POLICIES
+
+    if plan.policy in STRICT_POLICIES or "ane" not in POLICY_UNITS[plan.policy] or not plan.ops:
+        return None
+    if any(op.unit == "ane" for op in plan.ops):
+        return None
+    counts, example = Counter(), {}
+    for op in plan.ops:
+        if op.fused_into:
+            continue  # its host speaks for it
+        for reason in plan.why_not(op, "ane"):
+            counts[reason.rule] += 1
+            example.setdefault(reason.rule, reason)
+    reasons = "; ".join(f"{example[rule].message} ({count} op{'s' if count > 1 else ''}, fix: {example[rule].fix})"
+                        for rule, count in counts.most_common(top))
+    return (f"{where}: compute.policy {plan.policy} allows the Neural Engine, but the plan puts 0% of the model "
+            f"there. Top reasons: {reasons}")

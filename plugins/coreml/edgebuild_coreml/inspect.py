@@ -19,6 +19,14 @@ def _nbytes(value) -> int:
     return int(np.asarray(value).nbytes) if value is not None else 0
 
 
+def _walk(block):
+    """Every op of ``block`` and of the blocks nested in it (loops, conditions), consts included."""
+    for op in block.operations:
+        yield op
+        for inner in op.blocks:
+            yield from _walk(inner)
+
+
 def inspect_mlpackage(path: Path) -> dict:
     import coremltools as ct
 
@@ -28,7 +36,7 @@ def inspect_mlpackage(path: Path) -> dict:
     program = load_mlpackage(path)
     main = program.functions["main"]
     ops, weights = Counter(), []
-    for op in main.find_ops(exclude_const=False):
+    for op in _walk(main):
         ops[op.op_type] += 1
         if op.op_type == "const" and op.outputs[0].val is not None and np.asarray(op.outputs[0].val).size > 16:
             value = np.asarray(op.outputs[0].val)

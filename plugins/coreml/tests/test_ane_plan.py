@@ -131,10 +131,12 @@ def test_lstm_is_not_ane_eligible_and_ane_only_names_it():
     assert [r.rule for r in reasons] == ["unsupported_op"]
     assert "hollance/neural-engine" in reasons[0].source
     plan = plan_program(prog, policy="ane_only")
-    violations = plan.violations("ane_only")
-    assert [v["name"] for v in violations] == ["encoder_lstm"]
-    assert violations[0]["reasons"][0]["fix"]
+    violations = {v["name"]: v for v in plan.violations("ane_only")}
+    assert [r["rule"] for r in violations["encoder_lstm"]["reasons"]] == ["unsupported_op"]
+    assert violations["encoder_lstm"]["reasons"][0]["fix"]
     assert plan.unit_of("encoder_lstm") == "cpu"
+    # the relu could run on the ANE, but the plan keeps it on the CPU beside the LSTM: also a violation
+    assert set(violations) == {op.name for op in plan.ops if op.unit != "ane"}
     assert plan.violations("auto") == []
 
 

@@ -224,8 +224,9 @@ def test_strict_policy_error_names_every_violating_op():
 
     error = compute.violation_error(plan_program(prog, policy="ane_only"), "model.yaml (default)")
     assert error is not None and error.exit_code == 1
-    assert [v["name"] for v in error.violations] == ["rnn"]
+    assert [v["name"] for v in error.violations] == ["rnn", "act"]  # act: kept on the CPU beside rnn
     assert "rnn" in str(error) and "ane_only" in str(error) and "fix:" in str(error)
+    assert "'act' is cheaper on the CPU" in str(error)
     assert compute.violation_error(plan_program(prog, policy="cpu_and_ne"), "model.yaml") is None
 
 

@@ -25,8 +25,17 @@ def test_parse_signature_reads_every_parameter():
 
 
 def test_well_formed_kernels_pass():
+    """Each declaration matches its kernel: the check returns the parsed signature, with every
+    declared buffer bound to a parameter of that index."""
     for spec in (kernels.vector_add(), kernels.tiled_matmul(), kernels.row_sum(), kernels.softmax(), kernels.vector_mix()):
-        check_signature(spec)
+        sig = check_signature(spec)
+        assert sig.entry == spec.entry
+        for name, index in spec.buffers.items():
+            param = sig.buffer(index)
+            assert param is not None, f"{spec.entry}: {name} at buffer({index}) not found"
+            assert param.const == (name in {t.name for t in spec.inputs}), f"{spec.entry}: {name} writability"
+        for constant in spec.constants:
+            assert sig.buffer(constant.index) is not None
 
 
 @pytest.mark.parametrize("edit,message", [

@@ -47,6 +47,9 @@ class OpPlan:
     reasons: list[Reason]
     ane_reasons: list[Reason] = field(default_factory=list, repr=False)
     gpu_reasons: list[Reason] = field(default_factory=list, repr=False)
+    allowed: tuple[str, ...] = field(default=(), repr=False)  # units the policy, rules and overrides left it
+    # estimated ms of its node on each allowed unit, transfers to and from its neighbours included
+    unit_ms: dict[str, float] = field(default_factory=dict, repr=False)
 
     def to_json(self) -> dict:
         return {
@@ -90,22 +93,45 @@ class Plan:
         }
 
     def violations(self, policy: str | None = None) -> list[dict]:
-        """For ``ane_only`` / ``gpu_only``: every op that cannot run on that unit, with reason and fix."""
+        """For ``ane_only`` / ``gpu_only``: every op the plan places off that unit, with why and a fix.
+
+        Placement, not eligibility: an op the rules allow on the unit but the cost model puts on
+        the CPU breaks the promise as much as one the unit cannot run.
+        """
         unit = STRICT_POLICIES.get(_normalise_policy(policy or self.policy))
         if unit is None:
             return []
-        found = []
-        for op in self.ops:
-            reasons = op.ane_reasons if unit == "ane" else op.gpu_reasons
-            blocking = [r for r in reasons if r.blocking]
-            if blocking:
-                found.append({
-                    "name": op.name,
-                    "op": op.op,
-                    "unit": unit,
-                    "reasons": [r.to_json() for r in blocking],
-                })
-        return found
+        return [
+            {"name": op.name, "op": op.op, "unit": unit, "placed": op.unit,
+             "reasons": [r.to_json() for r in self.why_not(op, unit)]}
+            for op in self.ops if op.unit != unit
+        ]
+
+    def why_not(self, op: OpPlan, unit: str) -> list[Reason]:
+        """Why ``op`` is not on ``unit``: the rules that forbid it there, else why the plan chose otherwise."""
+        blocking = [r for r in (op.ane_reasons if unit == "ane" else op.gpu_reasons) if r.blocking]
+        if blocking:
+            return blocking
+        name, there, placed = f"{op.op} '{op.name}'", unit.upper(), op.unit.upper()
+        if op.fused_into:
+            host = next((o for o in self.ops if o.name == op.fused_into), None)
+            reasons = self.why_not(host, unit) if host is not None else []
+            return [Reason(rule="fused", message=f"{name} is fused into '{op.fused_into}', which runs on the {placed}",
+                           fix=reasons[0].fix if reasons else "see that op", source="plan", severity="placement",
+                           unit=unit)]
+        if unit not in op.allowed:
+            return [Reason(rule="excluded", message=f"{name}: compute.policy {self.policy} or compute.overrides "
+                           f"keep it off the {there}", fix="remove the override or change compute.policy",
+                           source="recipe compute section", severity="placement", unit=unit)]
+        return [Reason(
+            rule="placement",
+            message=f"{name} is cheaper on the {placed}: est. {op.unit_ms.get(op.unit, 0.0):.4f} ms there against "
+                    f"{op.unit_ms.get(unit, 0.0):.4f} ms on the {there}, transfers between units included",
+            fix=f"small ops, or ops between others that leave the {there}, rarely pay for the trip: make the "
+                f"neighbouring ops {there}-eligible" + (
+                    f", or choose a policy with a fallback (e.g. {'cpu_and_ne' if unit == 'ane' else 'cpu_and_gpu'})"
+                    if self.policy in STRICT_POLICIES else ""),
+            source="edgebuild cost model", severity="placement", unit=unit)]
 
 
 # --- inputs -----------------------------------------------------------------------------------
@@ -272,21 +298,28 @@ def _viterbi(nodes, edges, chip) -> list[str]:
     return assignment[::-1]
 
 
-def _refine(nodes, edges, assignment, chip) -> list[str]:
-    """Local passes: move a node if that lowers its own time plus every switch it touches."""
+def _consumers(nodes, edges) -> list[list[tuple[int, float]]]:
     consumers = [[] for _ in nodes]
     for index, incoming in enumerate(edges):
         for src, size in incoming:
             consumers[src].append((index, size))
+    return consumers
+
+
+def _local_cost(index, unit, nodes, edges, consumers, assignment, chip) -> float:
+    """A node's time on ``unit`` plus every switch it would make with its neighbours' units."""
+    outgoing = sum(cost_model.switch_cost_ms(size, unit, assignment[dst], chip) for dst, size in consumers[index])
+    return nodes[index].time_ms[unit] + _incoming_switch_ms(index, unit, assignment, edges, chip) + outgoing
+
+
+def _refine(nodes, edges, assignment, chip) -> list[str]:
+    """Local passes: move a node if that lowers its own time plus every switch it touches."""
+    consumers = _consumers(nodes, edges)
     for _ in range(_REFINE_PASSES):
         changed = False
         for index, node in enumerate(nodes):
             def local_cost(unit):
-                outgoing = sum(
-                    cost_model.switch_cost_ms(size, unit, assignment[dst], chip)
-                    for dst, size in consumers[index]
-                )
-                return node.time_ms[unit] + _incoming_switch_ms(index, unit, assignment, edges, chip) + outgoing
+                return _local_cost(index, unit, nodes, edges, consumers, assignment, chip)
 
             choice = min(node.allowed, key=local_cost)
             if local_cost(choice) < local_cost(assignment[index]) - 1e-12:
@@ -351,9 +384,11 @@ def plan_program(
     edges = _producers(nodes, node_of_op)
     assignment = _refine(nodes, edges, _viterbi(nodes, edges, profile), profile)
 
+    consumers = _consumers(nodes, edges)
     plans = []
     for index, node in enumerate(nodes):
         unit = assignment[index]
+        unit_ms = {u: _local_cost(index, u, nodes, edges, consumers, assignment, profile) for u in node.allowed}
         host_ms = node.time_ms[unit] + _incoming_switch_ms(index, unit, assignment, edges, profile)
         for member in node.members:
             reasons = []
@@ -371,6 +406,8 @@ def plan_program(
                 reasons=reasons + (node.notes if is_host else []),
                 ane_reasons=ane_reasons[member.name],
                 gpu_reasons=gpu_reasons[member.name],
+                allowed=node.allowed,
+                unit_ms=unit_ms,
             ))
     order = {op.name: i for i, op in enumerate(ops)}
     plans.sort(key=lambda p: order[p.name])

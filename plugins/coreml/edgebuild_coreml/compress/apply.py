@@ -39,6 +39,7 @@ from .config import (
 )
 from .gating import check_deployment_target
 from .lut import KmeansLutFunction, channel_groups
+from .noop import check_something_changed
 from .program import iter_ops, is_weight_op, load_program, weight_uses
 from .serialize import program_to_model, save_program
 from .spec_palettize import NotEditable, palettize_package
@@ -61,7 +62,7 @@ def compress_mlpackage(
     src, dst = Path(src), Path(dst)
     if _is_plain_kmeans_palettize(section):
         try:
-            return _report(*_palettize_spec(src, dst, section))
+            return _checked_report(section, *_palettize_spec(src, dst, section))
         except NotEditable:
             pass  # an unusual package: the MIL program path below handles it
 
@@ -73,7 +74,16 @@ def compress_mlpackage(
         stage.apply(working)
     after = weight_uses(working.program)
     working.save(dst)
-    return _report(before, after)
+    return _checked_report(section, before, after)
+
+
+def _checked_report(section: CompressionSection, before: dict, after: dict) -> dict:
+    """The report, with a warning naming targeted weights left as they were (none changed: an error)."""
+    report = _report(before, after)
+    warnings = check_something_changed(section, before, after)
+    if warnings:
+        report["warnings"] = warnings
+    return report
 
 
 def _is_plain_kmeans_palettize(section: CompressionSection) -> bool:
