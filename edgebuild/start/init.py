@@ -41,14 +41,14 @@ def _resolve(model: str, cache_dir=None) -> tuple[Path, str | None, str | None]:
         return path.resolve(), None, None
     from edgebuild.build import open_store
     from edgebuild.dag.hashstate import file_sha256
-    from edgebuild.graph.resolvers import scheme_of
-    from edgebuild.registry import get_registry
+    from edgebuild.graph.resolvers import resolve_pypi, scheme_of
 
-    resolver = get_registry().get("resolvers", scheme_of(model))
-    if resolver is None:
-        raise UsageError(f"{model}: no installed resolver for this kind of source")
+    scheme = scheme_of(model)
+    if scheme != "pypi":  # an https: download is only ever kept under the digest the user gives
+        raise UsageError(f"{model}: init reads local files and pypi: sources",
+                         hint="download the file, check it, and run init on the local copy")
     store = open_store(cache_dir)
-    path = Path(resolver(model, sha256=None, workdir=store.root / "sources", base_dir=Path.cwd()))
+    path = resolve_pypi(model, sha256=None, workdir=store.root / "sources", base_dir=Path.cwd(), first_use=True)
     return path, model, file_sha256(path)
 
 
