@@ -121,7 +121,7 @@ def test_run_quiet_still_shows_errors(project):
     recipe = project()
     (recipe.parent / "tiny.onnx").write_bytes(b"not onnx")
     done = edgebuild("run", recipe, "-q")
-    assert done.returncode == 1 and "error" in done.stderr
+    assert done.returncode == 2 and "error" in done.stderr and "not an ONNX model" in done.stderr
 
 
 def test_quiet_and_verbose_together_are_a_usage_error(project):

