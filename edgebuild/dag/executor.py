@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -27,6 +28,8 @@ from edgebuild.dag.store import Store
 from edgebuild.errors import BuildError, EdgebuildError
 
 INTERRUPT_GRACE_SECONDS = 3.0
+_EXCLUSIVE: dict[str, threading.Lock] = {}  # see Executor._exclusive
+_EXCLUSIVE_GUARD = threading.Lock()
 
 
 @dataclass
@@ -181,5 +184,21 @@ class Executor:
         return Result(stage.name, key, entry.digest, entry.out, entry.info, "ran" if built else "cached", seconds)
 
     def _produce(self, stage: Stage, inputs: dict[str, Result], out: Path) -> dict:
-        with self._interrupts.stage_body():
+        with self._exclusive(stage.extra.get("exclusive")), self._interrupts.stage_body():
             return progress.announced(stage.produce)(inputs, out) or {}
+
+    @contextmanager
+    def _exclusive(self, group: str | None):
+        """Stage bodies declaring the same ``extra["exclusive"]`` group (a library with global state,
+        such as coremltools' MIL builder) never run at the same time in this process."""
+        if group is None:
+            yield
+            return
+        with _EXCLUSIVE_GUARD:
+            lock = _EXCLUSIVE.setdefault(group, threading.Lock())
+        while not lock.acquire(timeout=0.1):  # in steps, so Ctrl-C also ends the wait
+            self._interrupts.check()
+        try:
+            yield
+        finally:
+            lock.release()

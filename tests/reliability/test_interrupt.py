@@ -148,6 +148,25 @@ def assert_rerun_builds(recipe: Path, cache: Path, stage: str, *args: str) -> No
     assert (Path(artifact) / "Manifest.json").exists()
 
 
+def test_ctrl_c_with_two_core_ml_variants_on_worker_threads(tmp_path):
+    """-j 2: interrupted in compress, then rebuilt; coremltools' stages take turns, so both variants build."""
+    conv_model(tmp_path / "conv.onnx")
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(TINY_RECIPE + "variants:\n  a: {}\n  b: {compression: {weights: {mode: linear, dtype: int8, "
+                      "granularity: per_tensor}}}\n")
+    cache = tmp_path / "cache"
+    code, elapsed, stderr = interrupt_at(recipe, "compress", cache, "-j", "2")
+    assert code == 130 and elapsed < STOP_WITHIN_SECONDS, stderr[-3000:]
+    assert not list(cache.glob("tmp/*")) and not (tmp_path / "out").exists()
+    env = dict(os.environ, EDGEBUILD_CACHE_DIR=str(cache), PYTHONWARNINGS="ignore")
+    done = subprocess.run([sys.executable, "-m", "edgebuild.cli", "run", str(recipe), "-j", "2", "--json"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    variants = json.loads(done.stdout)["variants"]
+    assert [(v["variant"], v["status"]) for v in variants] == [("a", "built"), ("b", "built")]
+    assert all(v["validation"]["failures"] == [] for v in variants)
+
+
 def check_interrupt(recipe: Path, stage: str, cache: Path, *args: str) -> None:
     code, elapsed, stderr = interrupt_at(recipe, stage, cache, *args)
     assert code == 130, stderr[-3000:]

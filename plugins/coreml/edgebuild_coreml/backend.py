@@ -37,7 +37,10 @@ class CoreMLBackend:
         dump = recipe.model_dump(mode="json", by_alias=True)
         lower_params = self.lower_params(variant)
 
-        stages = [Stage("lower", lower_params, ["optimize"], plugins, produce=self.lower_stage_body(variant, registry))]
+        # coremltools' MIL builder keeps global state: with -j N, its stages take turns
+        serial = {"exclusive": "coremltools"}
+        stages = [Stage("lower", lower_params, ["optimize"], plugins, produce=self.lower_stage_body(variant, registry),
+                        extra=dict(serial))]
         last = "lower"
         if recipe.compression:
             from edgebuild_coreml.compress.stage import compress_stage_params
@@ -57,7 +60,7 @@ class CoreMLBackend:
                         variant.base_dir, results["lower"].info, count))
 
             deps = ["lower", "optimize"] if "calibration" in compress_params else ["lower"]
-            stages.append(Stage("compress", compress_params, deps, plugins, produce=compress))
+            stages.append(Stage("compress", compress_params, deps, plugins, produce=compress, extra=dict(serial)))
             last = "compress"
         metadata = {
             "recipe": recipe.name, "variant": variant.name, "compute_policy": recipe.compute.policy,
@@ -71,7 +74,7 @@ class CoreMLBackend:
                                 dict(metadata, source_sha256=results["resolve"].digest))
 
         stages.append(Stage("package", {"metadata": metadata}, [last, "resolve"], plugins, produce=package,
-                            extra={"artifact": ARTIFACT}))
+                            extra={"artifact": ARTIFACT, **serial}))
         if recipe.validate_ is not None:
             section = recipe.validate_
 
@@ -103,7 +106,8 @@ class CoreMLBackend:
             params = {"validate": dump["validate"], **digest_params(section, variant.base_dir)}
             if "coreml" in section.runtimes:  # which candidates ran depends on the OS
                 params["platform"] = platform.system()
-            stages.append(Stage("validate", params, ["package", "resolve", "lower"], plugins, produce=validate))
+            stages.append(Stage("validate", params, ["package", "resolve", "lower"], plugins, produce=validate,
+                                extra=dict(serial)))
         return stages
 
     @staticmethod
