@@ -36,6 +36,7 @@ PIPELINES = ("lowering", "default")
 _BEFORE_CAST = [
     "common::noop_elimination",  # Identity nodes, reshapes to the same shape
     "common::const_elimination",  # shape arithmetic on static shapes
+    "common::divide_to_multiply",  # Div by a constant -> Mul by its reciprocal
     "common::const_deduplication",  # weights an exporter stored twice
     "common::remove_symbolic_reshape",  # reshapes to flexible (RangeDim) shapes
     "common::loop_invariant_elimination",  # values a Loop body passes through unchanged
