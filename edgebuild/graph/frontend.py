@@ -3,8 +3,9 @@
 Import does only what later stages need to be able to trust the model: external data that
 stays inside the model's directory, constants as initializers, fixed inputs folded in, the
 recipe's static dims pinned and an opset new enough for the passes. Weights are never
-copied into memory: onnx_ir keeps external tensors memory-mapped until the save writes them
-to ``model.onnx.data``.
+copied into memory: embedded weights are read as external data pointing into the ``.onnx`` file
+itself, and onnx_ir keeps external tensors memory-mapped until the save writes them to
+``model.onnx.data``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from onnx import version_converter
 
 from edgebuild.errors import BuildError
 from edgebuild.graph.external_data import check_external_data, iter_graphs
+from edgebuild.graph.onnx_stream import load_streamed
 
 MIN_OPSET = 13
 MODEL_FILE = "model.onnx"
@@ -84,11 +86,15 @@ class OnnxFrontend:
 
 
 def load_checked(path: Path) -> ir.Model:
-    """Load ``path`` with onnx_ir (weights stay lazy) and check its external data."""
+    """Load ``path`` with onnx_ir (weights stay lazy) and check its external data.
+
+    A binary ``.onnx`` file is read by :mod:`edgebuild.graph.onnx_stream`: its embedded weights
+    become external data mapped from the file, so they are never in memory twice.
+    """
     if not path.is_file():
         raise BuildError(f"{path}: no such ONNX file")
     try:
-        model = ir.load(path)
+        model = load_streamed(path) if path.suffix == ".onnx" else ir.load(path)
     except Exception as exc:
         raise BuildError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
     check_external_data(model, path.parent)
