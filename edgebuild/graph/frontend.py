@@ -10,7 +10,6 @@ itself, and onnx_ir keeps external tensors memory-mapped until the save writes t
 
 from __future__ import annotations
 
-import gc
 import tempfile
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import onnx_ir.passes.common as common_passes
 from onnx import version_converter
 
 from edgebuild.errors import BuildError
-from edgebuild.graph.external_data import check_external_data, iter_graphs
+from edgebuild.graph.external_data import check_external_data, iter_graphs, iter_tensors
 from edgebuild.graph.onnx_stream import load_streamed
 
 MIN_OPSET = 13
@@ -78,11 +77,21 @@ class OnnxFrontend:
                     pin_input(value, spec)
             ir.save(model, out_dir / MODEL_FILE, external_data=DATA_FILE)
         report = import_report(model, notes)
-        # onnx_ir graphs are cyclic (nodes <-> values): free the weights now, not at some later
-        # collection in the middle of the next stage's peak.
-        del model
-        gc.collect()
+        # Unmap the weights now rather than whenever the cyclic graph (nodes <-> values) is
+        # collected: what stays for the collector is the graph and its small tensors, not worth
+        # a full collection over every library loaded in the process.
+        unmap_weights(model)
         return report
+
+
+def unmap_weights(model: ir.Model) -> None:
+    """Close the memory maps of ``model``'s external tensors (they reload if read again)."""
+    for tensor in iter_tensors(model):
+        if isinstance(tensor, ir.ExternalTensor):
+            try:
+                tensor.release()
+            except BufferError:  # an array still viewing the mapping keeps it open
+                pass
 
 
 def load_checked(path: Path) -> ir.Model:
