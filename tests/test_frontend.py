@@ -275,6 +275,23 @@ def test_opset_11_model_is_upgraded_to_13(tmp_path):
                                run_ort(src, {"x": x})[0], rtol=1e-6)
 
 
+
+def test_old_opset_single_file_model_with_large_constants_is_upgraded(tmp_path):
+    """Constant values mapped from the .onnx file survive the opset converter's round trip."""
+    weight = RNG.standard_normal((3, 512)).astype(np.float32)
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(weight)),
+             helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("ReduceSum", ["h"], ["y"], axes=[1], keepdims=1)]
+    graph = helper.make_graph(nodes, "g", [vi("x", [2, 3])], [vi("y", [2, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 6
+    src = save(model, tmp_path / "src" / "m.onnx")
+    report = OnnxFrontend().import_model(src, {}, tmp_path / "out")
+    assert report["opset"] == 13
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(run_ort(tmp_path / "out" / "model.onnx", {"x": x})[0],
+                               run_ort(src, {"x": x})[0], rtol=1e-6)
+
 # ---- the optimise stage with the registered passes -------------------------------------------
 
 

@@ -136,9 +136,22 @@ def upgrade_opset(model: ir.Model, path: Path, notes: list[str], scratch_dir: Pa
 
 def _weightless_proto(model: ir.Model, scratch_dir: Path):
     """``model`` as a proto whose initializers reference external data in ``scratch_dir``."""
+    _load_attribute_tensors(model)
     scratch = scratch_dir / MODEL_FILE
     ir.save(model, scratch, external_data=DATA_FILE)
     return onnx.load(str(scratch), load_external_data=False)
+
+
+def _load_attribute_tensors(model: ir.Model) -> None:
+    """Bring mapped ``Constant`` values into memory: the save externalizes initializers only, so a
+    node attribute would keep pointing at its file by a path relative to the wrong directory."""
+    for graph in iter_graphs(model.graph):
+        for node in graph:
+            for name, attr in list(node.attributes.items()):
+                if not attr.is_ref() and attr.type == ir.AttributeType.TENSOR and isinstance(attr.value, ir.ExternalTensor):
+                    tensor = attr.value
+                    node.attributes[name] = ir.AttrTensor(name, ir.Tensor(tensor.numpy().copy(), dtype=tensor.dtype, name=tensor.name))
+                    tensor.release()
 
 
 def lift_constants(model: ir.Model) -> None:
