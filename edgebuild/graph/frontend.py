@@ -148,9 +148,10 @@ def _load_attribute_tensors(model: ir.Model) -> None:
     for graph in iter_graphs(model.graph):
         for node in graph:
             for name, attr in list(node.attributes.items()):
-                if not attr.is_ref() and attr.type == ir.AttributeType.TENSOR and isinstance(attr.value, ir.ExternalTensor):
-                    tensor = attr.value
-                    node.attributes[name] = ir.AttrTensor(name, ir.Tensor(tensor.numpy().copy(), dtype=tensor.dtype, name=tensor.name))
+                tensor = None if attr.is_ref() or attr.type != ir.AttributeType.TENSOR else attr.value
+                if isinstance(tensor, ir.ExternalTensor):
+                    loaded = ir.Tensor(tensor.numpy().copy(), dtype=tensor.dtype, name=tensor.name)
+                    node.attributes[name] = ir.AttrTensor(name, loaded)
                     tensor.release()
 
 

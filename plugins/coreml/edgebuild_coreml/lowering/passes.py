@@ -19,11 +19,10 @@ from contextlib import contextmanager
 from typing import Callable, Iterable
 
 import coremltools as ct
+import numpy as np
 from coremltools.converters.mil.mil.passes.defs.quantization import add_fp16_cast
 from coremltools.converters.mil.mil.passes.graph_pass import AbstractGraphPass
 from coremltools.converters.mil.mil.passes.pass_registry import register_pass
-
-import numpy as np
 
 FP16_CAST_PASS = "common::add_fp16_cast"
 GUARDED_FP16_CAST_PASS = "edgebuild::guarded_fp16_cast"
