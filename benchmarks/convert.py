@@ -17,10 +17,14 @@ A baseline worker that only imports both tools shows how much of a peak is impor
 The memory metric is the conversion's own footprint relative to the model:
 ``(peak RSS - RSS after imports) / weight bytes``, where each worker reads its own resident set
 size once its imports are done (before any work), so library import cost is not counted.
+A third edgebuild worker runs the import stage alone (no Core ML code loaded), whose footprint is
+the import's peak over the weights. Times are shown twice: the process's wall time from start to
+exit, and the work after the imports.
 
     python benchmarks/convert.py [--models ddddocr_det,minilm_paraphrase] [--variants fp32,fp16]
 
 Models one tool cannot convert are listed with the reason; ratios cover the models both convert.
+``--json`` prints the rows (seconds, work_seconds, peak_mb, after_imports_mb per tool) instead.
 """
 
 from __future__ import annotations
@@ -53,12 +57,21 @@ def current_rss_mb() -> float | None:
     return None
 
 
+_WORK_STARTED: list[float] = []
+
+
 def report_imports_done() -> None:
     """Tell the middle process the RSS at which the imports ended and the work starts."""
     import gc
 
     gc.collect()
     print(json.dumps({"after_imports_mb": current_rss_mb()}), flush=True)
+    _WORK_STARTED.append(time.perf_counter())
+
+
+def report_work_done() -> None:
+    """Tell the middle process how long the work took after the imports (library import excluded)."""
+    print(json.dumps({"work_seconds": time.perf_counter() - _WORK_STARTED[-1]}), flush=True)
 
 
 def import_libraries() -> None:
@@ -117,6 +130,26 @@ def work_edgebuild(recipe: str, variant: str, _source: str, cache: str) -> None:
     Executor(None).run([build.job])
     if build.job.error is not None:
         raise SystemExit(f"edgebuild failed: {build.job.error}")
+    report_work_done()
+
+
+def work_edgebuild_import(recipe: str, variant: str, _source: str, cache: str) -> None:
+    """Only edgebuild's import stage (source file -> IR -> model.onnx + model.onnx.data), for its
+    memory: no Core ML code is loaded, as in any process that does not lower."""
+    import edgebuild.graph.frontend  # noqa: F401
+    from edgebuild.build import load_variants, open_store, plan_jobs
+    from edgebuild.dag.executor import Executor
+    from edgebuild.registry import get_registry
+
+    registry = get_registry()
+    store = open_store(cache)
+    [build] = plan_jobs(load_variants([str(recipe)], [variant], registry), registry, store)
+    report_imports_done()
+    build.job.stages = [s for s in build.job.stages if s.name in ("resolve", "import")]
+    Executor(None).run([build.job])
+    if build.job.error is not None:
+        raise SystemExit(f"edgebuild failed: {build.job.error}")
+    report_work_done()
 
 
 def work_onnxsim(recipe: str, _variant: str, source: str, _cache: str) -> None:
@@ -131,9 +164,11 @@ def work_onnxsim(recipe: str, _variant: str, source: str, _cache: str) -> None:
     mlmodel = convert_to_coreml(model, minimum_deployment_target="iOS17", compute_precision=ct.precision.FLOAT32)
     with tempfile.TemporaryDirectory() as out:
         mlmodel.save(str(Path(out) / "model.mlpackage"))
+    report_work_done()
 
 
-WORKERS = {"baseline": work_baseline, "edgebuild": work_edgebuild, "onnxsim": work_onnxsim}
+WORKERS = {"baseline": work_baseline, "edgebuild": work_edgebuild, "edgebuild-import": work_edgebuild_import,
+           "onnxsim": work_onnxsim}
 
 
 def _recipe_inputs(recipe: str) -> dict:
@@ -153,9 +188,12 @@ def measure(tool: str, recipe: str, variant: str, source: str, cache: str) -> di
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # Linux: kilobytes
     if done.returncode != 0:
         return {"error": _last_line(done.stderr)}
-    after_imports = next((json.loads(line)["after_imports_mb"] for line in done.stdout.splitlines()
-                          if line.startswith('{"after_imports_mb"')), None)
-    return {"seconds": seconds, "peak_mb": peak_mb, "after_imports_mb": after_imports}
+    reported = {}
+    for line in done.stdout.splitlines():
+        if line.startswith(('{"after_imports_mb"', '{"work_seconds"')):
+            reported.update(json.loads(line))
+    return {"seconds": seconds, "peak_mb": peak_mb, "after_imports_mb": reported.get("after_imports_mb"),
+            "work_seconds": reported.get("work_seconds")}
 
 
 def run_measurement(tool: str, recipe: str, source: str, cache: str, variant: str = "fp32") -> dict:
@@ -196,8 +234,9 @@ def best(runs: list[dict]) -> dict:
     if not ok:
         return runs[0]
     fastest, smallest = min(ok, key=lambda r: r["seconds"]), min(ok, key=lambda r: r["peak_mb"])
-    return {"seconds": fastest["seconds"], "peak_mb": smallest["peak_mb"],
-            "after_imports_mb": smallest.get("after_imports_mb")}
+    work = [r["work_seconds"] for r in ok if r.get("work_seconds") is not None]
+    return {"seconds": fastest["seconds"], "work_seconds": min(work) if work else None,
+            "peak_mb": smallest["peak_mb"], "after_imports_mb": smallest.get("after_imports_mb")}
 
 
 def footprint_ratio(run: dict, weights_mb: float, baseline_mb: float) -> float | None:
@@ -208,33 +247,43 @@ def footprint_ratio(run: dict, weights_mb: float, baseline_mb: float) -> float |
     return (run["peak_mb"] - start) / weights_mb
 
 
+def _ratio(a: dict, b: dict, key: str = "seconds") -> str:
+    if a.get(key) is None or b.get(key) is None:
+        return f"{'':>6}"
+    return f"{a[key] / b[key]:>6.2f}"
+
+
+def _seconds(run: dict, key: str = "seconds", width: int = 7) -> str:
+    if run.get(key) is not None:
+        return f"{run[key]:>{width}.1f}"
+    return f"{'failed' if 'error' in run and 'installed' not in run['error'] else 'n/a':>{width}}"
+
+
 def print_table(rows: list[dict], baseline_mb: float) -> None:
-    print(f"{'model':<18} {'weights':>8} {'edgebuild':>10} {'onnxsim':>9} {'time':>6}   "
-          f"{'edgebuild':>10} {'onnxsim':>9} {'peak':>6}   {'(peak - after imports) / weights':>33}")
-    print(f"{'':<18} {'MB':>8} {'s':>10} {'s':>9} {'ratio':>6}   {'peak MB':>10} {'peak MB':>9} "
-          f"{'ratio':>6}   {'eb fp32':>9} {'eb fp16':>9} {'onnxsim':>13}")
-    print("-" * 115)
+    print(f"{'':<18} {'':>7}  {'process wall time, s':^23} {'eb / onnxsim':^13}  {'work, s':^15} {'work':>6}"
+          f"   {'(peak - after imports) / weights':^39}")
+    print(f"{'model':<18} {'MB':>7}  {'eb fp32':>7} {'eb fp16':>7} {'onnxsim':>7} {'fp32':>6} {'fp16':>6}  "
+          f"{'eb fp32':>7} {'onnxsim':>7} {'ratio':>6}   {'eb fp32':>9} {'eb fp16':>9} {'eb import':>9} "
+          f"{'onnxsim':>9}")
+    print("-" * 150)
     for row in rows:
-        eb, sim = row["edgebuild"], row["onnxsim"]
-        cells = [f"{row['model']:<18}", f"{row['weights_mb']:>8.1f}"]
-        cells.append(f"{eb['seconds']:>10.1f}" if "seconds" in eb else f"{'failed':>10}")
-        cells.append(f"{sim['seconds']:>9.1f}" if "seconds" in sim else f"{'n/a':>9}")
-        both = "seconds" in eb and "seconds" in sim
-        cells.append(f"{eb['seconds'] / sim['seconds']:>6.2f}" if both else f"{'':>6}")
-        cells.append(f"  {eb['peak_mb']:>10.0f}" if "peak_mb" in eb else f"  {'':>10}")
-        cells.append(f"{sim['peak_mb']:>9.0f}" if "peak_mb" in sim else f"{'':>9}")
-        cells.append(f"{eb['peak_mb'] / sim['peak_mb']:>6.2f}" if both else f"{'':>6}")
-        cells.append("  ")
-        for run, width in ((eb, 9), (row.get("edgebuild fp16", {}), 9), (sim, 13)):
+        eb, f16, sim = row["edgebuild"], row.get("edgebuild fp16", {}), row["onnxsim"]
+        cells = [f"{row['model']:<18}", f"{row['weights_mb']:>7.1f} ", _seconds(eb), _seconds(f16), _seconds(sim),
+                 _ratio(eb, sim), _ratio(f16, sim), " ", _seconds(eb, "work_seconds"),
+                 _seconds(sim, "work_seconds"), _ratio(eb, sim, "work_seconds"), "  "]
+        for run in (eb, f16, row.get("edgebuild import", {}), sim):
             ratio = footprint_ratio(run, row["weights_mb"], baseline_mb)
-            cells.append(f"{ratio:>{width}.2f}" if ratio is not None else f"{'':>{width}}")
+            cells.append(f"{ratio:>9.2f}" if ratio is not None else f"{'':>9}")
         print(" ".join(cells))
     print(f"\nimport baseline (coremltools + onnxruntime + edgebuild, no work): {baseline_mb:.0f} MB peak RSS")
-    print("ratios are edgebuild / onnxsim (below 1: edgebuild is faster or smaller)")
-    print("footprint: (peak RSS - the worker's RSS once its imports are done) / weight bytes; "
-          "eb fp16 is the recipe's fp16 variant (fp16 guard included)")
+    print("ratios are edgebuild / onnxsim (below 1: edgebuild is faster); fp16 compares edgebuild's fp16 variant "
+          "(fp16 guard included) with onnxsim's fp32 conversion")
+    print("process wall time: a fresh process from start to exit, library imports included (edgebuild's worker "
+          "also preloads every module, for the memory baseline); work: from the end of the imports to the end")
+    print("footprint: (peak RSS - the worker's RSS once its imports are done) / weight bytes; eb import is "
+          "edgebuild's import stage alone (source file -> model.onnx + external data)")
     for row in rows:
-        for tool in (*TOOLS, "edgebuild fp16"):
+        for tool in (*TOOLS, "edgebuild fp16", "edgebuild import"):
             if "error" in row.get(tool, {}):
                 print(f"{row['model']}: {tool} could not convert it: {row[tool]['error']}")
 
@@ -266,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         for tool in tools:
             row[tool] = best([run_measurement(tool, recipe, str(source), args.cache_dir) for _ in range(args.repeat)])
             print(f"{name} {tool}: {row[tool]}", file=sys.stderr)
+        row["edgebuild import"] = best([run_measurement("edgebuild-import", recipe, str(source), args.cache_dir)
+                                        for _ in range(args.repeat)])
+        print(f"{name} edgebuild import: {row['edgebuild import']}", file=sys.stderr)
         for variant in [v for v in args.variants.split(",") if v and v != "fp32"]:
             key = f"edgebuild {variant}"
             row[key] = best([run_measurement("edgebuild", recipe, str(source), args.cache_dir, variant)

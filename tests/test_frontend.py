@@ -105,6 +105,74 @@ def test_symlink_out_of_the_model_directory_raises(tmp_path):
         OnnxFrontend().import_model(src, {}, tmp_path / "out")
 
 
+# ---- single-file models: weights mapped from the .onnx file ----------------------------------
+
+
+def single_file_model() -> onnx.ModelProto:
+    """Weights of every kind a single-file export holds: raw_data, packed float_data (a
+    Constant node), varint int64_data, a small tensor and one inside an If branch."""
+    w = numpy_helper.from_array(RNG.standard_normal((16, 32)).astype(np.float32), "w")  # raw_data
+    c = helper.make_tensor("c", F, [300], RNG.standard_normal(300).astype(np.float32).tolist())  # float_data
+    idx = helper.make_tensor("idx", TensorProto.INT64, [300], list(range(300)))  # int64_data
+    small = numpy_helper.from_array(np.float32([2.0]), "small")
+    inner = numpy_helper.from_array(RNG.standard_normal(400).astype(np.float32), "inner")
+    branch = helper.make_graph([helper.make_node("Identity", ["inner"], ["b"])], "branch", [], [vi("b", [400])],
+                               [inner])
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Mul", ["h", "small"], ["y"]),
+        helper.make_node("Constant", [], ["cv"], value=c),
+        helper.make_node("Gather", ["cv", "idx"], ["z"]),
+        helper.make_node("If", ["cond"], ["bo"], then_branch=branch, else_branch=branch),
+    ]
+    graph = helper.make_graph(nodes, "g", [vi("x", [2, 16]), vi("cond", [], TensorProto.BOOL)],
+                              [vi("y", [2, 32]), vi("z", [300]), vi("bo", [400])], [w, idx, small])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def test_streamed_load_maps_embedded_weights_from_the_model_file(tmp_path):
+    from edgebuild.graph.onnx_stream import load_streamed
+
+    src = save(single_file_model(), tmp_path / "m.onnx")
+    streamed, parsed = load_streamed(src), ir.load(src)
+    tensors = {v.name: v.const_value for v in streamed.graph.initializers.values()}
+    tensors["c"] = next(n for n in streamed.graph if n.op_type == "Constant").attributes["value"].value
+    expected = {v.name: v.const_value for v in parsed.graph.initializers.values()}
+    expected["c"] = next(n for n in parsed.graph if n.op_type == "Constant").attributes["value"].value
+    for name, tensor in tensors.items():
+        assert tensor.dtype == expected[name].dtype and tensor.shape == expected[name].shape
+        np.testing.assert_array_equal(tensor.numpy(), expected[name].numpy(), err_msg=name)
+    mapped = {name for name, tensor in tensors.items() if isinstance(tensor, ir.ExternalTensor)}
+    assert mapped == {"w", "c"}  # raw_data and packed float_data; varint ints and small ones stay
+    assert {str(tensors[name].location) for name in mapped} == {"m.onnx"}
+    # the If branch keeps its own weight, parsed as usual
+    [if_node] = [n for n in streamed.graph if n.op_type == "If"]
+    inner = if_node.attributes["then_branch"].value.initializers["inner"].const_value
+    assert not isinstance(inner, ir.ExternalTensor) and inner.numpy().shape == (400,)
+
+
+def test_single_file_model_imports_to_the_same_outputs(tmp_path):
+    src = save(single_file_model(), tmp_path / "src" / "m.onnx")
+    report = OnnxFrontend().import_model(src, {}, tmp_path / "out")
+    assert (tmp_path / "out" / "model.onnx.data").stat().st_size >= (16 * 32 + 300) * 4
+    assert report["initializers"] == 6  # w, idx, small, the lifted constant, and each branch's
+    feeds = {"x": RNG.standard_normal((2, 16)).astype(np.float32), "cond": np.array(True)}
+    for got, want in zip(run_ort(tmp_path / "out" / "model.onnx", feeds), run_ort(src, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_unreadable_single_file_model_is_a_build_error(tmp_path, damage):
+    src = save(single_file_model(), tmp_path / "m.onnx")
+    data = src.read_bytes()
+    src.write_bytes(b"\xff" * 64 if damage == "garbage" else data[: len(data) // 2])
+    with pytest.raises(BuildError, match=r"m\.onnx: not a readable ONNX model"):
+        OnnxFrontend().import_model(src, {}, tmp_path / "out")
+    assert not (tmp_path / "out" / "model.onnx").exists()
+
+
 # ---- constants, shapes, fixed inputs ---------------------------------------------------------
 
 
@@ -206,6 +274,23 @@ def test_opset_11_model_is_upgraded_to_13(tmp_path):
     np.testing.assert_allclose(run_ort(tmp_path / "out" / "model.onnx", {"x": x})[0],
                                run_ort(src, {"x": x})[0], rtol=1e-6)
 
+
+
+def test_old_opset_single_file_model_with_large_constants_is_upgraded(tmp_path):
+    """Constant values mapped from the .onnx file survive the opset converter's round trip."""
+    weight = RNG.standard_normal((3, 512)).astype(np.float32)
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(weight)),
+             helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("ReduceSum", ["h"], ["y"], axes=[1], keepdims=1)]
+    graph = helper.make_graph(nodes, "g", [vi("x", [2, 3])], [vi("y", [2, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 6
+    src = save(model, tmp_path / "src" / "m.onnx")
+    report = OnnxFrontend().import_model(src, {}, tmp_path / "out")
+    assert report["opset"] == 13
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(run_ort(tmp_path / "out" / "model.onnx", {"x": x})[0],
+                               run_ort(src, {"x": x})[0], rtol=1e-6)
 
 # ---- the optimise stage with the registered passes -------------------------------------------
 

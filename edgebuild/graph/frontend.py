@@ -3,13 +3,13 @@
 Import does only what later stages need to be able to trust the model: external data that
 stays inside the model's directory, constants as initializers, fixed inputs folded in, the
 recipe's static dims pinned and an opset new enough for the passes. Weights are never
-copied into memory: onnx_ir keeps external tensors memory-mapped until the save writes them
-to ``model.onnx.data``.
+copied into memory: embedded weights are read as external data pointing into the ``.onnx`` file
+itself, and onnx_ir keeps external tensors memory-mapped until the save writes them to
+``model.onnx.data``.
 """
 
 from __future__ import annotations
 
-import gc
 import tempfile
 from pathlib import Path
 
@@ -20,7 +20,8 @@ import onnx_ir.passes.common as common_passes
 from onnx import version_converter
 
 from edgebuild.errors import BuildError
-from edgebuild.graph.external_data import check_external_data, iter_graphs
+from edgebuild.graph.external_data import check_external_data, iter_graphs, iter_tensors
+from edgebuild.graph.onnx_stream import load_streamed
 
 MIN_OPSET = 13
 MODEL_FILE = "model.onnx"
@@ -76,19 +77,33 @@ class OnnxFrontend:
                     pin_input(value, spec)
             ir.save(model, out_dir / MODEL_FILE, external_data=DATA_FILE)
         report = import_report(model, notes)
-        # onnx_ir graphs are cyclic (nodes <-> values): free the weights now, not at some later
-        # collection in the middle of the next stage's peak.
-        del model
-        gc.collect()
+        # Unmap the weights now rather than whenever the cyclic graph (nodes <-> values) is
+        # collected: what stays for the collector is the graph and its small tensors, not worth
+        # a full collection over every library loaded in the process.
+        unmap_weights(model)
         return report
 
 
+def unmap_weights(model: ir.Model) -> None:
+    """Close the memory maps of ``model``'s external tensors (they reload if read again)."""
+    for tensor in iter_tensors(model):
+        if isinstance(tensor, ir.ExternalTensor):
+            try:
+                tensor.release()
+            except BufferError:  # an array still viewing the mapping keeps it open
+                pass
+
+
 def load_checked(path: Path) -> ir.Model:
-    """Load ``path`` with onnx_ir (weights stay lazy) and check its external data."""
+    """Load ``path`` with onnx_ir (weights stay lazy) and check its external data.
+
+    A binary ``.onnx`` file is read by :mod:`edgebuild.graph.onnx_stream`: its embedded weights
+    become external data mapped from the file, so they are never in memory twice.
+    """
     if not path.is_file():
         raise BuildError(f"{path}: no such ONNX file")
     try:
-        model = ir.load(path)
+        model = load_streamed(path) if path.suffix == ".onnx" else ir.load(path)
     except Exception as exc:
         raise BuildError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
     check_external_data(model, path.parent)
@@ -121,9 +136,23 @@ def upgrade_opset(model: ir.Model, path: Path, notes: list[str], scratch_dir: Pa
 
 def _weightless_proto(model: ir.Model, scratch_dir: Path):
     """``model`` as a proto whose initializers reference external data in ``scratch_dir``."""
+    _load_attribute_tensors(model)
     scratch = scratch_dir / MODEL_FILE
     ir.save(model, scratch, external_data=DATA_FILE)
     return onnx.load(str(scratch), load_external_data=False)
+
+
+def _load_attribute_tensors(model: ir.Model) -> None:
+    """Bring mapped ``Constant`` values into memory: the save externalizes initializers only, so a
+    node attribute would keep pointing at its file by a path relative to the wrong directory."""
+    for graph in iter_graphs(model.graph):
+        for node in graph:
+            for name, attr in list(node.attributes.items()):
+                tensor = None if attr.is_ref() or attr.type != ir.AttributeType.TENSOR else attr.value
+                if isinstance(tensor, ir.ExternalTensor):
+                    loaded = ir.Tensor(tensor.numpy().copy(), dtype=tensor.dtype, name=tensor.name)
+                    node.attributes[name] = ir.AttrTensor(name, loaded)
+                    tensor.release()
 
 
 def lift_constants(model: ir.Model) -> None:

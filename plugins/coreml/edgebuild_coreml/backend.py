@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import platform
+from contextlib import contextmanager
 from pathlib import Path
 
 from edgebuild.dag.stages import Stage
@@ -153,12 +154,21 @@ class CoreMLBackend:
 
     # -- stage bodies ---------------------------------------------------------------------
     def lower(self, model_path: Path, artifact: Path, params: dict, registry, *,
-              validate_section=None, base_dir: Path | None = None, where: str | None = None) -> dict:
+              validate_section=None, base_dir: Path | None = None, where: str | None = None,
+              passes: str = "lowering") -> dict:
         """ONNX -> MIL, ANE rewrites, fp16 guard, save; then plan it and enforce strict policies.
 
         One lowering, one pass pipeline: the fp16 guard runs inside it (just before the fp16 cast
         pass), and the plan reads the program coremltools saved, not a reload of the package.
+        ``passes``: the pass list (``lowering.passes``); ``"default"`` is coremltools' own, for
+        comparisons.
         """
+        with _collections_skip_loaded_libraries():
+            return self._lower(model_path, artifact, params, registry, validate_section=validate_section,
+                               base_dir=base_dir, where=where, passes=passes)
+
+    def _lower(self, model_path: Path, artifact: Path, params: dict, registry, *, validate_section, base_dir,
+               where, passes) -> dict:
         from edgebuild_coreml import compute as policy
         from edgebuild_coreml.lowering.converter import convert
         from edgebuild_coreml.lowering.package import save_mlpackage
@@ -187,7 +197,7 @@ class CoreMLBackend:
         model = save_mlpackage(result, artifact, target=params["deployment_target"], precision=params["precision"],
                                input_specs=policy.shape_specs(params["inputs"]), compute_units=units,
                                metadata={policy.COMPUTE_UNITS_KEY: units.name},
-                               before_fp16_cast=before_fp16_cast, consume=True)
+                               before_fp16_cast=before_fp16_cast, consume=True, passes=passes)
         # The passes consumed the lowered program; the saved one is the model's. Pymil graphs are
         # cyclic (ops <-> vars), so what the passes dropped goes only when the collector runs.
         result.program = None
@@ -339,6 +349,23 @@ class CoreMLBackend:
         if plan.policy in STRICT_POLICIES:
             data["violations"] = violations
         return data
+
+
+@contextmanager
+def _collections_skip_loaded_libraries():
+    """Keep the objects alive when the stage starts (torch, coremltools, onnx: hundreds of thousands)
+    out of the stage's garbage collections, which then only walk what the stage made.
+
+    Pymil graphs are cyclic, so the stage collects several times (coremltools once more inside
+    ``ct.convert``); each full collection over the libraries costs about a second. The objects go
+    back to the collector when the stage ends. (``gc.freeze`` is process-wide: a stage running in
+    another thread meanwhile has its older objects skipped too, which delays, never loses, a free.)
+    """
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _saved_program(model, artifact: Path):

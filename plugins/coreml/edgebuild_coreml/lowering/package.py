@@ -5,7 +5,6 @@ metadata, and an atomic write (a reader never sees a half-written package).
 from __future__ import annotations
 
 import copy
-import gc
 import json
 import os
 import shutil
@@ -15,12 +14,11 @@ from typing import Any, Callable, Iterable, Mapping
 
 import coremltools as ct
 import numpy as np
-from coremltools.converters.mil.mil.passes.defs.quantization import add_fp16_cast
-from coremltools.converters.mil.mil.passes.graph_pass import AbstractGraphPass
-from coremltools.converters.mil.mil.passes.pass_registry import register_pass
+from coremltools.converters.mil.mil.block import InvalidBlockStateError
 
 from edgebuild.errors import BuildError, UsageError
 from edgebuild_coreml.lowering.converter import ConvertResult
+from edgebuild_coreml.lowering.passes import guarded_fp16_cast, pass_pipeline, validated_once  # noqa: F401
 
 _PRECISIONS = ("float16", "float32")
 _COMPUTE_UNITS = {
@@ -86,76 +84,11 @@ def input_types(result: ConvertResult, input_specs: Mapping[str, Any] | None) ->
 
 
 # -- precision ------------------------------------------------------------------------------
-FP16_CAST_PASS = "common::add_fp16_cast"
-GUARDED_FP16_CAST_PASS = "edgebuild::guarded_fp16_cast"
-
-
-@register_pass(namespace="edgebuild")
-class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass after its class
-    """coremltools' fp16 cast pass, with the ops to keep in fp32 decided as it starts.
-
-    Options: ``keep_fp32`` (op names) and ``before_cast(program) -> op names``, called on the
-    program exactly as this pass sees it; the fp16 guard measures activation ranges there, so one
-    pass pipeline serves both the measurement and the artifact. The check for fp32 constants fp16
-    cannot hold scans in chunks: coremltools' own builds index arrays of three times a constant's
-    size per dimension (several hundred MB for a BERT embedding table).
-    """
-
-    keep_fp32: Iterable[str] = ()
-    before_cast: Callable | None = None
-
-    def apply(self, prog):
-        keep = set(self.keep_fp32)
-        if self.before_cast is not None:
-            keep.update(self.before_cast(prog))
-        self.op_selector = lambda op: op.name not in keep
-        super().apply(prog)
-
-    @staticmethod
-    def fp16_overflow(op) -> bool:
-        from edgebuild_coreml.fp16_guard import FP16_MAX, MEANT_AS_INFINITY, max_finite_magnitude
-
-        for inputs in op.inputs.values():
-            for var in inputs if isinstance(inputs, (list, tuple)) else (inputs,):
-                if var.op is None or var.op.op_type != "const" or not var.is_tensor_or_scalar_of(dtype="fp32"):
-                    continue
-                # Values meant as infinity may become fp16's inf; only real values must fit.
-                if max_finite_magnitude(np.asarray(var.op.val.val), below=MEANT_AS_INFINITY) > FP16_MAX:
-                    return True
-        return False
-
-
-@register_pass(namespace="edgebuild")
-class collect_garbage(AbstractGraphPass):  # noqa: N801 - coremltools names a pass after its class
-    """Frees the constants earlier passes replaced (the fp32 originals of fp16 weights): pymil
-    graphs are cyclic, so without a collection they stay resident while the program is serialized."""
-
-    def apply(self, prog):
-        gc.collect()
-
-
-def fp16_pipeline(keep_fp32: Iterable[str] | None, before_cast: Callable | None) -> ct.PassPipeline:
-    """coremltools' default pipeline with its fp16 cast pass replaced by :class:`guarded_fp16_cast`,
-    and a garbage collection at its end."""
-    pipeline = ct.PassPipeline.DEFAULT
-    for index in [i for i, name in enumerate(pipeline.passes) if name == FP16_CAST_PASS]:
-        pipeline.remove_pass(index)
-        pipeline.insert_pass(index, GUARDED_FP16_CAST_PASS)
-    pipeline.append_pass("edgebuild::collect_garbage")
-    pipeline.set_options(GUARDED_FP16_CAST_PASS, {"keep_fp32": frozenset(keep_fp32 or ()), "before_cast": before_cast})
-    return pipeline
-
-
-def compute_precision(precision: str, keep_fp32: Iterable[str] | None = None):
+def compute_precision(precision: str):
+    """coremltools' precision for ``precision`` (the ops the fp16 guard keeps are the pass list's business)."""
     if precision not in _PRECISIONS:
         raise UsageError(f"precision {precision!r} is not one of {', '.join(_PRECISIONS)}")
-    if precision == "float32":
-        return ct.precision.FLOAT32
-    keep = frozenset(keep_fp32 or ())
-    if not keep:
-        return ct.precision.FLOAT16
-    # Ops named in keep_fp32 (e.g. where fp16 would overflow) stay in fp32.
-    return ct.transform.FP16ComputePrecision(op_selector=lambda op: op.name not in keep)
+    return ct.precision.FLOAT16 if precision == "float16" else ct.precision.FLOAT32
 
 
 # -- metadata -------------------------------------------------------------------------------
@@ -210,6 +143,7 @@ def save_mlpackage(
     keep_fp32: Iterable[str] | None = None,
     before_fp16_cast: Callable | None = None,
     consume: bool = False,
+    passes: str = "lowering",
 ):
     """Run coremltools' mlprogram pipeline on ``result.program`` and save it to ``path``.
 
@@ -221,6 +155,8 @@ def save_mlpackage(
     ``consume``: let coremltools' passes rewrite ``result.program`` in place instead of working on a
     deep copy; a caller that lowers once saves the copy's memory (a second set of weights) and
     its recursion through every op of a large graph.
+    ``passes``: ``"lowering"``, the passes a lowered ONNX graph needs (see ``lowering.passes``), or
+    ``"default"``, coremltools' full default pipeline (kept to compare against).
     Returns the MLModel (not loaded: Core ML cannot run here); its ``_mil_program`` is the program
     as saved.
     """
@@ -234,22 +170,21 @@ def save_mlpackage(
         raise UsageError(f"compute_units {compute_units!r} is not one of {', '.join(_COMPUTE_UNITS)}")
     # coremltools' passes rewrite the program in place
     program = result.program if consume else copy.deepcopy(result.program)
-    precision_option = compute_precision(precision, keep_fp32)
-    pipeline = None
-    if precision == "float16":
-        precision_option, pipeline = ct.precision.FLOAT16, fp16_pipeline(keep_fp32, before_fp16_cast)
+    precision_option = compute_precision(precision)
+    pipeline = pass_pipeline(precision, keep_fp32=keep_fp32, before_cast=before_fp16_cast, passes=passes)
     try:
-        model = ct.convert(
-            program,
-            convert_to="mlprogram",
-            minimum_deployment_target=getattr(ct.target, target),
-            compute_precision=precision_option,
-            pass_pipeline=pipeline,
-            inputs=input_types(result, input_specs),
-            compute_units=units or ct.ComputeUnit.ALL,
-            skip_model_load=True,
-        )
-    except (ValueError, TypeError, NotImplementedError, AssertionError) as exc:
+        with validated_once(program):
+            model = ct.convert(
+                program,
+                convert_to="mlprogram",
+                minimum_deployment_target=getattr(ct.target, target),
+                compute_precision=precision_option,
+                pass_pipeline=pipeline,
+                inputs=input_types(result, input_specs),
+                compute_units=units or ct.ComputeUnit.ALL,
+                skip_model_load=True,
+            )
+    except (ValueError, TypeError, NotImplementedError, AssertionError, InvalidBlockStateError) as exc:
         raise BuildError(
             f"coremltools rejected the lowered program for {path.name}: {type(exc).__name__}: {exc}",
             hint="check the deployment target and input shapes; rerun with -v for the full trace",

@@ -1,0 +1,166 @@
+"""The MIL passes a lowered program goes through before it is saved, and how they are run.
+
+coremltools' default pipeline (~95 passes) is written for its PyTorch and TensorFlow frontends:
+most of it fuses patterns (conv + bn, gelu, layer norm, ...) that the ONNX optimiser has already
+fused, or that the lowering emits as single MIL ops anyway. ``LOWERING`` keeps, in coremltools'
+order, what a lowered ONNX graph needs: folding and dead-code cleanup, the fp16 casts, the
+gather-index guard, the constexpr rewrites for quantized weights and the name and order
+canonicalisation the serializer expects. ``DEFAULT`` (coremltools' own list) stays reachable
+for comparison: the tests build the dev models both ways and compare op lists and outputs.
+
+coremltools also validates the whole program after every pass (and after each of its backend
+passes); :func:`validated_once` checks it once, after the last one.
+"""
+
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+from typing import Callable, Iterable
+
+import coremltools as ct
+import numpy as np
+from coremltools.converters.mil.mil.passes.defs.quantization import add_fp16_cast
+from coremltools.converters.mil.mil.passes.graph_pass import AbstractGraphPass
+from coremltools.converters.mil.mil.passes.pass_registry import register_pass
+
+FP16_CAST_PASS = "common::add_fp16_cast"
+GUARDED_FP16_CAST_PASS = "edgebuild::guarded_fp16_cast"
+COLLECT_GARBAGE_PASS = "edgebuild::collect_garbage"
+PIPELINES = ("lowering", "default")
+
+# Each pass once where one run settles it; coremltools' backend pipeline (run by ct.convert after
+# these) repeats const elimination, const deduplication, cast optimisation, dead-code elimination
+# and name deduplication, so the list need not end with them.
+_BEFORE_CAST = [
+    "common::noop_elimination",  # Identity nodes, reshapes to the same shape
+    "common::const_elimination",  # shape arithmetic on static shapes
+    "common::divide_to_multiply",  # Div by a constant -> Mul by its reciprocal
+    "common::const_deduplication",  # weights an exporter stored twice
+    "common::remove_symbolic_reshape",  # reshapes to flexible (RangeDim) shapes
+    "common::loop_invariant_elimination",  # values a Loop body passes through unchanged
+    "common::fuse_transpose_matmul",  # ONNX Transpose feeding MatMul -> matmul(transpose_y=True)
+    "common::dead_code_elimination",
+    "common::dedup_op_and_var_names",  # the fp16 cast pass names its casts from a unique-name cache
+]
+_FP16_CASTS = [
+    FP16_CAST_PASS,
+    "common::add_int16_cast",
+    "common::update_output_dtypes",  # after the casts
+]
+_AFTER_CAST = [
+    "common::guard_negative_gather_indices",  # ONNX allows negative gather indices
+    "common::const_elimination",
+    "common::dead_code_elimination",
+    "common::cast_optimization",
+    "common::dead_code_elimination",  # must follow cast_optimization
+]
+_FP16_CLEANUP = [
+    "common::add_int16_cast",  # guard_negative_gather_indices may add int32 casts
+    "common::const_elimination",
+    "common::dead_code_elimination",
+    "common::cast_optimization",
+    "common::dead_code_elimination",
+]
+_FINISH = [
+    "common::merge_affine_dequantize_with_consecutive_ops",  # quantized weights (constexpr ops)
+    "common::expand_dynamic_linear",  # linear whose weight is not a constant -> matmul + add
+    "common::noop_elimination",
+    "common::dedup_op_and_var_names",
+    "common::topological_reorder",
+    "common::dead_code_elimination",
+]
+
+
+def lowering_passes(precision: str) -> list[str]:
+    """The curated pass list for ``precision`` (``float16`` adds the casts and their cleanup)."""
+    if precision == "float16":
+        return _BEFORE_CAST + _FP16_CASTS + _AFTER_CAST + _FP16_CLEANUP + _FINISH
+    return _BEFORE_CAST + _AFTER_CAST + _FINISH
+
+
+@register_pass(namespace="edgebuild")
+class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass after its class
+    """coremltools' fp16 cast pass, with the ops to keep in fp32 decided as it starts.
+
+    Options: ``keep_fp32`` (op names) and ``before_cast(program) -> op names``, called on the
+    program exactly as this pass sees it; the fp16 guard measures activation ranges there, so one
+    pass pipeline serves both the measurement and the artifact. The check for fp32 constants fp16
+    cannot hold scans in chunks: coremltools' own builds index arrays of three times a constant's
+    size per dimension (several hundred MB for a BERT embedding table).
+    """
+
+    keep_fp32: Iterable[str] = ()
+    before_cast: Callable | None = None
+
+    def apply(self, prog):
+        keep = set(self.keep_fp32)
+        if self.before_cast is not None:
+            keep.update(self.before_cast(prog))
+        self.op_selector = lambda op: op.name not in keep
+        super().apply(prog)
+
+    @staticmethod
+    def fp16_overflow(op) -> bool:
+        from edgebuild_coreml.fp16_guard import FP16_MAX, MEANT_AS_INFINITY, max_finite_magnitude
+
+        for inputs in op.inputs.values():
+            for var in inputs if isinstance(inputs, (list, tuple)) else (inputs,):
+                if var.op is None or var.op.op_type != "const" or not var.is_tensor_or_scalar_of(dtype="fp32"):
+                    continue
+                # Values meant as infinity may become fp16's inf; only real values must fit.
+                if max_finite_magnitude(np.asarray(var.op.val.val), below=MEANT_AS_INFINITY) > FP16_MAX:
+                    return True
+        return False
+
+
+@register_pass(namespace="edgebuild")
+class collect_garbage(AbstractGraphPass):  # noqa: N801 - coremltools names a pass after its class
+    """Frees the constants earlier passes replaced (the fp32 originals of fp16 weights): pymil
+    graphs are cyclic, so without a collection they stay resident while the program is serialized."""
+
+    def apply(self, prog):
+        gc.collect()
+
+
+def pass_pipeline(precision: str, *, keep_fp32: Iterable[str] | None = None, before_cast: Callable | None = None,
+                  passes: str = "lowering") -> ct.PassPipeline:
+    """The main pipeline for ``ct.convert``: ``passes`` is ``"lowering"`` (:func:`lowering_passes`)
+    or ``"default"`` (coremltools' own). Under float16 the cast pass is :class:`guarded_fp16_cast`
+    with ``keep_fp32`` / ``before_cast``, and a garbage collection follows the last pass."""
+    if passes not in PIPELINES:
+        raise ValueError(f"unknown pass list {passes!r}; one of {', '.join(PIPELINES)}")
+    if passes == "default":
+        names = list(ct.PassPipeline.DEFAULT.passes)
+        if precision != "float16":
+            names = [n for n in names if n not in (FP16_CAST_PASS, "common::add_int16_cast")]
+    else:
+        names = lowering_passes(precision)
+    if precision == "float16":
+        names = [GUARDED_FP16_CAST_PASS if n == FP16_CAST_PASS else n for n in names] + [COLLECT_GARBAGE_PASS]
+    pipeline = ct.PassPipeline(names, pipeline_name=f"edgebuild_{passes}")
+    if precision == "float16":
+        pipeline.set_options(GUARDED_FP16_CAST_PASS,
+                             {"keep_fp32": frozenset(keep_fp32 or ()), "before_cast": before_cast})
+    return pipeline
+
+
+def _skip_validation(check_essential_scope: bool = False) -> None:
+    """Stands in for ``Program.validate`` between passes."""
+
+
+@contextmanager
+def validated_once(program):
+    """Run coremltools' pipelines on ``program`` with one validation, at the end, instead of one
+    after every pass (a third of the pipeline's time on a conv net).
+
+    ``PassPipelineManager`` calls ``prog.validate()`` after each pass; an attribute on this one
+    program shadows the method meanwhile, so nothing else in the process is affected. The final
+    check is the strictest one coremltools runs (after dead-code elimination, with scopes).
+    """
+    program.validate = _skip_validation
+    try:
+        yield program
+    finally:
+        del program.validate
+    program.validate(check_essential_scope=True)
