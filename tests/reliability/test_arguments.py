@@ -13,6 +13,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from .cli_in_process import cli
+
 HAS_COREML = importlib.util.find_spec("edgebuild_coreml") is not None
 needs_coreml = pytest.mark.skipif(not HAS_COREML, reason="needs the edgebuild-coreml plugin")
 
@@ -47,20 +49,6 @@ def project(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEBUILD_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("EDGEBUILD_TEST_LOG", str(tmp_path / "log.txt"))
     return tmp_path
-
-
-def cli(capsys, *args) -> tuple[int, str]:
-    """The CLI's entry point in this process: its exit code and stderr."""
-    from edgebuild.cli import main
-
-    old = sys.argv
-    sys.argv = ["edgebuild", *map(str, args)]
-    try:
-        with pytest.raises(SystemExit) as done:
-            main()
-    finally:
-        sys.argv = old
-    return done.value.code, capsys.readouterr().err
 
 
 def assert_nothing_built(root: Path) -> None:

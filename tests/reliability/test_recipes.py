@@ -17,6 +17,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from .cli_in_process import cli
+
 HAS_COREML = importlib.util.find_spec("edgebuild_coreml") is not None
 
 BASE = """\
@@ -196,16 +198,7 @@ def _write(root: Path, text: str | bytes, files: dict) -> None:
 
 def validate_cli(capsys, *args) -> tuple[int, str]:
     """`edgebuild validate ARGS` in this process (the CLI's own entry point and exit codes)."""
-    from edgebuild.cli import main
-
-    old = sys.argv
-    sys.argv = ["edgebuild", "validate", *map(str, args)]
-    try:
-        with pytest.raises(SystemExit) as done:
-            main()
-    finally:
-        sys.argv = old
-    return done.value.code, capsys.readouterr().err
+    return cli(capsys, "validate", *args)
 
 
 @pytest.mark.parametrize("text, files, where, phrase, coreml", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
