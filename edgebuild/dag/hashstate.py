@@ -1,7 +1,8 @@
 """Remember file digests by (inode, size, mtime_ns, ctime_ns) so unchanged large files are not re-hashed.
 
 The same idea as DVC's state and Bazel's digest cache: stat is cheap, sha256 of a
-gigabyte is not.
+gigabyte is not. The DB only saves work: when SQLite cannot answer (another process holds a
+lock past the timeout, a read-only or damaged file), the file is hashed again, never failed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 from pathlib import Path
 
 _CHUNK = 1 << 20
+_LOCK_TIMEOUT = 30.0  # seconds to wait for another process's write before hashing instead
 _local = threading.local()
 _db_path: Path | None = None
 
@@ -30,7 +32,7 @@ def _connection() -> sqlite3.Connection | None:
     conn = getattr(_local, "conn", None)
     if conn is None:
         _db_path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(_db_path, timeout=30, isolation_level=None)
+        conn = sqlite3.connect(_db_path, timeout=_LOCK_TIMEOUT, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(
             "CREATE TABLE IF NOT EXISTS state (path TEXT PRIMARY KEY, inode INTEGER, size INTEGER,"
@@ -38,6 +40,15 @@ def _connection() -> sqlite3.Connection | None:
         )
         _local.conn = conn
     return conn
+
+
+def _query(sql: str, args: tuple) -> list[tuple]:
+    """Rows of ``sql``, or none when there is no DB or SQLite cannot answer now."""
+    try:
+        conn = _connection()
+        return [] if conn is None else conn.execute(sql, args).fetchall()
+    except sqlite3.Error:
+        return []
 
 
 def sha256_of(path: Path) -> str:
@@ -66,27 +77,18 @@ def hashed(path: Path) -> tuple[str, tuple[int, int, int, int]]:
 
 def remember(path: Path, stamp: tuple[int, int, int, int], digest: str) -> None:
     """Record that ``path`` had ``digest`` while its stat was ``stamp``."""
-    conn = _connection()
-    if conn is not None:
-        conn.execute("INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?, ?)", (str(Path(path).resolve()), *stamp, digest))
+    _query("INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?, ?)", (str(Path(path).resolve()), *stamp, digest))
 
 
 def forget(folder: Path) -> None:
     """Drop what is remembered of the files under ``folder`` (an evicted store entry)."""
-    conn = _connection()
-    if conn is not None:
-        prefix = str(Path(folder).resolve()) + os.sep
-        conn.execute("DELETE FROM state WHERE substr(path, 1, ?) = ?", (len(prefix), prefix))
+    prefix = str(Path(folder).resolve()) + os.sep  # (left behind, a row cannot match: a new file has a new ctime)
+    _query("DELETE FROM state WHERE substr(path, 1, ?) = ?", (len(prefix), prefix))
 
 
 def _remembered(path: Path, st: os.stat_result) -> str | None:
-    conn = _connection()
-    if conn is None:
-        return None
-    row = conn.execute(
-        "SELECT inode, size, mtime_ns, ctime_ns, sha256 FROM state WHERE path = ?", (str(path),)
-    ).fetchone()
-    return row[4] if row is not None and tuple(row[:4]) == stamp_of(st) else None
+    rows = _query("SELECT inode, size, mtime_ns, ctime_ns, sha256 FROM state WHERE path = ?", (str(path),))
+    return rows[0][4] if rows and tuple(rows[0][:4]) == stamp_of(st) else None
 
 
 def file_sha256(path: Path) -> str:

@@ -276,3 +276,29 @@ def test_clean_up_that_cannot_remove_fails_and_says_what_stayed(project, tmp_pat
     assert code == 1, out + err
     assert "could not remove" in err and "Permission denied" in err and "hint:" in err
     assert "cleared" not in out and "evicted" not in out
+
+
+def test_a_locked_state_db_means_hashing_again_not_failing(tmp_path, monkeypatch):
+    import hashlib
+    import sqlite3
+
+    from edgebuild.dag import hashstate
+
+    monkeypatch.setattr(hashstate, "_LOCK_TIMEOUT", 0.05)
+    db = tmp_path / "state.db"
+    hashstate.configure(db)
+    try:
+        data = tmp_path / "weights.bin"
+        data.write_bytes(b"\x01" * 4096)
+        expected = hashlib.sha256(data.read_bytes()).hexdigest()
+        assert hashstate.file_sha256(data) == expected  # creates the table and remembers the digest
+        hashstate.configure(db)  # a fresh connection, as another thread would have
+        holder = sqlite3.connect(db, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")  # another process writing, past our timeout
+        data.write_bytes(b"\x02" * 4096)
+        assert hashstate.file_sha256(data) == hashlib.sha256(data.read_bytes()).hexdigest()
+        hashstate.forget(tmp_path)  # an eviction's clean-up does not fail either
+        holder.execute("ROLLBACK")
+        holder.close()
+    finally:
+        hashstate.configure(None)
