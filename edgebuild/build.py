@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgebuild.dag import hashstate
-from edgebuild.dag.atomic import file_mode, make_temp_dir, publish_tree, replace_path, write_text_atomic
+from edgebuild.dag.atomic import make_temp_dir, publish_tree, replace_path, write_text_atomic
 from edgebuild.dag.executor import Executor, Job
 from edgebuild.dag.stages import Result, Stage, artifact_of, pipeline, versions
 from edgebuild.dag.store import Store, seal
@@ -255,8 +255,7 @@ def materialise(build: Build, registry, report_data: dict) -> bool:
         publish_tree(tmp)
         from edgebuild.verify.report import write_report
 
-        for report in write_report(tmp, report_data):
-            os.chmod(report, file_mode())
+        write_report(tmp, report_data)
         write_text_atomic(tmp / LOCK_NAME, json.dumps(lock, indent=2, sort_keys=True))
         write_text_atomic(tmp / OWNER_MARKER, MARKER_TEXT)
         replace_path(tmp, out)

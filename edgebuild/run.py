@@ -210,17 +210,13 @@ def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False) 
 def _write_comparisons(builds: list[Build], display) -> list[Path]:
     """The page comparing a recipe's variants (size, error, status), beside their folders; a
     stale report of a variant this run did not build is left off, with a warning."""
-    from edgebuild.dag.atomic import file_mode
     from edgebuild.verify.report import write_combined
 
     def skipped(path: Path, why: str) -> None:
         display.print(f"[yellow]warning[/] comparison page leaves out {escape(_relative(path))}: {escape(why)}")
 
     roots = sorted({build.output_dir.parent for build in builds if build.job.error is None})
-    pages = [write_combined(root, on_skip=skipped) for root in roots]
-    for page in pages:
-        os.chmod(page, file_mode())  # not tempfile's 0600: reports get published
-    return pages
+    return [write_combined(root, on_skip=skipped) for root in roots]
 
 
 def _relative(path: Path) -> str:

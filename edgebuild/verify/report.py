@@ -12,11 +12,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from edgebuild.dag.atomic import write_text_atomic
 from edgebuild.errors import BuildError, UsageError
 from edgebuild.verify.html import render_combined, render_report
 from edgebuild.verify.report_schema import Report
@@ -121,13 +120,7 @@ def _plain_failure(failure) -> dict[str, Any]:
 
 
 def _write_atomic(path: Path, text: str) -> Path:
-    """Write via a temporary file and rename, so a reader never sees half a report."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write via a temporary file and rename (a reader never sees half a report), with the
+    umask's mode: reports get published."""
+    write_text_atomic(path, text)
     return path
