@@ -67,5 +67,20 @@ def edgebuild(*args, env=None, cwd=None, check=None):
     return done
 
 
+def run_until_stage(recipe: Path, log: Path, stage: str, *, sleep: int) -> subprocess.Popen:
+    """``edgebuild run RECIPE`` in the background, the test plugin pausing ``sleep`` s in each
+    stage, returned once ``log`` (EDGEBUILD_TEST_LOG) shows ``stage`` has started."""
+    import time
+
+    env = {**os.environ, "EDGEBUILD_TEST_SLEEP": str(sleep)}
+    proc = subprocess.Popen([sys.executable, "-m", "edgebuild.cli", "run", str(recipe)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 2 * sleep
+    while f"{stage}:start" not in log_lines(log):
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    return proc
+
+
 def log_lines(path: Path) -> list[str]:
     return [line.split()[0] for line in path.read_text().splitlines()] if path.exists() else []

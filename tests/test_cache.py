@@ -8,10 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from conftest import edgebuild, log_lines
+from conftest import edgebuild, log_lines, run_until_stage
 
 
 def statuses(done) -> dict[str, str]:
@@ -80,13 +79,7 @@ def test_two_concurrent_runs_build_each_stage_once(project, tmp_path):
 
 def test_sigint_mid_stage_leaves_nothing_half_written(project, tmp_path):
     recipe = project()
-    env = {**os.environ, "EDGEBUILD_TEST_SLEEP": "30"}
-    proc = subprocess.Popen([sys.executable, "-m", "edgebuild.cli", "run", str(recipe)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.time() + 60
-    while "lower:start" not in log_lines(tmp_path / "log.txt"):
-        assert time.time() < deadline and proc.poll() is None
-        time.sleep(0.1)
+    proc = run_until_stage(recipe, tmp_path / "log.txt", "lower", sleep=30)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

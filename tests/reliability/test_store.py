@@ -10,12 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import edgebuild, log_lines
+from conftest import edgebuild, run_until_stage
 from reliability.test_outputs import cli  # noqa: F401  (fixture: the CLI in-process)
 
 ARTIFACT = Path("out/default/model/model.onnx")
@@ -177,13 +176,7 @@ def test_broken_manifest_is_rebuilt_by_run_and_shown_and_removed_by_cache(projec
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_temporaries_of_killed_builds_are_counted_and_reclaimed(project, tmp_path, sig):
     recipe = project()
-    env = {**os.environ, "EDGEBUILD_TEST_SLEEP": "60"}
-    proc = subprocess.Popen([sys.executable, "-m", "edgebuild.cli", "run", str(recipe)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.time() + 120
-    while "lower:start" not in log_lines(tmp_path / "log.txt"):
-        assert time.time() < deadline and proc.poll() is None
-        time.sleep(0.1)
+    proc = run_until_stage(recipe, tmp_path / "log.txt", "lower", sleep=60)
     proc.send_signal(sig)
     proc.communicate(timeout=60)
     left = list((tmp_path / "cache" / "tmp").glob("*"))
