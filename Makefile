@@ -55,14 +55,14 @@ test-all: test-env
 	$(TEST_BIN)/pytest -n 2 -q -m '' $(PYTEST_ARGS)
 
 docs: test-env
-	$(TEST_BIN)/python -m edgebuild.docsgen
+	$(TEST_BIN)/python -m edgebuild.recipe.docsgen
 	$(TEST_BIN)/mkdocs build -q --strict -d build/site
 
 schema: test-env
 	$(TEST_BIN)/edgebuild schema --out schemas/recipe.schema.json
 
 conformance: test-env
-	$(TEST_BIN)/python -m edgebuild.conformance --suite onnx-node --backend coreml --out docs/conformance.md
+	$(TEST_BIN)/python -m edgebuild.conformance.suite --suite onnx-node --backend coreml --out docs/conformance.md
 
 bench: test-env
 	$(TEST_BIN)/python benchmarks/cache.py

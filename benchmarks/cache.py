@@ -53,7 +53,7 @@ def main() -> None:
     cache = workdir / "cache"
     # the download is not the build: fetch the source once into the cache first
     env = {**os.environ, "EDGEBUILD_CACHE_DIR": str(cache)}
-    subprocess.run([sys.executable, "-m", "edgebuild.cli", "plan", "recipe.yaml"], cwd=workdir, env=env,
+    subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "plan", "recipe.yaml"], cwd=workdir, env=env,
                    capture_output=True)
     shutil.rmtree(cache / "objects", ignore_errors=True)
 

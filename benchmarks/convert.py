@@ -117,7 +117,8 @@ def work_edgebuild(recipe: str, variant: str, _source: str, cache: str) -> None:
     import edgebuild_coreml.interpreter  # noqa: F401
     import edgebuild_coreml.lowering.package  # noqa: F401
     import edgebuild.graph.optimize  # noqa: F401
-    from edgebuild.build import load_variants, open_store, plan_jobs
+    from edgebuild.build.jobs import load_variants, plan_jobs
+    from edgebuild.store.location import open_store
     from edgebuild.dag.executor import Executor
     from edgebuild.registry import get_registry
 
@@ -137,7 +138,8 @@ def work_edgebuild_import(recipe: str, variant: str, _source: str, cache: str) -
     """Only edgebuild's import stage (source file -> IR -> model.onnx + model.onnx.data), for its
     memory: no Core ML code is loaded, as in any process that does not lower."""
     import edgebuild.graph.frontend  # noqa: F401
-    from edgebuild.build import load_variants, open_store, plan_jobs
+    from edgebuild.build.jobs import load_variants, plan_jobs
+    from edgebuild.store.location import open_store
     from edgebuild.dag.executor import Executor
     from edgebuild.registry import get_registry
 
@@ -211,7 +213,8 @@ def _last_line(text: str) -> str:
 
 def resolve_source(recipe: str, cache: str) -> Path:
     """The recipe's source model, fetched (once) into the benchmark's cache."""
-    from edgebuild.build import load_variants, open_store, source_resolver
+    from edgebuild.build.jobs import load_variants, source_resolver
+    from edgebuild.store.location import open_store
     from edgebuild.registry import get_registry
 
     registry = get_registry()

@@ -284,7 +284,8 @@ class BuiltModel:
 
 def build_fp32(recipe_name: str, cache_dir: str | None, samples: int) -> BuiltModel:
     """Build (or fetch from the store) the recipe's fp32 variant; validation's inputs and runners."""
-    from edgebuild.build import load_variants, open_store, plan_jobs
+    from edgebuild.build.jobs import load_variants, plan_jobs
+    from edgebuild.store.location import open_store
     from edgebuild.dag.executor import Executor
     from edgebuild.dag.validate import reference_for
     from edgebuild.errors import BuildError

@@ -37,7 +37,8 @@ ORT_THREADS = 2
 
 def build_package(recipe: str, variant: str, cache: str):
     """Build ``recipe:variant`` up to its package; (Variant, artifact path, lower stage info)."""
-    from edgebuild.build import load_variants, open_store, plan_jobs
+    from edgebuild.build.jobs import load_variants, plan_jobs
+    from edgebuild.store.location import open_store
     from edgebuild.dag.executor import Executor
     from edgebuild.registry import get_registry
 

@@ -29,9 +29,9 @@ def __getattr__(name: str):
 
 
 class _Package(types.ModuleType):
-    """``edgebuild.build`` names both the API function and the module ``edgebuild/build.py``.
-    Importing the module binds it on the package; the attribute stays the function (the module
-    is still ``sys.modules["edgebuild.build"]`` and ``from edgebuild.build import ...`` works)."""
+    """``edgebuild.build`` names both the API function and the package ``edgebuild/build/``.
+    Importing the package binds it on ``edgebuild``; the attribute stays the function (the package
+    is still ``sys.modules["edgebuild.build"]`` and ``from edgebuild.build.jobs import ...`` works)."""
 
     def __setattr__(self, name, value):
         if name == "build" and isinstance(value, types.ModuleType):

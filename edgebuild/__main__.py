@@ -4,14 +4,14 @@ import sys
 
 
 def main() -> None:
-    from edgebuild import uptodate
+    from edgebuild.store import uptodate
 
     argv = sys.argv[1:]
     code = uptodate.replay(argv)
     if code is not None:
         sys.exit(code)
     uptodate.entry_argv = argv
-    from edgebuild.cli import main as cli_main
+    from edgebuild.cli.app import main as cli_main
 
     cli_main()
 

@@ -127,7 +127,7 @@ class LoadedRecipe:
 def load_recipe(recipe: str | os.PathLike | Mapping[str, Any], *, base_dir: str | os.PathLike | None = None) -> LoadedRecipe:
     """Load and validate a recipe file, or a recipe given as a dict (relative paths in it are
     taken from ``base_dir``, default the working directory). Raises ``RecipeError``."""
-    from edgebuild.build import load_variants
+    from edgebuild.build.jobs import load_variants
     from edgebuild.registry import get_registry
 
     if isinstance(recipe, Mapping):
@@ -179,8 +179,8 @@ def build(recipe: RecipeLike, variant: str | Sequence[str] | None = None, *, job
     path = recipe.path if isinstance(recipe, LoadedRecipe) else Path(recipe)
     if not path.is_file():
         raise UsageError(f"{path}: no such recipe file")
-    from edgebuild.progress import Printer
-    from edgebuild.run import run_recipes
+    from edgebuild.build.run import run_recipes
+    from edgebuild.report.console import Printer
 
     variants = [variant] if isinstance(variant, str) else list(variant) if variant else None
     stdout = io.StringIO()

@@ -9,8 +9,8 @@ from typing import Any, Callable
 import pluggy
 
 from edgebuild import hookspecs
+from edgebuild.dag.versions import key_version
 from edgebuild.errors import PluginError
-from edgebuild.versions import key_version
 
 KINDS = (
     "resolvers",

@@ -60,7 +60,7 @@ def project(tmp_path, monkeypatch):
 
 def edgebuild(*args, env=None, cwd=None, check=None):
     """Run the CLI in a subprocess, as a user would."""
-    done = subprocess.run([sys.executable, "-m", "edgebuild.cli", *map(str, args)], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", *map(str, args)], capture_output=True,
                           text=True, env={**os.environ, **(env or {})}, cwd=cwd)
     if check is not None:
         assert done.returncode == check, done.stderr + done.stdout
@@ -73,7 +73,7 @@ def run_until_stage(recipe: Path, log: Path, stage: str, *, sleep: int) -> subpr
     import time
 
     env = {**os.environ, "EDGEBUILD_TEST_SLEEP": str(sleep)}
-    proc = subprocess.Popen([sys.executable, "-m", "edgebuild.cli", "run", str(recipe)],
+    proc = subprocess.Popen([sys.executable, "-m", "edgebuild.cli.app", "run", str(recipe)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 2 * sleep
     while f"{stage}:start" not in log_lines(log):

@@ -99,7 +99,7 @@ def test_check_raises_build_error_for_a_failed_stage(coreml_project, tmp_path):
 def test_import_edgebuild_stays_cheap_and_build_stays_the_function():
     code = ("import sys, edgebuild; heavy = {'pydantic', 'typer', 'rich', 'onnx', 'numpy', 'edgebuild.api'};"
             "print(sorted(m for m in heavy if m in sys.modules));"
-            "import edgebuild.build; from edgebuild.build import open_store;"
+            "import edgebuild.build.jobs; from edgebuild.build.jobs import plan_jobs;"
             "print(callable(edgebuild.build) and edgebuild.build.__module__ == 'edgebuild')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[:2] == ["[]", "True"]

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from edgebuild import bundle
+from edgebuild.bundle import manifest as bundle
 
 
 def test_committed_bundle_schema_is_current():
     assert bundle.SCHEMA_PATH.read_text() == bundle.schema_text(), \
-        "regenerate: python -m edgebuild.bundle --out schemas/bundle.schema.json"
+        "regenerate: python -m edgebuild.bundle.manifest --out schemas/bundle.schema.json"
 
 
 def _manifest() -> bundle.Manifest:

@@ -69,7 +69,7 @@ def test_corrupt_store_entry_is_rebuilt_not_served(project, tmp_path):
 def test_two_concurrent_runs_build_each_stage_once(project, tmp_path):
     recipe = project()
     env = {**os.environ, "EDGEBUILD_TEST_SLEEP": "1.5"}
-    procs = [subprocess.Popen([sys.executable, "-m", "edgebuild.cli", "run", str(recipe), "--json"],
+    procs = [subprocess.Popen([sys.executable, "-m", "edgebuild.cli.app", "run", str(recipe), "--json"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
     results = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], results
@@ -150,9 +150,9 @@ def test_missing_source_is_a_clear_error(project):
 def test_a_fully_cached_run_loads_no_model_library(project):
     recipe = project()
     edgebuild("run", recipe, check=0)
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "edgebuild.cli", "run", str(recipe)],
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "edgebuild.cli.app", "run", str(recipe)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert "edgebuild.run" in loaded  # the full run, not the up-to-date answer
+    assert "edgebuild.build.run" in loaded  # the full run, not the up-to-date answer
     assert not loaded & {"onnx", "onnx_ir", "onnxscript", "coremltools", "torch", "numpy"}

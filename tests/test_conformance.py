@@ -10,8 +10,8 @@ import onnx
 import onnx.helper as oh
 import pytest
 
-from edgebuild import conformance
-from edgebuild.conformance import Case, classify, compare, run_suite, write_table
+from edgebuild.conformance import suite as conformance
+from edgebuild.conformance.suite import Case, classify, compare, run_suite, write_table
 from edgebuild.errors import UsageError
 
 RUNNER = "edgebuild_coreml.conformance_runner:run_onnx_case"

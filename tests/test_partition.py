@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgebuild.errors import BuildError
-from edgebuild.partition import handoffs, partition, segment_model
+from edgebuild.graph.partition import handoffs, partition, segment_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes" / "models"))
 import make_example_ops_model as example  # noqa: E402

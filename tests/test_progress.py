@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from conftest import edgebuild
-from edgebuild import progress
+from edgebuild.dag import progress
+from edgebuild.report import console
 from edgebuild.dag.executor import Executor, Job
 from edgebuild.dag.stages import Result, Stage
-from edgebuild.dag.store import Store
+from edgebuild.store.local import Store
 
 
 def _events_of(store=None, *, steps: int = 3) -> list[tuple]:
@@ -55,7 +56,7 @@ def test_live_display_shows_step_count_and_removes_finished_stages():
     from rich.console import Console
 
     out = io.StringIO()
-    printer = progress.LivePrinter(console=Console(file=out, force_terminal=True, width=120))
+    printer = console.LivePrinter(console=Console(file=out, force_terminal=True, width=120))
     printer.on_event("cnn:int4", "lower:start", None)
     printer.on_event("cnn:int4", "lower:progress", progress.Step("ops lowered", 5, 10))
     [task] = printer._live.tasks
@@ -72,7 +73,7 @@ def test_live_display_shows_step_count_and_removes_finished_stages():
 
 def test_plain_printer_writes_start_and_finish_lines_without_colour():
     out = io.StringIO()
-    printer = progress.Printer(out)
+    printer = console.Printer(out)
     printer.on_event("cnn:int4", "validate:start", None)
     printer.on_event("cnn:int4", "validate:progress", progress.Step(progress.STARTED, 0))
     printer.on_event("cnn:int4", "validate:progress", progress.Step("samples validated", 3, 8))
@@ -82,16 +83,16 @@ def test_plain_printer_writes_start_and_finish_lines_without_colour():
 
 def test_quiet_printer_keeps_errors_only():
     out = io.StringIO()
-    printer = progress.Printer(out, quiet=True)
+    printer = console.Printer(out, quiet=True)
     printer.on_event("r:v", "lower:progress", progress.Step(progress.STARTED, 0))
     printer.print("r:v validation passed")
-    printer.error("[red]error[/] r:v: " + progress.escape("shape [1, 3] does not fit [bold]"))
+    printer.error("[red]error[/] r:v: " + console.escape("shape [1, 3] does not fit [bold]"))
     assert out.getvalue() == "error r:v: shape [1, 3] does not fit [bold]\n"
 
 
 def test_printer_for_picks_plain_lines_off_a_terminal_and_quiet_on_request():
-    assert type(progress.printer_for(io.StringIO())) is progress.Printer
-    assert progress.printer_for(io.StringIO(), quiet=True).quiet
+    assert type(console.printer_for(io.StringIO())) is console.Printer
+    assert console.printer_for(io.StringIO(), quiet=True).quiet
 
 
 def test_run_off_a_terminal_prints_plain_start_and_finish_lines(project):

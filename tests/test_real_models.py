@@ -57,7 +57,7 @@ def build(recipe: str, variant: str, cache: Path, workdir: Path) -> tuple[dict, 
     )
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     done = subprocess.run(
-        [sys.executable, "-m", "edgebuild.cli", "run", str(small), "--variant", variant,
+        [sys.executable, "-m", "edgebuild.cli.app", "run", str(small), "--variant", variant,
          "--cache-dir", str(cache), "--json"],
         capture_output=True, text=True, cwd=workdir, env=env, timeout=1800,
     )

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 from edgebuild.errors import RecipeError
 from edgebuild.recipe import load_recipe
 from edgebuild.registry import get_registry
-from edgebuild.build import load_variants
+from edgebuild.build.jobs import load_variants
 
 GOOD = """\
 edgebuild: 1

@@ -14,7 +14,7 @@ import pytest
 from conftest import edgebuild
 from edgebuild.errors import BuildError, UsageError
 from edgebuild.verify.metrics import aggregate, compare, error_histogram, merge_histograms
-from edgebuild.verify.report import runtime_record, write_combined, write_report
+from edgebuild.report.write import runtime_record, write_combined, write_report
 from edgebuild.verify.thresholds import aggregation_for, check, limits_for
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild import docsgen
-from edgebuild.build import load_variants
+from edgebuild.recipe import docsgen
+from edgebuild.build.jobs import load_variants
 from edgebuild.registry import get_registry
 
 RECIPES = sorted((docsgen.ROOT / "recipes").glob("*.yaml"))

@@ -20,7 +20,7 @@ def run(*args, env=None):
     timings = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
     stderr = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("import time:"))
     assert timings, "the interpreter printed no import timings"
-    replayed = not any(line.rstrip().endswith(" edgebuild.cli") for line in timings)
+    replayed = not any(line.rstrip().endswith(" edgebuild.cli.app") for line in timings)
     return done, replayed, stderr
 
 
@@ -121,7 +121,7 @@ def test_a_corrupt_stamp_means_a_full_run(project, tmp_path):
 
 
 def test_a_stamp_that_cannot_be_written_does_not_fail_the_run(monkeypatch, tmp_path):
-    from edgebuild import uptodate
+    from edgebuild.store import uptodate
 
     def refuse(path, text):
         raise PermissionError(13, "read-only cache", str(path))

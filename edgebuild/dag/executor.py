@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from edgebuild import progress
+from edgebuild.dag import progress
 from edgebuild.dag.interrupt import Interrupts
 from edgebuild.dag.keys import stage_key
 from edgebuild.dag.stages import Result, Stage
-from edgebuild.dag.store import Store
 from edgebuild.errors import BuildError, EdgebuildError
+from edgebuild.store.local import Store
 
 INTERRUPT_GRACE_SECONDS = 3.0
 _EXCLUSIVE: dict[str, threading.Lock] = {}  # see Executor._exclusive
@@ -171,7 +171,7 @@ class Executor:
 
                 shutil.rmtree(out, ignore_errors=True)  # nothing half-written left behind
                 raise
-            from edgebuild.dag.store import manifest_digest, scan
+            from edgebuild.store.local import manifest_digest, scan
 
             return Result(stage.name, key, manifest_digest(scan(out)), out, info, "ran",
                           round(time.perf_counter() - start, 3))

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from edgebuild.versions import edgebuild_version
-from edgebuild.dag.hashstate import file_sha256
+from edgebuild.dag.versions import edgebuild_version
 from edgebuild.errors import UsageError
 from edgebuild.recipe import Variant
+from edgebuild.store.hashstate import file_sha256
 
 
 @dataclass

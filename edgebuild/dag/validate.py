@@ -131,10 +131,15 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
              candidate_name: str = "interpreter", *, reference: Runner | None = None, specs: dict | None = None,
              reference_name: str = "onnxruntime") -> dict:
     """Run both sides on the recipe's inputs; return the report's ``validation`` record."""
-    from edgebuild.progress import report
+    from edgebuild.dag.progress import report
+    from edgebuild.report.write import runtime_record
     from edgebuild.verify.inputs import generate_inputs
-    from edgebuild.verify.metrics import aggregate, compare, error_histogram, merge_histograms
-    from edgebuild.verify.report import runtime_record
+    from edgebuild.verify.metrics import (
+        aggregate,
+        compare,
+        error_histogram,
+        merge_histograms,
+    )
     from edgebuild.verify.thresholds import aggregation_for, check, limits_for
 
     specs = specs if specs is not None else onnx_input_specs(source_path, recipe_inputs)
@@ -171,7 +176,7 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
 
 
 def save(out: Path, record: dict) -> dict:
-    from edgebuild.verify.report import to_jsonable
+    from edgebuild.report.write import to_jsonable
 
     (out / "validation.json").write_text(json.dumps(to_jsonable(record), indent=1))
     return to_jsonable(record)

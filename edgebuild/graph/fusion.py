@@ -15,7 +15,14 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import pattern
 
-from edgebuild.graph.fusion_rules import activations, attention, bias, conv_bn, dequant, layer_norm
+from edgebuild.graph.fusion_rules import (
+    activations,
+    attention,
+    bias,
+    conv_bn,
+    dequant,
+    layer_norm,
+)
 
 MAX_ROUNDS = 8
 

@@ -15,8 +15,8 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from edgebuild.errors import BuildError, UsageError
-from edgebuild.dag.atomic import atomic_file
-from edgebuild.dag.hashstate import file_sha256
+from edgebuild.store.atomic import atomic_file
+from edgebuild.store.hashstate import file_sha256
 
 
 def check_digest(path: Path, expected: str | None, what: str) -> str:

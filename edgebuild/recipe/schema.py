@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from edgebuild.recipe.model import Recipe
 
-
 # Distributions of this repository. The committed schema covers these, so it does not change
 # with whatever else is installed; `edgebuild schema --installed` covers every plugin.
 FIRST_PARTY = {"edgebuild", "edgebuild-coreml", "edgebuild-pytorch", "edgebuild-mpsgraph", "edgebuild-msl"}

@@ -86,14 +86,15 @@ class Layout:
             self._write_record({"output": self.out.name})
 
     def _write_record(self, record: dict) -> None:
-        from edgebuild.dag.atomic import write_text_atomic
+        from edgebuild.store.atomic import write_text_atomic
 
         write_text_atomic(self.record, json.dumps(record, indent=2) + "\n")
 
     def place(self) -> bool:
         """Put the built package at ``out`` (hard links); False when it was already there."""
-        from edgebuild.build import LOCK_NAME, _link_or_copy
-        from edgebuild.dag.atomic import atomic_dir
+        from edgebuild.build.lockfile import LOCK_NAME
+        from edgebuild.store.atomic import atomic_dir
+        from edgebuild.store.links import link_or_copy
 
         lock = (self.built.parent / LOCK_NAME).read_text()
         record = self.read_record() or {}
@@ -104,7 +105,7 @@ class Layout:
                              hint=f"the package is in {_shown(self.built)}")
         with atomic_dir(self.out) as tmp:
             shutil.rmtree(tmp)
-            shutil.copytree(self.built, tmp, copy_function=_link_or_copy)
+            shutil.copytree(self.built, tmp, copy_function=link_or_copy)
         st = self.out.stat()
         self._write_record({"output": self.out.name, "inode": [st.st_dev, st.st_ino], "lock": lock})
         return True
@@ -149,7 +150,7 @@ def recipe_text(started, layout: Layout, precision: str, compression: dict | Non
 def convert(model: str, out: Path, *, precision: str = "fp16", compress: str | None = None,
             deployment_target: str | None = None, cache_dir=None, console) -> int:
     """Write the recipe beside ``out``, build it, put the package at ``out``. Returns the exit code."""
-    from edgebuild.run import run_recipes
+    from edgebuild.build.run import run_recipes
     from edgebuild.start.init import start, write_recipe
 
     out = Path(out)

@@ -39,9 +39,9 @@ def _resolve(model: str, cache_dir=None) -> tuple[Path, str | None, str | None]:
         if not path.is_file():
             raise UsageError(f"{model}: no such model file")
         return path.resolve(), None, None
-    from edgebuild.build import open_store
-    from edgebuild.dag.hashstate import file_sha256
     from edgebuild.graph.resolvers import resolve_pypi, scheme_of
+    from edgebuild.store.hashstate import file_sha256
+    from edgebuild.store.location import open_store
 
     scheme = scheme_of(model)
     if scheme != "pypi":  # an https: download is only ever kept under the digest the user gives
@@ -160,8 +160,8 @@ def _shown(path: Path) -> str:
 
 def write_recipe(text: str, path: Path, *, replace: bool) -> None:
     """Write ``text`` to ``path`` after loading it back through the recipe loader."""
-    from edgebuild.dag.atomic import write_text_atomic
     from edgebuild.recipe import load_recipe
+    from edgebuild.store.atomic import write_text_atomic
 
     if path.exists() and not replace:
         raise UsageError(f"{_shown(path)} exists; init does not overwrite it",

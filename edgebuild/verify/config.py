@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-
 MAX_SAMPLES = 10_000
 MAX_TOKENS = 1_000_000  # token sequence length
 MAX_VOCAB = 2**31  # token ids are int32 on the device

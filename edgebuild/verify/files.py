@@ -34,7 +34,7 @@ def input_paths(section, base_dir: Path) -> list[Path]:
 def input_digests(section, base_dir: Path) -> dict[str, str]:
     """``{path as written relative to the recipe: sha256}`` of every input file; a missing one is
     ``"missing"`` (the stage that reads it reports the error)."""
-    from edgebuild.dag.hashstate import file_sha256
+    from edgebuild.store.hashstate import file_sha256
 
     digests = {}
     for path in input_paths(section, base_dir):

@@ -20,8 +20,15 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from edgebuild.errors import UsageError
-from edgebuild.verify.config import ImagesInput, InputSource, RandomInput, TokensInput, ValidateSection
+from edgebuild.verify.config import (
+    ImagesInput,
+    InputSource,
+    RandomInput,
+    TokensInput,
+    ValidateSection,
+)
 from edgebuild.verify.files import IMAGE_SUFFIXES, image_files
+
 MASK_INPUT = "attention_mask"
 TOKEN_TYPE_INPUT = "token_type_ids"
 

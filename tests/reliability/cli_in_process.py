@@ -8,8 +8,8 @@ import pytest
 
 
 def cli(capsys, *args) -> tuple[int, str]:
-    """``edgebuild ARGS`` through ``edgebuild.cli.main``: its exit code and stderr."""
-    from edgebuild.cli import main
+    """``edgebuild ARGS`` through ``edgebuild.cli.app.main``: its exit code and stderr."""
+    from edgebuild.cli.app import main
 
     old = sys.argv
     sys.argv = ["edgebuild", *map(str, args)]

@@ -236,7 +236,7 @@ class _Runtime:
 
 
 def test_verify_reference_that_does_not_match_the_artifact(tmp_path):
-    from edgebuild.arguments import check_reference
+    from edgebuild.cli.arguments import check_reference
     from edgebuild.errors import UsageError
 
     reference = write_model(tmp_path / "m.onnx", input_name="input.1")
@@ -251,10 +251,10 @@ def test_verify_reference_that_does_not_match_the_artifact(tmp_path):
 def test_verify_reference_mismatch_with_a_real_artifact(project):
     """Build a real .mlpackage, then verify it against a model with other inputs (subprocess, as a user)."""
     (project / "recipe.yaml").write_text(RECIPE.replace("testcopy", "coreml"))
-    run = subprocess.run([sys.executable, "-m", "edgebuild.cli", "run", "recipe.yaml"], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "run", "recipe.yaml"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     write_model(project / "other.onnx", input_name="z")
-    done = subprocess.run([sys.executable, "-m", "edgebuild.cli", "verify", "out/default/model.mlpackage",
+    done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "verify", "out/default/model.mlpackage",
                            "--reference", "other.onnx"], capture_output=True, text=True)
     assert done.returncode == 2, done.stderr
     assert "does not match" in done.stderr and "'x'" in done.stderr

@@ -93,7 +93,7 @@ def started(line: str, stage: str) -> bool:
 def interrupt_at(recipe: Path, stage: str, cache: Path, *args: str) -> tuple[int, float, str]:
     """Run the build, SIGINT it as ``stage`` starts: (exit code, seconds from signal to exit, stderr)."""
     env = dict(os.environ, EDGEBUILD_CACHE_DIR=str(cache), PYTHONWARNINGS="ignore")
-    proc = subprocess.Popen([sys.executable, "-m", "edgebuild.cli", "run", str(recipe), "-v", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "edgebuild.cli.app", "run", str(recipe), "-v", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                             cwd=recipe.parent)
     lines: queue.Queue = queue.Queue()
@@ -136,7 +136,7 @@ def assert_nothing_half_written(cache: Path, stage: str, workdir: Path) -> None:
 
 def assert_rerun_builds(recipe: Path, cache: Path, stage: str, *args: str) -> None:
     env = dict(os.environ, EDGEBUILD_CACHE_DIR=str(cache), PYTHONWARNINGS="ignore")
-    done = subprocess.run([sys.executable, "-m", "edgebuild.cli", "run", str(recipe), "--json", *args],
+    done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "run", str(recipe), "--json", *args],
                           capture_output=True, text=True, env=env, cwd=recipe.parent, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     variants = json.loads(done.stdout)["variants"]
@@ -159,7 +159,7 @@ def test_ctrl_c_with_two_core_ml_variants_on_worker_threads(tmp_path):
     assert code == 130 and elapsed < STOP_WITHIN_SECONDS, stderr[-3000:]
     assert not list(cache.glob("tmp/*")) and not (tmp_path / "out").exists()
     env = dict(os.environ, EDGEBUILD_CACHE_DIR=str(cache), PYTHONWARNINGS="ignore")
-    done = subprocess.run([sys.executable, "-m", "edgebuild.cli", "run", str(recipe), "-j", "2", "--json"],
+    done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "run", str(recipe), "-j", "2", "--json"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     variants = json.loads(done.stdout)["variants"]

@@ -23,7 +23,7 @@ MARKER = ".edgebuild-output"
 @pytest.fixture
 def cli(capsys, monkeypatch):
     """Run ``edgebuild ARGS`` in this process; (exit code, stdout, stderr)."""
-    from edgebuild.cli import main
+    from edgebuild.cli.app import main
 
     def invoke(*args):
         monkeypatch.setattr(sys, "argv", ["edgebuild", *map(str, args)])
@@ -110,7 +110,8 @@ def test_variant_name_escaping_outputs_dir_never_touches_the_victim(project, tmp
 @pytest.mark.parametrize("name", ["..", "../victim", "../../victim", "a/b", "/victim", ".", ""])
 def test_resolved_output_path_stays_inside_outputs_dir(project, tmp_path, name):
     """Defence in depth below the recipe loader's name check: planning itself refuses."""
-    from edgebuild.build import Build, check_output_dir, output_location
+    from edgebuild.build.jobs import Build
+    from edgebuild.build.outputs import check_output_dir, output_location
     from edgebuild.dag.executor import Job
     from edgebuild.errors import UsageError
     from edgebuild.recipe import load_recipe
@@ -258,7 +259,7 @@ def test_output_directory_of_an_earlier_version_without_marker_is_still_ours(pro
 def run_with_umask(mask: int, *args):
     old = os.umask(mask)
     try:
-        return subprocess.run([sys.executable, "-m", "edgebuild.cli", *map(str, args)], capture_output=True, text=True)
+        return subprocess.run([sys.executable, "-m", "edgebuild.cli.app", *map(str, args)], capture_output=True, text=True)
     finally:
         os.umask(old)
 
@@ -285,11 +286,11 @@ def test_outputs_get_the_usual_modes_and_artifacts_link_only_read_only_store_fil
 
 
 def test_store_file_is_linked_only_once_read_only_else_copied(tmp_path, monkeypatch):
-    from edgebuild.build import _link_or_copy
+    from edgebuild.store.links import link_or_copy
 
     src = tmp_path / "store-file"
     src.write_bytes(b"weights")
-    _link_or_copy(src, tmp_path / "linked")
+    link_or_copy(src, tmp_path / "linked")
     assert os.path.samefile(src, tmp_path / "linked") and not src.stat().st_mode & 0o222
     src.chmod(0o644)
 
@@ -301,7 +302,7 @@ def test_store_file_is_linked_only_once_read_only_else_copied(tmp_path, monkeypa
         return real_chmod(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "chmod", refuse)
-    _link_or_copy(src, tmp_path / "copied")
+    link_or_copy(src, tmp_path / "copied")
     assert not os.path.samefile(src, tmp_path / "copied") and (tmp_path / "copied").read_bytes() == b"weights"
 
 

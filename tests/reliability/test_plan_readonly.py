@@ -61,7 +61,7 @@ def project(tmp_path, monkeypatch):
 
 
 def plan(recipe: Path, cache: Path, capsys) -> dict:
-    from edgebuild.run import plan_recipe
+    from edgebuild.cli.plan import plan_recipe
 
     plan_recipe(str(recipe), cache_dir=str(cache), as_json=True)
     return json.loads(capsys.readouterr().out)
@@ -99,7 +99,7 @@ def test_plan_twice_on_a_fresh_cache_leaves_the_store_empty(project, tmp_path, c
 def test_plan_after_a_build_reads_the_store_and_changes_nothing(project, tmp_path, capsys):
     from rich.console import Console
 
-    from edgebuild.run import run_recipes
+    from edgebuild.build.run import run_recipes
 
     recipe, cache = project(samples=8), tmp_path / "cache"
     assert run_recipes([str(recipe)], cache_dir=str(cache), console=Console(file=io.StringIO())) == 0

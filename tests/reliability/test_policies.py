@@ -115,7 +115,7 @@ def small_onnx(path: Path) -> Path:
 def build(tmp_path: Path, body: str) -> tuple[int, str]:
     from rich.console import Console
 
-    from edgebuild.run import run_recipes
+    from edgebuild.build.run import run_recipes
 
     small_onnx(tmp_path / "small.onnx")
     recipe = tmp_path / "small.yaml"

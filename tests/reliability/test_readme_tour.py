@@ -25,7 +25,7 @@ TESTED = {"init", "convert", "run", "plan", "validate", "plugins", "cache", "sch
 
 
 def edgebuild(*args, cwd: Path, cache: Path, timeout: int = 1800) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "edgebuild.cli", *map(str, args)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, timeout=timeout,
                           env={**os.environ, "EDGEBUILD_CACHE_DIR": str(cache), "PYTHONWARNINGS": "ignore"})
     assert done.returncode == 0, f"edgebuild {' '.join(map(str, args))}: exit {done.returncode}\n{done.stderr[-3000:]}"

@@ -261,7 +261,7 @@ def test_alias_bomb_is_refused_under_a_memory_and_time_limit(tmp_path):
     """The billion laughs, through the real CLI in a process capped at 1 GiB and 120 s."""
     write_model(tmp_path / "m.onnx")
     (tmp_path / "recipe.yaml").write_text(BASE + billion_laughs() + "metadata: {description: *l8}\n")
-    done = subprocess.run([sys.executable, "-m", "edgebuild.cli", "validate", "recipe.yaml"], cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "validate", "recipe.yaml"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, preexec_fn=_limit_memory,
                           env={**os.environ, "PYTHONFAULTHANDLER": "0"})
     assert done.returncode == 2, done.stderr

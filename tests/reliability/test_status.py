@@ -28,7 +28,7 @@ class _Variant:
 
 
 def _build(tmp_path: Path, runtimes: dict, error=None):
-    from edgebuild.build import Build
+    from edgebuild.build.jobs import Build
 
     validate = Result("validate", "k" * 64, "d", tmp_path, {"samples": 4, "runtimes": runtimes, "failures": []}, "ran", 1.0)
     job = Job("cnn:int4", [], {"validate": validate}, error)
@@ -36,7 +36,7 @@ def _build(tmp_path: Path, runtimes: dict, error=None):
 
 
 def test_a_failed_limit_makes_the_variant_failed_with_structured_failures(tmp_path):
-    from edgebuild.run import _status, _variant_json
+    from edgebuild.build.run import _status, _variant_json
 
     failure = {"output": "logits", "metric": "cosine", "value": 0.99, "limit": 0.999, "statistic": "worst",
                "message": "output 'logits': cosine 0.99 < cosine_min 0.999"}
@@ -49,7 +49,7 @@ def test_a_failed_limit_makes_the_variant_failed_with_structured_failures(tmp_pa
 
 
 def test_failures_are_read_from_the_runtimes_even_when_a_cached_stage_kept_sentences(tmp_path):
-    from edgebuild.run import _variant_json
+    from edgebuild.build.run import _variant_json
 
     build = _build(tmp_path, {"interpreter": {"metrics": {}, "failures": [
         {"output": "y", "metric": "max_abs", "value": 0.5, "limit": 0.1, "message": "..."}]}})
@@ -58,7 +58,7 @@ def test_failures_are_read_from_the_runtimes_even_when_a_cached_stage_kept_sente
 
 
 def test_a_variant_within_its_limits_is_built(tmp_path):
-    from edgebuild.run import _status
+    from edgebuild.build.run import _status
 
     assert _status(_build(tmp_path, {"interpreter": {"metrics": {}, "failures": []}})) == "built"
 
@@ -94,7 +94,7 @@ def built(tmp_path_factory):
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 3])], [w])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), work / "cls.onnx")
     (work / "cls.yaml").write_text(RECIPE)
-    done = subprocess.run([sys.executable, "-m", "edgebuild.cli", "run", "cls.yaml", "--json"], cwd=work,
+    done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "run", "cls.yaml", "--json"], cwd=work,
                           capture_output=True, text=True, env={**os.environ, "EDGEBUILD_CACHE_DIR": str(work / "cache")})
     variants = {v["variant"]: v for v in json.loads(done.stdout)["variants"]} if done.stdout else {}
     return work, done, variants

@@ -85,8 +85,8 @@ def test_corrupt_store_file_with_restored_mtime_reruns_its_stage(project, tmp_pa
 
 def test_entry_is_served_by_stat_only_while_inode_size_mtime_and_ctime_are_unchanged(tmp_path, monkeypatch):
     """Verified files are not re-hashed on every lookup; any ctime change forces a re-hash."""
-    from edgebuild.dag import hashstate
-    from edgebuild.dag.store import Store
+    from edgebuild.store import hashstate
+    from edgebuild.store.local import Store
 
     hashstate.configure(tmp_path / "state.db")
     store = Store(tmp_path / "store")
@@ -192,8 +192,8 @@ def test_temporaries_of_killed_builds_are_counted_and_reclaimed(project, tmp_pat
 
 
 def test_temporary_of_a_live_build_is_left_alone(tmp_path):
-    from edgebuild.dag import hashstate
-    from edgebuild.dag.store import Store
+    from edgebuild.store import hashstate
+    from edgebuild.store.local import Store
 
     hashstate.configure(tmp_path / "state.db")
     store = Store(tmp_path / "store")
@@ -275,7 +275,7 @@ def test_a_locked_state_db_means_hashing_again_not_failing(tmp_path, monkeypatch
     import hashlib
     import sqlite3
 
-    from edgebuild.dag import hashstate
+    from edgebuild.store import hashstate
 
     monkeypatch.setattr(hashstate, "_LOCK_TIMEOUT", 0.05)
     db = tmp_path / "state.db"

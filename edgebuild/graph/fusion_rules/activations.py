@@ -19,7 +19,12 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from edgebuild.graph.fusion_rules._values import EDGEBUILD_DOMAIN, const_array, is_scalar, new_initializer
+from edgebuild.graph.fusion_rules._values import (
+    EDGEBUILD_DOMAIN,
+    const_array,
+    is_scalar,
+    new_initializer,
+)
 
 MIN_OPSET = 14  # HardSwish
 SQRT_2 = math.sqrt(2.0)

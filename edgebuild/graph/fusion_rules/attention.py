@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from onnxscript.rewriter import pattern
 
-from edgebuild.graph.fusion_rules._values import EDGEBUILD_DOMAIN, int_attr, rank, scalar
+from edgebuild.graph.fusion_rules._values import (
+    EDGEBUILD_DOMAIN,
+    int_attr,
+    rank,
+    scalar,
+)
 
 SCALE_FORMS = ("split", "mul", "div", "none")  # longest first
 

@@ -10,7 +10,11 @@ from __future__ import annotations
 import numpy as np
 from onnxscript.rewriter import pattern
 
-from edgebuild.graph.fusion_rules._values import const_array, float_attr, new_initializer
+from edgebuild.graph.fusion_rules._values import (
+    const_array,
+    float_attr,
+    new_initializer,
+)
 
 
 def _conv_bn(op, x, gamma, beta, mean, var):

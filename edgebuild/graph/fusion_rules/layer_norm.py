@@ -11,7 +11,14 @@ from __future__ import annotations
 import numpy as np
 from onnxscript.rewriter import pattern
 
-from edgebuild.graph.fusion_rules._values import const_array, float_attr, int_attr, new_initializer, rank, scalar
+from edgebuild.graph.fusion_rules._values import (
+    const_array,
+    float_attr,
+    int_attr,
+    new_initializer,
+    rank,
+    scalar,
+)
 
 
 def _reduced_axes(node) -> list[int] | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from edgebuild.dag.stages import Stage
 from edgebuild.errors import BuildError
 from edgebuild.verify.files import digest_params
-from edgebuild.versions import edgebuild_version
+from edgebuild.dag.versions import edgebuild_version
 
 ARTIFACT = "model.mlpackage"
 

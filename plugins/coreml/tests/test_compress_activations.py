@@ -216,7 +216,7 @@ def _run_recipe(tmp_path, cosine_min):
     recipe = tmp_path / "w8a8.yaml"
     recipe.write_text(TINY_RECIPE.format(cosine_min=cosine_min))
     env = {**os.environ, "EDGEBUILD_CACHE_DIR": str(tmp_path / "cache")}
-    return subprocess.run([sys.executable, "-m", "edgebuild.cli", "run", str(recipe), "--json"],
+    return subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "run", str(recipe), "--json"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -238,7 +238,7 @@ def test_float32_recipe_with_activation_quantisation_is_a_recipe_error_with_its_
     recipe = tmp_path / "w8a8.yaml"
     recipe.write_text(TINY_RECIPE.format(cosine_min=0.99).replace("precision: float16", "precision: float32"))
     env = {**os.environ, "EDGEBUILD_CACHE_DIR": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-m", "edgebuild.cli", "validate", str(recipe)],
+    done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "validate", str(recipe)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert "w8a8.yaml:8:3 compression:" in done.stderr

@@ -6,7 +6,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from edgebuild.build import load_variants
+from edgebuild.build.jobs import load_variants
 from edgebuild.errors import RecipeError
 from edgebuild.registry import get_registry
 

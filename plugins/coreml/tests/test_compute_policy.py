@@ -81,7 +81,7 @@ def write_recipe(path: Path, model: str, *, body: str) -> Path:
 def run_in_process(recipe: Path, cache: Path) -> tuple[int, str]:
     from rich.console import Console
 
-    from edgebuild.run import run_recipes
+    from edgebuild.build.run import run_recipes
 
     out = io.StringIO()
     code = run_recipes([str(recipe)], cache_dir=str(cache), console=Console(file=out, width=200))
@@ -89,7 +89,7 @@ def run_in_process(recipe: Path, cache: Path) -> tuple[int, str]:
 
 
 def cli(*args, cache: Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgebuild.cli", *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "edgebuild.cli.app", *map(str, args)], capture_output=True,
                           text=True, cwd=cwd, env={**os.environ, "EDGEBUILD_CACHE_DIR": str(cache)})
 
 
@@ -304,7 +304,7 @@ validate:
 
 
 def test_plan_json_has_the_documented_top_level_shape(tmp_path, cache_dir, capsys):
-    from edgebuild.run import plan_recipe
+    from edgebuild.cli.plan import plan_recipe
 
     linear_model(tmp_path / "linear.onnx")
     body = "target: {backend: coreml, precision: float16}\ncompute: {policy: cpu_and_gpu}\n"

@@ -168,13 +168,13 @@ DEV_SLOW = [(recipe, variant)
 
 @pytest.fixture(scope="module")
 def dev_store(tmp_path_factory):
-    from edgebuild.build import open_store
+    from edgebuild.store.location import open_store
 
     return open_store(str(tmp_path_factory.mktemp("dev-models-cache")))
 
 
 def _lower_both_ways(recipe: str, variant: str, store, out: Path) -> dict[str, Path]:
-    from edgebuild.build import load_variants, plan_jobs
+    from edgebuild.build.jobs import load_variants, plan_jobs
     from edgebuild.dag.executor import Executor
     from edgebuild.registry import get_registry
 

@@ -28,7 +28,7 @@ def _recipe(tmp_path, thresholds: str) -> None:
 
 def _run(tmp_path):
     env = {**os.environ, "EDGEBUILD_CACHE_DIR": str(tmp_path / "cache")}
-    return subprocess.run([sys.executable, "-m", "edgebuild.cli", "run", "r.yaml", "--json"], cwd=tmp_path,
+    return subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "run", "r.yaml", "--json"], cwd=tmp_path,
                           env=env, capture_output=True, text=True)
 
 

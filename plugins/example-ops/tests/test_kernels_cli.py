@@ -8,7 +8,7 @@ import sys
 
 
 def test_kernels_command_checks_the_example_kernel():
-    done = subprocess.run([sys.executable, "-m", "edgebuild.cli", "kernels", "--json"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "kernels", "--json"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     rows = {r["op"]: r for r in json.loads(done.stdout)["kernels"]}
     assert rows["com.example::RMSNorm"]["status"] == "pass"
@@ -16,6 +16,6 @@ def test_kernels_command_checks_the_example_kernel():
 
 
 def test_a_tolerance_below_the_error_fails_with_exit_1():
-    done = subprocess.run([sys.executable, "-m", "edgebuild.cli", "kernels", "--tolerance", "0"],
+    done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "kernels", "--tolerance", "0"],
                           capture_output=True, text=True)
     assert done.returncode == 1 and "fail" in done.stdout and "com.example::RMSNorm" in done.stdout

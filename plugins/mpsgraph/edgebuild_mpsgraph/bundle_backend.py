@@ -31,7 +31,7 @@ def backend_supports(name: str, model: ir.Model, registry):
         from edgebuild_mpsgraph.lowering import supports
 
         return lambda node: supports(node, model, registry)
-    from edgebuild.partition import STANDARD_DOMAINS
+    from edgebuild.graph.partition import STANDARD_DOMAINS
 
     opsets = {("" if d == "ai.onnx" else d): v for d, v in model.opset_imports.items()}
 
@@ -68,7 +68,7 @@ def load_model(path: Path, registry) -> tuple[ir.Model, dict]:
 
 
 def plan_segments(model: ir.Model, kernels: dict, registry, params: dict):
-    from edgebuild.partition import partition
+    from edgebuild.graph.partition import partition
 
     backends = [(name, backend_supports(name, model, registry)) for name in params["prefer"]]
     return partition(model, backends, kernels, min_segment_ops=params["min_segment_ops"],
@@ -122,7 +122,7 @@ class BundleBackend:
             return {"segments": [{k: v for k, v in s.items() if k != "nodes"} for s in record]}
 
         def lower_stage(results, out: Path) -> dict:
-            from edgebuild.partition import Segment
+            from edgebuild.graph.partition import Segment
             from edgebuild_mpsgraph.segments import lower_segment
 
             model, _ = load_model(results["optimize"].path / "model.onnx", registry)
@@ -149,7 +149,7 @@ class BundleBackend:
 
             def validate_stage(results, out: Path) -> dict:
                 from edgebuild.dag.validate import save
-                from edgebuild.runtime import InferenceSession
+                from edgebuild.bundle.session import InferenceSession
                 from edgebuild_mpsgraph.validation import validate_bundle
 
                 produced = results["package"].info.get("artifact", ARTIFACT)
@@ -168,9 +168,9 @@ class BundleBackend:
     def package(lowered, out_dir: Path, recipe, variant: str, plugins: dict) -> dict:
         """Write ``out_dir/bundle`` (manifest + segments), or ``out_dir/model.mlpackage`` when Core
         ML runs the whole model; ``info["artifact"]`` names which."""
-        from edgebuild.bundle import HandOffSpec, Manifest, write_manifest
-        from edgebuild.partition import HandOff
-        from edgebuild.versions import edgebuild_version
+        from edgebuild.bundle.manifest import HandOffSpec, Manifest, write_manifest
+        from edgebuild.graph.partition import HandOff
+        from edgebuild.dag.versions import edgebuild_version
 
         info = lowered.info
         segments = info["segments"]

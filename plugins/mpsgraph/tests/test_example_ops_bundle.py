@@ -21,7 +21,7 @@ def built_bundle(tmp_path_factory):
     pytest.importorskip("edgebuild_coreml")
     from rich.console import Console
 
-    from edgebuild.run import run_recipes
+    from edgebuild.build.run import run_recipes
 
     work = tmp_path_factory.mktemp("example_ops")
     (work / "models").mkdir()
@@ -48,7 +48,7 @@ def test_bundle_has_three_segments_with_hand_offs(built_bundle):
 
 
 def test_inference_session_matches_the_reference(built_bundle):
-    from edgebuild.runtime import InferenceSession, compare_outputs
+    from edgebuild.bundle.session import InferenceSession, compare_outputs
     from edgebuild.registry import get_registry
     from edgebuild_mpsgraph.validation import reference_runner
 
@@ -73,8 +73,8 @@ def test_a_model_core_ml_runs_whole_stays_one_mlpackage(tmp_path):
     from onnx import TensorProto, helper, numpy_helper
     from rich.console import Console
 
-    from edgebuild.run import run_recipes
-    from edgebuild.runtime import InferenceSession
+    from edgebuild.build.run import run_recipes
+    from edgebuild.bundle.session import InferenceSession
 
     w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) / 10, "w")
     graph = helper.make_graph(

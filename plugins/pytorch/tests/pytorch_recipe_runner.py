@@ -22,7 +22,7 @@ def copy_recipe(name: str, into: Path) -> Path:
 
 
 def run_recipe(recipe: Path, cache_dir: Path, variants: list[str] | None = None) -> tuple[int, dict]:
-    from edgebuild.run import run_recipes
+    from edgebuild.build.run import run_recipes
 
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):

@@ -61,7 +61,7 @@ def test_kind_from_suffix_and_factory(name, options, kind):
 
 
 def test_recipe_option_error_names_file_and_line(tmp_path):
-    from edgebuild.build import load_variants
+    from edgebuild.build.jobs import load_variants
     from edgebuild.registry import get_registry
 
     recipe = tmp_path / "r.yaml"
@@ -93,7 +93,8 @@ def test_input_without_shape_is_a_usage_error():
 
 
 def test_a_local_config_is_part_of_the_import_key_and_a_prerequisite(tmp_path, monkeypatch):
-    from edgebuild.build import load_variants, local_inputs, open_store, plan_jobs
+    from edgebuild.build.jobs import load_variants, local_inputs, plan_jobs
+    from edgebuild.store.location import open_store
     from edgebuild.registry import build_registry
 
     monkeypatch.setenv("EDGEBUILD_CACHE_DIR", str(tmp_path / "cache"))

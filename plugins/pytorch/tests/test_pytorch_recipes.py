@@ -15,7 +15,7 @@ LIMITS = {"fp32": 0.9999, "fp16": 0.999}
 @pytest.fixture
 def cache_dir(tmp_path):
     """A fresh store whose source cache is the user's, so wheels are fetched once per machine."""
-    from edgebuild.build import cache_root
+    from edgebuild.store.location import cache_root
 
     cache = tmp_path / "cache"
     cache.mkdir()

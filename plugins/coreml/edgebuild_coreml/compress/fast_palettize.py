@@ -28,7 +28,7 @@ from coremltools.converters.mil._deployment_compatibility import AvailableTarget
 from coremltools.optimize._utils import infer_block_sizes
 
 from edgebuild.errors import BuildError
-from edgebuild.progress import report as report_progress
+from edgebuild.dag.progress import report as report_progress
 
 from .kmeans1d import palettize_fp16_tensors, palettize_groups
 from .lut import KmeansLutFunction

@@ -1,5 +1,5 @@
 """What a variant's ``report.json`` holds: one schema for the build that writes it
-(``edgebuild.run``) and the page that reads it (``html.py``), so a section cannot silently
+(``edgebuild.build.run``) and the page that reads it (``html.py``), so a section cannot silently
 go missing because the two sides spelt a key differently.
 
 Every section is optional (a variant without compression has no ``compression``), but a

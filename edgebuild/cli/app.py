@@ -57,10 +57,14 @@ def run(
     quiet: bool = typer.Option(False, "-q", "--quiet", help="print errors and unmet thresholds only"),
 ):
     """Build every variant of RECIPE... into its output directory."""
-    from edgebuild.arguments import check_cache_dir, check_depfile, check_recipe_paths
+    from edgebuild.build.run import run_recipes
+    from edgebuild.cli.arguments import (
+        check_cache_dir,
+        check_depfile,
+        check_recipe_paths,
+    )
     from edgebuild.errors import UsageError
-    from edgebuild.progress import printer_for
-    from edgebuild.run import run_recipes
+    from edgebuild.report.console import printer_for
 
     if quiet and verbose:
         raise UsageError("-q and -v contradict each other; give one")
@@ -82,7 +86,8 @@ def init(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="store for downloaded sources"),
 ):
     """Write a commented recipe read off MODEL: inputs, validation generators, fp32 and fp16 variants."""
-    from edgebuild.start.init import init as init_recipe, init_text, start
+    from edgebuild.start.init import init as init_recipe
+    from edgebuild.start.init import init_text, start
 
     if out == "-":
         sys.stdout.write(init_text(start(model, cache_dir), Path("recipe.yaml")))
@@ -103,7 +108,7 @@ def convert(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="store location"),
 ):
     """Build MODEL into OUT in one command; the recipe it used is written beside OUT."""
-    from edgebuild.progress import Printer
+    from edgebuild.report.console import Printer
     from edgebuild.start.convert import convert as convert_model
 
     raise typer.Exit(convert_model(model, out, precision=precision, compress=compress,
@@ -121,7 +126,7 @@ def plan(
 ):
     """Where the backend can tell, the compute plan (by unit, then by op type and reason); which
     stages would run, and why."""
-    from edgebuild.run import plan_recipe
+    from edgebuild.cli.plan import plan_recipe
 
     plan_recipe(str(recipe), chip=chip, variants=variant, cache_dir=cache_dir, as_json=as_json, console=_stderr(),
                 ops=ops)
@@ -130,8 +135,8 @@ def plan(
 @app.command("validate")
 def validate_cmd(recipes: List[Path] = typer.Argument(...)):
     """Check recipes (schema and semantics) without building anything."""
-    from edgebuild.arguments import check_recipe_paths
-    from edgebuild.build import load_variants
+    from edgebuild.build.jobs import load_variants
+    from edgebuild.cli.arguments import check_recipe_paths
 
     check_recipe_paths(recipes)
     registry = _registry()
@@ -154,7 +159,7 @@ def schema(
 
     text = json.dumps(recipe_schema(_registry(), installed=installed), indent=2, sort_keys=True) + "\n"
     if out:
-        from edgebuild.dag.atomic import write_text_atomic
+        from edgebuild.store.atomic import write_text_atomic
 
         write_text_atomic(out, text)
     else:
@@ -231,12 +236,10 @@ def verify(
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Compare an artifact with its source model on random inputs (exit 3 if a threshold fails)."""
+    from edgebuild.cli.arguments import check_reference
     from edgebuild.dag.validate import validate
-    from edgebuild.errors import UsageError
+    from edgebuild.report.write import to_jsonable
     from edgebuild.verify.config import ValidateSection
-    from edgebuild.verify.report import to_jsonable
-
-    from edgebuild.arguments import check_reference
 
     runtime = _runtime_for(artifact)
     check_reference(reference, artifact, runtime)
@@ -265,7 +268,7 @@ def verify(
 def report(directory: Path = typer.Argument(..., help="a recipe's outputs.dir, or any folder above built variants")):
     """Write DIRECTORY/index.html comparing every variant whose report.json is below DIRECTORY."""
     from edgebuild.errors import UsageError
-    from edgebuild.verify.report import find_reports, write_combined
+    from edgebuild.report.write import find_reports, write_combined
 
     if not directory.is_dir():
         raise UsageError(f"{directory}: no such directory")
@@ -291,7 +294,7 @@ def conformance(
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Run the ONNX backend node tests through a backend and its reference executor."""
-    from edgebuild.conformance import cli_main
+    from edgebuild.conformance.suite import cli_main
 
     raise typer.Exit(cli_main(suite, backend, ops.split(",") if ops else None, as_json, jobs))
 
@@ -338,7 +341,7 @@ def kernels(
 @cache_app.command("info")
 def cache_info(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"), as_json: bool = typer.Option(False, "--json")):
     """Where the store is, how big, and what `cache gc` would clean up."""
-    from edgebuild.build import open_store
+    from edgebuild.store.location import open_store
 
     store = open_store(cache_dir)
     entries, corrupt, leftovers = store.entries(), store.corrupt(), store.leftovers()
@@ -359,7 +362,7 @@ def cache_ls(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"), as_j
     """List store entries: key, stage, size, age (corrupt ones too, marked so)."""
     import time
 
-    from edgebuild.build import open_store
+    from edgebuild.store.location import open_store
 
     store = open_store(cache_dir)
     rows = [{"key": e.key, "stage": e.meta.get("stage"), "bytes": store.size_of(e),
@@ -402,8 +405,8 @@ def cache_gc(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
 ):
     """Remove corrupt entries and temporaries of killed builds; evict entries by age and size budget."""
-    from edgebuild.build import open_store
     from edgebuild.errors import UsageError
+    from edgebuild.store.location import open_store
 
     try:
         budget = _parse_size(max_size) if max_size else None
@@ -419,7 +422,7 @@ def cache_gc(
 @cache_app.command("clear")
 def cache_clear(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir")):
     """Remove every entry (and only what the store made)."""
-    from edgebuild.build import open_store
+    from edgebuild.store.location import open_store
 
     _cleanup_failed("clear", open_store(cache_dir).clear())
     typer.echo("cleared")

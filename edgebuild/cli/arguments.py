@@ -33,7 +33,7 @@ def check_depfile(depfile: Path | None) -> None:
 
 def check_cache_dir(cache_dir: Path | None) -> None:
     """The store's directory is a directory we can write (``--no-cache`` builds still open it)."""
-    from edgebuild.build import cache_root
+    from edgebuild.store.location import cache_root
 
     root = cache_root(cache_dir)
     what = "--cache-dir" if cache_dir else ("EDGEBUILD_CACHE_DIR" if os.environ.get("EDGEBUILD_CACHE_DIR")

@@ -5,7 +5,7 @@ execution order — each one's backend, files (relative to the bundle), inputs a
 with dtype, shape and layout, and compute units — and the hand-offs: which segment output
 (or graph input) feeds which segment input (or graph output). A runtime executes segments
 in order, passing each tensor by name. ``schemas/bundle.schema.json`` is generated from
-:class:`Manifest` (``python -m edgebuild.bundle --out schemas/bundle.schema.json``).
+:class:`Manifest` (``python -m edgebuild.bundle.manifest --out schemas/bundle.schema.json``).
 
 Layout: ``segments/<index>_<backend>/`` holds ``model.mlpackage`` (coreml),
 ``program.json`` + ``weights.bin`` (mpsgraph) or ``kernel.metal`` + ``kernel.json`` (msl).
@@ -25,7 +25,7 @@ from edgebuild.errors import BuildError
 FORMAT = "edgebuild-bundle"
 VERSION = 1
 MANIFEST = "manifest.json"
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "bundle.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "bundle.schema.json"
 
 
 class Strict(BaseModel):
@@ -103,7 +103,7 @@ def read_manifest(bundle_dir: Path) -> Manifest:
     return Manifest.model_validate(data)
 
 
-if __name__ == "__main__":  # python -m edgebuild.bundle [--out FILE]
+if __name__ == "__main__":  # python -m edgebuild.bundle.manifest [--out FILE]
     text = schema_text()
     if "--out" in sys.argv:
         Path(sys.argv[sys.argv.index("--out") + 1]).write_text(text)

@@ -1,4 +1,4 @@
-"""``edgebuild run`` and ``edgebuild plan``: drive the executor and tell the user what happened."""
+"""``edgebuild run``: drive the executor over every variant's job, materialise the outputs, tell the display."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import os
 import sys
 from pathlib import Path
 
-from edgebuild.build import (
-    Build, load_variants, local_inputs, lock_data, materialise, open_store, plan_jobs, read_lock, settle_artifact, write_depfile,
-)
+from edgebuild.build.depfile import write_depfile
+from edgebuild.build.jobs import Build, load_variants, local_inputs, plan_jobs
+from edgebuild.build.outputs import materialise, settle_artifact
 from edgebuild.dag.executor import Executor
 from edgebuild.errors import ValidationFailed
-from edgebuild.progress import as_printer, escape, stage_line, warning_lines
-from edgebuild.verify.html import human_bytes
-from edgebuild.verify.report import INDEX_HTML, REPORT_HTML, REPORT_JSON
+from edgebuild.report.console import as_printer, escape, stage_line, warning_lines
+from edgebuild.report.html import human_bytes
+from edgebuild.report.write import INDEX_HTML, REPORT_HTML, REPORT_JSON
+from edgebuild.store.location import open_store
 
 
 def _validation_failures(build: Build) -> list[dict]:
@@ -63,7 +64,6 @@ def _done_line(build: Build) -> str:
             f"report: {escape(_relative(build.output_dir / REPORT_HTML))}")
 
 
-
 def _variant_json(build: Build, *, as_cached: bool = False) -> dict:
     """The variant's ``run --json`` object; ``as_cached``: as a repeat of the run would report it."""
     job = build.job
@@ -89,7 +89,7 @@ def _variant_json(build: Build, *, as_cached: bool = False) -> dict:
 
 
 def _run_json(builds: list[Build], *, as_cached: bool = False) -> str:
-    from edgebuild.versions import edgebuild_version
+    from edgebuild.dag.versions import edgebuild_version
 
     variants = [_variant_json(b, as_cached=as_cached) for b in builds]
     return json.dumps({"variants": variants, "version": edgebuild_version()}) + "\n"
@@ -99,8 +99,8 @@ def _report_data(build: Build, registry):
     """The variant's report (report_schema.Report): header, stages, each stage's record, and the
     sections the page draws lifted from the stages that measure them."""
     from edgebuild.dag.stages import versions
-    from edgebuild.verify.report_schema import Report
-    from edgebuild.versions import edgebuild_version
+    from edgebuild.dag.versions import edgebuild_version
+    from edgebuild.report.schema import Report
 
     recipe = build.variant.recipe
     results = build.job.results
@@ -185,8 +185,8 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
 
 
 def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False) -> None:
-    """Let an identical repeat of this successful run answer without building (edgebuild.uptodate)."""
-    from edgebuild import uptodate
+    """Let an identical repeat of this successful run answer without building (edgebuild.store.uptodate)."""
+    from edgebuild.store import uptodate
 
     files, touch, lines = [], [], []
     for build in builds:
@@ -210,7 +210,7 @@ def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False) 
 def _write_comparisons(builds: list[Build], display) -> list[Path]:
     """The page comparing a recipe's variants (size, error, status), beside their folders; a
     stale report of a variant this run did not build is left off, with a warning."""
-    from edgebuild.verify.report import write_combined
+    from edgebuild.report.write import write_combined
 
     def skipped(path: Path, why: str) -> None:
         display.print(f"[yellow]warning[/] comparison page leaves out {escape(_relative(path))}: {escape(why)}")
@@ -228,88 +228,3 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-def stage_plan(build: Build, store) -> list[dict]:
-    """For each stage: cached, or would run and why (compared with the last build's lock file)."""
-    previous = (read_lock(build.output_dir) or {}).get("stages", {})
-    rows, known = [], {}
-    executor = Executor(store)
-    for stage in build.job.stages:
-        row = {"name": stage.name, "key": None, "status": "would run", "reason": ""}
-        before = previous.get(stage.name)
-        if stage.resolve is not None:
-            result = stage.resolve()
-            known[stage.name] = result
-            row.update(key=result.key, status="cached" if result.status == "cached" else "would run")
-            if before and before.get("digest") != result.digest:
-                row["reason"] = "source file changed"
-            rows.append(row)
-            continue
-        if all(d in known for d in stage.deps):
-            key = executor.key_of(stage, known)
-            row["key"] = key
-            entry = store.lookup(key)
-            if entry is not None:
-                from edgebuild.dag.stages import Result
-
-                known[stage.name] = Result(stage.name, key, entry.digest, entry.out, entry.info, "cached", 0)
-                row["status"] = "cached"
-                rows.append(row)
-                continue
-        row["reason"] = _why(stage, before, known)
-        rows.append(row)
-    return rows
-
-
-def _why(stage, before, known) -> str:
-    if before is None:
-        return "never built"
-    changed = sorted(k for k in set(stage.params) | set(before.get("params", {}))
-                     if stage.params.get(k) != before.get("params", {}).get(k))
-    if changed:
-        return "parameters changed: " + ", ".join(changed)
-    inputs = [d for d in stage.deps if d not in known or known[d].digest != before.get("inputs", {}).get(d)]
-    if inputs:
-        return "input changed: " + ", ".join(inputs)
-    if stage.plugins != before.get("plugins"):
-        return "plugin version changed"
-    return "not in the store (evicted or built elsewhere)"
-
-
-def plan_recipe(recipe, *, chip=None, variants=None, cache_dir=None, as_json=False, console=None, ops=False) -> None:
-    from edgebuild.registry import get_registry
-
-    registry = get_registry()
-    store = open_store(cache_dir)
-    builds = plan_jobs(load_variants([recipe], variants, registry), registry, store)
-    out = {"variants": []}
-    for build in builds:
-        rows = stage_plan(build, store)
-        entry = {"recipe": build.variant.recipe.name, "variant": build.variant.name, "stages": rows}
-        backend = registry.get("backends", build.variant.recipe.target.backend)
-        compute = getattr(backend, "compute_plan", None)
-        if compute is not None:
-            entry["compute"] = compute(build, store, registry, chip=chip)
-        out["variants"].append(entry)
-        if not as_json:
-            _print_plan(build, entry, console, ops=ops)
-    if as_json:
-        if len(out["variants"]) == 1 and "compute" in out["variants"][0]:
-            out.update(out["variants"][0]["compute"])  # the documented top-level {"ops", "breakdown", "total_ms"}
-        sys.stdout.write(json.dumps(out) + "\n")
-
-
-def _print_plan(build: Build, entry: dict, console, *, ops: bool) -> None:
-    """A variant's plan, summary first: the compute plan by unit and by op type and reason (every
-    op with ``ops``), then which stages would run and why."""
-    from rich.markup import escape as escape_markup
-    from rich.table import Table
-
-    from edgebuild.compute_plan import render
-
-    console.rule(f"[bold]{escape_markup(build.job.label)}[/]")
-    if "compute" in entry:
-        render(entry["compute"], console, ops=ops)
-    table = Table("stage", "status", "why", title="stages")
-    for row in entry["stages"]:
-        table.add_row(row["name"], row["status"], escape_markup(row["reason"]))
-    console.print(table)

@@ -1,8 +1,4 @@
-"""Build progress on stderr: what runs, how far it got, what it cost.
-
-Stage code (core or plugin) reports sub-steps with ``report("ops lowered", 12, 40)``; the
-executor routes the call to the build's display while the stage runs, and outside a build
-the call does nothing, so stages work without a display and plugins never print.
+"""Build progress on stderr: what runs, how far it got (:mod:`edgebuild.dag.progress`), what it cost.
 
 Three displays, chosen by the CLI:
 
@@ -22,59 +18,12 @@ import os
 import re
 import sys
 import threading
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+
+from edgebuild.dag.progress import STARTED
 
 _CODES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "cyan": "36", "yellow": "33"}
 _TAG = re.compile(r"(?<!\\)\[(/|bold|dim|red|green|cyan|yellow)\]")
 _TAG_LIKE = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")  # what rich would read as a tag
-
-STARTED = "started"  # the sub-step the executor reports when a stage begins to build (not served cached)
-
-Reporter = Callable[[str, int, Optional[int]], None]
-_reporter: ContextVar[Optional[Reporter]] = ContextVar("edgebuild_progress", default=None)
-
-
-@dataclass(frozen=True)
-class Step:
-    """A stage's progress: ``done`` of ``total`` (None: unknown) ``step`` finished."""
-
-    step: str
-    done: int
-    total: Optional[int] = None
-
-
-def report(step: str, done: int, total: Optional[int] = None) -> None:
-    """Tell the build's display that ``done`` of ``total`` ``step`` are finished (e.g.
-    ``report("samples validated", 3, 8)``). Cheap; a no-op outside a build.
-
-    Threads a stage starts itself do not inherit the reporter: report from the stage's thread.
-    """
-    reporter = _reporter.get()
-    if reporter is not None:
-        reporter(step, done, total)
-
-
-@contextmanager
-def reporting(reporter: Reporter) -> Iterator[None]:
-    """Route ``report`` calls made in this thread (and its context) to ``reporter``."""
-    token = _reporter.set(reporter)
-    try:
-        yield
-    finally:
-        _reporter.reset(token)
-
-
-def announced(produce: Callable) -> Callable:
-    """``produce`` reporting ``STARTED`` first: the display learns a stage builds rather than
-    being served from the store (which it cannot know before the store's lookup)."""
-    def run(*args, **kwargs):
-        report(STARTED, 0)
-        return produce(*args, **kwargs)
-
-    return run
 
 
 def escape(text) -> str:
@@ -149,7 +98,13 @@ class LivePrinter(Printer):
 
     def _progress(self):
         if self._live is None:
-            from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self._live = Progress(
                 SpinnerColumn(), TextColumn("[dim]{task.fields[label]}[/] {task.fields[stage]:<9}"),

@@ -14,7 +14,13 @@ from typing import Mapping
 
 import numpy as np
 
-from edgebuild.bundle import MANIFEST, Manifest, SegmentSpec, TensorSpec, read_manifest
+from edgebuild.bundle.manifest import (
+    MANIFEST,
+    Manifest,
+    SegmentSpec,
+    TensorSpec,
+    read_manifest,
+)
 from edgebuild.errors import BuildError
 
 

@@ -15,10 +15,10 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from edgebuild.dag.atomic import write_text_atomic
 from edgebuild.errors import BuildError, UsageError
-from edgebuild.verify.html import render_combined, render_report
-from edgebuild.verify.report_schema import Report
+from edgebuild.report.html import render_combined, render_report
+from edgebuild.report.schema import Report
+from edgebuild.store.atomic import write_text_atomic
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"

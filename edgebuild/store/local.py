@@ -33,13 +33,13 @@ from typing import Callable
 
 from filelock import FileLock, Timeout
 
-from edgebuild.dag import hashstate
-from edgebuild.dag.atomic import file_mode, make_temp_dir, publish_tree
+from edgebuild.store import hashstate
+from edgebuild.store.atomic import file_mode, make_temp_dir, publish_tree
 
 KEY = re.compile(r"[0-9a-f]{64}")
 BUILDING = re.compile(r"(?P<key>[0-9a-f]{64})\..+")  # tmp/<key>.<random>
 OLD_BUILDING = re.compile(r"[0-9a-f]{12}-.+")  # tmp names of earlier versions (no full key)
-STAMP = re.compile(r"\.?[0-9a-f]{32}\.json(\.\d+\.tmp)?")  # edgebuild.uptodate's stamps
+STAMP = re.compile(r"\.?[0-9a-f]{32}\.json(\.\d+\.tmp)?")  # edgebuild.store.uptodate's stamps
 STALE_SECONDS = 86400  # an old-style temporary this old belongs to no live build
 
 
@@ -382,7 +382,7 @@ class Store:
         return problems
 
     def _clean_stamps(self, unused_since: float, problems: Problems) -> None:
-        """Drop up-to-date stamps (``edgebuild.uptodate``) not used since then; each is a small
+        """Drop up-to-date stamps (``edgebuild.store.uptodate``) not used since then; each is a small
         file per command line ever run, and a replay touches its own."""
         for stamp in (self.root / "stamps").glob("*.json*"):
             try:

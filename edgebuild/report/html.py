@@ -11,8 +11,8 @@ import math
 from html import escape
 from typing import Any, Iterable, Mapping, Sequence
 
-from edgebuild.verify import svg
-from edgebuild.verify.report_schema import Compression, Report, RuntimeRecord, Validation
+from edgebuild.report import svg
+from edgebuild.report.schema import Compression, Report, RuntimeRecord, Validation
 from edgebuild.verify.thresholds import metric_of, statistic_key
 
 MAX_LAYERS_IN_CHART = 25
@@ -256,7 +256,7 @@ def _metric_table(runtime: RuntimeRecord, output: str, metrics: Mapping[str, Map
 def _plan(plan) -> str:
     if plan is None:
         return ""
-    from edgebuild.compute_plan import op_groups, unit_shares
+    from edgebuild.report.compute_plan import op_groups, unit_shares
 
     html = ["<h2>Compute plan</h2>"]
     if plan.total_ms is not None:

@@ -1,0 +1,38 @@
+"""``edgebuild.lock.json``: every stage key, input digest and plugin version of a variant's build."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from edgebuild.dag.stages import versions
+
+if TYPE_CHECKING:
+    from edgebuild.build.jobs import Build
+
+
+LOCK_NAME = "edgebuild.lock.json"
+
+
+def lock_data(build: Build, registry) -> dict:
+    stages = {}
+    for stage in build.job.stages:
+        result = build.job.results.get(stage.name)
+        if result is None:
+            continue
+        stages[stage.name] = {
+            "key": result.key, "digest": result.digest, "params": stage.params,
+            "inputs": {d: build.job.results[d].digest for d in stage.deps}, "plugins": stage.plugins,
+        }
+    return {
+        "recipe": build.variant.recipe.name, "variant": build.variant.name,
+        "versions": versions(registry), "stages": stages, "artifact": build.artifact,
+    }
+
+
+def read_lock(output_dir: Path) -> dict | None:
+    try:
+        return json.loads((output_dir / LOCK_NAME).read_text())
+    except (OSError, ValueError):
+        return None
