@@ -1,0 +1,178 @@
+"""What the core calls on the objects plugins register, as ``typing.Protocol`` classes.
+
+Each hook in :mod:`edgebuild.hookspecs` names the protocol its objects follow. Every method the
+core calls is declared here and documented where it is declared; the core calls nothing else and
+never probes with ``getattr``. Subclass the protocol (``class MyFrontend(Frontend): ...``): members
+with a body or a value are defaults you may override, the others you must provide. The registry
+checks an object against its protocol on first use and names what is missing.
+
+Plugins return data (stages, plans, reports, diagnostics); only the CLI prints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx_ir
+
+    from edgebuild.build.jobs import Build
+    from edgebuild.dag.stages import Stage
+    from edgebuild.recipe import Recipe, Variant
+    from edgebuild.registry import Registry
+    from edgebuild.store.local import Store
+
+Arrays = Mapping[str, "np.ndarray"]
+Runner = Callable[[Arrays], dict]
+"""A reference or candidate executor: input arrays by name -> output arrays by name."""
+
+
+@runtime_checkable
+class Resolver(Protocol):
+    """Turns a ``source.model`` URI into a local file (``edgebuild_register_resolvers``)."""
+
+    def __call__(self, uri: str, *, sha256: Optional[str], workdir: Path, base_dir: Path) -> Path:
+        """The local path of the model file. Verify ``sha256`` when given; never execute what was fetched;
+        write only below ``workdir`` (the store's ``sources/``), atomically."""
+
+
+@runtime_checkable
+class Frontend(Protocol):
+    """Imports a source format into ONNX (``edgebuild_register_frontends``)."""
+
+    suffixes: Sequence[str] = ()
+    """File suffixes (``".onnx"``, ``".pt"``) that mean this format when ``source.format`` is not given."""
+
+    def import_model(self, path: Path, inputs: dict, out_dir: Path, *, options: Optional[dict] = None,
+                     base_dir: Optional[Path] = None) -> dict:
+        """Write ``out_dir/model.onnx`` (weights as external data beside it) and return facts for the report.
+
+        ``inputs`` is the recipe's ``source.inputs``; ``options`` its ``source.options`` (validated by the
+        plugin's recipe section), ``base_dir`` the recipe's directory for relative option paths."""
+
+    def option_files(self, options: dict, source: Optional[Path], base_dir: Path) -> list[Path]:
+        """Local files ``options`` name (a config): their digests join the import stage's cache key and
+        they become build prerequisites (``--depfile``)."""
+        return []
+
+    def reference(self, path: Path, source: dict, base_dir: Optional[Path] = None) -> Optional[Runner]:
+        """A runner that evaluates the source itself (PyTorch: the eager module), or None to let
+        validation run onnxruntime on the imported ONNX model."""
+        return None
+
+    def input_specs(self, source: dict) -> dict:
+        """``{name: {"shape", "dtype"[, "value"]}}`` of the inputs ``reference`` takes (with ``reference``)."""
+        return {}
+
+
+@runtime_checkable
+class GraphPass(Protocol):
+    """A generic graph rewrite over ``onnx_ir`` (``edgebuild_register_passes``)."""
+
+    default: bool = True
+    """On unless the recipe's ``optimize.passes`` turns it off."""
+
+    before_folding: bool = False
+    """Run before constant folding (a pass that must see the weights' producers, e.g. DequantizeLinear)."""
+
+    def apply(self, model: "onnx_ir.Model") -> int:
+        """Rewrite ``model`` in place; return how many times it rewrote the graph. Build rewrite-rule
+        objects here, not once per process: a matcher keeps the last graph it matched, and its weights."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Turns an optimised ONNX model into an artifact (``edgebuild_register_backends``)."""
+
+    default: bool = False
+    """This backend builds recipes that do not name ``target.backend``. At most one installed backend may
+    claim it; with a single backend installed, that one is the default."""
+
+    artifact: str = ""
+    """The artifact's name inside a variant's output directory (``model.mlpackage``, ``bundle``)."""
+
+    def stages(self, variant: "Variant", registry: "Registry", plugins: dict[str, str]) -> list["Stage"]:
+        """The stages after ``optimize`` (lower, compress, package, validate, ...). ``plugins`` names the
+        distributions and versions whose code the stages run; it joins their cache keys."""
+
+    def check_recipe(self, recipe: "Recipe") -> None:
+        """Raise :class:`edgebuild.recipe.errors.RecipeError` (with its path) for what only the backend
+        can judge (a chip, a rewrite, a mode its deployment target lacks); run by ``edgebuild validate``."""
+        return None
+
+    def compute_plan(self, build: "Build", store: "Store", registry: "Registry", *,
+                     chip: Optional[str] = None) -> Optional[dict]:
+        """``{"ops", "breakdown", "total_ms", ...}`` for ``edgebuild plan``: where each op would run and
+        why, from what is in the store. None: the backend predicts nothing."""
+        return None
+
+    def conformance_runner(self) -> Optional[Callable[[Any, list], list]]:
+        """``run(model_proto, inputs) -> outputs`` for one ONNX node-test case (``edgebuild conformance``),
+        or None when the backend is not tested that way."""
+        return None
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """Executes built artifacts (``edgebuild_register_runtimes``): reference executors on any platform,
+    native ones where they exist."""
+
+    name: str
+    """Shown in validation results and ``validate.runtimes``."""
+
+    native: bool = False
+    """Runs the vendor's own runtime (Core ML on macOS): tried first by ``InferenceSession``."""
+
+    parallel_samples: bool = True
+    """Validation may run samples in threads (False when the runtime is not thread-safe)."""
+
+    def can_run(self, artifact: Path) -> bool:
+        """Whether this runtime executes ``artifact`` on this machine."""
+
+    def run(self, artifact: Path, inputs: Arrays) -> dict:
+        """Output arrays by name for ``inputs`` by name."""
+
+    def input_names(self, artifact: Path) -> Optional[list[str]]:
+        """The input names ``artifact`` takes (for ``verify``'s check against the reference), or None."""
+        return None
+
+    def inspect(self, artifact: Path) -> dict:
+        """Ops, weights, compression and sizes of ``artifact`` (``edgebuild inspect``)."""
+        return {}
+
+
+@runtime_checkable
+class RecipeSection(Protocol):
+    """A pydantic model of a plugin-owned recipe section (``edgebuild_register_recipe_sections``)."""
+
+    def check_recipe(self, recipe: "Recipe") -> None:
+        """Raise ``RecipeError`` for what depends on the rest of the recipe; called once, after validation."""
+        return None
+
+
+CommandFactory = Callable[[], Any]
+"""Returns a ``typer.Typer`` (a command group) or a function typer turns into one command."""
+
+
+PROTOCOLS: dict[str, type] = {
+    "resolvers": Resolver,
+    "frontends": Frontend,
+    "passes": GraphPass,
+    "backends": Backend,
+    "runtimes": Runtime,
+}
+"""The protocol each registry kind's objects follow; checked when an object is first used."""
+
+
+def missing_members(obj: object, protocol: type) -> list[str]:
+    """The members of ``protocol`` that ``obj`` lacks (a plugin object subclassing it lacks none)."""
+    if protocol is Resolver:
+        return [] if callable(obj) else ["__call__"]
+    declared = set()
+    for base in protocol.__mro__:
+        if base in (Protocol, object) or base.__module__ == "typing":
+            continue
+        declared |= {n for n in vars(base) if not n.startswith("_")} | set(getattr(base, "__annotations__", {}))
+    return sorted(name for name in declared if not hasattr(obj, name))
