@@ -3,8 +3,9 @@
 Hooks follow the register-callback style: edgebuild calls ``edgebuild_register_X(register)``
 once per plugin and the plugin calls ``register(...)`` for each thing it provides. A name
 registered by two plugins is an error naming both, so a plugin cannot silently shadow
-another. Implement a hook with ``@edgebuild.hookimpl`` in the module named by your
-distribution's ``edgebuild`` entry point::
+another. What the core calls on each registered object is the protocol the hook names, in
+:mod:`edgebuild.protocols`; subclass it. Implement a hook with ``@edgebuild.hookimpl`` in the
+module named by your distribution's ``edgebuild`` entry point::
 
     [project.entry-points.edgebuild]
     my_ops = "my_ops.plugin"
@@ -23,8 +24,7 @@ def edgebuild_register_resolvers(register):
     """Register source resolvers: ``register(scheme, resolver)``.
 
     ``scheme`` is the URI prefix before ``:`` (``"file"`` for plain paths, ``"pypi"``,
-    ``"https"``). ``resolver(uri, *, sha256, workdir)`` returns the local path of the
-    model file; it must verify ``sha256`` when given and never execute what it fetched.
+    ``"https"``). ``resolver`` follows :class:`edgebuild.protocols.Resolver`.
     """
 
 
@@ -32,12 +32,8 @@ def edgebuild_register_resolvers(register):
 def edgebuild_register_frontends(register):
     """Register model frontends: ``register(format, frontend)``.
 
-    ``format`` is the recipe's ``source.format`` (``"onnx"``, ``"pytorch"``).
-    ``frontend.import_model(path, source, out_dir)`` writes ``out_dir/model.onnx`` (weights
-    as external data beside it) and returns a dict for the report. A frontend whose
-    ``source.options`` name local files (a config) lists them with the optional
-    ``frontend.option_files(options, source_path_or_None, base_dir) -> list[Path]``; their
-    digests join the import stage's cache key and they become build prerequisites.
+    ``format`` is what the recipe's ``source.format`` names (``"onnx"``, ``"pytorch"``), or what
+    the frontend's ``suffixes`` infer. ``frontend`` follows :class:`edgebuild.protocols.Frontend`.
     """
 
 
@@ -45,11 +41,8 @@ def edgebuild_register_frontends(register):
 def edgebuild_register_passes(register):
     """Register graph passes: ``register(name, graph_pass)``.
 
-    A pass has ``default: bool`` (on unless the recipe's ``optimize.passes`` says otherwise)
-    and ``apply(model: onnx_ir.Model) -> int``, returning how many times it rewrote the
-    graph. Fusion passes are usually onnxscript rewrite rules; build the rule objects in
-    ``apply``, not once per process: a matcher keeps the last graph it matched, and with it
-    that model's weights.
+    ``graph_pass`` follows :class:`edgebuild.protocols.GraphPass`; ``name`` is what the recipe's
+    ``optimize.passes`` turns on or off. Fusion passes are usually onnxscript rewrite rules.
     """
 
 
@@ -68,18 +61,10 @@ def edgebuild_register_lowerings(register):
 def edgebuild_register_backends(register):
     """Register backends: ``register(name, backend)``.
 
-    A backend turns an optimised ONNX model into an artifact: ``backend.lower``,
-    ``backend.compress`` and ``backend.package`` are the bodies of the lower, compress and
-    package stages (see :mod:`edgebuild.dag.stages`).
-    """
-
-
-@hookspec
-def edgebuild_register_compressors(register):
-    """Register weight compressors: ``register(backend, mode, compressor)``.
-
-    ``mode`` is the recipe's ``compression.weights.mode`` (``"palettize"``, ``"linear"``,
-    ``"prune"``, ...).
+    ``name`` is the recipe's ``target.backend``; ``backend`` follows
+    :class:`edgebuild.protocols.Backend`: it returns the stages after ``optimize`` (lower,
+    compress, package, validate), checks what only it can judge in a recipe, and may predict a
+    compute plan and run conformance cases.
     """
 
 
@@ -87,8 +72,8 @@ def edgebuild_register_compressors(register):
 def edgebuild_register_runtimes(register):
     """Register runtimes that execute artifacts: ``register(name, runtime)``.
 
-    ``runtime.can_run(artifact_path) -> bool`` and ``runtime.run(artifact_path, inputs)``
-    returning a dict of numpy arrays. The MIL interpreter is one; Core ML on macOS another.
+    ``runtime`` follows :class:`edgebuild.protocols.Runtime`. The MIL interpreter is one; Core ML
+    on macOS (``native = True``) another.
     """
 
 
@@ -97,9 +82,10 @@ def edgebuild_register_recipe_sections(register):
     """Register plugin-owned recipe sections: ``register(name, model)``.
 
     ``name`` is ``"<owner>:<dotted path>"`` (``"coreml:compression"``, ``"pytorch:source.options"``)
-    and ``model`` a pydantic model that validates it. A validated section may also define
-    ``check_recipe(recipe)``, raising ``RecipeError`` for what depends on the rest of the recipe
-    (a compression mode the deployment target lacks). Errors carry the recipe's file:line.
+    and ``model`` a pydantic model that validates it, following
+    :class:`edgebuild.protocols.RecipeSection`: its ``check_recipe(recipe)`` raises ``RecipeError``
+    for what depends on the rest of the recipe (a compression mode the deployment target lacks).
+    Errors carry the recipe's file:line.
     """
 
 

@@ -12,7 +12,15 @@ Plugins return data (stages, plans, reports, diagnostics); only the CLI prints.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Mapping,
+    Optional,
+    Protocol,
+    runtime_checkable,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,9 +50,6 @@ class Resolver(Protocol):
 class Frontend(Protocol):
     """Imports a source format into ONNX (``edgebuild_register_frontends``)."""
 
-    suffixes: Sequence[str] = ()
-    """File suffixes (``".onnx"``, ``".pt"``) that mean this format when ``source.format`` is not given."""
-
     def import_model(self, path: Path, inputs: dict, out_dir: Path, *, options: Optional[dict] = None,
                      base_dir: Optional[Path] = None) -> dict:
         """Write ``out_dir/model.onnx`` (weights as external data beside it) and return facts for the report.
@@ -71,6 +76,9 @@ class Frontend(Protocol):
 class GraphPass(Protocol):
     """A generic graph rewrite over ``onnx_ir`` (``edgebuild_register_passes``)."""
 
+    description: str = ""
+    """One line on what the pass rewrites, for people reading the plugin list."""
+
     default: bool = True
     """On unless the recipe's ``optimize.passes`` turns it off."""
 
@@ -92,6 +100,9 @@ class Backend(Protocol):
 
     artifact: str = ""
     """The artifact's name inside a variant's output directory (``model.mlpackage``, ``bundle``)."""
+
+    validation_runtimes: Sequence[str] = ()
+    """The candidate runtimes ``validate.runtimes`` may name; a recipe that names none gets them all."""
 
     def stages(self, variant: "Variant", registry: "Registry", plugins: dict[str, str]) -> list["Stage"]:
         """The stages after ``optimize`` (lower, compress, package, validate, ...). ``plugins`` names the

@@ -11,6 +11,7 @@ import pluggy
 from edgebuild import hookspecs
 from edgebuild.dag.versions import key_version
 from edgebuild.errors import PluginError
+from edgebuild.protocols import PROTOCOLS, missing_members
 
 KINDS = (
     "resolvers",
@@ -18,7 +19,6 @@ KINDS = (
     "passes",
     "lowerings",
     "backends",
-    "compressors",
     "runtimes",
     "recipe_sections",
     "custom_ops",
@@ -76,6 +76,27 @@ class Registry:
             )
         self.tables[kind][key] = Entry(plugin, obj, meta)
         self.plugins[plugin].registered.setdefault(kind, []).append(label)
+        self._expect_protocol(kind, label, plugin, obj)
+
+    def _expect_protocol(self, kind: str, label: str, plugin: str, obj) -> None:
+        """Check ``obj`` against its kind's protocol: now, or when a ``Lazy`` first loads it."""
+        protocol = PROTOCOLS.get(kind)
+        if protocol is None:
+            return
+
+        def check(real) -> None:
+            missing = missing_members(real, protocol)
+            if missing:
+                raise PluginError(
+                    f"plugin {plugin!r} registers {kind[:-1]} {label!r} without {', '.join(missing)} "
+                    f"(edgebuild.protocols.{protocol.__name__})",
+                    hint=f"subclass edgebuild.protocols.{protocol.__name__}: it declares each member, with defaults",
+                )
+
+        if isinstance(obj, Lazy):
+            obj.when_loaded(check)
+        else:
+            check(obj)
 
     def _callbacks(self, plugin: str) -> dict[str, Callable]:
         def named(kind):
@@ -97,9 +118,6 @@ class Registry:
             self.tables["lowerings"][key] = Entry(plugin, fn)
             self.plugins[plugin].registered.setdefault("lowerings", []).append(label)
 
-        def compressor(backend, mode, obj):
-            self._add("compressors", (backend, mode), plugin, obj, f"{backend}:{mode}")
-
         def custom_op(domain, op_type, spec):
             self._add("custom_ops", (domain, op_type), plugin, spec, f"{domain}::{op_type}")
 
@@ -109,7 +127,6 @@ class Registry:
             "passes": named("passes"),
             "lowerings": lowering,
             "backends": named("backends"),
-            "compressors": compressor,
             "runtimes": named("runtimes"),
             "recipe_sections": named("recipe_sections"),
             "custom_ops": custom_op,
@@ -226,6 +243,11 @@ class Lazy:
 
     def __init__(self, target: str, *args, **kwargs):
         self._target, self._args, self._kwargs, self._obj = target, args, kwargs, None
+        self._checks: list[Callable] = []
+
+    def when_loaded(self, check: Callable) -> None:
+        """Run ``check(obj)`` on the object once it is made (the registry's protocol check)."""
+        self._checks.append(check)
 
     def _resolve(self):
         if self._obj is None:
@@ -233,7 +255,10 @@ class Lazy:
 
             module, _, name = self._target.partition(":")
             factory = getattr(importlib.import_module(module), name)
-            self._obj = factory(*self._args, **self._kwargs)
+            obj = factory(*self._args, **self._kwargs)
+            for check in self._checks:
+                check(obj)
+            self._obj = obj
         return self._obj
 
     def __getattr__(self, name):

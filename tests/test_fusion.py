@@ -455,3 +455,14 @@ def test_every_required_pass_is_registered_with_a_description():
         assert name in table
         graph_pass = table[name].obj
         assert graph_pass.name == name and graph_pass.description and isinstance(graph_pass.default, bool)
+
+
+def test_the_registered_passes_state_what_their_implementations_do():
+    """The core plugin knows each fusion pass's default and order without importing it: the facts must agree."""
+    from edgebuild.graph.fusion import PASSES
+    from edgebuild.registry import build_registry
+
+    table = build_registry().tables["passes"]
+    for name, implementation in PASSES.items():
+        registered = table[name].obj
+        assert (registered.default, registered.before_folding) == (implementation.default, implementation.before_folding)

@@ -58,9 +58,10 @@ def test_only_working_copies_carry_a_source_digest(package):
 
 PLUGIN = '''
 from edgebuild.hookspecs import hookimpl
+from edgebuild.protocols import GraphPass
 
 
-class Noop:
+class Noop(GraphPass):
     description = "rewrites nothing"
 
     def apply(self, model):

@@ -1,19 +1,19 @@
 """Run a built artifact: ``InferenceSession(path).run(inputs)`` for a bundle or an ``.mlpackage``.
 
 Segments run through registered runtimes (``edgebuild_register_runtimes``): the first whose
-``can_run(path)`` accepts the segment's artifact. On Linux those are the reference executors
-(the MIL interpreter, the MPSGraph program executor, the MSL CPU emulation); on macOS Core ML
-segments run through Core ML itself unless ``native=False``.
+``can_run(path)`` accepts the segment's artifact, native runtimes (Core ML on macOS) first
+unless ``native=False``. On Linux those are the reference executors (the MIL interpreter, the
+MPSGraph program executor, the MSL CPU emulation).
 """
 
 from __future__ import annotations
 
-import platform
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 
+from edgebuild.build.lockfile import read_lock
 from edgebuild.bundle.manifest import (
     MANIFEST,
     Manifest,
@@ -22,21 +22,6 @@ from edgebuild.bundle.manifest import (
     read_manifest,
 )
 from edgebuild.errors import BuildError
-
-
-class CoreMLNativeRuntime:
-    """Core ML's own predict (macOS only): what an app would get."""
-
-    name = "coreml"
-
-    def can_run(self, artifact: Path) -> bool:
-        return platform.system() == "Darwin" and Path(artifact).suffix in (".mlpackage", ".mlmodel")
-
-    def run(self, artifact: Path, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        import coremltools as ct
-
-        model = ct.models.MLModel(str(artifact))
-        return {k: np.asarray(v) for k, v in model.predict(dict(inputs)).items()}
 
 
 def _artifact_of(root: Path, segment: SegmentSpec) -> Path:
@@ -58,7 +43,8 @@ def _feed(specs: list[TensorSpec], values: Mapping[str, np.ndarray], where: str)
 
 
 class InferenceSession:
-    """A bundle directory (``manifest.json``) or a single ``.mlpackage``, ready to run."""
+    """A bundle directory (``manifest.json``), a single artifact a runtime runs (an ``.mlpackage``), or a
+    variant's output directory (its lock file names the artifact), ready to run."""
 
     def __init__(self, path: str | Path, *, registry=None, native: bool = True):
         self.path = Path(path)
@@ -66,24 +52,24 @@ class InferenceSession:
             from edgebuild.registry import get_registry
 
             registry = get_registry()
-        self._runtimes = [registry.get("runtimes", name) for name in registry.names("runtimes")]
-        if native:
-            self._runtimes.insert(0, CoreMLNativeRuntime())
+        runtimes = [registry.get("runtimes", name) for name in registry.names("runtimes")]
+        self._runtimes = sorted(runtimes, key=lambda r: not r.native) if native else [r for r in runtimes if not r.native]
+        built = (read_lock(self.path) or {}).get("artifact") if self.path.is_dir() else None
+        if isinstance(built, str) and built and (self.path / built).exists():
+            self.path = self.path / built  # a variant's output directory
+        self.manifest: Manifest | None = None
         if (self.path / MANIFEST).exists():
-            self.manifest: Manifest | None = read_manifest(self.path)
-        elif self.path.suffix in (".mlpackage", ".mlmodel") or (self.path / "model.mlpackage").exists():
-            self.manifest = None
-            if self.path.suffix not in (".mlpackage", ".mlmodel"):
-                self.path = self.path / "model.mlpackage"
-        else:
-            raise BuildError(f"{self.path}: neither a bundle (no {MANIFEST}) nor an .mlpackage")
+            self.manifest = read_manifest(self.path)
+        elif not any(runtime.can_run(self.path) for runtime in self._runtimes):
+            raise BuildError(f"{self.path}: neither a bundle (no {MANIFEST}) nor an artifact an installed runtime runs",
+                             hint="check `edgebuild plugins` for the backend that built it")
 
     def runtime_for(self, artifact: Path):
         for runtime in self._runtimes:
             if runtime.can_run(artifact):
                 return runtime
         raise BuildError(f"{artifact}: no installed runtime can run this segment",
-                         hint="install the plugin of its backend (edgebuild-coreml, edgebuild-mpsgraph, edgebuild-msl)")
+                         hint="install the plugin of its backend; `edgebuild plugins` lists the runtimes installed")
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.manifest is None:

@@ -194,8 +194,8 @@ def _runtime_for(artifact: Path):
     if not artifact.exists():
         raise UsageError(f"{artifact}: no such artifact")
     registry = _registry()
-    for name in registry.names("runtimes"):
-        runtime = registry.get("runtimes", name)
+    runtimes = [registry.get("runtimes", name) for name in registry.names("runtimes")]
+    for runtime in sorted(runtimes, key=lambda r: r.native):  # a reference executor reads an artifact best
         if runtime.can_run(artifact):
             return runtime
     raise UsageError(f"{artifact}: no installed runtime can read this artifact",

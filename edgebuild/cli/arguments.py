@@ -62,13 +62,12 @@ def check_reference(reference: Path, artifact: Path, runtime) -> None:
     except (NotOnnx, OSError) as exc:
         raise UsageError(f"--reference {reference}: not an ONNX model ({exc})",
                          hint="give the .onnx file the artifact was built from") from None
-    input_names = getattr(runtime, "input_names", None)  # optional in the runtime protocol
-    if input_names is None:
-        return
     try:
-        taken = input_names(artifact)
+        taken = runtime.input_names(artifact)
     except Exception as exc:
         raise UsageError(f"{artifact}: cannot read the artifact ({type(exc).__name__}: {exc})") from None
+    if taken is None:  # the runtime cannot tell
+        return
     feeds = {i.name for i in inputs}
     plain = {_plain(name) for name in feeds}  # a backend may rename inputs its format cannot spell
     missing = [name for name in taken if name not in feeds and _plain(name) not in plain]

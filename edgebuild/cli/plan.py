@@ -21,9 +21,9 @@ def plan_recipe(recipe, *, chip=None, variants=None, cache_dir=None, as_json=Fal
         rows = stage_plan(build, store)
         entry = {"recipe": build.variant.recipe.name, "variant": build.variant.name, "stages": rows}
         backend = registry.get("backends", build.variant.recipe.target.backend)
-        compute = getattr(backend, "compute_plan", None)
+        compute = backend.compute_plan(build, store, registry, chip=chip)
         if compute is not None:
-            entry["compute"] = compute(build, store, registry, chip=chip)
+            entry["compute"] = compute
         out["variants"].append(entry)
         if not as_json:
             _print_plan(build, entry, console, ops=ops)

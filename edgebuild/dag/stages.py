@@ -60,24 +60,18 @@ def _source_format(variant: Variant, path_hint: str) -> str:
 
 
 def _import(frontend, path: Path, source: dict, out: Path, base_dir: Path) -> dict:
-    """Frontends that take options (PyTorch) get them; the ONNX frontend needs none."""
-    if source["options"]:
-        return frontend.import_model(path, source["inputs"], out, options=source["options"], base_dir=base_dir)
-    return frontend.import_model(path, source["inputs"], out)
+    return frontend.import_model(path, source["inputs"], out, options=source["options"], base_dir=base_dir)
 
 
 def _option_files(frontend, variant: Variant) -> list[Path]:
     """Local files a frontend's options name (e.g. a PyTorch config), if the frontend says."""
     if not variant.recipe.source.options:
         return []  # and the frontend's module stays unimported
-    lister = getattr(frontend, "option_files", None)
-    if lister is None:
-        return []
     from edgebuild.graph.resolvers import scheme_of
 
     model = variant.recipe.source.model
     local = variant.base_dir / model.removeprefix("file:") if scheme_of(model) == "file" else None
-    return list(lister(variant.recipe.source.options or {}, local, variant.base_dir))
+    return list(frontend.option_files(variant.recipe.source.options or {}, local, variant.base_dir))
 
 
 def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -> list[Stage]:
@@ -101,7 +95,7 @@ def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -
         produce=lambda r, out: _import(frontend, r["resolve"].path, dump["source"], out, variant.base_dir),
         extra={"files": option_files},
     ))
-    passes = {name: recipe.optimize.passes.get(name, getattr(entry.obj, "default", True))
+    passes = {name: recipe.optimize.passes.get(name, entry.obj.default)
               for name, entry in registry.tables["passes"].items()}
     unknown = sorted(set(recipe.optimize.passes) - set(passes))
     if unknown:

@@ -68,8 +68,9 @@ def reference_for(registry, source: dict, source_path: Path, base_dir: Path) -> 
     """
     fmt = source.get("format") or ("onnx" if str(source_path).lower().endswith(".onnx") else "pytorch")
     frontend = registry.get("frontends", fmt) if registry is not None else None
-    if frontend is not None and fmt != "onnx" and hasattr(frontend, "reference"):
-        return frontend.reference(source_path, source, base_dir), frontend.input_specs(source), f"{fmt} (eager)"
+    runner = frontend.reference(source_path, source, base_dir) if frontend is not None else None
+    if runner is not None:
+        return runner, frontend.input_specs(source), f"{fmt} (eager)"
     return onnxruntime_runner(source_path), onnx_input_specs(source_path, source.get("inputs", {})), "onnxruntime"
 
 
@@ -99,7 +100,7 @@ def map_samples(fn: Callable, samples: list, *, parallel: bool = True,
     numpy and onnxruntime release the GIL in their kernels, so threads share the cores without
     copying a model into other processes. Each sample's BLAS calls run on one thread meanwhile
     (threadpoolctl, when installed): two samples with a BLAS pool each would oversubscribe the
-    cores. A runner that must not be called concurrently says so with ``parallel_samples = False``.
+    cores. A runner that must not be called concurrently is validated with ``parallel=False``.
     """
     workers = sample_workers(len(samples)) if parallel else 1
     results: list = []
@@ -129,8 +130,9 @@ def _blas_threads(limit: int):
 
 def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner, base_dir: Path,
              candidate_name: str = "interpreter", *, reference: Runner | None = None, specs: dict | None = None,
-             reference_name: str = "onnxruntime") -> dict:
-    """Run both sides on the recipe's inputs; return the report's ``validation`` record."""
+             reference_name: str = "onnxruntime", parallel: bool = True) -> dict:
+    """Run both sides on the recipe's inputs; return the report's ``validation`` record. ``parallel``:
+    the candidate may run several samples at once (see ``map_samples``)."""
     from edgebuild.dag.progress import report
     from edgebuild.report.write import runtime_record
     from edgebuild.verify.inputs import generate_inputs
@@ -156,8 +158,7 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
         cand = candidate(sample)
         return compare(ref, cand), error_histogram(ref, cand)
 
-    compared = map_samples(compare_one, samples, parallel=all(getattr(r, "parallel_samples", True)
-                                                               for r in (reference, candidate)),
+    compared = map_samples(compare_one, samples, parallel=parallel,
                            on_done=lambda n: report(f"samples validated ({candidate_name})", n, len(samples)))
     per_sample = [metrics for metrics, _ in compared]
     histograms = [histogram for _, histogram in compared]

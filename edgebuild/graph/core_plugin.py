@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from edgebuild.hookspecs import hookimpl
+from edgebuild.protocols import GraphPass
 
 
 @hookimpl
@@ -21,34 +22,39 @@ def edgebuild_register_frontends(register):
     register("onnx", Lazy("edgebuild.graph.frontend:OnnxFrontend"))
 
 
-# name -> on by default; the passes themselves live in edgebuild.graph.fusion and load on
-# first use (onnxscript's rewriter takes seconds to import, a no-op build has none to spare)
-PASS_DEFAULTS = {
-    "dequantize_weights": True,
-    "fuse_conv_bn": True,
-    "fuse_bias": True,
-    "fuse_activations": True,
-    "fuse_layer_norm": True,
-    "fuse_attention": True,
+# name -> (on by default, runs before constant folding); the passes themselves live in
+# edgebuild.graph.fusion and load on first use (onnxscript's rewriter takes seconds to import, and
+# planning a build reads only these two facts)
+PASSES = {
+    "dequantize_weights": (True, True),
+    "fuse_conv_bn": (True, False),
+    "fuse_bias": (True, False),
+    "fuse_activations": (True, False),
+    "fuse_layer_norm": (True, False),
+    "fuse_attention": (True, False),
 }
 
 
-class LazyPass:
-    def __init__(self, name: str, default: bool):
-        self.name, self.default = name, default
+class FusionPass(GraphPass):
+    """One of :mod:`edgebuild.graph.fusion`'s passes, imported when it first applies."""
+
+    def __init__(self, name: str, default: bool, before_folding: bool):
+        self.name, self.default, self.before_folding = name, default, before_folding
+
+    @property
+    def description(self) -> str:
+        return self._real().description
+
+    def apply(self, model) -> int:
+        return self._real().apply(model)
 
     def _real(self):
-        from edgebuild.graph.fusion import PASSES
+        from edgebuild.graph.fusion import PASSES as FUSION_PASSES
 
-        return PASSES[self.name]
-
-    def __getattr__(self, attr):
-        if attr.startswith("_"):
-            raise AttributeError(attr)
-        return getattr(self._real(), attr)
+        return FUSION_PASSES[self.name]
 
 
 @hookimpl
 def edgebuild_register_passes(register):
-    for name, default in PASS_DEFAULTS.items():
-        register(name, LazyPass(name, default))
+    for name, (default, before_folding) in PASSES.items():
+        register(name, FusionPass(name, default, before_folding))

@@ -22,6 +22,7 @@ from onnx import version_converter
 from edgebuild.errors import BuildError
 from edgebuild.graph.external_data import check_external_data, iter_graphs, iter_tensors
 from edgebuild.graph.onnx_stream import load_streamed
+from edgebuild.protocols import Frontend
 
 MIN_OPSET = 13
 MODEL_FILE = "model.onnx"
@@ -55,10 +56,11 @@ def describe_value(value: ir.Value) -> dict:
     return {"shape": shape, "dtype": dtype}
 
 
-class OnnxFrontend:
+class OnnxFrontend(Frontend):
     """Imports ``.onnx`` files; registered by the core as the ``onnx`` frontend."""
 
-    def import_model(self, path: Path, inputs: dict[str, dict], out_dir: Path) -> dict:
+    def import_model(self, path: Path, inputs: dict[str, dict], out_dir: Path, *, options: dict | None = None,
+                     base_dir: Path | None = None) -> dict:
         path = Path(path)
         out_dir = Path(out_dir)
         notes: list[str] = []

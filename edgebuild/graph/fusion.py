@@ -15,6 +15,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import pattern
 
+from edgebuild import protocols
 from edgebuild.graph.fusion_rules import (
     activations,
     attention,
@@ -28,7 +29,7 @@ MAX_ROUNDS = 8
 
 
 @dataclass
-class GraphPass:
+class GraphPass(protocols.GraphPass):
     """A graph pass registered under ``name``; ``apply`` returns how many rewrites it made.
 
     ``min_opset`` is the ai.onnx opset the rewritten graph needs (e.g. 17 for

@@ -62,7 +62,7 @@ def enabled_passes(passes: dict[str, bool] | None, registry=None) -> list[tuple[
             f"optimize.passes names unknown pass(es): {', '.join(unknown)}",
             hint=f"known passes: {', '.join(table) or '(none)'} (see `edgebuild plugins`)",
         )
-    return [(name, entry.obj) for name, entry in table.items() if passes.get(name, getattr(entry.obj, "default", True))]
+    return [(name, entry.obj) for name, entry in table.items() if passes.get(name, entry.obj.default)]
 
 
 def run_pass(name: str, graph_pass, model: ir.Model) -> int:
@@ -110,12 +110,12 @@ def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = N
     rules: dict[str, int] = {}
 
     for name, graph_pass in selected:
-        if getattr(graph_pass, "before_folding", False):
+        if graph_pass.before_folding:
             rules[name] = run_pass(name, graph_pass, model)
     onnxscript.optimizer.optimize_ir(model)
     forget_last_matches()
     for name, graph_pass in selected:
-        if not getattr(graph_pass, "before_folding", False):
+        if not graph_pass.before_folding:
             rules[name] = run_pass(name, graph_pass, model)
     common_passes.RemoveUnusedNodesPass()(model)
     drop_unreferenced_initializers(model)

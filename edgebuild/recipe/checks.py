@@ -87,14 +87,19 @@ def _check_backend(check: _Checker, variant, registry) -> None:
     if backend is None:
         check.fail(("target", "backend"), f"no installed plugin provides backend {name!r}"
                    + closest(name, registry.names("backends")))
-    own_check = getattr(backend, "check_recipe", None)  # names only the backend knows: chips, rewrites
-    if own_check is not None:
+    else:  # names only the backend knows: chips, rewrites
         try:
-            own_check(variant.recipe)
+            backend.check_recipe(variant.recipe)
         except RecipeError as exc:
             if exc.path is None:
                 raise
             check.fail(exc.path, exc.message, hint=exc.hint)
+        section = variant.recipe.validate_
+        offered = backend.validation_runtimes
+        for index, runtime in enumerate((section.runtimes or []) if section is not None else []):
+            if runtime not in offered:
+                check.fail(("validate", "runtimes", index), f"backend {name!r} has no validation runtime {runtime!r}"
+                           + (closest(runtime, offered) if offered else "; it names none"))
 
 
 def _check_passes(check: _Checker, variant, registry) -> None:

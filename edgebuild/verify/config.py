@@ -17,7 +17,6 @@ MAX_SAMPLES = 10_000
 MAX_TOKENS = 1_000_000  # token sequence length
 MAX_VOCAB = 2**31  # token ids are int32 on the device
 MAX_IMAGE_SIDE = 16_384
-RUNTIMES = ("interpreter", "coreml")
 
 
 class _Strict(BaseModel):
@@ -174,10 +173,11 @@ class ValidateSection(_Strict):
     )
     thresholds: Thresholds = Thresholds()
     per_output: dict[str, OutputOverride] = Field(default={}, description="per-output threshold overrides")
-    runtimes: list[Literal[RUNTIMES]] = Field(
-        default=["interpreter", "coreml"],
+    runtimes: Optional[list[str]] = Field(
+        default=None,
         min_length=1,
-        description="candidate runtimes to run; 'coreml' runs only on macOS and is skipped elsewhere",
+        description="candidate runtimes to run, by the backend's names (Core ML: interpreter, coreml); default: "
+                    "every one the backend offers, and those this OS cannot run are reported as skipped",
     )
     fp16_emulation: Literal["auto", "on", "off"] = Field(
         default="auto", description="round interpreter activations to fp16 (auto: when the artifact is fp16)"

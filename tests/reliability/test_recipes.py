@@ -30,6 +30,7 @@ source:
     x: {shape: [2, 4], dtype: float32}
 target: {backend: testcopy, precision: float32}
 """  # 7 lines: rows append from line 8
+COREML = BASE.replace("backend: testcopy", "backend: coreml")
 
 
 def write_model(path: Path) -> None:
@@ -109,9 +110,11 @@ CASES = [
     ("enumerated-too-many", BASE + "variants:\n  e: {source: {inputs: {x: {shape: [{enumerated: [" + ", ".join(["1"] * 200) + "]}, 4]}}}}\n",
      {}, "recipe.yaml:9:", "at most 128 items", False),
     # item 6: names and thresholds
-    ("runtime-misspelled", BASE + "validate: {runtimes: [interpeter]}\n", {}, "recipe.yaml:8:23",
-     "did you mean 'interpreter'?", False),
-    ("runtime-case", BASE + "validate: {runtimes: [CoreML]}\n", {}, "recipe.yaml:8:23", "did you mean 'coreml'?", False),
+    ("runtime-misspelled", COREML + "validate: {runtimes: [interpeter]}\n", {}, "recipe.yaml:8:23",
+     "did you mean 'interpreter'?", True),
+    ("runtime-case", COREML + "validate: {runtimes: [CoreML]}\n", {}, "recipe.yaml:8:23", "did you mean 'coreml'?", True),
+    ("runtime-none-offered", BASE + "validate: {runtimes: [interpreter]}\n", {}, "recipe.yaml:8:23",
+     "has no validation runtime 'interpreter'", False),
     ("cosine-above-1", BASE + "validate: {thresholds: {cosine_min: 1.5}}\n", {}, "recipe.yaml:8:37", "less than or equal to 1", False),
     ("cosine-below-minus-1", BASE + "validate: {thresholds: {cosine_min: -2}}\n", {}, "recipe.yaml:8:37",
      "greater than or equal to -1", False),

@@ -8,11 +8,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from edgebuild.dag.stages import Stage
-from edgebuild.errors import BuildError
-from edgebuild.verify.files import digest_params
 from edgebuild.dag.versions import edgebuild_version
+from edgebuild.errors import BuildError
+from edgebuild.protocols import Backend
+from edgebuild.verify.files import digest_params
 
 ARTIFACT = "model.mlpackage"
+VALIDATION_RUNTIMES = ("interpreter", "coreml")  # validate.runtimes; "coreml" only runs on macOS
 
 
 def _load_onnx(path: Path):
@@ -21,9 +23,10 @@ def _load_onnx(path: Path):
     return ir.load(str(path))
 
 
-class CoreMLBackend:
+class CoreMLBackend(Backend):
     name = "coreml"
     artifact = ARTIFACT
+    validation_runtimes = VALIDATION_RUNTIMES
 
     @property
     def run_onnx_case(self):
@@ -51,7 +54,10 @@ class CoreMLBackend:
                 compress_params["calibration"].update(digest_params(recipe.validate_, variant.base_dir))
 
             def compress(results, out: Path) -> dict:
-                from edgebuild_coreml.compress.stage import calibration_inputs, compress_stage
+                from edgebuild_coreml.compress.stage import (
+                    calibration_inputs,
+                    compress_stage,
+                )
 
                 return compress_stage(
                     results["lower"].path / ARTIFACT, out / ARTIFACT, recipe.compression,
@@ -78,34 +84,36 @@ class CoreMLBackend:
                             extra={"artifact": ARTIFACT, **serial}))
         if recipe.validate_ is not None:
             section = recipe.validate_
+            runtimes = section.runtimes or self.validation_runtimes
 
             def validate(results, out: Path) -> dict:
-                from edgebuild.dag.validate import reference_for, save, validate as run_validation
+                from edgebuild.dag.validate import reference_for, save
+                from edgebuild.dag.validate import validate as run_validation
                 from edgebuild_coreml import coreml_runtime
 
                 artifact, lowered = results["package"].path / ARTIFACT, results["lower"].info
                 reference, specs, name = reference_for(registry, dump["source"], results["resolve"].path,
                                                        variant.base_dir)
                 candidates = {}
-                if "interpreter" in section.runtimes:
+                if "interpreter" in runtimes:
                     candidates["interpreter"] = self.runner(artifact, target.precision, lowered=lowered,
                                                             emulate_fp16=section.fp16_emulation == "on")
-                if "coreml" in section.runtimes:
+                if "coreml" in runtimes:
                     candidates.update(coreml_runtime.core_ml_runners(artifact, lowered))
                 record = {"samples": 0, "reference": name, "runtimes": {}, "failures": []}
                 for runtime, runner in candidates.items():
                     one = run_validation(section, results["resolve"].path, dump["source"]["inputs"], runner,
                                          variant.base_dir, candidate_name=runtime, reference=reference,
-                                         specs=specs, reference_name=name)
+                                         specs=specs, reference_name=name, parallel=runtime == "interpreter")
                     record["samples"] = one["samples"]
                     record["runtimes"].update(one["runtimes"])
                     record["failures"] += one["failures"]
-                if "coreml" in section.runtimes and not coreml_runtime.available():
+                if "coreml" in runtimes and not coreml_runtime.available():
                     record["runtimes"]["coreml"] = {"skipped": coreml_runtime.SKIPPED}
                 return save(out, record)
 
             params = {"validate": dump["validate"], **digest_params(section, variant.base_dir)}
-            if "coreml" in section.runtimes:  # which candidates ran depends on the OS
+            if "coreml" in runtimes:  # which candidates ran depends on the OS
                 params["platform"] = platform.system()
             stages.append(Stage("validate", params, ["package", "resolve", "lower"], plugins, produce=validate,
                                 extra=dict(serial)))
@@ -304,7 +312,7 @@ class CoreMLBackend:
         return run
 
     # -- compute plan (``edgebuild plan``) ------------------------------------------------
-    def compute_plan(self, build, store, registry, *, chip: str | None = None, console=None) -> dict:
+    def compute_plan(self, build, store, registry, *, chip: str | None = None) -> dict:
         """The per-op compute plan of the variant's lowered program: {"ops", "breakdown", "total_ms", ...}.
 
         Read-only: a lowering the store lacks is made in a temporary directory and dropped.
@@ -312,10 +320,10 @@ class CoreMLBackend:
         from edgebuild_coreml.plan_source import lowered_program
 
         with lowered_program(build, store) as lowered:
-            return self._describe_plan(build, lowered, chip, console)
+            return self._describe_plan(build, lowered, chip)
 
     @staticmethod
-    def _describe_plan(build, lowered, chip: str | None, console) -> dict:
+    def _describe_plan(build, lowered, chip: str | None) -> dict:
         from edgebuild_coreml import compute as policy
         from edgebuild_coreml.ane.plan import STRICT_POLICIES
 
@@ -323,16 +331,6 @@ class CoreMLBackend:
         plan = policy.plan_for(lowered.program, compute, chip=chip, shapes_dynamic=lowered.shapes_dynamic)
         violations = plan.violations()
         warning = policy.ane_absence_warning(plan, build.job.label)
-        if console is not None:
-            from edgebuild_coreml.ane import render_plan
-
-            render_plan(plan, console)
-            if violations:
-                names = ", ".join(f"{v['op']} '{v['name']}'" for v in violations)
-                console.print(f"[red]{plan.policy}[/]: the plan places {len(violations)} op(s) off the "
-                              f"{violations[0]['unit'].upper()}: {names}")
-            if warning:
-                console.print(f"[yellow]warning[/] {warning}")
         data = plan.to_json()
         data["policy"] = plan.policy
         if warning:
@@ -342,10 +340,6 @@ class CoreMLBackend:
 
             units = policy.compute_units_for(compute["policy"]).name
             data["measured"] = compare_with_core_ml(lowered.artifact, data, units)
-            if console is not None and "agreement" in data["measured"]:
-                m = data["measured"]
-                console.print(f"Core ML's own plan ({units}): {m['compared']} ops compared, "
-                              f"prediction agrees on {m['agreement']:.0%} ({m['cost_weighted_agreement']:.0%} by cost)")
         if plan.policy in STRICT_POLICIES:
             data["violations"] = violations
         return data
@@ -381,8 +375,8 @@ def _saved_program(model, artifact: Path):
 def _from_mlpackage(path: Path):
     """A package a frontend converted itself (PyTorch through coremltools), re-lowered at the recipe's
     precision and target like any other program."""
-    from coremltools.converters.mil.frontend.milproto.load import load as load_milproto
     import coremltools as ct
+    from coremltools.converters.mil.frontend.milproto.load import load as load_milproto
 
     from edgebuild_coreml.lowering.converter import ConvertResult
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import platform
 from pathlib import Path
+from typing import Mapping
+
+from edgebuild.protocols import Runtime
 
 COMPUTE_UNITS = ("CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE")
 SKIPPED = "Core ML runs only on macOS; the interpreter's numbers stand in for it here"
@@ -18,7 +21,8 @@ def available() -> bool:
 
 
 def core_ml_runners(artifact: Path, lowered: dict | None = None) -> dict:
-    """{runtime name: run(inputs) -> outputs} for each compute unit; {} off macOS."""
+    """{runtime name: run(inputs) -> outputs} for each compute unit; {} off macOS. Validate them one
+    sample at a time: concurrent predictions were never measured."""
     if not available():
         return {}
     import coremltools as ct
@@ -34,6 +38,23 @@ def core_ml_runners(artifact: Path, lowered: dict | None = None) -> dict:
             outputs = model.predict({to_mil.get(k, k): v for k, v in inputs.items()})
             return {to_onnx.get(k, k): np.asarray(v) for k, v in outputs.items()}
 
-        run.parallel_samples = False  # one prediction at a time: concurrent ones were never measured
         runners[f"coreml-{unit.lower().replace('_', '-')}"] = run
     return runners
+
+
+class CoreMLRuntime(Runtime):
+    """Core ML's own predict, what an app gets (macOS only): ``InferenceSession`` tries it first there."""
+
+    name = "coreml"
+    native = True
+    parallel_samples = False
+
+    def can_run(self, artifact: Path) -> bool:
+        return available() and Path(artifact).suffix in (".mlpackage", ".mlmodel")
+
+    def run(self, artifact: Path, inputs: Mapping) -> dict:
+        import coremltools as ct
+        import numpy as np
+
+        model = ct.models.MLModel(str(artifact))
+        return {k: np.asarray(v) for k, v in model.predict(dict(inputs)).items()}

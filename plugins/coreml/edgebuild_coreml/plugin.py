@@ -41,3 +41,4 @@ def edgebuild_register_runtimes(register):
     from edgebuild.registry import Lazy
 
     register("mil-interpreter", Lazy("edgebuild_coreml.runtime:InterpreterRuntime"))
+    register("coreml", Lazy("edgebuild_coreml.coreml_runtime:CoreMLRuntime"))

@@ -1,4 +1,4 @@
-"""Runtimes that execute a Core ML artifact: the MIL interpreter everywhere, Core ML on macOS."""
+"""The MIL interpreter as a runtime: it executes a Core ML artifact on any OS."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import os
 import threading
 from pathlib import Path
 
+from edgebuild.protocols import Runtime
+
 ARTIFACT_SUFFIXES = (".mlpackage", ".mlmodel")
 
 
-class InterpreterRuntime:
+class InterpreterRuntime(Runtime):
     """Runs an .mlpackage's ML Program with edgebuild's MIL interpreter (any OS).
 
     ``run`` is called once per sample: the last package read is kept (with its interpreter

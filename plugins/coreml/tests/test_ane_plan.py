@@ -15,7 +15,6 @@ from edgebuild.errors import UsageError
 from edgebuild_coreml.ane import cost as cost_model
 from edgebuild_coreml.ane.chips import get_chip, load_chips
 from edgebuild_coreml.ane.plan import NOTE, plan_program
-from edgebuild_coreml.ane.render import render_plan
 from edgebuild_coreml.ane.rewrites import clamp_norm_epsilon, linear_to_conv, split_attention_heads
 from edgebuild_coreml.ane.rules import eligibility, gpu_eligibility
 
@@ -331,14 +330,17 @@ def test_unknown_policy_is_usage_error():
         plan_program(_cnn_program(), policy="fastest")
 
 
-def test_render_plan_prints_table_breakdown_and_note():
+def test_the_cli_renders_a_plan_from_its_data():
+    from edgebuild.report.compute_plan import render
+
     plan = plan_program(_cnn_program(), policy="cpu_and_ne")
+    data = {**plan.to_json(), "policy": plan.policy}
     console = Console(file=io.StringIO(), width=200, record=True)
-    render_plan(plan, console)
+    render(data, console)
     summary = console.export_text()
     assert "breakdown by unit" in summary and "by reason and op type" in summary and NOTE in summary
     assert "conv1" not in summary  # one row per op only when asked for
-    render_plan(plan, console, ops=True)
+    render(data, console, ops=True)
     text = console.export_text()
     assert "conv1" in text and "pool2" in text
 

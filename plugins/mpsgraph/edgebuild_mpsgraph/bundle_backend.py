@@ -15,6 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from edgebuild.dag.stages import Stage
+from edgebuild.protocols import Backend
 from edgebuild_mpsgraph.options import BundleOptions, preference
 
 ARTIFACT = "bundle"
@@ -97,7 +98,7 @@ def graph_borders(model: ir.Model, specs: list[dict]) -> dict:
             "outputs": [border(v) for v in model.graph.outputs]}
 
 
-class BundleBackend:
+class BundleBackend(Backend):
     name = "bundle"
     artifact = ARTIFACT
 
@@ -148,8 +149,8 @@ class BundleBackend:
             section = recipe.validate_
 
             def validate_stage(results, out: Path) -> dict:
-                from edgebuild.dag.validate import save
                 from edgebuild.bundle.session import InferenceSession
+                from edgebuild.dag.validate import save
                 from edgebuild_mpsgraph.validation import validate_bundle
 
                 produced = results["package"].info.get("artifact", ARTIFACT)
@@ -169,8 +170,8 @@ class BundleBackend:
         """Write ``out_dir/bundle`` (manifest + segments), or ``out_dir/model.mlpackage`` when Core
         ML runs the whole model; ``info["artifact"]`` names which."""
         from edgebuild.bundle.manifest import HandOffSpec, Manifest, write_manifest
-        from edgebuild.graph.partition import HandOff
         from edgebuild.dag.versions import edgebuild_version
+        from edgebuild.graph.partition import HandOff
 
         info = lowered.info
         segments = info["segments"]

@@ -11,6 +11,7 @@ from typing import Mapping
 import numpy as np
 
 from edgebuild.errors import BuildError
+from edgebuild.protocols import Runtime
 from edgebuild_mpsgraph.program import PROGRAM_FILE
 
 KERNEL_SPEC_FILE = "kernel.json"
@@ -18,7 +19,7 @@ KERNEL_SOURCE_FILE = "kernel.metal"
 KERNEL_CONSTANTS_FILE = "constants.bin"
 
 
-class MPSGraphReferenceRuntime:
+class MPSGraphReferenceRuntime(Runtime):
     name = "mpsgraph-reference"
 
     def can_run(self, artifact: Path) -> bool:
@@ -44,7 +45,7 @@ def read_kernel_segment(directory: Path) -> tuple[dict, dict[str, np.ndarray]]:
     return record, constants
 
 
-class MSLEmulationRuntime:
+class MSLEmulationRuntime(Runtime):
     """Runs a kernel segment's own ``kernel.metal`` with the declaration its op plugin registered."""
 
     name = "msl-emulation"

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from edgebuild.errors import BuildError, EdgebuildError
-
+from edgebuild.protocols import Frontend
 from edgebuild_pytorch.capture import bound_module, call_module, capture, output_names
 from edgebuild_pytorch.inputs import plan_inputs
 from edgebuild_pytorch.loading import load_source, require_torch
@@ -16,7 +16,7 @@ from edgebuild_pytorch.options import parse_options
 ROUTE_FILE = "route.json"
 
 
-class PyTorchFrontend:
+class PyTorchFrontend(Frontend):
     """Registered as the ``pytorch`` frontend; see the plugin's README for the recipe options."""
 
     def import_model(self, path: Path, inputs: dict[str, dict], out_dir: Path, *, options: dict | None = None,

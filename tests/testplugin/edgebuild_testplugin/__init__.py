@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from edgebuild.dag.stages import Stage
 from edgebuild.hookspecs import hookimpl
+from edgebuild.protocols import Backend, GraphPass
 
 
 def _log(event: str) -> None:
@@ -30,7 +31,7 @@ class CopyCompression(BaseModel):
     level: int = 1
 
 
-class CopyBackend:
+class CopyBackend(Backend):
     def stages(self, variant, registry, plugins):
         compression = variant.recipe.compression
 
@@ -63,7 +64,7 @@ class CopyBackend:
         return stages
 
 
-class NoopPass:
+class NoopPass(GraphPass):
     default = False
     description = "does nothing (tests switching passes on)"
 

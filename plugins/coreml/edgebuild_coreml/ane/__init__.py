@@ -1,7 +1,7 @@
 """Compute-unit policy for Core ML: chip profiles, ANE eligibility rules, cost model and plan.
 
 ``plan_program(prog, chip=..., policy=...)`` predicts the unit of every op of a pymil Program;
-``render_plan`` prints it; ``eligibility(op, chip)`` explains why an op cannot use the ANE;
+``eligibility(op, chip)`` explains why an op cannot use the ANE;
 ``rewrites`` holds ANE-friendly program passes.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 _EXPORTS = {
     "plan_program": "plan",
     "Plan": "plan",
-    "render_plan": "render",
     "eligibility": "rules",
     "gpu_eligibility": "rules",
     "Reason": "rules",
