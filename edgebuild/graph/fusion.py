@@ -15,7 +15,6 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import pattern
 
-from edgebuild import protocols
 from edgebuild.graph.fusion_rules import (
     activations,
     attention,
@@ -29,7 +28,7 @@ MAX_ROUNDS = 8
 
 
 @dataclass
-class GraphPass(protocols.GraphPass):
+class GraphPass:
     """A graph pass registered under ``name``; ``apply`` returns how many rewrites it made.
 
     ``min_opset`` is the ai.onnx opset the rewritten graph needs (e.g. 17 for
