@@ -53,6 +53,8 @@ class Frontend(Protocol):
     def import_model(self, path: Path, inputs: dict, out_dir: Path, *, options: Optional[dict] = None,
                      base_dir: Optional[Path] = None) -> dict:
         """Write ``out_dir/model.onnx`` (weights as external data beside it) and return facts for the report.
+        A frontend that converts straight to a backend's format (PyTorch through coremltools) writes
+        that artifact instead and names it in the facts' ``"artifact"``; ``optimize`` passes it through.
 
         ``inputs`` is the recipe's ``source.inputs``; ``options`` its ``source.options`` (validated by the
         plugin's recipe section), ``base_dir`` the recipe's directory for relative option paths."""
@@ -118,6 +120,16 @@ class Backend(Protocol):
         """``{"ops", "breakdown", "total_ms", ...}`` for ``edgebuild plan``: where each op would run and
         why, from what is in the store. None: the backend predicts nothing."""
         return None
+
+    def lower_segment(self, model: "onnx_ir.Model", directory: Path, *, params: dict,
+                      registry: "Registry") -> dict:
+        """Lower ``model``, one partition of a bundle, into ``directory``; return ``{"files", "compute_units",
+        "input_names", "output_names", "boundary_dtypes"}`` (ONNX name -> the artifact's name, and the dtypes
+        that cross the segment's border as another). ``params``: ``deployment_target``, ``precision``,
+        ``policy``. A backend that cannot build bundle segments raises ``BuildError``."""
+        from edgebuild.errors import BuildError
+
+        raise BuildError(f"backend {type(self).__name__} does not build bundle segments")
 
     def conformance_runner(self) -> Optional[Callable[[Any, list], list]]:
         """``run(model_proto, inputs) -> outputs`` for one ONNX node-test case (``edgebuild conformance``),

@@ -39,7 +39,7 @@ def chain(op_types: list[str]) -> ir.Model:
 
 def test_custom_op_in_the_middle_gives_three_segments_with_hand_offs():
     model = ir.serde.deserialize_model(example.build())
-    segments = partition(model, [("coreml", standard_only)], KERNELS, min_segment_ops=4)
+    segments = partition(model, [("coreml", standard_only)], KERNELS, kernel_backend="msl", min_segment_ops=4)
     assert [s.backend for s in segments] == ["coreml", "msl", "coreml"]
     assert [[n.name for n in s.nodes] for s in segments] == [
         ["fc1", "fc1_bias", "relu", "gain"], ["rms_norm"], ["fc2", "fc2_bias", "sigmoid", "gain2"]]
@@ -60,7 +60,7 @@ def test_segment_models_compose_to_the_whole():
 
     proto = example.build()
     model = ir.serde.deserialize_model(proto)
-    segments = partition(model, [("coreml", standard_only)], KERNELS)
+    segments = partition(model, [("coreml", standard_only)], KERNELS, kernel_backend="msl")
     x = np.random.default_rng(0).standard_normal(example.SHAPE).astype(np.float32)
     values = {"x": x}
     for segment in segments:

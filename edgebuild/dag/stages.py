@@ -17,6 +17,8 @@ from edgebuild.errors import UsageError
 from edgebuild.recipe import Variant
 from edgebuild.store.hashstate import file_sha256
 
+ONNX_MODEL = "model.onnx"  # what a frontend writes, unless it names another artifact
+
 
 @dataclass
 class Result:
@@ -106,12 +108,10 @@ def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -
 
     def optimize(r, out):
         imported = r["import"].path
-        if (imported / "model.mlpackage").exists():  # a frontend that converted directly (PyTorch route b)
-            shutil.copytree(imported / "model.mlpackage", out / "model.mlpackage")
-            for extra in ("route.json",):
-                if (imported / extra).exists():
-                    shutil.copy2(imported / extra, out / extra)
-            return {"passthrough": "model.mlpackage"}
+        made = r["import"].info.get("artifact", ONNX_MODEL)
+        if made != ONNX_MODEL:  # a frontend that converted straight to a backend's format: nothing to optimise
+            shutil.copytree(imported, out, dirs_exist_ok=True)
+            return {"passthrough": made}
         from edgebuild.graph.optimize import optimize as run_optimize
         return run_optimize(imported / "model.onnx", out, passes, registry=registry)
 

@@ -1,8 +1,8 @@
-"""Split a model into segments, each run by one backend (``coreml`` | ``mpsgraph`` | ``msl``).
+"""Split a model into segments, each run by one backend (a bundle: Core ML, MPSGraph, Metal kernels).
 
 Backend-agnostic: a backend is a name and a ``supports(node) -> bool``, listed in the
-policy's order of preference; a custom op declared with a Metal kernel always gets a
-segment of its own on ``msl``. Nodes are scheduled so that each backend's nodes stay
+policy's order of preference; a custom op with a kernel of its own always gets a segment of
+its own on the kernel backend the caller names. Nodes are scheduled so that each backend's nodes stay
 together, then a profitability rule (in the spirit of MetalHLO's gate: a cluster too small,
 in ops or estimated work, is not worth a hand-off) merges tiny segments into a neighbour
 that can run them. A model one backend fully supports stays one segment.
@@ -19,7 +19,6 @@ import onnx_ir as ir
 
 from edgebuild.errors import BuildError
 
-KERNEL_BACKEND = "msl"
 STANDARD_DOMAINS = ("", "ai.onnx")
 
 Supports = Callable[[ir.Node], bool]
@@ -85,13 +84,14 @@ def _is_constant(node: ir.Node) -> bool:
     return node.op_type == "Constant" and node.domain in STANDARD_DOMAINS
 
 
-def _assign(nodes: list[ir.Node], backends: Sequence[tuple[str, Supports]], kernel_ops) -> tuple[dict, dict]:
+def _assign(nodes: list[ir.Node], backends: Sequence[tuple[str, Supports]], kernel_ops,
+            kernel_backend: str) -> tuple[dict, dict]:
     """Each node's backend (first in preference that supports it) and every backend able to run it."""
     chosen, able, missing = {}, {}, []
     for node in nodes:
         domain = "" if node.domain in STANDARD_DOMAINS else node.domain
         if (domain, node.op_type) in kernel_ops:
-            chosen[node], able[node] = KERNEL_BACKEND, {KERNEL_BACKEND}
+            chosen[node], able[node] = kernel_backend, {kernel_backend}
             continue
         able[node] = {name for name, supports in backends if supports(node)}
         choice = next((name for name, _ in backends if name in able[node]), None)
@@ -106,7 +106,7 @@ def _assign(nodes: list[ir.Node], backends: Sequence[tuple[str, Supports]], kern
     return chosen, able
 
 
-def _schedule(nodes: list[ir.Node], chosen: dict) -> list[list[ir.Node]]:
+def _schedule(nodes: list[ir.Node], chosen: dict, kernel_backend: str) -> list[list[ir.Node]]:
     """A topological order that keeps each backend's nodes together, cut into runs.
 
     Kahn's algorithm: among ready nodes, continue with the current run's backend; else take
@@ -123,7 +123,7 @@ def _schedule(nodes: list[ir.Node], chosen: dict) -> list[list[ir.Node]]:
     runs: list[list[ir.Node]] = []
     current = None
     while ready:
-        same = [n for n in ready if chosen[n] == current and current != KERNEL_BACKEND]
+        same = [n for n in ready if chosen[n] == current and current != kernel_backend]
         node = same[0] if same else ready[0]
         ready.remove(node)
         if not same:
@@ -138,16 +138,17 @@ def _schedule(nodes: list[ir.Node], chosen: dict) -> list[list[ir.Node]]:
     return runs
 
 
-def _merge_tiny(runs: list[list[ir.Node]], chosen: dict, able: dict, min_ops: int, min_flops: float) -> list[tuple[str, list]]:
+def _merge_tiny(runs: list[list[ir.Node]], chosen: dict, able: dict, min_ops: int, min_flops: float,
+                kernel_backend: str) -> list[tuple[str, list]]:
     """Fold unprofitable segments into a neighbour able to run all their nodes; kernel segments stay."""
     segments = [(chosen[run[0]], run) for run in runs]
 
     def tiny(segment) -> bool:
         backend, run = segment
-        return backend != KERNEL_BACKEND and (len(run) < min_ops or sum(estimate_flops(n) for n in run) < min_flops)
+        return backend != kernel_backend and (len(run) < min_ops or sum(estimate_flops(n) for n in run) < min_flops)
 
     def can_run(backend, run) -> bool:
-        return backend != KERNEL_BACKEND and all(backend in able[n] for n in run)
+        return backend != kernel_backend and all(backend in able[n] for n in run)
 
     changed = True
     while changed and len(segments) > 1:
@@ -192,22 +193,25 @@ def _borders(segments: list[Segment], graph: ir.Graph, constants: set[str]) -> N
 
 
 def partition(model: ir.Model, backends: Sequence[tuple[str, Supports]],
-              kernel_ops: Mapping[tuple[str, str], Any] | None = None, *,
+              kernel_ops: Mapping[tuple[str, str], Any] | None = None, *, kernel_backend: str = "",
               min_segment_ops: int = 4, min_segment_flops: float = 0.0) -> list[Segment]:
     """Ordered segments of ``model``'s main graph.
 
     ``backends``: (name, supports) in order of preference. ``kernel_ops``: (domain, op_type)
-    of custom ops that have a Metal kernel; each such node becomes its own ``msl`` segment.
+    of custom ops that have a kernel of their own; each such node becomes a segment of its own
+    on ``kernel_backend``.
     """
+    if kernel_ops and not kernel_backend:
+        raise ValueError("kernel_ops need the kernel_backend that runs them")
     graph = model.graph
     graph.sort()
     constants = set(graph.initializers) | {v.name for n in graph if _is_constant(n) for v in n.outputs}
     nodes = [n for n in graph if not _is_constant(n)]
     if not nodes:
         raise BuildError("the model has no nodes to partition")
-    chosen, able = _assign(nodes, backends, dict(kernel_ops or {}))
-    runs = _schedule(nodes, chosen)
-    merged = _merge_tiny(runs, chosen, able, min_segment_ops, min_segment_flops)
+    chosen, able = _assign(nodes, backends, dict(kernel_ops or {}), kernel_backend)
+    runs = _schedule(nodes, chosen, kernel_backend)
+    merged = _merge_tiny(runs, chosen, able, min_segment_ops, min_segment_flops, kernel_backend)
     segments = [Segment(backend, run, flops=sum(estimate_flops(n) for n in run)) for backend, run in merged]
     _borders(segments, graph, constants)
     return segments

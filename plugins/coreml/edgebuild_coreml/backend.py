@@ -35,6 +35,11 @@ class CoreMLBackend(Backend):
 
         return run_onnx_case
 
+    def lower_segment(self, model, directory: Path, *, params: dict, registry) -> dict:
+        from edgebuild_coreml.segment import lower_segment
+
+        return lower_segment(model, directory, params=params, registry=registry)
+
     def stages(self, variant, registry, plugins: dict[str, str]) -> list[Stage]:
         recipe = variant.recipe
         target = recipe.target

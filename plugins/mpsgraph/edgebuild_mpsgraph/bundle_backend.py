@@ -52,9 +52,7 @@ def type_kernel_outputs(model: ir.Model, kernels: dict) -> None:
             continue
         shapes = {d.name: tuple(v.shape) for d, v in zip(spec.inputs, node.inputs) if v is not None and v.shape is not None}
         attrs = spec.attrs_with_defaults({k: a.value for k, a in node.attributes.items() if k in spec.attributes})
-        from edgebuild_msl.spec import call_sizing
-
-        out_shapes = call_sizing(spec.output_shapes, shapes, attrs)
+        out_shapes = spec.output_shapes_for(shapes, attrs)
         for decl, value in zip(spec.outputs, node.outputs):
             value.dtype = ir.DataType.from_numpy(decl.numpy_dtype)
             value.shape = ir.Shape([int(d) for d in out_shapes[decl.name]])
@@ -70,10 +68,11 @@ def load_model(path: Path, registry) -> tuple[ir.Model, dict]:
 
 def plan_segments(model: ir.Model, kernels: dict, registry, params: dict):
     from edgebuild.graph.partition import partition
+    from edgebuild_mpsgraph.segments import KERNEL_BACKEND
 
     backends = [(name, backend_supports(name, model, registry)) for name in params["prefer"]]
-    return partition(model, backends, kernels, min_segment_ops=params["min_segment_ops"],
-                     min_segment_flops=params["min_segment_flops"])
+    return partition(model, backends, kernels, kernel_backend=KERNEL_BACKEND,
+                     min_segment_ops=params["min_segment_ops"], min_segment_flops=params["min_segment_flops"])
 
 
 def graph_borders(model: ir.Model, specs: list[dict]) -> dict:

@@ -57,8 +57,6 @@ class MSLEmulationRuntime(Runtime):
         return (Path(artifact) / KERNEL_SPEC_FILE).is_file()
 
     def run(self, artifact: Path, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from edgebuild_msl import compile_kernel
-
         record, constants = read_kernel_segment(Path(artifact))
         registry = self._registry
         if registry is None:
@@ -74,5 +72,5 @@ class MSLEmulationRuntime(Runtime):
         for binding in record["inputs"]:
             if "tensor" in binding:
                 feed[binding["decl"]] = inputs[binding["tensor"]]
-        produced = compile_kernel(spec).run(feed, record.get("attributes") or {})
+        produced = spec.compile().run(feed, record.get("attributes") or {})
         return {b["tensor"]: produced[b["decl"]] for b in record["outputs"]}

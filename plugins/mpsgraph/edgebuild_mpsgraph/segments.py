@@ -19,8 +19,6 @@ from edgebuild.graph.partition import Segment, segment_model
 from edgebuild_mpsgraph.runtime import KERNEL_CONSTANTS_FILE, KERNEL_SOURCE_FILE, KERNEL_SPEC_FILE
 
 ALIGNMENT = 64
-# Core ML has no int64 or bool tensors at its boundary: they cross as int32
-COREML_BOUNDARY_DTYPES = {"int64": "int32", "bool": "int32", "int16": "int32", "int8": "int32", "uint8": "int32"}
 
 
 def value_dtype(value: ir.Value) -> str:
@@ -48,24 +46,21 @@ def _values(model: ir.Model) -> dict[str, ir.Value]:
 
 
 def lower_coreml(model: ir.Model, segment: Segment, directory: Path, *, params: dict, registry) -> dict:
-    from edgebuild_coreml.compute import compute_units_for
-    from edgebuild_coreml.lowering.converter import convert
-    from edgebuild_coreml.lowering.package import save_mlpackage
-
-    sub = segment_model(model, segment)
-    result = convert(sub, target=params["deployment_target"], precision=params["precision"], registry=registry)
-    units = compute_units_for(params["policy"])
-    save_mlpackage(result, directory / "model.mlpackage", target=params["deployment_target"],
-                   precision=params["precision"], metadata={}, compute_units=units)
-    values = _values(model)
+    """The Core ML backend lowers the segment (found through the registry: plugins do not import each other)."""
+    backend = registry.get("backends", "coreml")
+    if backend is None:
+        raise BuildError("a bundle with Core ML segments needs the Core ML backend",
+                         hint="pip install edgebuild-coreml, then check `edgebuild plugins`")
+    lowered = backend.lower_segment(segment_model(model, segment), directory, params=params, registry=registry)
+    values, crossing = _values(model), lowered["boundary_dtypes"]
 
     def spec(name, names):
         dtype = value_dtype(values[name])
-        return tensor_spec(values[name], binding=names[name], dtype=COREML_BOUNDARY_DTYPES.get(dtype, dtype))
+        return tensor_spec(values[name], binding=names[name], dtype=crossing.get(dtype, dtype))
 
-    return {"files": {"model": "model.mlpackage"}, "compute_units": units.name,
-            "inputs": [spec(n, result.input_names) for n in segment.inputs],
-            "outputs": [spec(n, result.output_names) for n in segment.outputs]}
+    return {"files": lowered["files"], "compute_units": lowered["compute_units"],
+            "inputs": [spec(n, lowered["input_names"]) for n in segment.inputs],
+            "outputs": [spec(n, lowered["output_names"]) for n in segment.outputs]}
 
 
 def lower_mpsgraph(model: ir.Model, segment: Segment, directory: Path, *, params: dict, registry) -> dict:
@@ -122,7 +117,8 @@ def lower_msl(model: ir.Model, segment: Segment, directory: Path, *, params: dic
             "outputs": [tensor_spec(values[n]) for n in segment.outputs]}
 
 
-LOWER_SEGMENT = {"coreml": lower_coreml, "mpsgraph": lower_mpsgraph, "msl": lower_msl}
+KERNEL_BACKEND = "msl"  # the segments holding one custom op's Metal kernel
+LOWER_SEGMENT = {"coreml": lower_coreml, "mpsgraph": lower_mpsgraph, KERNEL_BACKEND: lower_msl}
 
 
 def lower_segment(model: ir.Model, segment: Segment, index: int, root: Path, *, params: dict, registry) -> SegmentSpec:

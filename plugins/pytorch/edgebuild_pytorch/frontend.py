@@ -66,9 +66,11 @@ class PyTorchFrontend(Frontend):
                                                        output_names=names))
             except Exception as exc:
                 raise _as_build_error(exc, path, "coremltools' torch frontend", earlier=reason) from exc
-        report.update({"route": route, "fallback_reason": reason, "seconds": round(time.perf_counter() - start, 3)})
+        artifact = "model.onnx" if route == "onnx" else "model.mlpackage"
+        report.update({"route": route, "artifact": artifact, "fallback_reason": reason,
+                       "seconds": round(time.perf_counter() - start, 3)})
         (out_dir / ROUTE_FILE).write_text(json.dumps(
-            {"route": route, "artifact": "model.onnx" if route == "onnx" else "model.mlpackage",
+            {"route": route, "artifact": artifact,
              "inputs": free_specs, "outputs": names, "fallback_reason": reason}, indent=1))
         return report
 
