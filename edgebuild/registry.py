@@ -22,6 +22,7 @@ KINDS = (
     "runtimes",
     "recipe_sections",
     "custom_ops",
+    "commands",
 )
 
 
@@ -113,6 +114,7 @@ class Registry:
             "runtimes": named("runtimes"),
             "recipe_sections": named("recipe_sections"),
             "custom_ops": custom_op,
+            "commands": named("commands"),
         }
 
     def collect(self, pm: pluggy.PluginManager, dists: dict[str, tuple[str, str]]) -> None:

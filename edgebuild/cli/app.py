@@ -13,9 +13,10 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer  # noqa: E402
 
+from edgebuild.cli.plugin_commands import WithPluginCommands
 from edgebuild.errors import EdgebuildError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(cls=WithPluginCommands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Compile trained models into artifacts that run on Apple Silicon.")
 cache_app = typer.Typer(no_args_is_help=True, help="Inspect and prune the content-addressed store.")
 app.add_typer(cache_app, name="cache")
