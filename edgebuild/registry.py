@@ -10,7 +10,7 @@ import pluggy
 
 from edgebuild import hookspecs
 from edgebuild.dag.versions import key_version
-from edgebuild.errors import PluginError
+from edgebuild.errors import PluginError, UsageError
 
 KINDS = (
     "resolvers",
@@ -169,6 +169,25 @@ class Registry:
             if b == backend:
                 table.setdefault((d, t), []).append((lo, hi, entry.obj))
         return table
+
+    def default_backend(self) -> str:
+        """The backend used where none is named: the one whose object says ``default = True``, else
+        the only one installed (see :attr:`edgebuild.protocols.Backend.default`)."""
+        names = self.names("backends")
+        # an object that does not subclass Backend has its default, False
+        claiming = [name for name in names if getattr(self.get("backends", name), "default", False)]
+        if len(claiming) > 1:
+            holders = ", ".join(f"{name!r} (plugin {self.plugin_of('backends', name).name!r})" for name in claiming)
+            raise PluginError(f"backends {holders} each claim to be the default",
+                              hint="uninstall all but one of those plugins, or name the backend to use")
+        if claiming:
+            return claiming[0]
+        if len(names) == 1:
+            return names[0]
+        if not names:
+            raise UsageError("no backend is installed", hint="install a backend plugin: see docs/install.md")
+        raise UsageError(f"no installed backend is the default; there are {len(names)}: {', '.join(names)}",
+                         hint="name the one to use")
 
     def versions(self) -> dict[str, str]:
         return {p.distribution or p.name: p.version for p in self.plugins.values()}

@@ -91,6 +91,7 @@ def test_registered_commands_are_listed_with_their_plugin():
     registry = build_registry({"greetings": _plugin(edgebuild_register_commands=_registers_hello)})
     assert "hello" in registry.names("commands")
     assert registry.plugins["greetings"].registered["commands"] == ["hello"]
+    assert registry.plugin_of("commands", "conformance").distribution == "edgebuild"  # the core's own, so registered
 
 
 def test_a_command_name_held_by_another_plugin_is_an_error_naming_both():

@@ -286,20 +286,6 @@ def report(directory: Path = typer.Argument(..., help="a recipe's outputs.dir, o
     typer.echo(page)
 
 
-@app.command()
-def conformance(
-    suite: str = typer.Option("onnx-node", "--suite"),
-    backend: str = typer.Option("coreml", "--backend"),
-    ops: Optional[str] = typer.Option(None, "--ops", help="comma-separated op types"),
-    jobs: int = typer.Option(2, "-j", "--jobs", min=1),
-    as_json: bool = typer.Option(False, "--json"),
-):
-    """Run the ONNX backend node tests through a backend and its reference executor."""
-    from edgebuild.conformance.suite import cli_main
-
-    raise typer.Exit(cli_main(suite, backend, ops.split(",") if ops else None, as_json, jobs))
-
-
 @cache_app.command("info")
 def cache_info(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"), as_json: bool = typer.Option(False, "--json")):
     """Where the store is, how big, and what `cache gc` would clean up."""

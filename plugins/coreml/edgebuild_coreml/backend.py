@@ -24,13 +24,13 @@ def _load_onnx(path: Path):
 class CoreMLBackend:
     name = "coreml"
     artifact = ARTIFACT
+    default = True
 
-    @property
-    def run_onnx_case(self):
-        """One ONNX conformance case: lower at iOS18/fp32, run in the MIL interpreter (imported on use)."""
-        from edgebuild_coreml.conformance_runner import run_onnx_case
+    def conformance_runner(self):
+        """ONNX conformance cases lowered at iOS18/fp32 and run in the MIL interpreter (imported on use)."""
+        from edgebuild_coreml.conformance_runner import CoreMLConformanceRunner
 
-        return run_onnx_case
+        return CoreMLConformanceRunner()
 
     def stages(self, variant, registry, plugins: dict[str, str]) -> list[Stage]:
         recipe = variant.recipe
