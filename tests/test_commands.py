@@ -4,15 +4,14 @@ and a name someone else holds is an error naming both."""
 from __future__ import annotations
 
 import textwrap
-import types
 from pathlib import Path
 
 import pytest
 
 from conftest import edgebuild
 from edgebuild.errors import PluginError
-from edgebuild.hookspecs import hookimpl
 from edgebuild.registry import build_registry
+from test_registry import _plugin
 
 GREETINGS = '''
 import typer
@@ -74,13 +73,6 @@ def test_a_plugin_command_is_listed_in_help_and_runs(tmp_path):
     assert edgebuild("hello", "--name", "you", env=env, check=0).stdout == "hello you\n"
     assert edgebuild("greet", "loud", env=env, check=0).stdout == "HELLO\n"
     assert "whom to greet" in edgebuild("hello", "--help", env=env, check=0).stdout
-
-
-def _plugin(**hooks):
-    module = types.ModuleType("fake")
-    for name, fn in hooks.items():
-        setattr(module, name, hookimpl(fn))
-    return module
 
 
 def _registers_hello(register):
