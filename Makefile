@@ -62,7 +62,7 @@ schema: test-env
 	$(TEST_BIN)/edgebuild schema --out schemas/recipe.schema.json
 
 conformance: test-env
-	$(TEST_BIN)/python -m edgebuild.conformance.suite --suite onnx-node --backend coreml --out docs/conformance.md
+	$(TEST_BIN)/edgebuild conformance --suite onnx-node --backend coreml --out docs/conformance.md
 
 bench: test-env
 	$(TEST_BIN)/python benchmarks/cache.py

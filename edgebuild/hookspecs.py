@@ -96,3 +96,17 @@ def edgebuild_register_custom_ops(register):
     ``spec`` carries the op's ONNX schema, a numpy reference and the kernels that
     implement it (an MSL source, a Core ML decomposition).
     """
+
+
+@hookspec
+def edgebuild_register_commands(register):
+    """Register commands of the ``edgebuild`` CLI: ``register(name, factory)``.
+
+    ``edgebuild NAME ...`` runs the command. ``factory()`` returns a ``typer.Typer`` (a command
+    group: its commands become ``edgebuild NAME COMMAND``) or a function typer turns into one
+    command (its parameters are the options, its docstring the help). The CLI calls the
+    factories when it lists its commands (``edgebuild --help``) or meets a name none of its own
+    commands has, never for its own commands: import what the command needs inside it, not in
+    the module the factory comes from, so ``edgebuild --help`` stays fast. A name that one of
+    edgebuild's own commands or another plugin's holds is an error naming both.
+    """

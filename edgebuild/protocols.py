@@ -131,10 +131,23 @@ class Backend(Protocol):
 
         raise BuildError(f"backend {type(self).__name__} does not build bundle segments")
 
-    def conformance_runner(self) -> Optional[Callable[[Any, list], list]]:
-        """``run(model_proto, inputs) -> outputs`` for one ONNX node-test case (``edgebuild conformance``),
-        or None when the backend is not tested that way."""
+    def conformance_runner(self) -> Optional["ConformanceRunner"]:
+        """What runs ONNX node-test cases through this backend (``edgebuild conformance``), or None when
+        the backend is not tested that way. Called in each worker process: import the executor here."""
         return None
+
+
+@runtime_checkable
+class ConformanceRunner(Protocol):
+    """Runs one ONNX node-test case as the backend's artifacts would compute it (``Backend.conformance_runner``)."""
+
+    notes: str = ""
+    """How the cases run (target, precision, executor, what is folded): a sentence for the conformance table."""
+
+    def run(self, model: Any, inputs: list) -> list:
+        """The outputs of ``model`` (an ``onnx.ModelProto``) for ``inputs`` (arrays in graph-input order), in
+        graph-output order. Raise :class:`edgebuild.errors.NotRepresentable` for what the artifact format
+        cannot express (the case counts as unsupported); any other error makes the case an error."""
 
 
 @runtime_checkable

@@ -10,7 +10,7 @@ import pluggy
 
 from edgebuild import hookspecs
 from edgebuild.dag.versions import key_version
-from edgebuild.errors import PluginError
+from edgebuild.errors import PluginError, UsageError
 from edgebuild.protocols import PROTOCOLS, missing_members
 
 KINDS = (
@@ -22,6 +22,7 @@ KINDS = (
     "runtimes",
     "recipe_sections",
     "custom_ops",
+    "commands",
 )
 
 
@@ -130,6 +131,7 @@ class Registry:
             "runtimes": named("runtimes"),
             "recipe_sections": named("recipe_sections"),
             "custom_ops": custom_op,
+            "commands": named("commands"),
         }
 
     def collect(self, pm: pluggy.PluginManager, dists: dict[str, tuple[str, str]]) -> None:
@@ -184,6 +186,24 @@ class Registry:
             if b == backend:
                 table.setdefault((d, t), []).append((lo, hi, entry.obj))
         return table
+
+    def default_backend(self) -> str:
+        """The backend used where none is named: the one whose object says ``default = True``, else
+        the only one installed (see :attr:`edgebuild.protocols.Backend.default`)."""
+        names = self.names("backends")
+        claiming = [name for name in names if self.get("backends", name).default]
+        if len(claiming) > 1:
+            holders = ", ".join(f"{name!r} (plugin {self.plugin_of('backends', name).name!r})" for name in claiming)
+            raise PluginError(f"backends {holders} each claim to be the default",
+                              hint="uninstall all but one of those plugins, or name the backend to use")
+        if claiming:
+            return claiming[0]
+        if len(names) == 1:
+            return names[0]
+        if not names:
+            raise UsageError("no backend is installed", hint="install a backend plugin: see docs/install.md")
+        raise UsageError(f"no installed backend is the default; there are {len(names)}: {', '.join(names)}",
+                         hint="name the one to use")
 
     def versions(self) -> dict[str, str]:
         return {p.distribution or p.name: p.version for p in self.plugins.values()}

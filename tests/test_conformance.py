@@ -10,8 +10,12 @@ import onnx
 import onnx.helper as oh
 import pytest
 
-from edgebuild.conformance import suite as conformance
-from edgebuild.conformance.suite import Case, classify, compare, run_suite, write_table
+from edgebuild.conformance import cases, runner
+from edgebuild.conformance.cases import Case
+from edgebuild.conformance.classify import classify
+from edgebuild.conformance.compare import compare
+from edgebuild.conformance.suite import run_suite
+from edgebuild.conformance.tables import write_table
 from edgebuild.errors import UsageError
 
 RUNNER = "edgebuild_coreml.conformance_runner:run_onnx_case"
@@ -67,15 +71,15 @@ def test_classify_types_and_missing_lowerings():
 
 
 def test_op_filter_matches_case_insensitively_and_rejects_unknown_ops():
-    assert conformance._op_filter(["add", "Relu"], {"Add", "Relu", "Sub"}) == {"Add", "Relu"}
-    assert conformance._op_filter(None, {"Add"}) is None
+    assert cases._op_filter(["add", "Relu"], {"Add", "Relu", "Sub"}) == {"Add", "Relu"}
+    assert cases._op_filter(None, {"Add"}) is None
     with pytest.raises(UsageError, match="NoSuchOp"):
-        conformance._op_filter(["NoSuchOp"], {"Add"})
+        cases._op_filter(["NoSuchOp"], {"Add"})
 
 
 def test_unknown_suite_is_a_usage_error():
     with pytest.raises(UsageError, match="onnx-node"):
-        conformance.collect_cases("no-such-suite")
+        cases.collect_cases("no-such-suite")
 
 
 # -- running on Core ML --------------------------------------------------------------------
@@ -95,7 +99,7 @@ def test_slice_shape_of_result(slice_result):
     assert slice_result["total"] == len(slice_result["cases"]) > 0
     assert {c["op"] for c in slice_result["cases"]} == set(SLICE)
     for case in slice_result["cases"]:
-        assert case["status"] in conformance.STATUSES
+        assert case["status"] in runner.STATUSES
         assert case["status"] == "pass" or case.get("reason")
 
 
@@ -109,7 +113,7 @@ def test_slice_pass_rates(slice_result):
 
 def test_table_and_json(slice_result, tmp_path):
     path = tmp_path / "conformance.md"
-    write_table(slice_result, path)
+    write_table(slice_result, path, backend="coreml")
     text = path.read_text()
     assert f"{slice_result['passed']} / {slice_result['total']} cases pass" in text
     for op in SLICE:

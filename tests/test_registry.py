@@ -6,12 +6,14 @@ import json
 import sys
 import types
 
+import pluggy
 import pytest
 
 from conftest import edgebuild
-from edgebuild.errors import PluginError
+from edgebuild import hookspecs
+from edgebuild.errors import PluginError, UsageError
 from edgebuild.hookspecs import hookimpl
-from edgebuild.registry import build_registry
+from edgebuild.registry import Registry, build_registry
 
 
 def test_test_plugin_distribution_is_discovered():
@@ -78,3 +80,29 @@ def test_lazy_tables_keep_registration_cheap():
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+class _Backend:
+    def __init__(self, default: bool = False):
+        self.default = default
+
+
+def _only(**backends) -> Registry:
+    """A registry of these backends alone, one plugin each (no installed entry point)."""
+    pm = pluggy.PluginManager("edgebuild")
+    pm.add_hookspecs(hookspecs)
+    for name, backend in backends.items():
+        pm.register(_plugin(edgebuild_register_backends=lambda register, n=name, b=backend: register(n, b)),
+                    name=f"{name}_plugin")
+    registry = Registry()
+    registry.collect(pm, {})
+    return registry
+
+
+def test_the_default_backend_is_the_one_that_says_so_or_the_only_one():
+    assert _only(a=_Backend(), b=_Backend(default=True)).default_backend() == "b"
+    assert _only(a=_Backend()).default_backend() == "a"
+    with pytest.raises(UsageError, match="no installed backend is the default; there are 2: a, b"):
+        _only(a=_Backend(), b=_Backend()).default_backend()
+    with pytest.raises(PluginError, match="'a' \\(plugin 'a_plugin'\\), 'b' \\(plugin 'b_plugin'\\) each claim"):
+        _only(a=_Backend(default=True), b=_Backend(default=True)).default_backend()

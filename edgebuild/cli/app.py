@@ -13,9 +13,10 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer  # noqa: E402
 
+from edgebuild.cli.plugin_commands import WithPluginCommands
 from edgebuild.errors import EdgebuildError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(cls=WithPluginCommands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Compile trained models into artifacts that run on Apple Silicon.")
 cache_app = typer.Typer(no_args_is_help=True, help="Inspect and prune the content-addressed store.")
 app.add_typer(cache_app, name="cache")
@@ -283,59 +284,6 @@ def report(directory: Path = typer.Argument(..., help="a recipe's outputs.dir, o
     page = write_combined(directory, recursive=True, on_skip=skip)
     _stderr().print(f"{len(find_reports(directory, recursive=True)) - len(skipped)} variant(s)")
     typer.echo(page)
-
-
-@app.command()
-def conformance(
-    suite: str = typer.Option("onnx-node", "--suite"),
-    backend: str = typer.Option("coreml", "--backend"),
-    ops: Optional[str] = typer.Option(None, "--ops", help="comma-separated op types"),
-    jobs: int = typer.Option(2, "-j", "--jobs", min=1),
-    as_json: bool = typer.Option(False, "--json"),
-):
-    """Run the ONNX backend node tests through a backend and its reference executor."""
-    from edgebuild.conformance.suite import cli_main
-
-    raise typer.Exit(cli_main(suite, backend, ops.split(",") if ops else None, as_json, jobs))
-
-
-@app.command()
-def kernels(
-    tsan: bool = typer.Option(False, "--tsan", help="build with ThreadSanitizer: a missing barrier is a race"),
-    tolerance: float = typer.Option(1e-4, "--tolerance", help="max abs difference from the numpy reference"),
-    as_json: bool = typer.Option(False, "--json"),
-):
-    """Check every installed custom-op Metal kernel against its numpy reference (CPU emulation)."""
-    import numpy as np
-
-    registry = _registry()
-    rows, failed = [], False
-    for (domain, op_type), entry in sorted(registry.tables["custom_ops"].items()):
-        spec = entry.obj
-        shapes = getattr(spec, "example_shapes", None)
-        if not shapes:
-            rows.append({"op": f"{domain}::{op_type}", "status": "skipped", "reason": "no example_shapes"})
-            continue
-        from edgebuild_msl import KernelError, check_kernel
-
-        rng = np.random.default_rng(0)
-        dtypes = {d.name: d.dtype for d in spec.inputs}
-        inputs = {n: rng.standard_normal(shape).astype(dtypes.get(n, "float32")) for n, shape in shapes.items()}
-        try:
-            error = check_kernel(spec, inputs, tsan=tsan)
-            ok = error <= tolerance
-            rows.append({"op": f"{domain}::{op_type}", "status": "pass" if ok else "fail", "max_abs_err": error})
-        except KernelError as exc:
-            ok = False
-            rows.append({"op": f"{domain}::{op_type}", "status": "fail", "reason": str(exc)})
-        failed |= not ok
-    if as_json:
-        sys.stdout.write(json.dumps({"kernels": rows, "tsan": tsan}) + "\n")
-    else:
-        for row in rows:
-            detail = f"max abs err {row['max_abs_err']:.3g}" if "max_abs_err" in row else row.get("reason", "")
-            typer.echo(f"{row['status']:<8} {row['op']}  {detail}")
-    raise typer.Exit(1 if failed else 0)
 
 
 @cache_app.command("info")

@@ -27,13 +27,13 @@ class CoreMLBackend(Backend):
     name = "coreml"
     artifact = ARTIFACT
     validation_runtimes = VALIDATION_RUNTIMES
+    default = True
 
-    @property
-    def run_onnx_case(self):
-        """One ONNX conformance case: lower at iOS18/fp32, run in the MIL interpreter (imported on use)."""
-        from edgebuild_coreml.conformance_runner import run_onnx_case
+    def conformance_runner(self):
+        """ONNX conformance cases lowered at iOS18/fp32 and run in the MIL interpreter (imported on use)."""
+        from edgebuild_coreml.conformance_runner import CoreMLConformanceRunner
 
-        return run_onnx_case
+        return CoreMLConformanceRunner()
 
     def lower_segment(self, model, directory: Path, *, params: dict, registry) -> dict:
         from edgebuild_coreml.segment import lower_segment

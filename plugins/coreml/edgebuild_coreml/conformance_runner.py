@@ -21,13 +21,8 @@ import onnx_ir as ir
 from onnx import numpy_helper
 
 from edgebuild.errors import BuildError
+from edgebuild.protocols import ConformanceRunner
 
-CONFORMANCE_NOTES = (
-    "cases are lowered for iOS18 at float32 precision and run in edgebuild's MIL interpreter "
-    "(no Mac involved). Operator parameters that MIL takes only as build-time constants (axes, pads, "
-    "scales, k, weights) come as graph inputs in these cases; such cases are lowered again with those "
-    "inputs folded into initializers, as a recipe's fixed `value:` inputs are."
-)
 TARGET = "iOS18"
 PRECISION = "float32"
 
@@ -112,3 +107,17 @@ def run_onnx_case(model_proto: onnx.ModelProto, inputs: Sequence[np.ndarray]) ->
             if i == len(attempts) - 1 or not _wants_constants(exc):
                 raise
     raise AssertionError("unreachable")
+
+
+class CoreMLConformanceRunner(ConformanceRunner):
+    """What ``CoreMLBackend.conformance_runner()`` returns: :func:`run_onnx_case` and how it runs."""
+
+    notes = (
+        "cases are lowered for iOS18 at float32 precision and run in edgebuild's MIL interpreter "
+        "(no Mac involved). Operator parameters that MIL takes only as build-time constants (axes, pads, "
+        "scales, k, weights) come as graph inputs in these cases; such cases are lowered again with those "
+        "inputs folded into initializers, as a recipe's fixed `value:` inputs are."
+    )
+
+    def run(self, model, inputs):
+        return run_onnx_case(model, inputs)
