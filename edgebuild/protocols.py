@@ -211,4 +211,5 @@ def missing_members(obj: object, protocol: type) -> list[str]:
         if base in (Protocol, object) or base.__module__ == "typing":
             continue
         declared |= {n for n in vars(base) if not n.startswith("_")} | set(getattr(base, "__annotations__", {}))
-    return sorted(name for name in declared if not hasattr(obj, name))
+    # looked up on the class (or the instance's own attributes): a property is not evaluated
+    return sorted(name for name in declared if not (hasattr(type(obj), name) or name in getattr(obj, "__dict__", {})))

@@ -13,6 +13,7 @@ from conftest import edgebuild
 from edgebuild import hookspecs
 from edgebuild.errors import PluginError, UsageError
 from edgebuild.hookspecs import hookimpl
+from edgebuild.protocols import Backend
 from edgebuild.registry import Registry, build_registry
 
 
@@ -82,9 +83,12 @@ def test_lazy_tables_keep_registration_cheap():
     assert out.strip() == "[]"
 
 
-class _Backend:
+class _Backend(Backend):
     def __init__(self, default: bool = False):
         self.default = default
+
+    def stages(self, variant, registry, plugins):
+        return []
 
 
 def _only(**backends) -> Registry:
@@ -106,3 +110,22 @@ def test_the_default_backend_is_the_one_that_says_so_or_the_only_one():
         _only(a=_Backend(), b=_Backend()).default_backend()
     with pytest.raises(PluginError, match="'a' \\(plugin 'a_plugin'\\), 'b' \\(plugin 'b_plugin'\\) each claim"):
         _only(a=_Backend(default=True), b=_Backend(default=True)).default_backend()
+
+
+def test_a_plugin_object_missing_a_protocol_member_is_named_when_loaded():
+    class Incomplete:  # a backend that neither subclasses Backend nor defines its members
+        def stages(self, variant, registry, plugins):
+            return []
+
+    with pytest.raises(PluginError, match=r"registers backend 'a' without artifact, check_recipe, .*edgebuild.protocols.Backend"):
+        _only(a=Incomplete()).get("backends", "a")
+
+
+def test_a_lazy_plugin_object_is_checked_when_it_first_loads_not_before():
+    from edgebuild.registry import Lazy
+
+    lazy = Lazy("builtins:object")
+    registry = _only(a=lazy)
+    registry.names("backends")  # registering imports nothing and checks nothing yet
+    with pytest.raises(PluginError, match="registers backend 'a' without"):
+        lazy.stages
