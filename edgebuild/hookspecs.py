@@ -32,10 +32,13 @@ def edgebuild_register_resolvers(register):
 def edgebuild_register_frontends(register):
     """Register model frontends: ``register(format, frontend)``.
 
-    ``format`` is the recipe's ``source.format`` (``"onnx"``, ``"pytorch"``).
-    ``frontend.import_model(path, source, out_dir)`` writes ``out_dir/model.onnx`` (weights
-    as external data beside it) and returns a dict for the report. A frontend whose
-    ``source.options`` name local files (a config) lists them with the optional
+    ``format`` is the name a recipe gives as ``source.format`` (``"onnx"``, ``"pytorch"``, or
+    any other a plugin registers; ``.onnx`` and the PyTorch suffixes imply the first two).
+    ``frontend.import_model(path, inputs, out_dir)`` writes ``out_dir/model.onnx`` (weights
+    as external data beside it) and returns a dict for the report; a frontend that registers
+    ``"<format>:source.options"`` (see ``edgebuild_register_recipe_sections``) is also given
+    ``options=`` (that model, validated at load) and ``base_dir=``. A frontend whose options
+    name local files (a config) lists them with the optional
     ``frontend.option_files(options, source_path_or_None, base_dir) -> list[Path]``; their
     digests join the import stage's cache key and they become build prerequisites.
     """
@@ -100,6 +103,8 @@ def edgebuild_register_recipe_sections(register):
     and ``model`` a pydantic model that validates it. A validated section may also define
     ``check_recipe(recipe)``, raising ``RecipeError`` for what depends on the rest of the recipe
     (a compression mode the deployment target lacks). Errors carry the recipe's file:line.
+    Sections are validated once, at load: stages read the model instance as
+    ``variant.section(name)`` and its JSON, defaults applied, for cache keys from ``variant.params``.
     """
 
 

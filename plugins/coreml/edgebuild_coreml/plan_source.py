@@ -56,7 +56,7 @@ def lowered_program(build, store):
     from edgebuild_coreml.backend import ARTIFACT
     from edgebuild_coreml.interpreter import load_mlpackage
 
-    recipe_inputs = build.variant.recipe.model_dump(mode="json", by_alias=True)["source"]["inputs"]
+    recipe_inputs = build.variant.params["source"]["inputs"]
     with tempfile.TemporaryDirectory(prefix="edgebuild-plan-") as scratch:
         job = Job(f"{build.job.label} (plan)", _stages_through(build.job.stages, LOWER))
         Executor(store, scratch=Path(scratch)).run([job])
