@@ -56,7 +56,6 @@ class CoreMLBackend:
 
                 return compress_stage(
                     results["lower"].path / ARTIFACT, out / ARTIFACT, compression,
-                    target=target.deployment_target,
                     calibration=lambda count: calibration_inputs(
                         results["optimize"].path / "model.onnx", params["source"]["inputs"], recipe.validate_,
                         variant.base_dir, results["lower"].info, count))
