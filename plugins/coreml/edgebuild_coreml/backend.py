@@ -310,7 +310,7 @@ class CoreMLBackend:
         """
         from edgebuild_coreml.plan_source import lowered_program
 
-        with lowered_program(build, store) as lowered:
+        with lowered_program(build, store, ARTIFACT) as lowered:
             return self._describe_plan(build, lowered, chip, console)
 
     @staticmethod
