@@ -82,8 +82,8 @@ def _validate_sections(variant, registry) -> dict[str, BaseModel]:
 def typed_section(variant, name: str) -> BaseModel | None:
     """``variant.section(name)``: the model validated at load; None when the recipe leaves the section out."""
     if variant.sections is None and _raw(variant.data, section_path(name)):
-        raise RuntimeError(f"{variant.path.name}: the recipe's {'.'.join(section_path(name))} was not validated; "
-                           "load it with edgebuild.build.load_variants")
+        raise RuntimeError(f"{variant.path.name}: the recipe's {'.'.join(section_path(name))} was not validated by "
+                           "its plugin; load recipes with the plugin registry (load_variants) to build them")
     return (variant.sections or {}).get(name)
 
 
