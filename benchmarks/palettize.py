@@ -3,7 +3,7 @@
 Each side reads an .mlpackage from disk, palettises every weight and writes a new package:
 
 * coremltools: ``MLModel(src)`` -> ``palettize_weights(mode="kmeans")`` -> ``save(dst)``;
-* edgebuild: ``compress_mlpackage(src, dst, {"weights": ...})`` (algorithm ``kmeans``).
+* edgebuild: ``compress_mlpackage(src, dst, validate_compression({"weights": ...}))`` (algorithm ``kmeans``).
 
 The table shows wall time, total weight error (sum over palettised weights of
 ||W - W_hat||^2 / n, read back from the written packages) and the ratios ours / coremltools'.
@@ -41,6 +41,7 @@ import numpy as np
 from coremltools.converters.mil import Builder as mb
 
 from edgebuild_coreml.compress.apply import compress_mlpackage
+from edgebuild_coreml.compress.config import validate_compression
 from edgebuild_coreml.compress.program import iter_ops, load_program
 from edgebuild_coreml.compress.serialize import save_program
 
@@ -129,7 +130,7 @@ def run_coremltools(src: Path, dst: Path, weights: dict) -> None:
 
 
 def run_ours(src: Path, dst: Path, weights: dict) -> None:
-    compress_mlpackage(src, dst, {"weights": weights}, target=deployment_target(src))
+    compress_mlpackage(src, dst, validate_compression({"weights": weights}, target=deployment_target(src)))
 
 
 def serialisation_floor(src: Path, dst: Path) -> float:

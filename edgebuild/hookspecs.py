@@ -32,8 +32,11 @@ def edgebuild_register_resolvers(register):
 def edgebuild_register_frontends(register):
     """Register model frontends: ``register(format, frontend)``.
 
-    ``format`` is what the recipe's ``source.format`` names (``"onnx"``, ``"pytorch"``), or what
-    the frontend's ``suffixes`` infer. ``frontend`` follows :class:`edgebuild.protocols.Frontend`.
+    ``format`` is the name a recipe gives as ``source.format`` (``"onnx"``, ``"pytorch"``, or
+    any other a plugin registers; ``.onnx`` and the PyTorch suffixes imply the first two).
+    ``frontend`` follows :class:`edgebuild.protocols.Frontend`; a frontend that registers
+    ``"<format>:source.options"`` (see ``edgebuild_register_recipe_sections``) is given that
+    section's model, validated at load, as ``options``.
     """
 
 
@@ -85,7 +88,9 @@ def edgebuild_register_recipe_sections(register):
     and ``model`` a pydantic model that validates it, following
     :class:`edgebuild.protocols.RecipeSection`: its ``check_recipe(recipe)`` raises ``RecipeError``
     for what depends on the rest of the recipe (a compression mode the deployment target lacks).
-    Errors carry the recipe's file:line.
+    Errors carry the recipe's file:line. Sections are validated once, at load: stages read the
+    model instance as ``variant.section(name)`` and its JSON, defaults applied, for cache keys
+    from ``variant.params``.
     """
 
 

@@ -50,26 +50,27 @@ class Resolver(Protocol):
 class Frontend(Protocol):
     """Imports a source format into ONNX (``edgebuild_register_frontends``)."""
 
-    def import_model(self, path: Path, inputs: dict, out_dir: Path, *, options: Optional[dict] = None,
+    def import_model(self, path: Path, inputs: dict, out_dir: Path, *, options: Any = None,
                      base_dir: Optional[Path] = None) -> dict:
         """Write ``out_dir/model.onnx`` (weights as external data beside it) and return facts for the report.
         A frontend that converts straight to a backend's format (PyTorch through coremltools) writes
         that artifact instead and names it in the facts' ``"artifact"``; ``optimize`` passes it through.
 
-        ``inputs`` is the recipe's ``source.inputs``; ``options`` its ``source.options`` (validated by the
-        plugin's recipe section), ``base_dir`` the recipe's directory for relative option paths."""
+        ``inputs`` is the recipe's ``source.inputs`` as JSON; ``options`` its ``source.options`` as the model of
+        the frontend's ``"<format>:source.options"`` recipe section (None when the recipe has none);
+        ``base_dir`` the recipe's directory, for relative option paths."""
 
-    def option_files(self, options: dict, source: Optional[Path], base_dir: Path) -> list[Path]:
+    def option_files(self, options: Any, source: Optional[Path], base_dir: Path) -> list[Path]:
         """Local files ``options`` name (a config): their digests join the import stage's cache key and
         they become build prerequisites (``--depfile``)."""
         return []
 
-    def reference(self, path: Path, source: dict, base_dir: Optional[Path] = None) -> Optional[Runner]:
+    def reference(self, path: Path, inputs: dict, options: Any, base_dir: Optional[Path] = None) -> Optional[Runner]:
         """A runner that evaluates the source itself (PyTorch: the eager module), or None to let
         validation run onnxruntime on the imported ONNX model."""
         return None
 
-    def input_specs(self, source: dict) -> dict:
+    def input_specs(self, inputs: dict) -> dict:
         """``{name: {"shape", "dtype"[, "value"]}}`` of the inputs ``reference`` takes (with ``reference``)."""
         return {}
 

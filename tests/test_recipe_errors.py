@@ -5,10 +5,14 @@ from __future__ import annotations
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from pydantic import BaseModel, ConfigDict
 
-from edgebuild.errors import RecipeError
+from edgebuild.errors import RecipeError, UsageError
+from edgebuild.hookspecs import hookimpl
 from edgebuild.recipe import load_recipe
-from edgebuild.registry import get_registry
+from edgebuild.recipe.formats import source_format
+from edgebuild.recipe.model import Source
+from edgebuild.registry import build_registry, get_registry
 from edgebuild.build.jobs import load_variants
 
 GOOD = """\
@@ -122,3 +126,77 @@ def test_a_variant_switching_mode_replaces_the_section_instead_of_merging(tmp_pa
     assert variants["int8"].compression == {"weights": {"mode": "linear", "dtype": "int8"}}
     assert variants["six"].compression["weights"] == {
         "mode": "palettize", "nbits": 6, "granularity": "per_grouped_channel", "group_size": 16}
+
+
+class _TfliteOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    delegate: str = "xnnpack"
+    threads: int = 1
+
+
+class _TflitePlugin:
+    """A third party's frontend for a format edgebuild does not know, with its own source.options."""
+
+    @hookimpl
+    def edgebuild_register_frontends(self, register):
+        register("tflite", object())
+
+    @hookimpl
+    def edgebuild_register_recipe_sections(self, register):
+        register("tflite:source.options", _TfliteOptions)
+
+
+def test_a_registered_frontend_is_a_valid_source_format_and_its_options_load_typed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.tflite").write_bytes(b"not read at load")
+    (tmp_path / "r.yaml").write_text(GOOD.replace("  model: m.onnx\n", "  model: m.tflite\n  format: tflite\n"
+                                                  "  options: {threads: 4}\n"))
+    registry = build_registry({"tflite-plugin": _TflitePlugin()})
+    (variant,) = load_variants(["r.yaml"], None, registry)
+    assert source_format(variant.recipe.source) == "tflite"
+    assert variant.section("tflite:source.options") == _TfliteOptions(threads=4)
+    assert variant.params["source"]["options"] == {"delegate": "xnnpack", "threads": 4}  # defaults applied
+
+
+@pytest.mark.parametrize("fmt, phrase", [("onxx", "did you mean 'onnx'?"), ("tflite", "no installed plugin reads 'tflite'")])
+def test_an_unregistered_format_names_the_installed_ones(tmp_path, monkeypatch, fmt, phrase):
+    monkeypatch.chdir(tmp_path)
+    write_model(tmp_path / "m.onnx")
+    (tmp_path / "r.yaml").write_text(GOOD.replace("  model: m.onnx\n", f"  model: m.onnx\n  format: {fmt}\n"))
+    with pytest.raises(RecipeError) as info:
+        load_variants(["r.yaml"], None, get_registry())
+    assert str(info.value).startswith("r.yaml:5:11 source.format: ") and phrase in str(info.value), str(info.value)
+    assert "onnx" in info.value.hint and "installed formats" in info.value.hint
+
+
+@pytest.mark.parametrize("model, fmt", [("m.onnx", "onnx"), ("M.ONNX", "onnx"), ("w.pt", "pytorch"), ("w.pt2", "pytorch"),
+                                        ("w.jit", "pytorch"), ("w.pth", "pytorch"), ("w.safetensors", "pytorch"),
+                                        ("pypi:pkg==1.0#pkg/m.onnx", "onnx"), ("https://example.invalid/w.pt", "pytorch")])
+def test_source_format_from_the_suffix(model, fmt):
+    assert source_format(Source(model=model)) == fmt
+    assert source_format(Source(model=model, format="custom")) == "custom"
+
+
+def test_no_suffix_and_no_format_cannot_be_told():
+    with pytest.raises(UsageError, match="cannot tell the format of 'm.bin'"):
+        source_format(Source(model="m.bin"))
+
+
+def test_sections_stay_on_the_variant_typed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_model(tmp_path / "m.onnx")
+    (tmp_path / "r.yaml").write_text(GOOD + "compression: {level: 3}\nvariants:\n  plain: {compression: null}\n  three: {}\n")
+    variants = {v.name: v for v in load_variants(["r.yaml"], None, get_registry())}
+    assert variants["plain"].section("testcopy:compression") is None
+    assert variants["three"].section("testcopy:compression").level == 3
+    assert variants["three"].params["compression"] == {"level": 3}
+
+
+def test_an_unvalidated_section_is_never_read_as_absent(tmp_path, monkeypatch):
+    """A variant loaded without the registry has not had its sections validated: reading one is an error."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.yaml").write_text(GOOD + "compression: {level: 3}\n")
+    (variant,) = load_recipe("r.yaml")
+    with pytest.raises(RuntimeError, match="compression was not validated"):
+        variant.section("testcopy:compression")
+    assert variant.section("testcopy:target.options") is None  # nothing written there

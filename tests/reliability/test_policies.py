@@ -168,8 +168,9 @@ def package(tmp_path_factory):
 
 def compress(package: Path, tmp_path: Path, section: dict) -> dict:
     from edgebuild_coreml.compress.apply import compress_mlpackage
+    from edgebuild_coreml.compress.config import validate_compression
 
-    return compress_mlpackage(package, tmp_path / "out.mlpackage", section, target="iOS18")
+    return compress_mlpackage(package, tmp_path / "out.mlpackage", validate_compression(section, target="iOS18"))
 
 
 def test_unique_palettization_of_trained_weights_is_an_error_naming_them(package, tmp_path):

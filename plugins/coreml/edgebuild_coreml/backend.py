@@ -43,7 +43,7 @@ class CoreMLBackend(Backend):
     def stages(self, variant, registry, plugins: dict[str, str]) -> list[Stage]:
         recipe = variant.recipe
         target = recipe.target
-        dump = recipe.model_dump(mode="json", by_alias=True)
+        params = variant.params
         lower_params = self.lower_params(variant)
 
         # coremltools' MIL builder keeps global state: with -j N, its stages take turns
@@ -51,10 +51,11 @@ class CoreMLBackend(Backend):
         stages = [Stage("lower", lower_params, ["optimize"], plugins, produce=self.lower_stage_body(variant, registry),
                         extra=dict(serial))]
         last = "lower"
-        if recipe.compression:
+        compression = variant.section("coreml:compression")  # validated and checked against the target at load
+        if compression is not None:
             from edgebuild_coreml.compress.stage import compress_stage_params
 
-            compress_params = compress_stage_params(recipe.compression, target.deployment_target, dump.get("validate"))
+            compress_params = compress_stage_params(params["compression"], target.deployment_target, params["validate"])
             if "calibration" in compress_params:
                 compress_params["calibration"].update(digest_params(recipe.validate_, variant.base_dir))
 
@@ -65,10 +66,9 @@ class CoreMLBackend(Backend):
                 )
 
                 return compress_stage(
-                    results["lower"].path / ARTIFACT, out / ARTIFACT, recipe.compression,
-                    target=target.deployment_target,
+                    results["lower"].path / ARTIFACT, out / ARTIFACT, compression,
                     calibration=lambda count: calibration_inputs(
-                        results["optimize"].path / "model.onnx", dump["source"]["inputs"], recipe.validate_,
+                        results["optimize"].path / "model.onnx", params["source"]["inputs"], recipe.validate_,
                         variant.base_dir, results["lower"].info, count))
 
             deps = ["lower", "optimize"] if "calibration" in compress_params else ["lower"]
@@ -97,8 +97,7 @@ class CoreMLBackend(Backend):
                 from edgebuild_coreml import coreml_runtime
 
                 artifact, lowered = results["package"].path / ARTIFACT, results["lower"].info
-                reference, specs, name = reference_for(registry, dump["source"], results["resolve"].path,
-                                                       variant.base_dir)
+                reference, specs, name = reference_for(registry, variant, results["resolve"].path)
                 candidates = {}
                 if "interpreter" in runtimes:
                     candidates["interpreter"] = self.runner(artifact, target.precision, lowered=lowered,
@@ -107,7 +106,7 @@ class CoreMLBackend(Backend):
                     candidates.update(coreml_runtime.core_ml_runners(artifact, lowered))
                 record = {"samples": 0, "reference": name, "runtimes": {}, "failures": []}
                 for runtime, runner in candidates.items():
-                    one = run_validation(section, results["resolve"].path, dump["source"]["inputs"], runner,
+                    one = run_validation(section, results["resolve"].path, params["source"]["inputs"], runner,
                                          variant.base_dir, candidate_name=runtime, reference=reference,
                                          specs=specs, reference_name=name, parallel=runtime == "interpreter")
                     record["samples"] = one["samples"]
@@ -117,10 +116,10 @@ class CoreMLBackend(Backend):
                     record["runtimes"]["coreml"] = {"skipped": coreml_runtime.SKIPPED}
                 return save(out, record)
 
-            params = {"validate": dump["validate"], **digest_params(section, variant.base_dir)}
+            validate_params = {"validate": params["validate"], **digest_params(section, variant.base_dir)}
             if "coreml" in runtimes:  # which candidates ran depends on the OS
-                params["platform"] = platform.system()
-            stages.append(Stage("validate", params, ["package", "resolve", "lower"], plugins, produce=validate,
+                validate_params["platform"] = platform.system()
+            stages.append(Stage("validate", validate_params, ["package", "resolve", "lower"], plugins, produce=validate,
                                 extra=dict(serial)))
         return stages
 
@@ -134,20 +133,20 @@ class CoreMLBackend(Backend):
     @staticmethod
     def lower_params(variant) -> dict:
         recipe = variant.recipe
-        dump = recipe.model_dump(mode="json", by_alias=True)
+        recipe_params = variant.params
         params = {
             "deployment_target": recipe.target.deployment_target,
             "precision": recipe.target.precision,
-            "inputs": dump["source"]["inputs"],
-            "options": dump["target"]["options"],
-            "compute": dump["compute"],
+            "inputs": recipe_params["source"]["inputs"],
+            "options": recipe_params["target"]["options"],
+            "compute": recipe_params["compute"],
         }
         if recipe.target.precision == "float16" and recipe.compute.fp16_guard:
             # The guard calibrates on (at most FP16_GUARD_SAMPLES of) the validation inputs, so they
             # shape the lowered program; more samples for validation do not.
             from edgebuild_coreml.compute import FP16_GUARD_SAMPLES
 
-            section = dump.get("validate") or {}
+            section = recipe_params["validate"] or {}
             samples = section.get("samples")
             params["calibration"] = {"samples": min(samples, FP16_GUARD_SAMPLES) if samples else samples,
                                      "inputs": section.get("inputs"),
@@ -324,7 +323,7 @@ class CoreMLBackend(Backend):
         """
         from edgebuild_coreml.plan_source import lowered_program
 
-        with lowered_program(build, store) as lowered:
+        with lowered_program(build, store, ARTIFACT) as lowered:
             return self._describe_plan(build, lowered, chip)
 
     @staticmethod
@@ -332,7 +331,7 @@ class CoreMLBackend(Backend):
         from edgebuild_coreml import compute as policy
         from edgebuild_coreml.ane.plan import STRICT_POLICIES
 
-        compute = build.variant.recipe.model_dump(mode="json", by_alias=True)["compute"]
+        compute = build.variant.params["compute"]
         plan = policy.plan_for(lowered.program, compute, chip=chip, shapes_dynamic=lowered.shapes_dynamic)
         violations = plan.violations()
         warning = policy.ane_absence_warning(plan, build.job.label)

@@ -50,20 +50,20 @@ def _stages_through(stages, name: str):
 
 
 @contextmanager
-def lowered_program(build, store):
-    """The variant's lowered program, for the duration of the ``with`` block."""
+def lowered_program(build, store, artifact: str):
+    """The variant's lowered program, for the duration of the ``with`` block; ``artifact`` is the
+    package's name in the lower stage's output directory."""
     from edgebuild_coreml import compute as policy
-    from edgebuild_coreml.backend import ARTIFACT
     from edgebuild_coreml.interpreter import load_mlpackage
 
-    recipe_inputs = build.variant.recipe.model_dump(mode="json", by_alias=True)["source"]["inputs"]
+    recipe_inputs = build.variant.params["source"]["inputs"]
     with tempfile.TemporaryDirectory(prefix="edgebuild-plan-") as scratch:
         job = Job(f"{build.job.label} (plan)", _stages_through(build.job.stages, LOWER))
         Executor(store, scratch=Path(scratch)).run([job])
         if job.error is None:
             lowered = job.results[LOWER]
             renamed = lowered.info.get("renamed_inputs", {})
-            package = _reading_copy(lowered.path / ARTIFACT, Path(scratch))
+            package = _reading_copy(lowered.path / artifact, Path(scratch))
             yield Lowered(load_mlpackage(package), policy.range_inputs(recipe_inputs, renamed), None, package)
             return
         error = job.error

@@ -46,7 +46,7 @@ def small_package(tmp_path_factory):
 def _compress(small_package, tmp_path, section, target="iOS18"):
     src, _ = small_package
     dst = tmp_path / "out.mlpackage"
-    report = compress_mlpackage(src, dst, section, target=target)
+    report = compress_mlpackage(src, dst, validate_compression(section, target=target))
     program = load_program(ct.models.MLModel(str(dst), skip_model_load=True))
     return report, program
 
@@ -286,7 +286,7 @@ def test_fast_pass_ios18_interpreter_sees_exactly_lut_of_indices(tmp_path, nbits
     _identity_probe_package(src, ct.target.iOS18, ct.precision.FLOAT32)
     section = {"weights": {"mode": "palettize", "nbits": nbits,
                            "granularity": "per_grouped_channel", "group_size": 16}}
-    compress_mlpackage(src, dst, section, target="iOS18")
+    compress_mlpackage(src, dst, validate_compression(section, target="iOS18"))
 
     op = _probe_lut_op(dst)
     indices, lut = op.indices.val.astype(np.intp), op.lut.val
@@ -300,7 +300,7 @@ def test_fast_pass_ios18_interpreter_sees_exactly_lut_of_indices(tmp_path, nbits
 def test_fast_pass_ios16_packs_indices_lsb_first(tmp_path, nbits):
     src, dst = tmp_path / "src.mlpackage", tmp_path / "dst.mlpackage"
     weight = _identity_probe_package(src, ct.target.iOS16, ct.precision.FLOAT16)
-    compress_mlpackage(src, dst, {"weights": {"mode": "palettize", "nbits": nbits}}, target="iOS16")
+    compress_mlpackage(src, dst, validate_compression({"weights": {"mode": "palettize", "nbits": nbits}}, target="iOS16"))
 
     op = _probe_lut_op(dst)
     assert list(op.shape.val) == [48, 64] and op.indices.dtype == ct.converters.mil.mil.types.uint8

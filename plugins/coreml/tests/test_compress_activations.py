@@ -18,6 +18,7 @@ from edgebuild_coreml.compress.activations import (
     share_concat_ranges,
 )
 from edgebuild_coreml.compress.apply import compress_mlpackage
+from edgebuild_coreml.compress.config import validate_compression
 from edgebuild_coreml.compress.program import is_weight_op, iter_ops, load_program
 from edgebuild_coreml.interpreter import run_program
 
@@ -63,7 +64,8 @@ def residual_package(tmp_path_factory):
 def w8a8(residual_package, tmp_path_factory):
     dst = tmp_path_factory.mktemp("w8a8out") / "w8a8.mlpackage"
     section = {"weights": {"mode": "linear", "dtype": "int8"}, "activations": {"mode": "linear"}}
-    report = compress_mlpackage(residual_package, dst, section, target="iOS17", calibration=SAMPLES)
+    report = compress_mlpackage(residual_package, dst, validate_compression(section, target="iOS17"),
+                                calibration=SAMPLES)
     return report, load_program(ct.models.MLModel(str(dst), skip_model_load=True))
 
 

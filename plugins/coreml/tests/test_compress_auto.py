@@ -74,7 +74,7 @@ def uniform(mlp, tmp_path_factory):
     results = {}
     for candidate in CANDIDATES[:3]:
         dst = out_dir / f"{candidate['nbits']}.mlpackage"
-        compress_mlpackage(src, dst, {"weights": candidate}, target="iOS17")
+        compress_mlpackage(src, dst, validate_compression({"weights": candidate}, target="iOS17"))
         results[candidate["nbits"]] = (_package_bytes(dst), _cosine_distance(dst, src, samples))
     results[16] = (_package_bytes(src), 0.0)
     return results
@@ -84,7 +84,8 @@ def _auto(mlp, tmp_path, budget):
     src, samples = mlp
     dst = tmp_path / "auto.mlpackage"
     section = {"auto": {**budget, "candidates": CANDIDATES}}
-    report = compress_stage(src, dst, section, target="iOS17", calibration=lambda count: samples[:count])
+    report = compress_stage(src, dst, validate_compression(section, target="iOS17"),
+                            calibration=lambda count: samples[:count])
     return dst, report
 
 
@@ -193,7 +194,8 @@ def test_auto_candidate_gated_by_deployment_target(mlp, tmp_path):
     section = {"auto": {"max_size_mb": 1.0, "candidates": [
         {"mode": "palettize", "nbits": 4, "granularity": "per_grouped_channel", "group_size": 16}]}}
     with pytest.raises(RecipeError, match=r"candidates\[0\].*needs iOS18; the recipe targets iOS17"):
-        compress_stage(src, tmp_path / "x.mlpackage", section, target="iOS17", calibration=samples)
+        compress_stage(src, tmp_path / "x.mlpackage", validate_compression(section, target="iOS17"),
+                       calibration=samples)
 
 
 def test_stage_params_key_auto_on_calibration_inputs():

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 import coremltools as ct
-import coremltools.optimize.coreml as cto
 from coremltools.converters.mil import Builder as mb
 
 from edgebuild_coreml.compress.apply import compress_mlpackage
+from edgebuild_coreml.compress.config import PalettizeWeights, validate_compression
 from edgebuild_coreml.compress.fast_palettize import fast_palettize_program
-from edgebuild_coreml.compress.lut import KmeansLutFunction
 from edgebuild_coreml.compress.program import iter_ops, load_program, weight_uses
+from edgebuild_coreml.compress.selection import WeightSelection
 from edgebuild_coreml.compress.serialize import save_program
 from edgebuild_coreml.compress.spec_palettize import palettize_package
 
@@ -47,22 +47,24 @@ def _lut_weights(path):
     return {op.name: op for op in iter_ops(program) if op.op_type == "constexpr_lut_to_dense"}, program
 
 
-def _mil_pass(src, dst, nbits, granularity, group_size):
+def _weights(nbits, granularity="per_tensor", group_size=32):
+    return PalettizeWeights(mode="palettize", nbits=nbits, granularity=granularity, group_size=group_size)
+
+
+def _mil_pass(src, dst, weights):
     """The MIL-program pass the protobuf edit replaces, as the reference."""
     model = ct.models.MLModel(str(src), skip_model_load=True)
     program = load_program(model)
-    config = cto.OptimizationConfig(global_config=cto.OpPalettizerConfig(
-        mode="custom", lut_function=KmeansLutFunction(nbits), granularity=granularity,
-        group_size=group_size, weight_threshold=255))
-    fast_palettize_program(program, config)
+    fast_palettize_program(program, WeightSelection(weights), weight_threshold=255)
     save_program(program, model, dst)
 
 
 @pytest.mark.parametrize("nbits,granularity,group_size", [(4, "per_tensor", 0), (2, "per_grouped_channel", 16)])
 def test_spec_edit_matches_mil_pass(mixed_package, tmp_path, nbits, granularity, group_size):
     ours, reference = tmp_path / "ours.mlpackage", tmp_path / "ref.mlpackage"
-    palettize_package(mixed_package, ours, nbits=nbits, group_size=group_size, weight_threshold=255)
-    _mil_pass(mixed_package, reference, nbits, granularity, group_size or 32)
+    weights = _weights(nbits, granularity, group_size or 32)
+    palettize_package(mixed_package, ours, weights, weight_threshold=255)
+    _mil_pass(mixed_package, reference, weights)
     got, _ = _lut_weights(ours)
     want, _ = _lut_weights(reference)
     assert sorted(got) == sorted(want) and len(got) == 4
@@ -75,7 +77,7 @@ def test_spec_edit_is_a_valid_smaller_package(mixed_package, tmp_path):
     from edgebuild_coreml.interpreter import run_mlpackage
 
     dst = tmp_path / "out.mlpackage"
-    before, after = palettize_package(mixed_package, dst, nbits=4, group_size=0, weight_threshold=255)
+    before, after = palettize_package(mixed_package, dst, _weights(4), weight_threshold=255)
     spec = ct.utils.load_spec(str(dst))
     assert spec.WhichOneof("Type") == "mlProgram"
     ops, program = _lut_weights(dst)
@@ -98,8 +100,9 @@ def test_spec_edit_is_a_valid_smaller_package(mixed_package, tmp_path):
 
 def test_compress_mlpackage_reports_from_the_edit(mixed_package, tmp_path):
     dst = tmp_path / "out.mlpackage"
-    report = compress_mlpackage(mixed_package, dst, {"weights": {"mode": "palettize", "nbits": 4},
-                                                     "weight_threshold": 256}, target="iOS18")
+    section = validate_compression({"weights": {"mode": "palettize", "nbits": 4}, "weight_threshold": 256},
+                                   target="iOS18")
+    report = compress_mlpackage(mixed_package, dst, section)
     modes = {w["name"].split("_")[0] + "." + w["name"].rsplit(".", 1)[1]: w["mode"] for w in report["weights"]}
     assert modes["conv.weight"] == modes["lin.weight"] == modes["mm.y"] == "palettize"
     assert modes["lin.bias"] == "none"

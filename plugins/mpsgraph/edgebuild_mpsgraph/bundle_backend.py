@@ -103,8 +103,8 @@ class BundleBackend(Backend):
 
     def stages(self, variant, registry, plugins: dict[str, str]) -> list[Stage]:
         recipe = variant.recipe
-        dump = recipe.model_dump(mode="json", by_alias=True)
-        options = BundleOptions.model_validate(recipe.target.options or {})
+        dump = variant.params
+        options = variant.section("bundle:target.options") or BundleOptions()
         partition_params = {"prefer": preference(options, recipe.compute.policy),
                             "min_segment_ops": options.min_segment_ops,
                             "min_segment_flops": options.min_segment_flops}

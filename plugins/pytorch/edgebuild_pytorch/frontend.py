@@ -11,7 +11,7 @@ from edgebuild.protocols import Frontend
 from edgebuild_pytorch.capture import bound_module, call_module, capture, output_names
 from edgebuild_pytorch.inputs import plan_inputs
 from edgebuild_pytorch.loading import load_source, require_torch
-from edgebuild_pytorch.options import parse_options
+from edgebuild_pytorch.options import PyTorchOptions, parse_options
 
 ROUTE_FILE = "route.json"
 
@@ -19,8 +19,8 @@ ROUTE_FILE = "route.json"
 class PyTorchFrontend(Frontend):
     """Registered as the ``pytorch`` frontend; see the plugin's README for the recipe options."""
 
-    def import_model(self, path: Path, inputs: dict[str, dict], out_dir: Path, *, options: dict | None = None,
-                     base_dir: Path | None = None) -> dict:
+    def import_model(self, path: Path, inputs: dict[str, dict], out_dir: Path, *,
+                     options: PyTorchOptions | dict | None = None, base_dir: Path | None = None) -> dict:
         start = time.perf_counter()
         path, out_dir = Path(path), Path(out_dir)
         torch = require_torch()
@@ -74,26 +74,27 @@ class PyTorchFrontend(Frontend):
              "inputs": free_specs, "outputs": names, "fallback_reason": reason}, indent=1))
         return report
 
-    def option_files(self, options: dict, source: Path | None, base_dir: Path) -> list[Path]:
+    def option_files(self, options: PyTorchOptions, source: Path | None, base_dir: Path) -> list[Path]:
         """Local files the options name (a config file): the core puts their digests in the import
         stage's cache key, so editing one rebuilds. ``source`` is the model file when it is local."""
         from edgebuild_pytorch.sources import local_config
 
-        spec = (options or {}).get("config")
+        spec = options.config
         if not spec or spec.startswith(("pypi:", "https://", "http://")):
             return []
         found = local_config(spec, weights=source, base_dir=base_dir)
         return [found] if found is not None else []
 
-    def reference(self, path: Path, source: dict, base_dir: Path | None = None):
-        """Runner for the validate stage: the source module in eager mode (``source`` is the recipe's dump)."""
+    def reference(self, path: Path, inputs: dict[str, dict], options: PyTorchOptions | None, base_dir: Path | None = None):
+        """Runner for the validate stage: the source module in eager mode (``inputs``: the recipe's
+        ``source.inputs``; ``options``: its ``source.options``, validated at load)."""
         from edgebuild_pytorch.reference import reference_runner
 
-        return reference_runner(path, source.get("options") or {}, base_dir)
+        return reference_runner(path, options, base_dir)
 
-    def input_specs(self, source: dict) -> dict[str, dict]:
+    def input_specs(self, inputs: dict[str, dict]) -> dict[str, dict]:
         """The shape, dtype (and fixed value) of every input, in the format of ``onnx_input_specs``."""
-        plan = plan_inputs(source.get("inputs") or {})
+        plan = plan_inputs(inputs or {})
         specs = {name: {"shape": shape, "dtype": dtype} for name, (shape, dtype) in plan.free.items()}
         for name, value in plan.fixed.items():
             specs[name] = {"shape": list(value.shape), "dtype": value.dtype.name, "value": value.tolist()}

@@ -13,12 +13,12 @@ import numpy as np
 
 from edgebuild_pytorch.capture import call_module, output_names
 from edgebuild_pytorch.loading import load_source
-from edgebuild_pytorch.options import parse_options
+from edgebuild_pytorch.options import PyTorchOptions, parse_options
 
 Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
 
-def reference_runner(path: Path, options: dict | None = None, base_dir: Path | None = None) -> Runner:
+def reference_runner(path: Path, options: PyTorchOptions | dict | None = None, base_dir: Path | None = None) -> Runner:
     """``runner(inputs) -> {output name: array}``; ``inputs`` holds every recipe input, fixed ones included."""
     from torch.utils import _pytree as pytree
 

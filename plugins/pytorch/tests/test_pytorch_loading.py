@@ -116,7 +116,7 @@ def test_output_names_follow_structure_or_recipe():
 
 
 def test_input_specs_for_validation():
-    specs = PyTorchFrontend().input_specs({"inputs": {"x": {"shape": [1, 512], "dtype": "float32"},
-                                                      "sr": {"value": 16000, "dtype": "int64"}}})
+    specs = PyTorchFrontend().input_specs({"x": {"shape": [1, 512], "dtype": "float32"},
+                                           "sr": {"value": 16000, "dtype": "int64"}})
     assert specs == {"x": {"shape": [1, 512], "dtype": "float32"},
                      "sr": {"shape": [], "dtype": "int64", "value": 16000}}

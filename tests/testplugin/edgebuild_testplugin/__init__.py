@@ -33,7 +33,7 @@ class CopyCompression(BaseModel):
 
 class CopyBackend(Backend):
     def stages(self, variant, registry, plugins):
-        compression = variant.recipe.compression
+        compression = variant.section("testcopy:compression")
 
         def lower(results, out: Path):
             _log("lower:start")
@@ -46,8 +46,8 @@ class CopyBackend(Backend):
         def compress(results, out: Path):
             _log("compress")
             shutil.copytree(results["lower"].path / "model", out / "model")
-            (out / "model" / "compression.json").write_text(json.dumps(compression))
-            return {"level": compression.get("level", 1)}
+            (out / "model" / "compression.json").write_text(json.dumps(variant.params["compression"]))
+            return {"level": compression.level}
 
         def package(results, out: Path):
             _log("package")
@@ -56,8 +56,9 @@ class CopyBackend(Backend):
 
         stages = [Stage("lower", {"precision": variant.recipe.target.precision}, ["optimize"], plugins, produce=lower)]
         last = "lower"
-        if compression:
-            stages.append(Stage("compress", {"compression": compression}, ["lower"], plugins, produce=compress))
+        if compression is not None:
+            stages.append(Stage("compress", {"compression": variant.params["compression"]}, ["lower"], plugins,
+                                produce=compress))
             last = "compress"
         stages.append(Stage("package", {"variant": variant.name}, [last], plugins, produce=package,
                             extra={"artifact": "model"}))

@@ -28,7 +28,7 @@ from edgebuild.errors import RecipeError
 
 from . import allocate
 from .apply import compress_mlpackage
-from .config import AutoCompression, KeepWeights, LinearWeights, PalettizeWeights
+from .config import AutoCompression, CompressionSection, KeepWeights, LinearWeights, PalettizeWeights
 from .mixed import compress_per_const
 from .sensitivity import (
     Layer,
@@ -47,20 +47,18 @@ MAX_VERIFY_ROUNDS = 4
 def auto_compress(
     src: Path,
     dst: Path,
-    auto_section: AutoCompression | dict,
+    auto: AutoCompression,
     *,
-    target: str,
     calibration: Sequence[Mapping[str, np.ndarray]],
     weight_threshold: int = 2048,
 ) -> dict:
-    """Compress ``src`` into ``dst`` with per-layer modes meeting ``auto_section``'s budget.
+    """Compress ``src`` into ``dst`` with per-layer modes meeting ``auto``'s budget.
 
     Returns ``compress_mlpackage``'s report plus ``"auto"``: the chosen mode per layer, every
     layer's sensitivities, the size/error points tried, the budget and whether it was met.
     """
     from edgebuild_coreml.interpreter import load_mlpackage
 
-    auto = auto_section if isinstance(auto_section, AutoCompression) else AutoCompression.model_validate(auto_section)
     src, dst = Path(src), Path(dst)
     if not calibration:
         raise RecipeError(
@@ -76,7 +74,7 @@ def auto_compress(
     dst.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".auto.", dir=dst.parent))
     try:
-        trials = _try_candidates(src, scratch, auto, layers, target, weight_threshold, calibration, reference)
+        trials = _try_candidates(src, scratch, auto, layers, weight_threshold, calibration, reference)
         replacements = {
             (layer.name, index): trial.dense[layer.name]
             for index, trial in enumerate(trials) if trial is not None
@@ -87,7 +85,7 @@ def auto_compress(
         points = [{"size_mb": base_size / MEGABYTE, "error": 0.0, "label": "uncompressed", "measured": True}]
         points += [trial.point for trial in trials if trial is not None]
         return _allocate_and_verify(src, dst, scratch, auto, table, points, calibration, reference,
-                                    target=target, weight_threshold=weight_threshold)
+                                    weight_threshold=weight_threshold)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -105,7 +103,7 @@ class CandidateTrial:
     point: dict
 
 
-def _try_candidates(src, scratch, auto, layers, target, weight_threshold, calibration, reference):
+def _try_candidates(src, scratch, auto, layers, weight_threshold, calibration, reference):
     from edgebuild_coreml.interpreter import load_mlpackage
 
     from .program import weight_uses
@@ -119,8 +117,7 @@ def _try_candidates(src, scratch, auto, layers, target, weight_threshold, calibr
             trials.append(None)
             continue
         out = scratch / f"candidate{index}.mlpackage"
-        section = {"weights": candidate.model_dump(), "weight_threshold": weight_threshold}
-        compress_mlpackage(src, out, section, target=target)
+        compress_mlpackage(src, out, CompressionSection(weights=candidate, weight_threshold=weight_threshold))
         compressed = load_mlpackage(out)
         uses = weight_uses(compressed)
         variables = weight_vars(compressed, [layer.name for layer in layers])
@@ -206,7 +203,7 @@ def from_additive(cost: float, metric: str) -> float:
 
 
 def _allocate_and_verify(src, dst, scratch, auto, table: OptionTable, points, calibration, reference, *,
-                         target, weight_threshold) -> dict:
+                         weight_threshold) -> dict:
     from edgebuild_coreml.interpreter import load_mlpackage
 
     front = allocate.frontier(table.options(auto.metric))

@@ -1,7 +1,9 @@
 """The recipe's ``compression`` section, as this plugin understands it.
 
-The core passes the section through as a dict; ``validate_compression`` turns it into these
-models (raising pydantic's ValidationError, which the core maps to file:line).
+The core validates the section into these models once, when the recipe loads (the plugin
+registers ``CompressionSection`` as ``coreml:compression``), maps pydantic's errors to
+file:line and runs ``check_recipe``; the compress stage and every algorithm below it receive
+the validated models. ``validate_compression`` does the same for a mapping given in code.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from pydantic_core import PydanticCustomError
 
 from edgebuild.errors import RecipeError
 from edgebuild.recipe.model import OpMatch
+
+from .gating import check_deployment_target
 
 PALETTE_NBITS = (1, 2, 3, 4, 6, 8)
 
@@ -172,9 +176,8 @@ class CompressionSection(_Strict):
     auto: AutoCompression | None = None
 
     def check_recipe(self, recipe) -> None:
-        """Checks that need the rest of the recipe: every mode must exist on the deployment target."""
-        from edgebuild_coreml.compress.gating import check_deployment_target
-
+        """Checks that need the rest of the recipe: every mode (auto candidates included) must
+        exist on the deployment target. The only place the target is checked."""
         check_deployment_target(self, recipe.target.deployment_target)
         if self.activations is not None and recipe.target.precision != "float16":
             # coremltools' activation quantisation writes fp16 scales, which fp32 activations cannot take
@@ -183,10 +186,6 @@ class CompressionSection(_Strict):
                 f"{recipe.target.precision}",
                 hint="set target.precision: float16 in the variant with compression.activations",
             )
-        if self.auto is not None:
-            from edgebuild_coreml.compress.stage import check_auto_candidates
-
-            check_auto_candidates(self.auto, recipe.target.deployment_target)
 
     @model_validator(mode="after")
     def _auto_chooses_weights_alone(self) -> CompressionSection:
@@ -197,6 +196,10 @@ class CompressionSection(_Strict):
         return self
 
 
-def validate_compression(data: dict) -> CompressionSection:
-    """Validate a recipe's ``compression`` mapping; raises pydantic.ValidationError."""
-    return CompressionSection.model_validate(data)
+def validate_compression(data: dict, *, target: str | None = None) -> CompressionSection:
+    """Validate a ``compression`` mapping (pydantic.ValidationError); with ``target``, also check
+    every mode exists on that deployment target (RecipeError), as loading a recipe does."""
+    section = CompressionSection.model_validate(data)
+    if target is not None:
+        check_deployment_target(section, target)
+    return section

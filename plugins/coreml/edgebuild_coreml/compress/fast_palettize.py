@@ -3,9 +3,10 @@
 coremltools' palettiser clusters one weight (or one channel group) at a time and rebuilds the
 program around each; most of its time goes to that bookkeeping. This pass instead
 
-1. picks the ``const`` ops whose configuration asks for our k-means (a
-   :class:`~.lut.KmeansLutFunction`), with the eligibility and channel-axis rules of
-   coremltools' pass so both compress the same weights the same way;
+1. picks the ``const`` ops whose weights config (a typed :class:`~.config.PalettizeWeights`,
+   looked up as coremltools would, see :mod:`.selection`) asks for our scalar k-means, with the
+   eligibility and channel-axis rules of coremltools' pass so both compress the same weights
+   the same way;
 2. clusters all of them at once: float16 weights with one table each as rows of one matrix
    of weighted distinct values, the rest largest first on a thread pool (numpy's sorts and
    large element-wise kernels release the GIL, so both cores work);
@@ -25,15 +26,16 @@ from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import types
 from coremltools.converters.mil.mil.block import is_current_opset_version_compatible_with
 from coremltools.converters.mil._deployment_compatibility import AvailableTarget
-from coremltools.optimize._utils import infer_block_sizes
+from coremltools.optimize._utils import select_input_output_channel_axis
 
 from edgebuild.errors import BuildError
 from edgebuild.dag.progress import report as report_progress
 
+from .config import PalettizeWeights
 from .kmeans1d import palettize_fp16_tensors, palettize_groups
-from .lut import KmeansLutFunction
 from .packing import pack_indices, pack_looked_up
 from .program import iter_ops
+from .selection import WeightSelection
 
 _FLOAT_WEIGHTS = (np.float16, np.float32)
 
@@ -52,9 +54,11 @@ class PaletteJob:
     packed: np.ndarray | None = None  # or the labels bit-packed (flat uint8, see ``packing``)
 
 
-def fast_palettize_program(program, config, *, workers: int | None = None) -> list[str]:
-    """Palettise in place every weight ``config`` assigns to our k-means; returns their names."""
-    jobs = find_jobs(program, config)
+def fast_palettize_program(program, selection: WeightSelection, weight_threshold: int, *,
+                           workers: int | None = None) -> list[str]:
+    """Palettise in place every weight ``selection`` assigns to our k-means (weights of more than
+    ``weight_threshold`` elements); returns their names."""
+    jobs = find_jobs(program, selection, weight_threshold)
     cluster_jobs(jobs, workers=workers)
     names = [job.op.name for job in jobs]
     # Leaving a block re-checks all its vars, so enter each block once for all its weights.
@@ -68,34 +72,36 @@ def fast_palettize_program(program, config, *, workers: int | None = None) -> li
     return names
 
 
-def uses_fast_kmeans(op_config) -> bool:
-    """Whether this pass handles the config: our k-means, scalar, without per-channel scales."""
+def handles(weights) -> bool:
+    """Whether this pass palettises with ``weights``: our k-means, scalar, without per-channel scales
+    (vector palettisation and per-channel scales stay with coremltools' pass)."""
     return (
-        isinstance(getattr(op_config, "lut_function", None), KmeansLutFunction)
-        and not op_config.enable_per_channel_scale
+        isinstance(weights, PalettizeWeights)
+        and weights.algorithm == "kmeans"
+        and weights.cluster_dim == 1
+        and not weights.per_channel_scale
     )
 
 
-def find_jobs(program, config) -> list[PaletteJob]:
+def find_jobs(program, selection: WeightSelection, weight_threshold: int) -> list[PaletteJob]:
     """The const ops to palettise, in program order (the rules of coremltools' pass)."""
     jobs = []
     for op in iter_ops(program):
         if op.op_type != "const":
             continue
-        op_config = config._get_const_op_config(op)
-        if op_config is None or not uses_fast_kmeans(op_config):
+        weights = selection.for_const(op)
+        if weights is None or not handles(weights):
             continue
         value = op.outputs[0].val
-        if not _is_compressible(op, value, op_config.weight_threshold):
+        if not _is_compressible(op, value, weight_threshold):
             continue
-        block_sizes, axis = infer_block_sizes(op, op_config, value, return_channel_axis=True)
-        if block_sizes is None or axis is None:
-            continue  # coremltools skips weights whose channel axis it cannot tell
-        group_size = block_sizes[axis]
+        input_axis, axis = select_input_output_channel_axis(op)
+        if input_axis is None or axis is None:
+            continue  # coremltools skips weights whose channel axes it cannot tell
+        group_size = weights.group_size if weights.granularity == "per_grouped_channel" else 0
         if group_size and value.shape[axis] % group_size:
             continue  # channels must split into whole groups
-        nbits = op_config.lut_function.nbits
-        jobs.append(PaletteJob(op, value, nbits, axis, group_size))
+        jobs.append(PaletteJob(op, value, weights.nbits, axis, group_size))
     return jobs
 
 

@@ -1,12 +1,14 @@
-"""Which deployment target each compression mode needs, checked before anything is built."""
+"""Which deployment target each compression mode needs, checked once, when the recipe loads.
+
+The rules read a validated section (``config.CompressionSection``) by its fields and each
+weights config by its ``mode``, so this module sits below the models that call it.
+"""
 
 from __future__ import annotations
 
 import re
 
 from edgebuild.errors import RecipeError
-
-from .config import CompressionSection, LinearWeights, PalettizeWeights, PruneWeights
 
 # Core ML opset generations, named by their iOS release; other OSes map onto them.
 _GENERATION = {"iOS": 0, "macOS": -3, "tvOS": 0, "watchOS": 7, "visionOS": 16}
@@ -27,20 +29,21 @@ def ios_level(target: str) -> int:
     return version + _GENERATION[family]
 
 
-def required_features(section: CompressionSection) -> list[tuple[str, int]]:
-    """Every feature the section uses, with the iOS release that introduced it."""
+def required_features(section) -> list[tuple[str, int]]:
+    """Every feature the section's weights, overrides and activations use, with the iOS release
+    that introduced it (``auto`` candidates: see ``check_deployment_target``)."""
     needs: list[tuple[str, int]] = []
     weight_configs = [section.weights] + [override.weights for override in section.overrides]
     for weights in weight_configs:
         if weights is not None:
-            needs.extend(_weight_features(weights))
+            needs.extend(weight_features(weights))
     if section.activations is not None:
         needs.append(("activation quantisation (W8A8)", 17))
     return needs
 
 
-def check_deployment_target(section: CompressionSection, target: str) -> None:
-    """Raise RecipeError naming the first feature ``target`` is too old for."""
+def check_deployment_target(section, target: str) -> None:
+    """Raise RecipeError naming the first feature ``target`` is too old for, ``auto`` candidates included."""
     level = ios_level(target)
     for feature, needed in required_features(section):
         if level < needed:
@@ -48,16 +51,31 @@ def check_deployment_target(section: CompressionSection, target: str) -> None:
                 f"{feature} needs iOS{needed}; the recipe targets {target}",
                 hint=f"raise target.deployment_target to iOS{needed} or change compression",
             )
+    if section.auto is not None:
+        _check_auto_candidates(section.auto, target, level)
 
 
-def _weight_features(weights) -> list[tuple[str, int]]:
-    if isinstance(weights, PruneWeights):
+def _check_auto_candidates(auto, target: str, level: int) -> None:
+    for index, candidate in enumerate(auto.candidates):
+        for feature, needed in weight_features(candidate):
+            if level < needed:
+                raise RecipeError(
+                    f"compression.auto.candidates[{index}]: {feature} needs iOS{needed}; the recipe targets {target}",
+                    hint=f"raise target.deployment_target to iOS{needed} or drop that candidate",
+                )
+
+
+def weight_features(weights) -> list[tuple[str, int]]:
+    """The features one weights config (palettize, linear, prune or an auto candidate's none) uses."""
+    if weights.mode == "none":
+        return []
+    if weights.mode == "prune":
         needs = [(f"{weights.method} pruning", 16)]
         if weights.then is not None:
             needs.append((f"joint compression (prune then {weights.then.mode})", 18))
-            needs.extend(_weight_features(weights.then))
+            needs.extend(weight_features(weights.then))
         return needs
-    if isinstance(weights, PalettizeWeights):
+    if weights.mode == "palettize":
         bits = f"{weights.nbits}-bit " if weights.nbits else ""
         needs = [(f"{bits}palettisation", 16)]
         if weights.nbits == 3:  # iOS16's table sizes are 2, 4, 16, 64 and 256 entries
@@ -69,7 +87,7 @@ def _weight_features(weights) -> list[tuple[str, int]]:
         if weights.per_channel_scale:
             needs.append(("palettisation with per-channel scales", 18))
         return needs
-    assert isinstance(weights, LinearWeights)
+    assert weights.mode == "linear", weights.mode
     bits = weights.dtype.removeprefix("u").removeprefix("int")
     needs = [(f"{bits}-bit linear quantisation", 16)]
     if weights.granularity == "per_block":

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import coremltools as ct
-import coremltools.optimize.coreml as cto
 
-from .apply import WeightPass, _report, plan_weight_passes
-from .config import CompressionSection
+from .passes import PASS_ORDER, WeightPass, pass_weights
 from .program import load_program, weight_uses
+from .report import weight_report
+from .selection import WeightSelection
 
 
 def compress_per_const(src: Path, dst: Path, modes: Mapping[str, object], *, weight_threshold: int) -> dict:
@@ -26,19 +26,18 @@ def compress_per_const(src: Path, dst: Path, modes: Mapping[str, object], *, wei
     as stored. Returns the same report as ``compress_mlpackage``.
     """
     model = ct.models.MLModel(str(src), skip_model_load=True)
-    program = load_program(model)
-    before = weight_uses(program)
-    merged: dict[str, WeightPass] = {}
+    before = weight_uses(load_program(model))
+    threshold = max(weight_threshold - 1, 0)  # coremltools compresses sizes > threshold
+    passes = {kind: WeightPass(kind, WeightSelection(), threshold) for kind in PASS_ORDER}
     for const_name, weights in modes.items():
-        section = CompressionSection(weights=weights, weight_threshold=weight_threshold)
-        for single in plan_weight_passes(section, program):
-            into = merged.setdefault(single.kind, WeightPass(single.kind, cto.OptimizationConfig(), single.joint))
-            into.config.op_name_configs[const_name] = single.config.global_config
-            into.lut_functions.extend(single.lut_functions)
-    for kind in ("prune", "linear", "palettize"):  # the order compress_mlpackage runs them in
-        if kind in merged:
-            model = merged[kind].run(model)
+        for kind, weight_pass in passes.items():
+            part = pass_weights(kind, weights)
+            if part is not None:
+                weight_pass.selection.by_name[const_name] = part
+    for weight_pass in passes.values():  # in the order compress_mlpackage runs them
+        if not weight_pass.selection.is_empty():
+            model = weight_pass.run(model)
     after = weight_uses(load_program(model))
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     model.save(str(dst))
-    return _report(before, after)
+    return weight_report(before, after)

@@ -28,6 +28,7 @@ from coremltools.proto import MIL_pb2, Model_pb2
 from edgebuild.errors import BuildError
 
 from . import blob_file
+from .config import PalettizeWeights
 from .fast_palettize import PaletteJob, cluster_jobs
 from .spec_program import iter_block_ops, main_blocks, op_name, tensor_shape, weight_uses_from_spec
 
@@ -51,15 +52,16 @@ class _Site:
 
 
 def palettize_package(
-    src: Path, dst: Path, *, nbits: int, group_size: int, weight_threshold: int,
-    workers: int | None = None,
+    src: Path, dst: Path, weights: PalettizeWeights, *, weight_threshold: int, workers: int | None = None,
 ) -> tuple[dict, dict]:
-    """Palettise ``src`` into ``dst`` (atomically); returns the weight uses before and after.
+    """Palettise ``src`` into ``dst`` (atomically) as ``weights`` (scalar k-means) says; returns
+    the weight uses before and after.
 
-    ``group_size`` 0 means one table per tensor. Weights of more than ``weight_threshold``
-    elements are compressed. Raises :class:`NotEditable` (before writing anything) for packages
-    this path does not handle.
+    Weights of more than ``weight_threshold`` elements are compressed. Raises
+    :class:`NotEditable` (before writing anything) for packages this path does not handle.
     """
+    nbits = weights.nbits
+    group_size = weights.group_size if weights.granularity == "per_grouped_channel" else 0  # 0: one table
     src, dst = Path(src), Path(dst)
     model = _read_spec(src)
     program = model.mlProgram

@@ -1,5 +1,6 @@
-"""The Core ML backend's compress stage: gate by deployment target, then plain or automatic.
+"""The Core ML backend's compress stage: plain or automatic compression of the lowered package.
 
+The section arrives validated and checked against the deployment target (at load).
 ``calibration`` may be a list of input dicts or a callable ``(count or None) -> list`` giving
 that many (None: as many as the validate section has), so a plain compression that needs no
 inputs never generates them and auto mode generates only the samples it uses.
@@ -13,49 +14,29 @@ from typing import Any, Union
 
 import numpy as np
 
-from edgebuild.errors import RecipeError
-
-from .config import AutoCompression, CompressionSection, KeepWeights, validate_compression
-from .gating import check_deployment_target, ios_level, required_features
+from .config import CompressionSection
 
 Samples = list[dict[str, np.ndarray]]
 Calibration = Union[Samples, Callable[[int | None], Samples], None]
 
 
-def compress_stage(src: Path, dst: Path, compression: dict, *, target: str, calibration: Calibration = None) -> dict:
+def compress_stage(src: Path, dst: Path, section: CompressionSection, *, calibration: Calibration = None) -> dict:
     """Compress ``src`` into ``dst`` as the recipe's ``compression`` section says; the stage's info."""
-    from .apply import compress_mlpackage
-
-    section = compression if isinstance(compression, CompressionSection) else validate_compression(compression)
-    check_deployment_target(section, target)
     if section.auto is None:
+        from .apply import compress_mlpackage
+
         samples = _materialise(calibration, None) if section.activations is not None else None
-        return compress_mlpackage(src, dst, section, target=target, calibration=samples)
+        return compress_mlpackage(src, dst, section, calibration=samples)
 
     from .auto import auto_compress
 
-    check_auto_candidates(section.auto, target)
-    return auto_compress(src, dst, section.auto, target=target, calibration=_materialise(calibration, section.auto.samples),
+    return auto_compress(src, dst, section.auto, calibration=_materialise(calibration, section.auto.samples),
                          weight_threshold=section.weight_threshold)
 
 
-def check_auto_candidates(auto: AutoCompression, target: str) -> None:
-    """Raise RecipeError naming the first candidate ``target`` is too old for."""
-    level = ios_level(target)
-    for index, candidate in enumerate(auto.candidates):
-        if isinstance(candidate, KeepWeights):
-            continue
-        for feature, needed in required_features(CompressionSection(weights=candidate)):
-            if level < needed:
-                raise RecipeError(
-                    f"compression.auto.candidates[{index}]: {feature} needs iOS{needed}; the recipe targets {target}",
-                    hint=f"raise target.deployment_target to iOS{needed} or drop that candidate",
-                )
-
-
 def compress_stage_params(compression: dict, deployment_target: str, validate: Mapping[str, Any] | None) -> dict:
-    """The compress stage's cache-key parameters; auto mode and activation quantisation also
-    depend on their calibration inputs."""
+    """The compress stage's cache-key parameters from the section's JSON (``variant.params``); auto
+    mode and activation quantisation also depend on their calibration inputs."""
     params = {"compression": compression, "deployment_target": deployment_target}
     if compression and (compression.get("auto") is not None or compression.get("activations") is not None):
         validate = validate or {}

@@ -1,0 +1,28 @@
+"""Which frontend reads a recipe's source: ``source.format``, or the one its file name implies."""
+
+from __future__ import annotations
+
+from edgebuild.errors import UsageError
+
+# The file suffixes of the first-party frontends' models; any other format is named in the recipe.
+SUFFIXES = {
+    ".onnx": "onnx",
+    ".pt": "pytorch", ".pt2": "pytorch", ".jit": "pytorch", ".pth": "pytorch", ".safetensors": "pytorch",
+}
+
+
+def source_format(source) -> str:
+    """The frontend name for ``source`` (the recipe's ``source`` model): ``source.format`` as
+    written, else inferred from the suffix of ``source.model``. Raises UsageError when neither tells.
+
+    Whether a frontend of that name is installed is checked at load (``checks.py``).
+    """
+    if source.format:
+        return source.format
+    model = source.model.lower()
+    for suffix, fmt in SUFFIXES.items():
+        if model.endswith(suffix):
+            return fmt
+    if ":" in model.split("#")[-1]:
+        return "pytorch"
+    raise UsageError(f"source.model: cannot tell the format of {source.model!r}; set source.format")
