@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from edgebuild.errors import RecipeError, UsageError
 from edgebuild.hookspecs import hookimpl
+from edgebuild.protocols import Frontend
 from edgebuild.recipe import load_recipe
 from edgebuild.recipe.formats import source_format
 from edgebuild.recipe.model import Source
@@ -134,12 +135,17 @@ class _TfliteOptions(BaseModel):
     threads: int = 1
 
 
+class _TfliteFrontend(Frontend):
+    def import_model(self, path, inputs, out_dir, *, options=None, base_dir=None):
+        raise NotImplementedError  # the recipe only loads here
+
+
 class _TflitePlugin:
     """A third party's frontend for a format edgebuild does not know, with its own source.options."""
 
     @hookimpl
     def edgebuild_register_frontends(self, register):
-        register("tflite", object())
+        register("tflite", _TfliteFrontend())
 
     @hookimpl
     def edgebuild_register_recipe_sections(self, register):
