@@ -792,9 +792,9 @@ def test_values_are_dropped_after_their_last_reader():
 
 @pytest.mark.parametrize("op", ["sigmoid", "silu"])
 def test_sigmoid_family_in_slices_matches_numpy(monkeypatch, op):
-    from edgebuild_coreml.interpreter import ops_activation
+    from edgebuild.reference import slices
 
-    monkeypatch.setattr(ops_activation, "ELEMENTWISE_CHUNK", 7)  # slice edges everywhere
+    monkeypatch.setattr(slices, "SLICE_VALUES", 7)  # slice edges everywhere
     x = (RNG.standard_normal((4, 5, 6)) * 30).astype(np.float32)
     x.reshape(-1)[:4] = [np.nan, np.inf, -np.inf, 0.0]
 
