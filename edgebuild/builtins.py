@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from edgebuild.hookspecs import hookimpl
+from edgebuild.plugin import Lazy
 
 
 @hookimpl
@@ -16,13 +17,12 @@ def edgebuild_register_resolvers(register):
 
 @hookimpl
 def edgebuild_register_frontends(register):
-    from edgebuild.registry import Lazy
-
     register("onnx", Lazy("edgebuild.graph.frontend:OnnxFrontend"))
 
 
 # name -> on by default; the passes themselves live in edgebuild.graph.fusion and load on
-# first use (onnxscript's rewriter takes seconds to import, a no-op build has none to spare)
+# first use (onnxscript's rewriter takes seconds to import, a no-op build has none to spare):
+# planning a build reads each pass's ``default`` (and name) from the stand-in alone.
 PASS_DEFAULTS = {
     "dequantize_weights": True,
     "fuse_conv_bn": True,
@@ -33,22 +33,7 @@ PASS_DEFAULTS = {
 }
 
 
-class LazyPass:
-    def __init__(self, name: str, default: bool):
-        self.name, self.default = name, default
-
-    def _real(self):
-        from edgebuild.graph.fusion import PASSES
-
-        return PASSES[self.name]
-
-    def __getattr__(self, attr):
-        if attr.startswith("_"):
-            raise AttributeError(attr)
-        return getattr(self._real(), attr)
-
-
 @hookimpl
 def edgebuild_register_passes(register):
     for name, default in PASS_DEFAULTS.items():
-        register(name, LazyPass(name, default))
+        register(name, Lazy("edgebuild.graph.fusion:graph_pass", name).known(name=name, default=default))

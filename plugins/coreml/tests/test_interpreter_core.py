@@ -614,7 +614,7 @@ def test_missing_evaluator_names_op_type_and_op(monkeypatch):
         return mb.exp(x=x, name="the_exp")
 
     run_program(prog, {"x": np.zeros(2, np.float32)})  # loads evaluators
-    monkeypatch.delitem(EVALUATORS, "exp")
+    monkeypatch.setattr(EVALUATORS.entry("exp"), "obj", None)
     with pytest.raises(BuildError, match=r"'exp'.*'the_exp'"):
         run_program(prog, {"x": np.zeros(2, np.float32)})
 
@@ -859,7 +859,7 @@ def _tracking_expansions(patch) -> list:
         made.append((weakref.ref(result), sum(ref() is not None for ref, _ in made)))
         return result
 
-    patch.setitem(EVALUATORS, "constexpr_affine_dequantize", tracking)
+    patch.setattr(EVALUATORS.entry("constexpr_affine_dequantize"), "obj", tracking)
     return made
 
 
@@ -946,7 +946,7 @@ def test_in_place_ops_write_into_dead_intermediates():
                 made.append(result.__array_interface__["data"][0])
                 return result
 
-            patch.setitem(EVALUATORS, op_type, tracking)
+            patch.setattr(EVALUATORS.entry(op_type), "obj", tracking)
         (got,) = run_program(prog, {"x": x}).values()
     np.testing.assert_allclose(got, np.maximum(3 * x + 1, 0), rtol=1e-6)
     assert len(set(made)) == 1  # mul made the buffer; add and relu wrote into it

@@ -51,7 +51,7 @@ _BINARY = {
 _KEEPS_FLOAT_TYPE = ("add", "sub", "mul", "real_div", "maximum", "minimum")
 
 
-@evaluates(*_BINARY)
+@evaluates(*(op_type for op_type in _BINARY if op_type not in _KEEPS_FLOAT_TYPE))
 def binary(op, x):
     return _BINARY[op.op_type](x["x"], x["y"])
 
