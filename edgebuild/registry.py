@@ -11,6 +11,7 @@ import pluggy
 from edgebuild import hookspecs
 from edgebuild.dag.versions import key_version
 from edgebuild.errors import PluginError, UsageError
+from edgebuild.plugin import Lazy, OpTable
 from edgebuild.protocols import PROTOCOLS, missing_members
 
 KINDS = (
@@ -58,10 +59,11 @@ class _LazyTables(dict):
 
 
 class Registry:
-    """Tables of what plugins registered, keyed by kind then by name."""
+    """Tables of what plugins registered, keyed by kind then by name; lowerings by backend, each
+    an :class:`~edgebuild.plugin.OpTable` (look one up with :meth:`lowering`)."""
 
     def __init__(self) -> None:
-        self.tables: dict[str, dict[Any, Entry]] = _LazyTables(self)
+        self.tables: dict[str, dict[Any, Entry | OpTable]] = _LazyTables(self)
         self.plugins: dict[str, PluginInfo] = {}
         self._pm: pluggy.PluginManager | None = None
         self._dists: dict[str, tuple[str, str]] = {}
@@ -104,20 +106,12 @@ class Registry:
             return lambda name, obj: self._add(kind, name, plugin, obj, name)
 
         def lowering(backend, op_type, fn, domain="", since=1, until=None):
-            domain = "" if domain in ("ai.onnx", None) else domain
-            for (b, d, t, lo, hi), held in self.tables["lowerings"].items():
-                if (b, d, t) == (backend, domain, op_type) and lo <= (until or 10**6) and since <= (hi or 10**6):
-                    raise PluginError(
-                        f"plugin {plugin!r} registers a {backend} lowering of "
-                        f"{(domain + '::') if domain else ''}{op_type} for opsets "
-                        f"{since}-{until or 'latest'}, overlapping the one plugin {held.plugin!r} holds "
-                        f"({lo}-{hi or 'latest'})",
-                        hint="narrow the opset range (since/until) or drop one of the plugins",
-                    )
-            label = f"{backend}:{(domain + '::') if domain else ''}{op_type}"
-            key = (backend, domain, op_type, since, until)
-            self.tables["lowerings"][key] = Entry(plugin, fn)
-            self.plugins[plugin].registered.setdefault("lowerings", []).append(label)
+            table = self.tables["lowerings"].get(backend)
+            if table is None:
+                table = self.tables["lowerings"][backend] = OpTable(
+                    f"a {backend} lowering", hint="narrow the opset range (since/until) or drop one of the plugins")
+            entry = table.add(op_type, fn, domain=domain, since=since, until=until, owner=f"plugin {plugin!r}")
+            self.plugins[plugin].registered.setdefault("lowerings", []).append(f"{backend}:{entry.label}")
 
         def custom_op(domain, op_type, spec):
             self._add("custom_ops", (domain, op_type), plugin, spec, f"{domain}::{op_type}")
@@ -174,18 +168,8 @@ class Registry:
 
     def lowering(self, backend: str, op_type: str, domain: str, opset: int):
         """The lowering for ``op_type`` at ``opset``, or None."""
-        domain = "" if domain in ("ai.onnx", None) else domain
-        for (b, d, t, lo, hi), entry in self.tables["lowerings"].items():
-            if (b, d, t) == (backend, domain, op_type) and lo <= opset <= (hi or 10**6):
-                return entry.obj
-        return None
-
-    def lowerings(self, backend: str) -> dict[tuple[str, str], list[tuple[int, int | None, Callable]]]:
-        table: dict = {}
-        for (b, d, t, lo, hi), entry in self.tables["lowerings"].items():
-            if b == backend:
-                table.setdefault((d, t), []).append((lo, hi, entry.obj))
-        return table
+        table = self.tables["lowerings"].get(backend)
+        return None if table is None else table.lookup(op_type, domain=domain, opset=opset)
 
     def default_backend(self) -> str:
         """The backend used where none is named: the one whose object says ``default = True``, else
@@ -255,36 +239,3 @@ def get_registry(refresh: bool = False) -> Registry:
     if _REGISTRY is None or refresh:
         _REGISTRY = build_registry()
     return _REGISTRY
-
-
-class Lazy:
-    """Stands in for ``"package.module:Name"`` until first used, so registering a plugin
-    costs no import of the heavy libraries behind it (onnx, coremltools)."""
-
-    def __init__(self, target: str, *args, **kwargs):
-        self._target, self._args, self._kwargs, self._obj = target, args, kwargs, None
-        self._checks: list[Callable] = []
-
-    def when_loaded(self, check: Callable) -> None:
-        """Run ``check(obj)`` on the object once it is made (the registry's protocol check)."""
-        self._checks.append(check)
-
-    def _resolve(self):
-        if self._obj is None:
-            import importlib
-
-            module, _, name = self._target.partition(":")
-            factory = getattr(importlib.import_module(module), name)
-            obj = factory(*self._args, **self._kwargs)
-            for check in self._checks:
-                check(obj)
-            self._obj = obj
-        return self._obj
-
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._resolve(), name)
-
-    def __repr__(self) -> str:
-        return f"Lazy({self._target!r})"

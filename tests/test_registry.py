@@ -122,7 +122,7 @@ def test_a_plugin_object_missing_a_protocol_member_is_named_when_loaded():
 
 
 def test_a_lazy_plugin_object_is_checked_when_it_first_loads_not_before():
-    from edgebuild.registry import Lazy
+    from edgebuild.plugin import Lazy
 
     lazy = Lazy("builtins:object")
     registry = _only(a=lazy)

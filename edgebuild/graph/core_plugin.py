@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from edgebuild.hookspecs import hookimpl
-from edgebuild.protocols import GraphPass
+from edgebuild.plugin import Lazy
 
 
 @hookimpl
@@ -17,14 +17,12 @@ def edgebuild_register_resolvers(register):
 
 @hookimpl
 def edgebuild_register_frontends(register):
-    from edgebuild.registry import Lazy
-
     register("onnx", Lazy("edgebuild.graph.frontend:OnnxFrontend"))
 
 
 # name -> (on by default, runs before constant folding); the passes themselves live in
 # edgebuild.graph.fusion and load on first use (onnxscript's rewriter takes seconds to import, and
-# planning a build reads only these two facts)
+# planning a build reads only these facts)
 PASSES = {
     "dequantize_weights": (True, True),
     "fuse_conv_bn": (True, False),
@@ -35,26 +33,8 @@ PASSES = {
 }
 
 
-class FusionPass(GraphPass):
-    """One of :mod:`edgebuild.graph.fusion`'s passes, imported when it first applies."""
-
-    def __init__(self, name: str, default: bool, before_folding: bool):
-        self.name, self.default, self.before_folding = name, default, before_folding
-
-    @property
-    def description(self) -> str:
-        return self._real().description
-
-    def apply(self, model) -> int:
-        return self._real().apply(model)
-
-    def _real(self):
-        from edgebuild.graph.fusion import PASSES as FUSION_PASSES
-
-        return FUSION_PASSES[self.name]
-
-
 @hookimpl
 def edgebuild_register_passes(register):
     for name, (default, before_folding) in PASSES.items():
-        register(name, FusionPass(name, default, before_folding))
+        register(name, Lazy("edgebuild.graph.fusion:graph_pass", name).known(
+            name=name, default=default, before_folding=before_folding))

@@ -2,7 +2,8 @@
 
 onnxruntime cannot run these ops, so tests and validation evaluate fused models with
 ``onnx.reference.ReferenceEvaluator`` plus the implementations below. Each function is the
-op's definition; backends must match it.
+op's definition (the kernels themselves live in :mod:`edgebuild.reference`, shared with
+every executor); backends must match it.
 
 Op definitions (domain ``edgebuild``, version 1):
 
@@ -15,7 +16,6 @@ Op definitions (domain ``edgebuild``, version 1):
 
 from __future__ import annotations
 
-import math
 from os import PathLike
 
 import numpy as np
@@ -23,6 +23,10 @@ import onnx
 import onnx_ir as ir
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
+
+from edgebuild.reference import activations
+from edgebuild.reference.activations import silu
+from edgebuild.reference.attention import scaled_dot_product_attention
 
 DOMAIN = "edgebuild"
 
@@ -32,35 +36,10 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndar
     return y if b is None else y + b
 
 
-def silu(x: np.ndarray) -> np.ndarray:
-    return x / (1.0 + np.exp(-x))
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erf, otypes=[np.float64])(x)
-
-
 def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
-    if approximate == "tanh":
-        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
-        return (0.5 * x * (1.0 + np.tanh(inner))).astype(x.dtype)
-    if approximate != "none":
+    if approximate not in ("none", "tanh"):
         raise ValueError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))).astype(x.dtype)
-
-
-def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
-
-
-def scaled_dot_product_attention(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, scale: float = 1.0
-) -> np.ndarray:
-    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, dtype=q.dtype)
-    if mask is not None:
-        scores = scores + mask
-    return np.matmul(softmax(scores, axis=-1), v).astype(q.dtype)
+    return activations.gelu(x, approximate)
 
 
 # ---- onnx.reference glue ------------------------------------------------------------------
@@ -77,7 +56,7 @@ class Silu(OpRun):
     op_domain = DOMAIN
 
     def _run(self, x):
-        return (silu(x).astype(x.dtype),)
+        return (silu(x),)
 
 
 class Gelu(OpRun):

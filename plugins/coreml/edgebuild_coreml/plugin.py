@@ -24,7 +24,7 @@ def edgebuild_register_lowerings(register):
 
 @hookimpl
 def edgebuild_register_backends(register):
-    from edgebuild.registry import Lazy
+    from edgebuild.plugin import Lazy
 
     register("coreml", Lazy("edgebuild_coreml.backend:CoreMLBackend"))
 
@@ -38,7 +38,7 @@ def edgebuild_register_recipe_sections(register):
 
 @hookimpl
 def edgebuild_register_runtimes(register):
-    from edgebuild.registry import Lazy
+    from edgebuild.plugin import Lazy
 
     register("mil-interpreter", Lazy("edgebuild_coreml.runtime:InterpreterRuntime"))
     register("coreml", Lazy("edgebuild_coreml.coreml_runtime:CoreMLRuntime"))

@@ -614,7 +614,7 @@ def test_missing_evaluator_names_op_type_and_op(monkeypatch):
         return mb.exp(x=x, name="the_exp")
 
     run_program(prog, {"x": np.zeros(2, np.float32)})  # loads evaluators
-    monkeypatch.delitem(EVALUATORS, "exp")
+    monkeypatch.setattr(EVALUATORS.entry("exp"), "obj", None)
     with pytest.raises(BuildError, match=r"'exp'.*'the_exp'"):
         run_program(prog, {"x": np.zeros(2, np.float32)})
 
@@ -792,9 +792,9 @@ def test_values_are_dropped_after_their_last_reader():
 
 @pytest.mark.parametrize("op", ["sigmoid", "silu"])
 def test_sigmoid_family_in_slices_matches_numpy(monkeypatch, op):
-    from edgebuild_coreml.interpreter import ops_activation
+    from edgebuild.reference import slices
 
-    monkeypatch.setattr(ops_activation, "ELEMENTWISE_CHUNK", 7)  # slice edges everywhere
+    monkeypatch.setattr(slices, "SLICE_VALUES", 7)  # slice edges everywhere
     x = (RNG.standard_normal((4, 5, 6)) * 30).astype(np.float32)
     x.reshape(-1)[:4] = [np.nan, np.inf, -np.inf, 0.0]
 
@@ -859,7 +859,7 @@ def _tracking_expansions(patch) -> list:
         made.append((weakref.ref(result), sum(ref() is not None for ref, _ in made)))
         return result
 
-    patch.setitem(EVALUATORS, "constexpr_affine_dequantize", tracking)
+    patch.setattr(EVALUATORS.entry("constexpr_affine_dequantize"), "obj", tracking)
     return made
 
 
@@ -946,7 +946,7 @@ def test_in_place_ops_write_into_dead_intermediates():
                 made.append(result.__array_interface__["data"][0])
                 return result
 
-            patch.setitem(EVALUATORS, op_type, tracking)
+            patch.setattr(EVALUATORS.entry(op_type), "obj", tracking)
         (got,) = run_program(prog, {"x": x}).values()
     np.testing.assert_allclose(got, np.maximum(3 * x + 1, 0), rtol=1e-6)
     assert len(set(made)) == 1  # mul made the buffer; add and relu wrote into it

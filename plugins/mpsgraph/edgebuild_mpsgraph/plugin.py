@@ -15,7 +15,7 @@ def edgebuild_register_lowerings(register):
 
 @hookimpl
 def edgebuild_register_backends(register):
-    from edgebuild.registry import Lazy
+    from edgebuild.plugin import Lazy
 
     register("bundle", Lazy("edgebuild_mpsgraph.bundle_backend:BundleBackend"))
 
@@ -29,7 +29,7 @@ def edgebuild_register_recipe_sections(register):
 
 @hookimpl
 def edgebuild_register_runtimes(register):
-    from edgebuild.registry import Lazy
+    from edgebuild.plugin import Lazy
 
     register("mpsgraph-reference", Lazy("edgebuild_mpsgraph.runtime:MPSGraphReferenceRuntime"))
     register("msl-emulation", Lazy("edgebuild_mpsgraph.runtime:MSLEmulationRuntime"))

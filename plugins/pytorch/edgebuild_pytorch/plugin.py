@@ -10,7 +10,7 @@ from edgebuild.hookspecs import hookimpl
 
 @hookimpl
 def edgebuild_register_frontends(register):
-    from edgebuild.registry import Lazy
+    from edgebuild.plugin import Lazy
 
     register("pytorch", Lazy("edgebuild_pytorch.frontend:PyTorchFrontend"))
 

@@ -3,35 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import erf
+
+from edgebuild.reference import activations
+from edgebuild.reference.reductions import softmax as softmax_along
 
 from ._params import as_float, param, per_channel, scalar
 from .registry import evaluates
 
-ELEMENTWISE_CHUNK = 1 << 16  # values per slice where an activation needs temporaries
-
-
-def _sigmoid(v: np.ndarray) -> np.ndarray:
-    # exp(-|v|) never overflows; 1 / (1 + e) for v >= 0 and e / (1 + e) below give 1 / (1 + exp(-v)).
-    # A slice at a time, in place: the temporaries of a full-resolution activation would be
-    # several times its size.
-    v = np.asarray(v)
-    out = np.empty(v.shape, v.dtype)
-    flat_in, flat_out = v.reshape(-1), out.reshape(-1)
-    for start in range(0, flat_in.size, ELEMENTWISE_CHUNK):
-        part, result = flat_in[start:start + ELEMENTWISE_CHUNK], flat_out[start:start + ELEMENTWISE_CHUNK]
-        e = np.abs(part)
-        np.negative(e, out=e)
-        np.exp(e, out=e)
-        np.copyto(result, e)  # NaN stays NaN
-        np.copyto(result, 1.0, where=part >= 0)
-        e += 1.0
-        result /= e
-    return out
-
-
-def _softplus(v: np.ndarray) -> np.ndarray:
-    return np.logaddexp(0, v).astype(v.dtype)
+_GELU_MODES = {"EXACT": "none", "TANH_APPROXIMATION": "tanh", "SIGMOID_APPROXIMATION": "sigmoid"}
 
 
 def _alpha(op, x):
@@ -62,8 +41,7 @@ def relu6(op, x):
 
 @evaluates("leaky_relu")
 def leaky_relu(op, x):
-    v = as_float(x["x"])
-    return np.where(v >= 0, v, v * _alpha(op, x))
+    return activations.leaky_relu(as_float(x["x"]), _alpha(op, x))
 
 
 @evaluates("elu")
@@ -94,43 +72,30 @@ def prelu(op, x):
 
 @evaluates("gelu")
 def gelu(op, x):
-    v = as_float(x["x"])
     mode = scalar(param(op, x, "mode", "EXACT"))
-    if mode == "TANH_APPROXIMATION":
-        return 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v**3)))
-    if mode == "SIGMOID_APPROXIMATION":
-        return v * _sigmoid(1.702 * v)
-    return (0.5 * v * (1 + erf(v / np.sqrt(2)))).astype(v.dtype)
+    return activations.gelu(as_float(x["x"]), _GELU_MODES.get(mode, "none"))
 
 
 @evaluates("sigmoid")
 def sigmoid(op, x):
-    return _sigmoid(as_float(x["x"]))
+    return activations.sigmoid(as_float(x["x"]))
 
 
 @evaluates("sigmoid_hard", inplace=True)
 def sigmoid_hard(op, x, donated=()):
     value, out = _float_operand(x, donated)
-    out = np.multiply(value, np.float32(_alpha(op, x)), out=out)
-    out += np.float32(_beta(op, x))
-    return np.clip(out, 0, 1, out=out)
+    return activations.hard_sigmoid(value, _alpha(op, x), _beta(op, x), out=out)
 
 
 @evaluates("silu", inplace=True)
 def silu(op, x, donated=()):
-    v, own = _float_operand(x, donated)
-    out = _sigmoid(v)
-    with np.errstate(invalid="ignore"):  # silu(-inf) = 0 * -inf: NaN, as in IEEE arithmetic
-        if own is not None:
-            own *= out
-            return own
-        out *= v
-    return out
+    value, out = _float_operand(x, donated)
+    return activations.silu(value, out=out)
 
 
 @evaluates("softplus")
 def softplus(op, x):
-    return _softplus(as_float(x["x"]))
+    return activations.softplus(as_float(x["x"]))
 
 
 @evaluates("softplus_parametric")
@@ -138,7 +103,7 @@ def softplus_parametric(op, x):
     v = as_float(x["x"])
     alpha = per_channel(as_float(x["alpha"]), v.ndim)
     beta = per_channel(as_float(x["beta"]), v.ndim)
-    return alpha * _softplus(v * beta)
+    return alpha * activations.softplus(v * beta)
 
 
 @evaluates("softsign")
@@ -159,21 +124,18 @@ def linear_activation(op, x):
 
 @evaluates("softmax")
 def softmax(op, x):
-    v = as_float(x["x"])
-    axis = int(scalar(param(op, x, "axis", -1)))
-    e = np.exp(v - np.max(v, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
+    return softmax_along(as_float(x["x"]), axis=int(scalar(param(op, x, "axis", -1))))
 
 
 #: Activations named by string in the recurrent ops (``lstm``/``gru``/``rnn``), with the
 #: default parameters those ops use (``scaled_tanh`` and ``hard_sigmoid`` use alpha/beta
 #: defaults 1,1 and 0.2,0.5 as in the NeuralNetwork spec).
 RECURRENT_ACTIVATIONS = {
-    "sigmoid": _sigmoid,
+    "sigmoid": activations.sigmoid,
     "tanh": np.tanh,
     "scaled_tanh": np.tanh,
     "relu": lambda v: np.maximum(v, 0),
     "linear": lambda v: v,
-    "hard_sigmoid": lambda v: np.clip(0.2 * v + 0.5, 0, 1),
-    "sigmoid_hard": lambda v: np.clip(0.2 * v + 0.5, 0, 1),
+    "hard_sigmoid": activations.hard_sigmoid,
+    "sigmoid_hard": activations.hard_sigmoid,
 }

@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgebuild.reference.attention import scaled_dot_product_attention as attention
+
 from ._params import as_float
 from .registry import evaluates
 
 
 @evaluates("scaled_dot_product_attention")
 def scaled_dot_product_attention(op, x):
-    query, key, value = as_float(x["query"]), as_float(x["key"]), as_float(x["value"])
-    scores = np.matmul(query, np.swapaxes(key, -1, -2)) / np.sqrt(query.shape[-1]).astype(query.dtype)
     mask = x.get("attn_mask")
-    if mask is not None:
-        mask = np.asarray(mask)
-        # A bool mask says which positions take part; a float mask is added to the scores.
-        scores = np.where(mask, scores, -np.inf) if mask.dtype == bool else scores + as_float(mask)
-    scores = scores - np.max(scores, axis=-1, keepdims=True)
-    weights = np.exp(scores)
-    weights = weights / np.sum(weights, axis=-1, keepdims=True)
-    return np.matmul(weights, value)
+    if mask is not None and np.asarray(mask).dtype != bool:  # a bool mask selects, a float one is added
+        mask = as_float(mask)
+    return attention(as_float(x["query"]), as_float(x["key"]), as_float(x["value"]), mask)

@@ -6,16 +6,11 @@ dtype, so fp16 operands compute as numpy fp16 (each op rounded to fp16, as on de
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .registry import evaluates
+from edgebuild.reference.special import erf as erf_of
 
-try:  # scipy ships with scikit-learn, a dependency of this plugin
-    from scipy.special import erf as _erf
-except ImportError:  # pragma: no cover - slow but exact fallback
-    _erf = np.vectorize(math.erf, otypes=[np.float64])
+from .registry import evaluates
 
 
 def _floor_div(x, y):
@@ -56,7 +51,7 @@ _BINARY = {
 _KEEPS_FLOAT_TYPE = ("add", "sub", "mul", "real_div", "maximum", "minimum")
 
 
-@evaluates(*_BINARY)
+@evaluates(*(op_type for op_type in _BINARY if op_type not in _KEEPS_FLOAT_TYPE))
 def binary(op, x):
     return _BINARY[op.op_type](x["x"], x["y"])
 
@@ -115,7 +110,7 @@ def unary(op, x, donated=()):
 @evaluates("erf")
 def erf(op, x):
     value = x["x"]
-    return _erf(value.astype(np.float32) if value.dtype == np.float16 else value)
+    return erf_of(value.astype(np.float32) if value.dtype == np.float16 else value)
 
 
 @evaluates("inverse")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgebuild.reference.normalization import batch_normalize, scale_and_shift, standardize
+
 from ._params import as_float, ints, param, per_channel, scalar
 from .registry import evaluates
 
@@ -12,12 +14,8 @@ def _eps(op, x, default):
     return float(scalar(param(op, x, "epsilon", default)))
 
 
-def _channel_affine(y, gamma, beta):
-    if gamma is not None:
-        y = y * per_channel(as_float(gamma), y.ndim)
-    if beta is not None:
-        y = y + per_channel(as_float(beta), y.ndim)
-    return y
+def _per_channel(value, rank: int):
+    return None if value is None else per_channel(as_float(value), rank)
 
 
 @evaluates("batch_norm")
@@ -25,18 +23,15 @@ def batch_norm(op, x):
     v = as_float(x["x"])
     mean = per_channel(as_float(x["mean"]), v.ndim)
     variance = per_channel(as_float(x["variance"]), v.ndim)
-    y = (v - mean) / np.sqrt(variance + _eps(op, x, 1e-5))
-    return _channel_affine(y, x.get("gamma"), x.get("beta"))
+    return batch_normalize(v, mean, variance, _eps(op, x, 1e-5),
+                           _per_channel(x.get("gamma"), v.ndim), _per_channel(x.get("beta"), v.ndim))
 
 
 @evaluates("instance_norm")
 def instance_norm(op, x):
     v = as_float(x["x"])
-    axes = tuple(range(2, v.ndim))
-    centered = v - v.mean(axis=axes, keepdims=True)
-    variance = np.mean(centered * centered, axis=axes, keepdims=True)
-    y = centered / np.sqrt(variance + _eps(op, x, 1e-5))
-    return _channel_affine(y, x.get("gamma"), x.get("beta"))
+    y = standardize(v, tuple(range(2, v.ndim)), _eps(op, x, 1e-5))
+    return scale_and_shift(y, _per_channel(x.get("gamma"), v.ndim), _per_channel(x.get("beta"), v.ndim))
 
 
 @evaluates("layer_norm")
@@ -44,16 +39,12 @@ def layer_norm(op, x):
     v = as_float(x["x"])
     axes_value = param(op, x, "axes")
     axes = tuple(range(v.ndim)) if axes_value is None else tuple(a % v.ndim for a in ints(axes_value))
-    centered = v - v.mean(axis=axes, keepdims=True)
-    variance = np.mean(centered * centered, axis=axes, keepdims=True)
-    y = centered / np.sqrt(variance + _eps(op, x, 1e-5))
+    y = standardize(v, axes, _eps(op, x, 1e-5))
     # gamma/beta have shape x.shape[axes]; place them on those axes.
     affine_shape = [v.shape[i] if i in axes else 1 for i in range(v.ndim)]
-    if x.get("gamma") is not None:
-        y = y * as_float(x["gamma"]).reshape(affine_shape)
-    if x.get("beta") is not None:
-        y = y + as_float(x["beta"]).reshape(affine_shape)
-    return y
+    gamma, beta = x.get("gamma"), x.get("beta")
+    return scale_and_shift(y, None if gamma is None else as_float(gamma).reshape(affine_shape),
+                           None if beta is None else as_float(beta).reshape(affine_shape))
 
 
 @evaluates("l2_norm")

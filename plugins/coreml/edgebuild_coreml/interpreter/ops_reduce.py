@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgebuild.reference.reductions import log_sum_exp
+
 from .registry import evaluates
 
 
@@ -20,15 +22,6 @@ def _widened(value: np.ndarray) -> np.ndarray:
     return value.astype(np.float32) if value.dtype == np.float16 else value
 
 
-def _log_sum_exp(value, axis, keepdims):
-    axis = tuple(range(value.ndim)) if axis is None else axis
-    peak = np.max(value, axis=axis, keepdims=True)
-    peak = np.where(np.isfinite(peak), peak, 0)
-    total = np.sum(np.exp(value - peak), axis=axis, keepdims=True)
-    result = np.log(total) + peak
-    return result if keepdims else np.squeeze(result, axis=axis)
-
-
 _REDUCTIONS = {
     "reduce_sum": lambda v, a, k: np.sum(v, axis=a, keepdims=k),
     "reduce_mean": lambda v, a, k: np.mean(v, axis=a, keepdims=k),
@@ -39,7 +32,7 @@ _REDUCTIONS = {
     "reduce_l1_norm": lambda v, a, k: np.sum(np.abs(v), axis=a, keepdims=k),
     "reduce_l2_norm": lambda v, a, k: np.sqrt(np.sum(np.square(v), axis=a, keepdims=k)),
     "reduce_log_sum": lambda v, a, k: np.log(np.sum(v, axis=a, keepdims=k)),
-    "reduce_log_sum_exp": lambda v, a, k: _log_sum_exp(v, a, k),
+    "reduce_log_sum_exp": log_sum_exp,
 }
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgebuild.reference.resampling import linear_along
+
 from ._params import as_float, ints, param, scalar
 from .registry import evaluates
 
@@ -52,26 +54,6 @@ def box_positions(mode: str, start: float, end: float, size_out: int) -> np.ndar
         spacing = length / size_out
         return start + i * spacing + 0.5 * spacing - 0.5
     raise ValueError(f"unknown sampling_mode {mode!r}")
-
-
-def linear_along(arr: np.ndarray, axis: int, positions: np.ndarray, fill=None) -> np.ndarray:
-    """Linear interpolation of ``arr`` along ``axis`` at fractional ``positions``.
-
-    With ``fill`` given, positions outside ``[0, n-1]`` yield ``fill`` instead of clamping.
-    """
-    n = arr.shape[axis]
-    clamped = np.clip(positions, 0, n - 1)
-    low = np.floor(clamped).astype(np.int64)
-    high = np.minimum(low + 1, n - 1)
-    frac = (clamped - low).astype(arr.dtype)
-    shape = [1] * arr.ndim
-    shape[axis] = len(positions)
-    frac = frac.reshape(shape)
-    out = np.take(arr, low, axis=axis) * (1 - frac) + np.take(arr, high, axis=axis) * frac
-    if fill is not None:
-        outside = ((positions < 0) | (positions > n - 1)).reshape(shape)
-        out = np.where(outside, np.asarray(fill, dtype=arr.dtype), out)
-    return out
 
 
 def nearest_along(arr: np.ndarray, axis: int, positions: np.ndarray) -> np.ndarray:

@@ -77,7 +77,7 @@ class Step:
 
     def __init__(self, op, release: tuple):
         self.op = op
-        self.op_type = op.op_type  # evaluators are looked up per run: plugins may add or replace them
+        self.op_type = op.op_type  # evaluators are looked up per run: a plugin may add one after the plan is made
         self.inputs = tuple((name, tuple(var) if isinstance(var, (list, tuple)) else var)
                             for name, var in op.inputs.items())
         self.outputs = tuple((out, tensor_type_of(out), is_list_var(out)) for out in op.outputs)

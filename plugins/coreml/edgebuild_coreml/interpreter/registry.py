@@ -22,15 +22,19 @@ from __future__ import annotations
 
 from typing import Callable
 
-EVALUATORS: dict[str, Callable] = {}
+from edgebuild.plugin import OpTable
+
+# MIL ops carry no opset: each op type holds one evaluator (a second one is an error naming both)
+EVALUATORS = OpTable("a MIL interpreter evaluator", hint="register each MIL op type once")
 INPLACE: set[str] = set()  # op types whose evaluator takes ``donated``
 
 
 def evaluates(*op_types: str, inplace: bool = False):
     def decorate(fn: Callable) -> Callable:
         for op_type in op_types:
-            EVALUATORS[op_type] = fn
-            (INPLACE.add if inplace else INPLACE.discard)(op_type)
+            EVALUATORS.add(op_type, fn)
+            if inplace:
+                INPLACE.add(op_type)
         return fn
 
     return decorate

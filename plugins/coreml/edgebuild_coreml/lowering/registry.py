@@ -12,7 +12,7 @@ optional output it does not produce). The converter binds them to the node's out
 
 from __future__ import annotations
 
-from edgebuild.lowerings import LoweringSet
+from edgebuild.plugin import LoweringSet
 
 LOWERINGS = LoweringSet("coreml")
 lowers = LOWERINGS.lowers

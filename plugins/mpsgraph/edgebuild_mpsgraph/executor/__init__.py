@@ -17,7 +17,7 @@ def evaluate_op(op: Op, inputs: list[np.ndarray]) -> list[np.ndarray]:
     evaluator = EVALUATORS.get(op.op)
     if evaluator is None:
         raise BuildError(f"MPSGraph op {op.op!r} (from {op.name or 'an unnamed node'}) has no reference evaluator",
-                         hint=f"known ops: {', '.join(sorted(EVALUATORS))}")
+                         hint=f"known ops: {', '.join(EVALUATORS.op_types())}")
     return evaluator(*inputs, **op.attrs)
 
 

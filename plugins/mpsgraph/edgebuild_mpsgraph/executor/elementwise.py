@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from edgebuild.reference import activations
+from edgebuild.reference.special import erf
 from edgebuild_mpsgraph.executor.registry import evaluates
 
 _BINARY = {
@@ -17,17 +17,13 @@ _BINARY = {
 }
 
 
-def _erf(x: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
-
-
 _UNARY = {
     "identity": lambda x: x, "absolute": np.abs, "negative": np.negative, "exponent": np.exp,
     "logarithm": np.log, "squareRoot": np.sqrt, "reciprocalSquareRoot": lambda x: 1 / np.sqrt(x),
     "reciprocal": lambda x: 1 / x, "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos,
-    "tanh": np.tanh, "erf": _erf, "not": np.logical_not,
+    "tanh": np.tanh, "erf": erf, "not": np.logical_not,
     "reLU": lambda x: np.maximum(x, np.zeros((), x.dtype)),
-    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "sigmoid": activations.sigmoid,
 }
 
 
@@ -62,7 +58,7 @@ def division(a, b, **_):
 
 @evaluates("leakyReLU")
 def leaky_relu(x, *, alpha: float, **_):
-    return [np.where(x >= 0, x, x * np.asarray(alpha, x.dtype))]
+    return [activations.leaky_relu(x, alpha)]
 
 
 @evaluates("clamp")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from edgebuild.reference.attention import scaled_dot_product_attention as attention
+from edgebuild.reference.normalization import batch_normalize
+from edgebuild.reference.reductions import softmax as softmax_along
 from edgebuild_mpsgraph.executor.registry import evaluates
 
 
@@ -87,21 +90,17 @@ def avg_pooling2d(x, *, kernelWidth, kernelHeight, strideInX=1, strideInY=1, pad
 
 @evaluates("softMax")
 def softmax(x, *, axis: int, **_):
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return [(e / np.sum(e, axis=axis, keepdims=True)).astype(x.dtype)]
+    return [softmax_along(x, axis=axis)]
 
 
 @evaluates("normalization")
 def normalization(x, mean, variance, gamma, beta, *, epsilon: float, **_):
     """MPSGraph's normalizationWithTensor:meanTensor:varianceTensor:gammaTensor:betaTensor:epsilon:."""
-    scale = gamma / np.sqrt(variance + np.asarray(epsilon, variance.dtype))
-    return [((x - mean) * scale + beta).astype(x.dtype)]
+    epsilon = np.asarray(epsilon, variance.dtype)
+    return [batch_normalize(x, mean, variance, epsilon, gamma, beta).astype(x.dtype, copy=False)]
 
 
 @evaluates("scaledDotProductAttention")
 def scaled_dot_product_attention(q, k, v, mask=None, *, scale: float, **_):
     """softmax(Q @ K^T * scale + mask) @ V, K as [..., Lk, D] (MPSGraph, macOS 15)."""
-    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, q.dtype)
-    if mask is not None:
-        scores = scores + mask
-    return [np.matmul(softmax(scores, axis=-1)[0], v).astype(q.dtype)]
+    return [attention(q, k, v, mask, scale)]

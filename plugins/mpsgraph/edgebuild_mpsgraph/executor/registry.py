@@ -11,14 +11,17 @@ from typing import Callable
 
 import numpy as np
 
+from edgebuild.plugin import OpTable
+
 Evaluator = Callable[..., list[np.ndarray]]
-EVALUATORS: dict[str, Evaluator] = {}
+# MPSGraph ops carry no opset: each op name holds one evaluator (a second one is an error naming both)
+EVALUATORS = OpTable("an MPSGraph reference evaluator", hint="register each MPSGraph op once")
 
 
 def evaluates(*names: str):
     def decorate(fn: Evaluator) -> Evaluator:
         for name in names:
-            EVALUATORS[name] = fn
+            EVALUATORS.add(name, fn)
         return fn
 
     return decorate

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgebuild.reference.resampling import linear_along
 from edgebuild_mpsgraph.executor.registry import evaluates
 
 
@@ -93,13 +94,7 @@ def resize(x, *, size, mode: str, centerResult: bool, alignCorners: bool, layout
             index = np.floor(src + 0.5) if centerResult and not alignCorners else (np.round(src) if alignCorners else np.floor(src))
             out = np.take(out, np.clip(index.astype(np.int64), 0, in_size - 1), axis=axis)
         elif mode == "bilinear":
-            src = np.clip(src, 0, in_size - 1)
-            low = np.floor(src).astype(np.int64)
-            high = np.minimum(low + 1, in_size - 1)
-            weight_shape = [1] * out.ndim
-            weight_shape[axis] = out_size
-            frac = (src - low).reshape(weight_shape).astype(out.dtype)
-            out = np.take(out, low, axis=axis) * (1 - frac) + np.take(out, high, axis=axis) * frac
+            out = linear_along(out, axis, src)
         else:
             raise ValueError(f"resizeTensor: mode {mode!r} is not one of nearest, bilinear")
     return [out.astype(x.dtype)]

@@ -8,14 +8,14 @@ import numpy as np
 import onnx_ir as ir
 
 from edgebuild.errors import BuildError
+from edgebuild.plugin import standard_domain
 from edgebuild_mpsgraph.lowering.context import LoweringContext
 
 BACKEND = "mpsgraph"
-STANDARD_DOMAINS = ("", "ai.onnx")
 
 
 def _domain(node: ir.Node) -> str:
-    return "" if node.domain in STANDARD_DOMAINS else node.domain
+    return standard_domain(node.domain)
 
 
 def opset_of(model: ir.Model, domain: str) -> int:
@@ -30,11 +30,7 @@ class OwnLowerings:
     def lowering(self, backend: str, op_type: str, domain: str, opset: int):
         from edgebuild_mpsgraph.lowering.registry import LOWERINGS
 
-        domain = "" if domain in STANDARD_DOMAINS else domain
-        for d, t, since, until, fn in LOWERINGS:
-            if backend == BACKEND and (d, t) == (domain, op_type) and since <= opset <= (until or 10**6):
-                return fn
-        return None
+        return LOWERINGS.table.lookup(op_type, domain=domain, opset=opset) if backend == BACKEND else None
 
 
 def supports(node: ir.Node, model: ir.Model, registry) -> bool:

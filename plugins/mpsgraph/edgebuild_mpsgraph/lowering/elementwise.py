@@ -78,14 +78,21 @@ def lower_hard_swish(ctx, node):
     return ctx.emit("multiplication", [x, _hard_sigmoid(ctx, x, 1.0 / 6.0, 0.5)])
 
 
-@lowers("Clip")
-def lower_clip(ctx, node):
+@lowers("Clip", until=10)
+def lower_clip_bounds_attributes(ctx, node):
+    return _clip(ctx, node, ctx.attr(node, "min", None), ctx.attr(node, "max", None))
+
+
+@lowers("Clip", since=11)
+def lower_clip_bounds_inputs(ctx, node):
+    low = ctx.const(node, 1) if ctx.has_input(node, 1) else None
+    high = ctx.const(node, 2) if ctx.has_input(node, 2) else None
+    return _clip(ctx, node, low, high)
+
+
+def _clip(ctx, node, low, high):
+    """min(max(x, low), high); a bound of None is the dtype's own limit."""
     x = ctx.input(node, 0)
-    if ctx.opset < 11:
-        low, high = ctx.attr(node, "min", None), ctx.attr(node, "max", None)
-    else:
-        low = ctx.const(node, 1) if ctx.has_input(node, 1) else None
-        high = ctx.const(node, 2) if ctx.has_input(node, 2) else None
     info = np.finfo if np.issubdtype(np.dtype(ctx.dtype(x)), np.floating) else np.iinfo
     low = info(ctx.dtype(x)).min if low is None else low
     high = info(ctx.dtype(x)).max if high is None else high

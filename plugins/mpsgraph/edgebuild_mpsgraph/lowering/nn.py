@@ -117,16 +117,22 @@ def lower_layer_norm(ctx, node):
     return ctx.emit("normalization", [x, mean, variance, gamma, beta], epsilon=float(ctx.attr(node, "epsilon", 1e-5)))
 
 
-@lowers("Softmax")
-def lower_softmax(ctx, node):
+@lowers("Softmax", until=12)
+def lower_softmax_flattened(ctx, node):
+    """Before opset 13 Softmax flattens to 2-D at ``axis`` (default 1) and normalises the rows."""
     x = ctx.input(node, 0)
     rank = len(ctx.shape(x))
-    default = -1 if ctx.opset >= 13 else 1
-    axis = ctx.attr(node, "axis", default) % rank
-    if ctx.opset < 13 and axis != rank - 1:  # old Softmax flattens to 2-D at ``axis``
-        flat = ctx.emit("reshape", [x], shape=[int(np.prod(ctx.shape(x)[:axis])), -1])
-        return ctx.emit("reshape", [ctx.emit("softMax", [flat], axis=1)], shape=list(ctx.shape(x)))
-    return ctx.emit("softMax", [x], axis=axis)
+    axis = ctx.attr(node, "axis", 1) % rank
+    if axis == rank - 1:
+        return ctx.emit("softMax", [x], axis=axis)
+    flat = ctx.emit("reshape", [x], shape=[int(np.prod(ctx.shape(x)[:axis])), -1])
+    return ctx.emit("reshape", [ctx.emit("softMax", [flat], axis=1)], shape=list(ctx.shape(x)))
+
+
+@lowers("Softmax", since=13)
+def lower_softmax(ctx, node):
+    x = ctx.input(node, 0)
+    return ctx.emit("softMax", [x], axis=ctx.attr(node, "axis", -1) % len(ctx.shape(x)))
 
 
 @lowers("MatMul")

@@ -3,7 +3,7 @@ with edgebuild's registry (backend ``mpsgraph``) by ``plugin.py``."""
 
 from __future__ import annotations
 
-from edgebuild.lowerings import LoweringSet
+from edgebuild.plugin import LoweringSet
 
 LOWERINGS = LoweringSet("mpsgraph")
 lowers = LOWERINGS.lowers

@@ -43,26 +43,39 @@ def lower_flatten(ctx, node):
     return _reshape_to(ctx, x, [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))])
 
 
-def _axes(ctx, node, rank):
-    axes = ctx.attr(node, "axes", None) if ctx.opset < 13 else (ctx.const(node, 1) if ctx.has_input(node, 1) else None)
-    return None if axes is None else sorted(int(a) % rank for a in np.asarray(axes).ravel())
+@lowers("Squeeze", until=12)
+def lower_squeeze_axes_attribute(ctx, node):
+    return _squeeze(ctx, node, ctx.attr(node, "axes", None))
 
 
-@lowers("Squeeze")
-def lower_squeeze(ctx, node):
+@lowers("Squeeze", since=13)
+def lower_squeeze_axes_input(ctx, node):
+    return _squeeze(ctx, node, ctx.const(node, 1) if ctx.has_input(node, 1) else None)
+
+
+def _squeeze(ctx, node, axes):
     x = ctx.input(node, 0)
     shape = list(ctx.shape(x))
-    axes = _axes(ctx, node, len(shape)) or [i for i, d in enumerate(shape) if d == 1]
+    axes = [] if axes is None else sorted(int(a) % len(shape) for a in np.asarray(axes).ravel())
+    axes = axes or [i for i, d in enumerate(shape) if d == 1]
     return _reshape_to(ctx, x, [d for i, d in enumerate(shape) if i not in axes])
 
 
-@lowers("Unsqueeze")
-def lower_unsqueeze(ctx, node):
+@lowers("Unsqueeze", until=12)
+def lower_unsqueeze_axes_attribute(ctx, node):
+    return _unsqueeze(ctx, node, ctx.attr(node, "axes", None))
+
+
+@lowers("Unsqueeze", since=13)
+def lower_unsqueeze_axes_input(ctx, node):
+    return _unsqueeze(ctx, node, _static(ctx, node, 1, "axes"))
+
+
+def _unsqueeze(ctx, node, axes):
     x = ctx.input(node, 0)
     shape = list(ctx.shape(x))
-    raw = ctx.attr(node, "axes", None) if ctx.opset < 13 else _static(ctx, node, 1, "axes")
-    rank = len(shape) + int(np.size(raw))
-    for axis in sorted(int(a) % rank for a in np.ravel(raw)):
+    rank = len(shape) + int(np.size(axes))
+    for axis in sorted(int(a) % rank for a in np.ravel(axes)):
         shape.insert(axis, 1)
     return _reshape_to(ctx, x, shape)
 
@@ -135,31 +148,37 @@ def lower_expand(ctx, node):
     return ctx.emit("broadcast", [x], shape=list(target))
 
 
-def _reduce(op):
-    def lower(ctx, node):
-        x = ctx.input(node, 0)
-        rank = len(ctx.shape(x))
-        if node.op_type == "ReduceSum" or ctx.opset >= 18:
-            axes = ctx.const(node, 1) if ctx.has_input(node, 1) else None
-        else:
-            axes = ctx.attr(node, "axes", None)
-        if axes is None or np.size(axes) == 0:
-            if ctx.attr(node, "noop_with_empty_axes", 0):
-                return x
-            axes = list(range(rank))
-        axes = sorted(int(a) % rank for a in np.ravel(axes))
-        y = ctx.emit(op, [x], axes=axes)
-        if not ctx.attr(node, "keepdims", 1):
-            y = _reshape_to(ctx, y, [d for i, d in enumerate(ctx.shape(x)) if i not in axes])
-        return y
-
-    return lower
+# Reductions take their axes as an attribute until ReduceSum-13 and the others' opset 18, as
+# an optional input after: one lowering per side.
+_REDUCTIONS = {"ReduceSum": "reductionSum", "ReduceMean": "mean", "ReduceMax": "reductionMaximum",
+               "ReduceMin": "reductionMinimum"}
+_REST = tuple(op_type for op_type in _REDUCTIONS if op_type != "ReduceSum")
 
 
-lowers("ReduceSum")(_reduce("reductionSum"))
-lowers("ReduceMean")(_reduce("mean"))
-lowers("ReduceMax")(_reduce("reductionMaximum"))
-lowers("ReduceMin")(_reduce("reductionMinimum"))
+@lowers("ReduceSum", until=12)
+@lowers(*_REST, until=17)
+def lower_reduce_axes_attribute(ctx, node):
+    return _reduce(ctx, node, ctx.attr(node, "axes", None))
+
+
+@lowers("ReduceSum", since=13)
+@lowers(*_REST, since=18)
+def lower_reduce_axes_input(ctx, node):
+    return _reduce(ctx, node, ctx.const(node, 1) if ctx.has_input(node, 1) else None)
+
+
+def _reduce(ctx, node, axes):
+    x = ctx.input(node, 0)
+    rank = len(ctx.shape(x))
+    if axes is None or np.size(axes) == 0:
+        if ctx.attr(node, "noop_with_empty_axes", 0):
+            return x
+        axes = list(range(rank))
+    axes = sorted(int(a) % rank for a in np.ravel(axes))
+    y = ctx.emit(_REDUCTIONS[node.op_type], [x], axes=axes)
+    if not ctx.attr(node, "keepdims", 1):
+        y = _reshape_to(ctx, y, [d for i, d in enumerate(ctx.shape(x)) if i not in axes])
+    return y
 
 
 @lowers("Shape", "Size", "ConstantOfShape", "Range")

@@ -101,13 +101,18 @@ def normalize_axis(ctx, node, axis: int, rank: int) -> int:
     return axis % rank if rank else 0
 
 
-def axes_operand(ctx, node, *, input_index: int, attr: str = "axes", input_since: int = 13):
-    """Axes given as an attribute (older opsets) or as an optional constant input."""
-    if ctx.opset >= input_since:
-        axes = ctx.const(node, input_index, optional=True, what=attr)
-    else:
-        axes = ctx.attr(node, attr)
-    return None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+def axes_attribute(ctx, node) -> list[int] | None:
+    """The ``axes`` attribute (Squeeze, Unsqueeze and the reductions in their older opsets)."""
+    return _int_list(ctx.attr(node, "axes"))
+
+
+def axes_input(ctx, node, index: int = 1) -> list[int] | None:
+    """The optional constant ``axes`` input that replaced the attribute in newer opsets."""
+    return _int_list(ctx.const(node, index, optional=True, what="axes"))
+
+
+def _int_list(values) -> list[int] | None:
+    return None if values is None else [int(a) for a in np.asarray(values).reshape(-1)]
 
 
 def wanted(value) -> bool:

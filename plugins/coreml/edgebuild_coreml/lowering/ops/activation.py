@@ -126,21 +126,21 @@ def mish(ctx, node):
     return mb.mul(x=x, y=gate, name=ctx.name(node))
 
 
-def _clip_bounds(ctx, node):
-    """(min, max) as numpy constants, Vars, or None when unbounded on that side."""
-    if ctx.opset < 11:
-        low, high = ctx.attr(node, "min"), ctx.attr(node, "max")
-        return (None if low is None else np.float32(low)), (None if high is None else np.float32(high))
-    low = ctx.input(node, 1, optional=True)
-    high = ctx.input(node, 2, optional=True)
-    return low, high
+@lowers("Clip", until=10)
+def clip_bounds_attributes(ctx, node):
+    low, high = ctx.attr(node, "min"), ctx.attr(node, "max")
+    return _clip(ctx, node, None if low is None else np.float32(low), None if high is None else np.float32(high))
 
 
-@lowers("Clip")
-def clip(ctx, node):
-    """min(max(x, lo), hi); constant [0, 6] becomes relu6 and [0, inf) relu."""
+@lowers("Clip", since=11)
+def clip_bounds_inputs(ctx, node):
+    return _clip(ctx, node, ctx.input(node, 1, optional=True), ctx.input(node, 2, optional=True))
+
+
+def _clip(ctx, node, low, high):
+    """min(max(x, lo), hi); constant [0, 6] becomes relu6 and [0, inf) relu. The bounds are numpy
+    constants, Vars, or None when unbounded on that side."""
     x = _x(ctx, node)
-    low, high = _clip_bounds(ctx, node)
     if is_float(x):
         low = None if low is None else (fconst(x, low) if isinstance(low, (np.ndarray, np.generic)) else low)
         high = None if high is None else (fconst(x, high) if isinstance(high, (np.ndarray, np.generic)) else high)

@@ -50,13 +50,19 @@ def power(ctx, node):
     return mb.pow(x=x, y=y, name=ctx.name(node))
 
 
-@lowers("Mod")
+@lowers("Mod", until=27)
+def mod_integer_floor(ctx, node):
+    """Before opset 28, Mod with fmod=0 is defined for integers only."""
+    if not ctx.attr(node, "fmod", 0) and dtype_of(ctx.input(node, 0)) != "int32":
+        ctx.fail(node, "Mod with fmod=0 is defined for integers only before opset 28",
+                 hint="set fmod=1 for floats")
+    return mod(ctx, node)
+
+
+@lowers("Mod", since=28)
 def mod(ctx, node):
     x, y = ctx.input(node, 0), ctx.input(node, 1)
     if not ctx.attr(node, "fmod", 0):  # the result takes the divisor's sign, as MIL mod's does
-        if dtype_of(x) != "int32" and ctx.opset < 28:
-            ctx.fail(node, f"opset-{ctx.opset} Mod with fmod=0 is defined for integers only "
-                     "(floats need opset 28)", hint="set fmod=1 for floats")
         return mb.mod(x=x, y=y, name=ctx.name(node))
     # C fmod: the result takes the dividend's sign. MIL mod takes the divisor's, so where a
     # nonzero result has the wrong sign, shift it by one divisor.

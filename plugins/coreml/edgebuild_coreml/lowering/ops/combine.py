@@ -36,12 +36,20 @@ def concat(ctx, node):
     return mb.concat(values=values, axis=axis, name=ctx.name(node))
 
 
-@lowers("Split")
-def split(ctx, node):
+@lowers("Split", until=12)
+def split_sizes_attribute(ctx, node):
+    return _split(ctx, node, ctx.attr(node, "split"))
+
+
+@lowers("Split", since=13)
+def split_sizes_input(ctx, node):
+    return _split(ctx, node, ctx.const(node, 1, optional=True, what="split"))
+
+
+def _split(ctx, node, sizes):
     x = ctx.input(node, 0)
     axis = normalize_axis(ctx, node, int(ctx.attr(node, "axis", 0)), rank_of(x))
     count = len(node.outputs)
-    sizes = ctx.attr(node, "split") if ctx.opset < 13 else ctx.const(node, 1, optional=True, what="split")
     size = shape_of(x)[axis]
     if sizes is None and ctx.attr(node, "num_outputs") is not None and is_static(size):
         count = int(ctx.attr(node, "num_outputs"))
@@ -84,13 +92,14 @@ def expand(ctx, node):
     return mb.add(x=x, y=zeros, name=ctx.name(node))
 
 
-@lowers("Tile")
+@lowers("Tile", until=5)
+def tile_tiles_and_axis(ctx, node):
+    ctx.fail(node, "Tile before opset 6 (tiles/axis inputs) is not supported")
+
+
+@lowers("Tile", since=6)
 def tile(ctx, node):
-    x = ctx.input(node, 0)
-    reps = ctx.input(node, 1) if ctx.opset >= 6 else None
-    if reps is None:
-        ctx.fail(node, "Tile before opset 6 (tiles/axis inputs) is not supported")
-    return mb.tile(x=x, reps=reps, name=ctx.name(node))
+    return mb.tile(x=ctx.input(node, 0), reps=ctx.input(node, 1), name=ctx.name(node))
 
 
 @lowers("ConstantOfShape")

@@ -25,11 +25,22 @@ def _text(value, default: str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-@lowers("GridSample", since=16)
+@lowers("GridSample", since=16, until=19)
+def grid_sample_bilinear_default(ctx, node):
+    """GridSample-16 names its modes bilinear/bicubic/nearest, bilinear by default."""
+    return _grid_sample(ctx, node, default_mode="bilinear")
+
+
+@lowers("GridSample", since=20)
 def grid_sample(ctx, node):
+    """GridSample-20 names them linear/cubic/nearest, linear by default."""
+    return _grid_sample(ctx, node, default_mode="linear")
+
+
+def _grid_sample(ctx, node, default_mode: str):
     x, grid = as_float(ctx.input(node, 0)), as_float(ctx.input(node, 1))
     rank = rank_of(x)
-    mode_name = _text(ctx.attr(node, "mode"), "linear" if ctx.opset >= 20 else "bilinear")
+    mode_name = _text(ctx.attr(node, "mode"), default_mode)
     padding = _text(ctx.attr(node, "padding_mode"), "zeros")
     align_corners = bool(ctx.attr(node, "align_corners", 0))
     if mode_name not in _MODES:

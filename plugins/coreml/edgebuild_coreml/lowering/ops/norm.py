@@ -149,9 +149,25 @@ def layer_normalization(ctx, node):
     return (y, mean, inv_std) if wants_stats else y
 
 
-@lowers("GroupNormalization", since=18)
-def group_normalization(ctx, node):
-    """Statistics per (sample, group); scale/bias are per group before opset 21, per channel after."""
+@lowers("GroupNormalization", since=18, until=20)
+def group_normalization_group_affine(ctx, node):
+    """Before opset 21 scale and bias are per group: applied in the grouped view."""
+    shape, groups, normed, scale, bias = _group_normalized(ctx, node)
+    normed = _affine(ctx, node, normed, _group_param(scale, groups), _group_param(bias, groups),
+                     ctx.name(node, "affine"))
+    return mb.reshape(x=normed, shape=list(shape), name=ctx.name(node))
+
+
+@lowers("GroupNormalization", since=21)
+def group_normalization_channel_affine(ctx, node):
+    """From opset 21 scale and bias are per channel: applied after restoring the shape."""
+    shape, _, normed, scale, bias = _group_normalized(ctx, node)
+    restored = mb.reshape(x=normed, shape=list(shape), name=ctx.name(node, "restored"))
+    return _affine(ctx, node, restored, per_channel(scale, len(shape)), per_channel(bias, len(shape)), ctx.name(node))
+
+
+def _group_normalized(ctx, node):
+    """(input shape, groups, x normalised per (sample, group) in the [N, groups, -1] view, scale, bias)."""
     x = as_float(ctx.input(node, 0))
     scale, bias = as_float(ctx.input(node, 1)), as_float(ctx.input(node, 2))
     epsilon = float(ctx.attr(node, "epsilon", 1e-5))
@@ -160,17 +176,12 @@ def group_normalization(ctx, node):
     if shape is None:
         ctx.fail(node, "GroupNormalization needs static input shapes to split channels into groups",
                  "pin the input shapes in the recipe")
-    rank, channels = len(shape), shape[1]
+    channels = shape[1]
     if channels % groups:
         ctx.fail(node, f"{channels} channels do not split into {groups} groups")
     grouped = mb.reshape(x=x, shape=[shape[0], groups, -1], name=ctx.name(node, "grouped"))
     normed, _, _ = _normalise(ctx, node, grouped, [2], epsilon)
-    if ctx.opset < 21:  # per-group affine, applied in the grouped view
-        normed = _affine(ctx, node, normed, _group_param(scale, groups), _group_param(bias, groups),
-                         ctx.name(node, "affine"))
-        return mb.reshape(x=normed, shape=list(shape), name=ctx.name(node))
-    restored = mb.reshape(x=normed, shape=list(shape), name=ctx.name(node, "restored"))
-    return _affine(ctx, node, restored, per_channel(scale, rank), per_channel(bias, rank), ctx.name(node))
+    return shape, groups, normed, scale, bias
 
 
 def _group_param(value, groups: int):

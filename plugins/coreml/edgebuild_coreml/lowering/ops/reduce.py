@@ -1,7 +1,8 @@
 """Reductions (ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare), ArgMax, ArgMin.
 
 Axes moved from an attribute to an optional input at opset 13 for ReduceSum and at 18 for
-the rest. With no axes, ONNX reduces everything unless ``noop_with_empty_axes`` is set.
+the rest: each reduction registers one lowering per side of that change. With no axes, ONNX
+reduces everything unless ``noop_with_empty_axes`` is set.
 """
 
 from __future__ import annotations
@@ -9,7 +10,15 @@ from __future__ import annotations
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._util import axes_operand, dim, dtype_of, normalize_axis, rank_of, shape_of
+from edgebuild_coreml.lowering.ops._util import (
+    axes_attribute,
+    axes_input,
+    dim,
+    dtype_of,
+    normalize_axis,
+    rank_of,
+    shape_of,
+)
 from edgebuild_coreml.lowering.registry import lowers
 
 _REDUCERS = {
@@ -26,10 +35,23 @@ _REDUCERS = {
 }
 
 
-@lowers(*_REDUCERS)
-def reduce(ctx, node):
+_REST = tuple(op_type for op_type in _REDUCERS if op_type != "ReduceSum")
+
+
+@lowers("ReduceSum", until=12)
+@lowers(*_REST, until=17)
+def reduce_axes_attribute(ctx, node):
+    return _reduce(ctx, node, axes_attribute(ctx, node))
+
+
+@lowers("ReduceSum", since=13)
+@lowers(*_REST, since=18)
+def reduce_axes_input(ctx, node):
+    return _reduce(ctx, node, axes_input(ctx, node))
+
+
+def _reduce(ctx, node, axes):
     x = ctx.input(node, 0)
-    axes = axes_operand(ctx, node, input_index=1, input_since=13 if node.op_type == "ReduceSum" else 18)
     keep_dims = bool(ctx.attr(node, "keepdims", 1))
     if not axes:
         if ctx.attr(node, "noop_with_empty_axes", 0):

@@ -199,10 +199,14 @@ def resize_v10(ctx, node):
     return _upsample(ctx, node, ctx.const(node, 1, what="scales"))
 
 
-@lowers("Upsample", since=7, until=9)
-def upsample(ctx, node):
-    scales = ctx.attr(node, "scales") if ctx.opset < 9 else ctx.const(node, 1, what="scales")
-    return _upsample(ctx, node, scales)
+@lowers("Upsample", since=7, until=8)
+def upsample_scales_attribute(ctx, node):
+    return _upsample(ctx, node, ctx.attr(node, "scales"))
+
+
+@lowers("Upsample", since=9, until=9)
+def upsample_scales_input(ctx, node):
+    return _upsample(ctx, node, ctx.const(node, 1, what="scales"))
 
 
 def _upsample(ctx, node, scales):

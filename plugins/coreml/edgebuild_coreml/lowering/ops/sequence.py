@@ -36,13 +36,18 @@ def cumsum(ctx, node):
     )
 
 
-@lowers("TopK")
-def topk(ctx, node):
+@lowers("TopK", until=9)
+def topk_k_attribute(ctx, node):
+    return _topk(ctx, node, int(ctx.attr(node, "k")))
+
+
+@lowers("TopK", since=10)
+def topk_k_input(ctx, node):
+    return _topk(ctx, node, int(np.asarray(ctx.const(node, 1, what="k")).reshape(-1)[0]))
+
+
+def _topk(ctx, node, k: int):
     x = ctx.input(node, 0)
-    if ctx.opset < 10:
-        k = int(ctx.attr(node, "k"))
-    else:
-        k = int(np.asarray(ctx.const(node, 1, what="k")).reshape(-1)[0])
     axis = normalize_axis(ctx, node, int(ctx.attr(node, "axis", -1)), rank_of(x))
     largest = bool(ctx.attr(node, "largest", 1))
     values, indices = mb.topk(x=x, k=k, axis=axis, ascending=not largest, name=ctx.name(node))

@@ -10,7 +10,8 @@ import numpy as np
 from coremltools.converters.mil import Builder as mb
 
 from edgebuild_coreml.lowering.ops._util import (
-    axes_operand,
+    axes_attribute,
+    axes_input,
     dim,
     dtype_of,
     is_static,
@@ -91,14 +92,20 @@ def _runtime_target_shape(ctx, node, x, allow_zero: bool):
     return mb.select(cond=is_copy, a=input_dims, b=shape_var, name=ctx.name(node, "shape"))
 
 
-@lowers("Reshape")
-def reshape(ctx, node):
+@lowers("Reshape", until=4)
+def reshape_shape_attribute(ctx, node):
+    return _reshape(ctx, node, ctx.attr(node, "shape"))
+
+
+@lowers("Reshape", since=5)
+def reshape_shape_input(ctx, node):
+    return _reshape(ctx, node, ctx.const_value(node.inputs[1]))
+
+
+def _reshape(ctx, node, requested):
+    """``requested``: the target shape when constant, else None (read at run time)."""
     x = ctx.input(node, 0)
     allow_zero = bool(ctx.attr(node, "allowzero", 0))
-    if ctx.opset < 5:
-        requested = ctx.attr(node, "shape")
-    else:
-        requested = ctx.const_value(node.inputs[1])
     if requested is None:
         return mb.reshape(x=x, shape=_runtime_target_shape(ctx, node, x, allow_zero), name=ctx.name(node))
     if allow_zero and 0 in list(requested) and -1 in list(requested):
@@ -128,10 +135,18 @@ def flatten(ctx, node):
     return mb.reshape(x=x, shape=target, name=ctx.name(node))
 
 
-@lowers("Squeeze")
-def squeeze(ctx, node):
+@lowers("Squeeze", "Unsqueeze", until=12)
+def squeeze_or_unsqueeze_axes_attribute(ctx, node):
+    return _BY_AXES[node.op_type](ctx, node, axes_attribute(ctx, node))
+
+
+@lowers("Squeeze", "Unsqueeze", since=13)
+def squeeze_or_unsqueeze_axes_input(ctx, node):
+    return _BY_AXES[node.op_type](ctx, node, axes_input(ctx, node))
+
+
+def _squeeze(ctx, node, axes):
     x = ctx.input(node, 0)
-    axes = axes_operand(ctx, node, input_index=1)
     rank = rank_of(x)
     if axes is None:
         dims = shape_of(x)
@@ -150,10 +165,8 @@ def squeeze(ctx, node):
     return mb.squeeze(x=x, axes=axes, name=ctx.name(node))
 
 
-@lowers("Unsqueeze")
-def unsqueeze(ctx, node):
+def _unsqueeze(ctx, node, axes):
     x = ctx.input(node, 0)
-    axes = axes_operand(ctx, node, input_index=1)
     if axes is None:
         ctx.fail(node, "axes are required")
     out_rank = rank_of(x) + len(axes)
@@ -162,6 +175,9 @@ def unsqueeze(ctx, node):
     if value is not None and value.size <= 4096:
         return np.expand_dims(value, axis=tuple(axes))
     return mb.expand_dims(x=to_var(x), axes=axes, name=ctx.name(node))
+
+
+_BY_AXES = {"Squeeze": _squeeze, "Unsqueeze": _unsqueeze}
 
 
 @lowers("Transpose")

@@ -43,19 +43,27 @@ def _bounds(start: int, end: int, step: int, size) -> tuple[int, int, bool, bool
     return max(min(start, _INT32_MAX), -_INT32_MAX), max(end, -_INT32_MAX), start >= _INT32_MAX, huge and end < 0
 
 
-@lowers("Slice")
-def slice_(ctx, node):
+@lowers("Slice", until=9)
+def slice_attributes(ctx, node):
+    return _slice(ctx, node, ctx.input(node, 0), ctx.attr(node, "starts"), ctx.attr(node, "ends"),
+                  ctx.attr(node, "axes"), None)
+
+
+@lowers("Slice", since=10)
+def slice_inputs(ctx, node):
     x = ctx.input(node, 0)
+    axes = ctx.const(node, 3, optional=True, what="axes")
+    steps = ctx.const(node, 4, optional=True, what="steps")
+    # constant bounds are read raw: "to the end" is often INT64_MAX, which int32 cannot hold
+    starts, ends = ctx.const_value(node.inputs[1]), ctx.const_value(node.inputs[2])
+    if starts is None or ends is None:
+        return _runtime_slice(ctx, node, x, ctx.input(node, 1), ctx.input(node, 2), axes, steps)
+    return _slice(ctx, node, x, starts, ends, axes, steps)
+
+
+def _slice(ctx, node, x, starts, ends, axes, steps):
+    """Slice with constant bounds; ``axes`` and ``steps`` may be None (every axis, step 1)."""
     rank = rank_of(x)
-    if ctx.opset < 10:
-        starts, ends, axes, steps = ctx.attr(node, "starts"), ctx.attr(node, "ends"), ctx.attr(node, "axes"), None
-    else:
-        axes = ctx.const(node, 3, optional=True, what="axes")
-        steps = ctx.const(node, 4, optional=True, what="steps")
-        # constant bounds are read raw: "to the end" is often INT64_MAX, which int32 cannot hold
-        starts, ends = ctx.const_value(node.inputs[1]), ctx.const_value(node.inputs[2])
-        if starts is None or ends is None:
-            return _runtime_slice(ctx, node, x, ctx.input(node, 1), ctx.input(node, 2), axes, steps)
     starts = [int(v) for v in np.asarray(starts).reshape(-1)]
     ends = [int(v) for v in np.asarray(ends).reshape(-1)]
     axes = list(range(len(starts))) if axes is None else [normalize_axis(ctx, node, int(a), rank) for a in np.asarray(axes).reshape(-1)]

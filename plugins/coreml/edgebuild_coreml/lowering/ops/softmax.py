@@ -40,26 +40,39 @@ def _hardmax(x, axis, name):
 _KERNELS = {"Softmax": _softmax, "LogSoftmax": _log_softmax, "Hardmax": _hardmax}
 
 
-@lowers("Softmax", "LogSoftmax", "Hardmax")
-def softmax_family(ctx, node):
-    x = as_float(ctx.input(node, 0))
-    rank = rank_of(x)
-    kernel = _KERNELS[node.op_type]
-    coerced = ctx.opset < 13
-    axis = int(ctx.attr(node, "axis", 1 if coerced else -1))
-    axis = axis + rank if axis < 0 else axis
-    if not 0 <= axis < max(rank, 1):
-        ctx.fail(node, f"axis {axis} is out of range for a rank-{rank} input")
-    if not coerced or axis == rank - 1:
-        try:
-            return kernel(x, axis, ctx.name(node))
-        except ValueError as err:
-            ctx.fail(node, str(err), "pin the input shapes in the recipe")
+@lowers("Softmax", "LogSoftmax", "Hardmax", until=12)
+def softmax_family_flattened(ctx, node):
+    x, axis = _operands(ctx, node, default_axis=1)
+    if axis == rank_of(x) - 1:
+        return _along(ctx, node, x, axis)
     shape = static_shape(x)
     if shape is None:
-        ctx.fail(node, f"opset-{ctx.opset} {node.op_type} flattens dims {axis}.. to one axis, which needs static shapes",
+        ctx.fail(node, f"{node.op_type} before opset 13 flattens dims {axis}.. to one axis, which needs static shapes",
                  "pin the input shapes in the recipe or update the model to opset 13")
     inner = int(np.prod(shape[axis:]))
     flat = mb.reshape(x=x, shape=[-1, inner], name=ctx.name(node, "flat"))
-    result = kernel(flat, 1, ctx.name(node, "2d"))
+    result = _KERNELS[node.op_type](flat, 1, ctx.name(node, "2d"))
     return mb.reshape(x=result, shape=list(shape), name=ctx.name(node))
+
+
+@lowers("Softmax", "LogSoftmax", "Hardmax", since=13)
+def softmax_family(ctx, node):
+    return _along(ctx, node, *_operands(ctx, node, default_axis=-1))
+
+
+def _operands(ctx, node, default_axis: int):
+    """(x as float, ``axis`` made non-negative and checked)."""
+    x = as_float(ctx.input(node, 0))
+    rank = rank_of(x)
+    axis = int(ctx.attr(node, "axis", default_axis))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < max(rank, 1):
+        ctx.fail(node, f"axis {axis} is out of range for a rank-{rank} input")
+    return x, axis
+
+
+def _along(ctx, node, x, axis: int):
+    try:
+        return _KERNELS[node.op_type](x, axis, ctx.name(node))
+    except ValueError as err:
+        ctx.fail(node, str(err), "pin the input shapes in the recipe")

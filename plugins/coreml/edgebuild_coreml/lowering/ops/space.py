@@ -48,24 +48,40 @@ def space_to_depth(ctx, node):
     return mb.reshape(x=moved, shape=[n, c * block * block, h // block, w // block], name=ctx.name(node))
 
 
-def _pad_operands(ctx, node, rank):
-    """(begins, ends, constant value) per axis of the input."""
-    if ctx.opset < 11:
-        pads = [int(p) for p in ctx.attr(node, "pads", ctx.attr(node, "paddings", []))]
-        value = float(ctx.attr(node, "value", 0.0))
-        axes = list(range(rank))
-    else:
-        pads = [int(p) for p in ctx.int32(ctx.const(node, 1, what="pads"), node, "pads").reshape(-1)]
-        value_array = ctx.const(node, 2, optional=True, what="constant_value")
-        value = 0.0 if value_array is None or np.asarray(value_array).size == 0 else np.asarray(value_array).reshape(())
-        axes_array = ctx.const(node, 3, optional=True, what="axes") if ctx.opset >= 18 else None
-        axes = list(range(rank)) if axes_array is None else [int(a) % rank for a in np.asarray(axes_array).reshape(-1)]
+@lowers("Pad", until=10)
+def pad_attributes(ctx, node):
+    """``pads`` (``paddings`` in Pad-1) and ``value`` are attributes."""
+    pads = [int(p) for p in ctx.attr(node, "pads", ctx.attr(node, "paddings", []))]
+    return _pad(ctx, node, pads, float(ctx.attr(node, "value", 0.0)), axes=None)
+
+
+@lowers("Pad", since=11, until=17)
+def pad_inputs(ctx, node):
+    return _pad(ctx, node, *_pads_and_value_inputs(ctx, node), axes=None)
+
+
+@lowers("Pad", since=18)
+def pad_inputs_on_axes(ctx, node):
+    """Pad-18 adds the optional ``axes`` input: the pads are for those axes alone."""
+    return _pad(ctx, node, *_pads_and_value_inputs(ctx, node), axes=ctx.const(node, 3, optional=True, what="axes"))
+
+
+def _pads_and_value_inputs(ctx, node):
+    pads = [int(p) for p in ctx.int32(ctx.const(node, 1, what="pads"), node, "pads").reshape(-1)]
+    value_array = ctx.const(node, 2, optional=True, what="constant_value")
+    value = 0.0 if value_array is None or np.asarray(value_array).size == 0 else np.asarray(value_array).reshape(())
+    return pads, value
+
+
+def _begins_ends(ctx, node, rank, pads, axes_array):
+    """(begins, ends) per axis of the input, from ONNX's pads on ``axes_array`` (None: every axis)."""
+    axes = list(range(rank)) if axes_array is None else [int(a) % rank for a in np.asarray(axes_array).reshape(-1)]
     if len(pads) != 2 * len(axes):
         ctx.fail(node, f"{len(pads)} pads for {len(axes)} axes; expected two per axis")
     begins, ends = [0] * rank, [0] * rank
     for i, axis in enumerate(axes):
         begins[axis], ends[axis] = pads[i], pads[len(axes) + i]
-    return begins, ends, value
+    return begins, ends
 
 
 def _source_indices(mode: str, size: int, begin: int, end: int) -> np.ndarray:
@@ -82,15 +98,14 @@ def _source_indices(mode: str, size: int, begin: int, end: int) -> np.ndarray:
     return np.where(folded < size, folded, period - folded).astype(np.int32)
 
 
-@lowers("Pad")
-def pad(ctx, node):
-    """Every ONNX mode, negative pads (crops) and the opset-18 ``axes`` input."""
+def _pad(ctx, node, pads, value, axes):
+    """Every ONNX mode and negative pads (crops)."""
     x = ctx.input(node, 0)
     x = as_float(x)
     rank = rank_of(x)
     mode = ctx.attr(node, "mode", "constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    begins, ends, value = _pad_operands(ctx, node, rank)
+    begins, ends = _begins_ends(ctx, node, rank, pads, axes)
     shape = static_shape(x)
 
     if mode == "constant":

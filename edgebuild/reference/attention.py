@@ -1,0 +1,24 @@
+"""Scaled dot-product attention."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgebuild.reference.reductions import softmax
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None) -> np.ndarray:
+    """``softmax(q @ swapaxes(k, -1, -2) * scale + mask, axis=-1) @ v`` in ``q``'s dtype.
+
+    ``k`` is ``[..., Lk, D]``. Without ``scale`` the scores are divided by ``sqrt(D)``. A boolean
+    ``mask`` says which positions take part (the others get -inf); any other is added.
+    """
+    scores = np.matmul(q, np.swapaxes(k, -1, -2))
+    if scale is None:
+        scores = scores / np.sqrt(q.shape[-1]).astype(q.dtype)
+    else:
+        scores = scores * np.asarray(scale, dtype=q.dtype)
+    if mask is not None:
+        mask = np.asarray(mask)
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == bool else scores + mask
+    return np.matmul(softmax(scores, axis=-1), v).astype(q.dtype, copy=False)
