@@ -49,6 +49,7 @@ demo: $(VENV)/.demo-installed
 	@echo "reports:   build/orientation/<variant>/report.html"
 
 test: test-env docs
+	$(TEST_BIN)/lint-imports
 	$(TEST_BIN)/pytest -n 2 -q $(PYTEST_ARGS)
 
 test-all: test-env

@@ -7,7 +7,7 @@
 import sys
 import types
 
-__version__ = "0.1.0"
+from edgebuild._version import __version__
 
 _API = ("load_recipe", "BuildResult", "VariantResult", "StageStatus", "Validation", "LoadedRecipe")
 __all__ = ["__version__", "build", *_API]

@@ -19,6 +19,7 @@ from typing import (
     Mapping,
     Optional,
     Protocol,
+    Sequence,
     runtime_checkable,
 )
 

@@ -15,6 +15,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from conftest import edgebuild
+from edgebuild._version import __version__
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the newest-set CI job runs these
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +61,7 @@ def test_extras_name_the_first_party_plugin_distributions():
         assert req.specifier.contains(plugins[dist]), f"[{extra}] does not admit the tree's {dist} {plugins[dist]}"
     assert Requirement(extras["all"][0]).extras == {"coreml", "pytorch", "bundle"}
     # every plugin accepts the core version of this tree
-    core_version = Version(core["version"])
+    core_version = Version(__version__)
     for owner, req in runtime_requirements():
         if req.name == "edgebuild":
             assert req.specifier.contains(core_version), owner

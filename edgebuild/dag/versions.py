@@ -89,7 +89,7 @@ def key_version(version: str, package: str) -> str:
 
 @functools.cache
 def edgebuild_version() -> str:
-    from edgebuild import __version__
+    from edgebuild._version import __version__
 
     return key_version(__version__, "edgebuild")
 

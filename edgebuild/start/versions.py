@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from importlib.metadata import entry_points
 
-from edgebuild import __version__
+from edgebuild._version import __version__
 
 
 def plugin_versions() -> list[tuple[str, str, list[str]]]:

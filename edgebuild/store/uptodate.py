@@ -52,7 +52,7 @@ def _cache_root(argv: list[str]) -> Path:
 
 def _stamp_path(argv: list[str]) -> Path:
     """One stamp per command line, working directory, interpreter and relevant environment."""
-    from edgebuild import __version__
+    from edgebuild._version import __version__
 
     context = {
         "argv": argv, "cwd": os.getcwd(), "python": sys.executable, "path": sys.path, "edgebuild": __version__,

@@ -72,5 +72,7 @@ class MSLEmulationRuntime(Runtime):
         for binding in record["inputs"]:
             if "tensor" in binding:
                 feed[binding["decl"]] = inputs[binding["tensor"]]
-        produced = spec.compile().run(feed, record.get("attributes") or {})
+        from edgebuild_msl import compile_kernel  # the kernel SDK's public API (a declared dependency)
+
+        produced = compile_kernel(spec).run(feed, record.get("attributes") or {})
         return {b["tensor"]: produced[b["decl"]] for b in record["outputs"]}

@@ -144,13 +144,6 @@ class KernelSpec:
         """Each output's shape for these input shapes and attributes."""
         return call_sizing(self.output_shapes, shapes, attrs)
 
-    def compile(self, *, tsan: bool = False):
-        """This kernel compiled for the CPU emulation (``CompiledKernel.run``); other plugins reach the
-        emulation through the registered spec, not by importing this one."""
-        from edgebuild_msl.kernel import compile_kernel
-
-        return compile_kernel(self, tsan=tsan)
-
     def run_reference(self, inputs: Mapping[str, np.ndarray], attrs: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
         result = self.reference(*(inputs[t.name] for t in self.inputs), **self.attrs_with_defaults(attrs))
         if not isinstance(result, (tuple, list)):
