@@ -105,7 +105,9 @@ class Source(Strict):
 
 
 class Target(Strict):
-    backend: str = "coreml"
+    backend: Optional[str] = Field(default=None, min_length=1,
+                                   description="the backend plugin that builds the artifact; default: the installed "
+                                               "backend that says it is the default (Core ML)")
     deployment_target: Literal[DEPLOYMENT_TARGETS] = "iOS17"
     precision: Literal["float16", "float32"] = "float16"
     options: dict[str, Any] = Field(default={}, description="backend-specific options, validated by the backend plugin")

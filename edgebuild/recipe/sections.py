@@ -44,6 +44,8 @@ def validate_plugin_sections(variant, registry) -> None:
     registry and the disk (checks.py)."""
     from edgebuild.recipe.checks import check_variant
 
+    if variant.recipe.target.backend is None:  # the one place the default backend is chosen
+        variant.recipe.target.backend = registry.default_backend()
     variant.sections = _validate_sections(variant, registry)
     check_variant(variant, registry)
 

@@ -43,13 +43,13 @@ COMPRESSED_THRESHOLDS = {"cosine_min": 0.9}  # catches a broken package; tighten
 class Layout:
     """The paths convert owns for one output."""
 
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, artifact: str):
         self.out = out
-        stem = out.name[: -len(".mlpackage")]
+        stem = out.name[: -len(Path(artifact).suffix)]
         self.recipe = out.with_name(f"{stem}.edgebuild.yaml")
         self.build_dir = out.with_name(f"{stem}.edgebuild")
         self.record = self.build_dir / RECORD
-        self.built = self.build_dir / VARIANT / "model.mlpackage"
+        self.built = self.build_dir / VARIANT / artifact
 
     def read_record(self) -> dict | None:
         try:
@@ -153,11 +153,15 @@ def convert(model: str, out: Path, *, precision: str = "fp16", compress: str | N
     from edgebuild.build.run import run_recipes
     from edgebuild.start.init import start, write_recipe
 
+    from edgebuild.registry import get_registry
+
     out = Path(out)
-    if out.suffix != ".mlpackage":
-        raise UsageError(f"-o {out}: convert writes a Core ML package; name it *.mlpackage")
+    registry = get_registry()
+    artifact = registry.get("backends", registry.default_backend()).artifact  # Core ML: model.mlpackage
+    if out.suffix != Path(artifact).suffix:
+        raise UsageError(f"-o {out}: convert writes what the default backend builds; name it *{Path(artifact).suffix}")
     precision, compression, target = options(precision, compress, deployment_target)
-    layout = Layout(out.absolute())
+    layout = Layout(out.absolute(), artifact)
     layout.check_ownership()
     started = start(model, cache_dir)
     argv = f"edgebuild convert {model} -o {out} --precision {'fp16' if precision == 'float16' else 'fp32'}" + (

@@ -48,7 +48,7 @@ def render(s: Suggestion, *, model: str, sha256: str | None, header: list[str], 
         spec = {"value": choice.value} if choice.value is not None else {"shape": choice.shape}
         spec["dtype"] = choice.facts.dtype
         lines.append(f"    {scalar(choice.name)}: {flow(spec)}")
-    lines.append(f"target: {flow({'backend': 'coreml', 'deployment_target': deployment_target, 'precision': precision})}")
+    lines.append(f"target: {flow({'deployment_target': deployment_target, 'precision': precision})}")
     if compression:
         lines.append(f"compression: {flow(compression)}")
     lines += ["validate:", f"  samples: {samples}"]
