@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 import edgebuild
-from conftest import tiny_model
+from edgebuild_testplugin.tiny import tiny_model
 from edgebuild.api import BuildResult, StageStatus, Validation, VariantResult
 from edgebuild.errors import BuildError, RecipeError, ValidationFailed
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import edgebuild, tiny_model
+from edgebuild_testplugin.cli_runner import edgebuild
+from edgebuild_testplugin.tiny import tiny_model
 from edgebuild.recipe import load_recipe
 
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import edgebuild
+from edgebuild_testplugin.cli_runner import edgebuild
 from edgebuild.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import edgebuild
+from edgebuild_testplugin.cli_runner import edgebuild
 from edgebuild.dag import progress
 from edgebuild.report import console
 from edgebuild.dag.executor import Executor, Job

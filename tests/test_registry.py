@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from conftest import edgebuild
+from edgebuild_testplugin.cli_runner import edgebuild
 from edgebuild.errors import PluginError
 from edgebuild.hookspecs import hookimpl
 from edgebuild.registry import build_registry

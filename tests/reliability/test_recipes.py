@@ -17,8 +17,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from .cli_in_process import cli
-
 HAS_COREML = importlib.util.find_spec("edgebuild_coreml") is not None
 
 BASE = """\
@@ -196,18 +194,13 @@ def _write(root: Path, text: str | bytes, files: dict) -> None:
     recipe.write_bytes(text) if isinstance(text, bytes) else recipe.write_text(text)
 
 
-def validate_cli(capsys, *args) -> tuple[int, str]:
-    """`edgebuild validate ARGS` in this process (the CLI's own entry point and exit codes)."""
-    return cli(capsys, "validate", *args)
-
-
 @pytest.mark.parametrize("text, files, where, phrase, coreml", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_malformed_recipe_exits_2_with_its_location(tmp_path, monkeypatch, capsys, text, files, where, phrase, coreml):
+def test_malformed_recipe_exits_2_with_its_location(tmp_path, monkeypatch, cli, text, files, where, phrase, coreml):
     if coreml and not HAS_COREML:
         pytest.skip("needs the edgebuild-coreml plugin")
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, text, files)
-    code, err = validate_cli(capsys, "recipe.yaml")
+    code, _, err = cli("validate", "recipe.yaml")
     assert code == 2, err
     assert err.startswith("error: "), err
     assert "Traceback" not in err and "internal error" not in err, err
@@ -221,21 +214,21 @@ def test_ids_are_unique_and_the_table_is_large():
     assert len(CASES) >= 60
 
 
-def test_the_base_recipe_is_valid(tmp_path, monkeypatch, capsys):
+def test_the_base_recipe_is_valid(tmp_path, monkeypatch, cli):
     """Every row is the base plus one mistake: the base itself must pass."""
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, BASE + "validate: {samples: 4, thresholds: {cosine_min: 0.99, top1_agreement_min: 1}}\n"
            + "variants:\n  fp32: {}\n  v1.2-b_c: {}\n", {})
-    code, err = validate_cli(capsys, "recipe.yaml")
+    code, _, err = cli("validate", "recipe.yaml")
     assert code == 0, err
     assert "fp32, v1.2-b_c" in err
 
 
-def test_pypi_source_with_sha256_passes_validate(tmp_path, monkeypatch, capsys):
+def test_pypi_source_with_sha256_passes_validate(tmp_path, monkeypatch, cli):
     """Remote sources are not fetched by validate; with a sha256 they are accepted."""
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, BASE.replace("model: m.onnx", "model: pypi:pkg==1.0#pkg/m.onnx\n  sha256: " + "ab" * 32), {})
-    code, err = validate_cli(capsys, "recipe.yaml")
+    code, _, err = cli("validate", "recipe.yaml")
     assert code == 0, err
 
 
@@ -291,10 +284,10 @@ def test_rewrite_names_match_the_rewrites_the_plugin_runs():
 
 
 @pytest.mark.skipif(not HAS_COREML, reason="needs the edgebuild-coreml plugin")
-def test_a_tagged_union_value_is_reported_at_its_own_line_and_path(tmp_path, monkeypatch, capsys):
+def test_a_tagged_union_value_is_reported_at_its_own_line_and_path(tmp_path, monkeypatch, cli):
     """The tag pydantic puts in the error's path (weights.palettize.nbits) is not the user's path."""
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, PALETTIZE, {})
-    code, err = validate_cli(capsys, "recipe.yaml")
+    code, _, err = cli("validate", "recipe.yaml")
     assert code == 2
     assert err.splitlines()[0] == "error: recipe.yaml:9:12 compression.weights.nbits: must be one of 1, 2, 3, 4, 6, 8"
