@@ -29,6 +29,7 @@ def _log(event: str) -> None:
 class CopyCompression(BaseModel):
     model_config = ConfigDict(extra="forbid")
     level: int = 1
+    weights: dict | None = None  # shaped like a real backend's, for the variant-merging tests; copied, not applied
 
 
 class CopyBackend:
