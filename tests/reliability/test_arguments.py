@@ -12,6 +12,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from edgebuild_testplugin.cli_runner import assert_usage_error
+
 RECIPE = """\
 edgebuild: 1
 name: tiny
@@ -48,13 +50,6 @@ def project(tmp_path, monkeypatch):
 def assert_nothing_built(root: Path) -> None:
     assert not (root / "log.txt").exists(), (root / "log.txt").read_text()
     assert not (root / "out").exists()
-
-
-def assert_usage_error(code: int, err: str, *phrases: str) -> None:
-    assert code == 2, err
-    assert "Traceback" not in err and "internal error" not in err, err
-    for phrase in phrases:
-        assert phrase in err, err
 
 
 def test_the_project_builds(project, cli):

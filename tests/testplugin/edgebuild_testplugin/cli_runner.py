@@ -36,6 +36,14 @@ def run_in_process(capsys, *args) -> tuple[int, str, str]:
     return done.value.code, out, err
 
 
+def assert_usage_error(code: int, err: str, *phrases: str) -> None:
+    """Exit 2 with a message, not a traceback, that holds every one of ``phrases``."""
+    assert code == 2, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    for phrase in phrases:
+        assert phrase in err, err
+
+
 def run_until_stage(recipe: Path, log: Path, stage: str, *, sleep: int) -> subprocess.Popen:
     """``edgebuild run RECIPE`` in the background, the test plugin pausing ``sleep`` s in each
     stage, returned once ``log`` (EDGEBUILD_TEST_LOG) shows ``stage`` has started."""
