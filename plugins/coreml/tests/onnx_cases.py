@@ -20,6 +20,11 @@ import onnx_ir as ir
 IR_VERSION = 10  # what the installed onnxruntime reads
 
 
+def rand(*shape, seed=0, low=-1.0, high=1.0) -> np.ndarray:
+    """Seeded uniform float32 test data: the same numbers every run."""
+    return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
+
+
 def single_node_model(
     op_type: str,
     inputs: Mapping[str, np.ndarray | None],
