@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from edgebuild_testplugin.cli_runner import edgebuild
 from edgebuild_testplugin.models import tiny_model
