@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild_testplugin.cli_runner import log_lines
-from edgebuild_testplugin.fixtures import RECIPE
+from edgebuild_testplugin.recipes import RECIPE
 from edgebuild_testplugin.models import tiny_model
 
 MARKER = ".edgebuild-output"

@@ -17,16 +17,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgebuild_testplugin.cli_runner import assert_usage_error
+from edgebuild_testplugin.recipes import BASE_RECIPE
 
-BASE = """\
-edgebuild: 1
-name: tiny
-source:
-  model: m.onnx
-  inputs:
-    x: {shape: [2, 4], dtype: float32}
-target: {backend: testcopy, precision: float32}
-"""  # 7 lines: rows append from line 8
+BASE = BASE_RECIPE  # 7 lines: rows append from line 8
 
 
 def write_model(path: Path) -> None:

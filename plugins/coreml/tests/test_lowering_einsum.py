@@ -1,17 +1,12 @@
-"""Einsum lowerings against onnxruntime (lowering/ops/einsum.py).
-
-Each case is a one-node ONNX model; the lowered MIL program runs in edgebuild's MIL
-interpreter and must match onnxruntime's output.
-"""
+"""Einsum lowerings against onnxruntime (lowering/ops/einsum.py). One-node models, lowered and
+run in edgebuild's MIL interpreter."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
-from onnx_cases import check_op
+from onnx_cases import X, op_table_test
 
-rng = np.random.default_rng(7)
-X = rng.standard_normal((2, 3, 4)).astype(np.float32)
+rng = np.random.default_rng(8)
 
 # (op, inputs, attrs, initializer names, opset, outputs)
 CASES = {
@@ -25,7 +20,4 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_matches_onnxruntime(case):
-    op, inputs, attrs, initializers, opset, outputs = CASES[case]
-    check_op(op, inputs, attrs=attrs, initializers=initializers, opset=opset, outputs=outputs, rtol=1e-5, atol=1e-5)
+test_matches_onnxruntime = op_table_test(CASES)

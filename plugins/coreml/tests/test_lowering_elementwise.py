@@ -1,23 +1,17 @@
-"""Elementwise op lowerings against onnxruntime: binary and variadic math, unary math,
-comparison and logic, casts (lowering/ops/unary.py, binary.py, logic.py, cast.py).
-
-Each case is a one-node ONNX model; the lowered MIL program runs in edgebuild's MIL
-interpreter and must match onnxruntime's output.
-"""
+"""Elementwise op lowerings against onnxruntime: binary and variadic math, unary math, comparison
+and logic, casts (lowering/ops/unary.py, binary.py, logic.py, cast.py). One-node models, lowered
+and run in edgebuild's MIL interpreter."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx_cases import check_op, lower, single_node_model
+from onnx_cases import I64, X, lower, op_table_test, single_node_model
 
 from edgebuild_coreml.lowering.errors import LoweringError
 
-rng = np.random.default_rng(7)
-X = rng.standard_normal((2, 3, 4)).astype(np.float32)
 POS = (np.abs(X) + 0.1).astype(np.float32)
 UNIT = np.clip(X / 3, -0.95, 0.95).astype(np.float32)
-I64 = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
 
 # (op, inputs, attrs, initializer names, opset, outputs)
 CASES = {
@@ -74,10 +68,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_matches_onnxruntime(case):
-    op, inputs, attrs, initializers, opset, outputs = CASES[case]
-    check_op(op, inputs, attrs=attrs, initializers=initializers, opset=opset, outputs=outputs, rtol=1e-5, atol=1e-5)
+test_matches_onnxruntime = op_table_test(CASES)
 
 
 def test_mod_fmod0_on_floats_is_refused():

@@ -10,16 +10,9 @@ import pytest
 
 from edgebuild_testplugin.cli_runner import assert_usage_error
 from edgebuild_testplugin.models import tiny_model
+from edgebuild_testplugin.recipes import BASE_RECIPE
 
-BASE = """\
-edgebuild: 1
-name: tiny
-source:
-  model: m.onnx
-  inputs:
-    x: {shape: [2, 4], dtype: float32}
-target: {backend: coreml, precision: float32}
-"""  # 7 lines: rows append from line 8
+BASE = BASE_RECIPE.replace("testcopy", "coreml")  # 7 lines: rows append from line 8
 
 PALETTIZE = """\
 edgebuild: 1

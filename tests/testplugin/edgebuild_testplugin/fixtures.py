@@ -7,24 +7,13 @@ from pathlib import Path
 
 import pytest
 
-# the recipe ``project`` writes beside tiny.onnx (models.tiny_model); {extra} takes more sections
-RECIPE = """\
-edgebuild: 1
-name: tiny
-source:
-  model: tiny.onnx
-  inputs: {{x: {{shape: [2, 4], dtype: float32}}}}
-target: {{backend: testcopy, precision: float32}}
-{extra}
-outputs: {{dir: out}}
-"""
-
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     """A directory with tiny.onnx and a recipe using the test plugin's backend: ``project(extra)``
     writes the recipe (``extra``: more YAML sections) and returns its path."""
     from edgebuild_testplugin.models import tiny_model
+    from edgebuild_testplugin.recipes import RECIPE
 
     tiny_model(tmp_path / "tiny.onnx")
     monkeypatch.setenv("EDGEBUILD_CACHE_DIR", str(tmp_path / "cache"))
