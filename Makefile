@@ -2,20 +2,25 @@
 #   .venv       the user environment: edgebuild and its first-party plugins, as `pip install 'edgebuild[...]'`
 #               would install them (`make demo`: the core and the Core ML backend only; `make install`: all)
 #   .venv-test  the test environment: everything, the test extras and the test plugin (`make test`)
-# Both install the versions in constraints/newest.txt, the newest known to work (docs/install.md).
+#   .venv-core  the core alone with its test extra and the test plugin, no backend: tests/ must pass
+#               there (`make test-core`, part of `make test`)
+# All three install the versions in constraints/newest.txt, the newest known to work (docs/install.md).
 PYTHON ?= python3
 VENV ?= .venv
 TEST_VENV ?= .venv-test
+CORE_VENV ?= .venv-core
 BIN := $(VENV)/bin
 TEST_BIN := $(TEST_VENV)/bin
+CORE_BIN := $(CORE_VENV)/bin
 CONSTRAINTS ?= constraints/newest.txt
 PIP_INSTALL = pip install -q -c $(CONSTRAINTS)
 # the first-party plugins the extras name, installed from this tree (pip takes a named folder over the index)
 PLUGINS := plugins/coreml plugins/pytorch plugins/mpsgraph plugins/msl
 TEST_PLUGINS := $(PLUGINS) plugins/example-ops
 PYTEST_ARGS ?=
+CORE_PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all test-env docs schema conformance bench wheels clean browser
+.PHONY: install demo test test-core test-all test-env docs schema conformance bench wheels clean browser
 
 $(VENV)/bin/pip:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +29,10 @@ $(VENV)/bin/pip:
 $(TEST_BIN)/pip:
 	$(PYTHON) -m venv $(TEST_VENV)
 	$(TEST_BIN)/pip install -q --upgrade pip
+
+$(CORE_BIN)/pip:
+	$(PYTHON) -m venv $(CORE_VENV)
+	$(CORE_BIN)/pip install -q --upgrade pip
 
 # what the demo needs: ONNX in, Core ML out (no torch, no test extras)
 $(VENV)/.demo-installed: pyproject.toml plugins/coreml/pyproject.toml $(CONSTRAINTS) | $(VENV)/bin/pip
@@ -38,6 +47,11 @@ $(TEST_VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) tes
 	$(TEST_BIN)/$(PIP_INSTALL) -e '.[all,test]' $(foreach p,$(TEST_PLUGINS),-e $(p)[test]) -e tests/testplugin
 	touch $@
 
+# no plugins/*: the core's tests run with no backend installed
+$(CORE_VENV)/.installed: pyproject.toml tests/testplugin/pyproject.toml $(CONSTRAINTS) | $(CORE_BIN)/pip
+	$(CORE_BIN)/$(PIP_INSTALL) -e '.[test]' -e tests/testplugin
+	touch $@
+
 install: $(VENV)/.installed
 
 test-env: $(TEST_VENV)/.installed
@@ -48,9 +62,13 @@ demo: $(VENV)/.demo-installed
 	@echo "artifacts: build/orientation/<variant>/model.mlpackage"
 	@echo "reports:   build/orientation/<variant>/report.html"
 
-test: test-env docs
+test: test-core test-env docs
 	$(TEST_BIN)/lint-imports
 	$(TEST_BIN)/pytest -n 2 -q $(PYTEST_ARGS)
+
+# tests/ with the core alone: a test that needs a backend belongs in that plugin's tests/
+test-core: $(CORE_VENV)/.installed
+	$(CORE_BIN)/pytest -n 2 -q tests $(CORE_PYTEST_ARGS)
 
 test-all: test-env
 	$(TEST_BIN)/pytest -n 2 -q -m '' $(PYTEST_ARGS)
@@ -77,4 +95,4 @@ browser:
 	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 
 clean:
-	rm -rf build dist $(VENV) $(TEST_VENV)
+	rm -rf build dist $(VENV) $(TEST_VENV) $(CORE_VENV)

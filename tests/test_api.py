@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-import onnx
 import pytest
 
 import edgebuild
-from conftest import tiny_model
-from edgebuild.api import BuildResult, StageStatus, Validation, VariantResult
-from edgebuild.errors import BuildError, RecipeError, ValidationFailed
+from edgebuild.api import BuildResult, StageStatus, VariantResult
+from edgebuild.errors import RecipeError
 
 
 def test_build_returns_typed_results_and_reports_cached_stages(project):
@@ -51,49 +48,6 @@ def test_load_recipe_and_dict_recipes(project, tmp_path):
     assert not list(tmp_path.glob(".edgebuild-recipe-*"))  # the temporary recipe file is gone
     with pytest.raises(RecipeError):
         edgebuild.load_recipe({**data, "target": {"backend": "testcopy", "precision": "int3"}}, base_dir=tmp_path)
-
-
-@pytest.fixture
-def coreml_project(tmp_path, monkeypatch):
-    pytest.importorskip("edgebuild_coreml")
-    monkeypatch.setenv("EDGEBUILD_CACHE_DIR", str(tmp_path / "cache"))
-    tiny_model(tmp_path / "tiny.onnx")
-
-    def write(thresholds: str, precision: str = "float32") -> Path:
-        path = tmp_path / "r.yaml"
-        path.write_text(
-            "edgebuild: 1\nname: tiny\nsource: {model: tiny.onnx, inputs: {x: {shape: [2, 4], dtype: float32}}}\n"
-            f"target: {{backend: coreml, precision: {precision}}}\nvalidate: {{samples: 2, thresholds: {thresholds}}}\n"
-            "outputs: {dir: out}\n")
-        return path
-
-    return write
-
-
-def test_validation_metrics_are_returned_and_check_raises_on_missed_thresholds(coreml_project):
-    result = edgebuild.build(coreml_project("{cosine_min: 0.999}")).check()
-    validation = result["default"].validation
-    assert isinstance(validation, Validation) and validation.passed and validation.samples == 2
-    assert validation.metrics["interpreter"]["y"]["cosine"]["min"] > 0.999
-    # a limit fp16 rounding cannot meet: built, measured, failed, and check() raises the CLI's exit-3 error
-    failed = edgebuild.build(coreml_project("{max_abs_max: 0.0}", precision="float16"))
-    assert not failed.ok and failed.exit_code == 3 and failed["default"].status == "failed"
-    assert failed["default"].validation.failures
-    with pytest.raises(ValidationFailed):
-        failed.check()
-
-
-def test_check_raises_build_error_for_a_failed_stage(coreml_project, tmp_path):
-    # valid ONNX with an op no plugin lowers: the recipe loads, the lower stage fails
-    recipe = coreml_project("{}")
-    model = onnx.load(tmp_path / "tiny.onnx")
-    model.graph.node[-1].op_type, model.graph.node[-1].domain = "Mystery", "com.example"
-    model.opset_import.append(onnx.helper.make_opsetid("com.example", 1))
-    onnx.save(model, tmp_path / "tiny.onnx")
-    result = edgebuild.build(recipe)
-    assert result.exit_code == 1 and result["default"].error
-    with pytest.raises(BuildError):
-        result.check()
 
 
 def test_import_edgebuild_stays_cheap_and_build_stays_the_function():

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import edgebuild, log_lines, run_until_stage
+from edgebuild_testplugin.cli_runner import edgebuild, log_lines, run_until_stage
 
 
 def statuses(done) -> dict[str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import edgebuild
+from edgebuild_testplugin.cli_runner import edgebuild
 from edgebuild.errors import PluginError
 from edgebuild.registry import build_registry
 from test_registry import _plugin

@@ -14,7 +14,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from conftest import edgebuild
+from edgebuild_testplugin.cli_runner import edgebuild
 from edgebuild._version import __version__
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the newest-set CI job runs these

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import edgebuild
+from edgebuild_testplugin.cli_runner import edgebuild
 from edgebuild.dag import progress
 from edgebuild.report import console
 from edgebuild.dag.executor import Executor, Job
@@ -147,21 +147,3 @@ def test_validate_reports_each_sample(tmp_path):
                           tmp_path, candidate_name="interpreter")
     assert seen == [("samples validated (interpreter)", k, 3) for k in (1, 2, 3)]
     assert record["failures"] == []
-
-
-def test_lowering_reports_each_op():
-    pytest.importorskip("edgebuild_coreml")
-    import onnx_ir as ir
-    from onnx import TensorProto, helper
-
-    from edgebuild_coreml.lowering.converter import convert
-
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
-                               helper.make_node("Abs", ["b"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
-    model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
-    seen = []
-    with progress.reporting(lambda step, done, total: seen.append((step, done, total))):
-        convert(model, precision="float32")
-    assert seen == [("ops lowered", k, 3) for k in (1, 2, 3)]

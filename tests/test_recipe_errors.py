@@ -119,7 +119,7 @@ def test_a_variant_switching_mode_replaces_the_section_instead_of_merging(tmp_pa
     monkeypatch.chdir(tmp_path)
     write_model(tmp_path / "m.onnx")
     (tmp_path / "r.yaml").write_text(
-        GOOD.replace("backend: testcopy", "backend: coreml, deployment_target: iOS18")
+        GOOD
         + "compression:\n  weights: {mode: palettize, nbits: 4, granularity: per_grouped_channel, group_size: 16}\n"
         + "variants:\n  int8: {compression: {weights: {mode: linear, dtype: int8}}}\n"
         + "  six: {compression: {weights: {nbits: 6}}}\n")

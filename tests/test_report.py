@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import edgebuild
+from edgebuild_testplugin.cli_runner import edgebuild
 from edgebuild.errors import BuildError, UsageError
 from edgebuild.verify.metrics import aggregate, compare, error_histogram, merge_histograms
 from edgebuild.report.write import runtime_record, write_combined, write_report

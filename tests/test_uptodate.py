@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import edgebuild
+from edgebuild_testplugin.cli_runner import edgebuild
 
 
 def run(*args, env=None):
@@ -56,7 +56,7 @@ def test_editing_the_recipe_or_source_falls_through(project):
     recipe.write_text(recipe.read_text() + "\n# a comment changes the file\n")
     assert not run("run", recipe)[1]
     assert run("run", recipe)[1]
-    from conftest import tiny_model
+    from edgebuild_testplugin.models import tiny_model
 
     tiny_model(Path("tiny.onnx"), scale=3.0)
     done, replayed, _ = run("run", recipe, "--json")

@@ -15,24 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPE, log_lines, tiny_model
+from edgebuild_testplugin.cli_runner import log_lines
+from edgebuild_testplugin.recipes import RECIPE
+from edgebuild_testplugin.models import tiny_model
 
 MARKER = ".edgebuild-output"
-
-
-@pytest.fixture
-def cli(capsys, monkeypatch):
-    """Run ``edgebuild ARGS`` in this process; (exit code, stdout, stderr)."""
-    from edgebuild.cli.app import main
-
-    def invoke(*args):
-        monkeypatch.setattr(sys, "argv", ["edgebuild", *map(str, args)])
-        with pytest.raises(SystemExit) as done:
-            main()
-        out, err = capsys.readouterr()
-        return done.value.code, out, err
-
-    return invoke
 
 
 def recipe_text(outputs_dir: str, variants: str = "", source: str = "tiny.onnx", extra: str = "") -> str:

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import edgebuild, run_until_stage
-from reliability.test_outputs import cli  # noqa: F401  (fixture: the CLI in-process)
+from edgebuild_testplugin.cli_runner import edgebuild, run_until_stage
 
 ARTIFACT = Path("out/default/model/model.onnx")
 

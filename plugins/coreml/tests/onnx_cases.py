@@ -16,8 +16,14 @@ import onnx
 import onnx.helper as oh
 import onnx.numpy_helper as onh
 import onnx_ir as ir
+import pytest
 
 IR_VERSION = 10  # what the installed onnxruntime reads
+
+
+def rand(*shape, seed=0, low=-1.0, high=1.0) -> np.ndarray:
+    """Seeded uniform float32 test data: the same numbers every run."""
+    return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
 
 
 def single_node_model(
@@ -156,3 +162,22 @@ def check_op(op_type: str, inputs: Mapping[str, np.ndarray | None], *, attrs=Non
     """:func:`check` on :func:`single_node_model` — the one-liner most op tests need."""
     model = single_node_model(op_type, inputs, outputs=outputs, attrs=attrs, opset=opset, initializers=initializers)
     return check(model, inputs, initializers=initializers, rtol=rtol, atol=atol, target=target)
+
+
+# -- op tables: {id: (op, inputs, attrs, initializer names, opset, outputs)} -----------------
+X = np.random.default_rng(7).standard_normal((2, 3, 4)).astype(np.float32)  # their sample input
+
+
+def I64(*values) -> np.ndarray:  # noqa: N802 - reads like a dtype in the tables
+    return np.array(values, dtype=np.int64)
+
+
+def op_table_test(cases: Mapping[str, tuple]):
+    """The test of an op table: each case, a one-node model, lowered and run against onnxruntime."""
+
+    @pytest.mark.parametrize("case", sorted(cases))
+    def test_matches_onnxruntime(case):
+        op, inputs, attrs, initializers, opset, outputs = cases[case]
+        check_op(op, inputs, attrs=attrs, initializers=initializers, opset=opset, outputs=outputs, rtol=1e-5, atol=1e-5)
+
+    return test_matches_onnxruntime

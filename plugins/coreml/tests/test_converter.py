@@ -16,6 +16,7 @@ from coremltools.converters.mil import Builder as mb
 from onnx_cases import IR_VERSION, check, coreml_registry, lower, lower_and_run, run_onnxruntime
 
 from edgebuild import hookspecs
+from edgebuild.dag import progress
 from edgebuild.errors import BuildError, UsageError
 from edgebuild.registry import Registry
 from edgebuild_coreml import plugin as coreml_plugin
@@ -229,6 +230,18 @@ def test_third_party_lowering_with_a_subgraph_sees_outer_values():
     x = np.array([1.0, -2.0, 3.0], np.float32)
     y = run_program(result.program, {"x": x})["y"]
     np.testing.assert_allclose(y, x * -x + x)
+
+
+# -- progress -----------------------------------------------------------------------------
+def test_lowering_reports_each_op():
+    graph = oh.make_graph([oh.make_node("Relu", ["x"], ["a"]), oh.make_node("Neg", ["a"], ["b"]),
+                           oh.make_node("Abs", ["b"], ["y"])], "g",
+                          [oh.make_tensor_value_info("x", F, [1, 4])], [oh.make_tensor_value_info("y", F, [1, 4])])
+    model = ir.serde.deserialize_model(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]))
+    seen = []
+    with progress.reporting(lambda step, done, total: seen.append((step, done, total))):
+        convert(model, precision="float32")
+    assert seen == [("ops lowered", k, 3) for k in (1, 2, 3)]
 
 
 # -- packaging ----------------------------------------------------------------------------

@@ -14,11 +14,7 @@ import onnx
 import onnx.helper as oh
 import pytest
 from onnx.reference import ReferenceEvaluator
-from onnx_cases import IR_VERSION, assert_matches, check, check_op, feeds_of, lower_and_run, single_node_model
-
-
-def rand(*shape, seed=0, low=-1.0, high=1.0):
-    return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
+from onnx_cases import IR_VERSION, assert_matches, check, check_op, feeds_of, lower_and_run, rand, single_node_model
 
 
 def check_reference(model, inputs, *, initializers=(), rtol=1e-5, atol=1e-6):

@@ -1,4 +1,5 @@
-"""Test plugin: the ``testcopy`` backend, whose stages copy files and log each execution.
+"""Test plugin: the ``testcopy`` backend, whose stages copy files and log each execution, and
+a runtime that runs what it built (the copied ONNX model) for ``edgebuild verify``.
 
 ``EDGEBUILD_TEST_LOG`` names a file that gets one line per stage body actually run, so
 tests can count builds; ``EDGEBUILD_TEST_SLEEP`` makes ``lower`` slow enough to interrupt.
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from edgebuild.dag.stages import Stage
 from edgebuild.hookspecs import hookimpl
-from edgebuild.protocols import Backend, GraphPass
+from edgebuild.protocols import Backend, GraphPass, Runtime
 
 
 def _log(event: str) -> None:
@@ -29,6 +30,7 @@ def _log(event: str) -> None:
 class CopyCompression(BaseModel):
     model_config = ConfigDict(extra="forbid")
     level: int = 1
+    weights: dict | None = None  # shaped like a real backend's, for the variant-merging tests; copied, not applied
 
 
 class CopyBackend(Backend):
@@ -65,6 +67,28 @@ class CopyBackend(Backend):
         return stages
 
 
+class CopyRuntime(Runtime):
+    """Runs a testcopy artifact, a folder holding the copied model.onnx, with onnxruntime."""
+
+    name = "testcopy"
+
+    def can_run(self, artifact: Path) -> bool:
+        return (Path(artifact) / "model.onnx").is_file()
+
+    def input_names(self, artifact: Path) -> list[str]:
+        import onnx
+
+        graph = onnx.load(Path(artifact) / "model.onnx", load_external_data=False).graph
+        weights = {init.name for init in graph.initializer}
+        return [i.name for i in graph.input if i.name not in weights]
+
+    def run(self, artifact: Path, inputs: dict) -> dict:
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(Path(artifact) / "model.onnx"), providers=["CPUExecutionProvider"])
+        return dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs)))
+
+
 class NoopPass(GraphPass):
     default = False
     description = "does nothing (tests switching passes on)"
@@ -76,6 +100,11 @@ class NoopPass(GraphPass):
 @hookimpl
 def edgebuild_register_backends(register):
     register("testcopy", CopyBackend())
+
+
+@hookimpl
+def edgebuild_register_runtimes(register):
+    register("testcopy", CopyRuntime())
 
 
 @hookimpl

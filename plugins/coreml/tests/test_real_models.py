@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = 4
 FP32_COSINE, FP32_MAX_REL = 0.99999, 1e-4
 FP16_COSINE, FP16_TOP1 = 0.999, 0.99

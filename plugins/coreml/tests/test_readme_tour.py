@@ -18,9 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("edgebuild_coreml")
-
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TESTED = {"init", "convert", "run", "plan", "validate", "plugins", "cache", "schema", "inspect", "verify", "conformance", "kernels"}
 
 

@@ -14,8 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("edgebuild_coreml")
-
 RECIPE = """\
 edgebuild: 1
 name: planned

@@ -1,4 +1,5 @@
-"""LSTM, GRU, RNN and Loop lowerings against onnxruntime and the ONNX backend node cases.
+"""LSTM, GRU, RNN, Loop and If lowerings against onnxruntime and the ONNX backend node cases
+(lowering/ops/rnn.py, loop.py, control.py).
 
 Each case lowers a small ONNX model to MIL, runs it in edgebuild's MIL interpreter and
 compares with onnxruntime (or, for layout=1, which onnxruntime lacks, with the time-major
@@ -15,7 +16,17 @@ import onnx
 import onnx.helper as oh
 import onnx.numpy_helper as onh
 import pytest
-from onnx_cases import IR_VERSION, assert_matches, check, lower, lower_and_run, run_onnxruntime, single_node_model
+from onnx_cases import (
+    IR_VERSION,
+    assert_matches,
+    check,
+    check_op,
+    lower,
+    lower_and_run,
+    rand,
+    run_onnxruntime,
+    single_node_model,
+)
 
 from edgebuild.errors import BuildError
 
@@ -25,17 +36,13 @@ OUTPUTS = {"LSTM": 3, "GRU": 2, "RNN": 2}
 WEIGHTS = ("w", "r", "b", "p")
 
 
-def rand(*shape, seed=0, scale=1.0):
-    return (np.random.default_rng(seed).uniform(-1.0, 1.0, shape) * scale).astype(np.float32)
-
-
 def recurrent_inputs(op, direction="forward", *, steps=4, batch=3, features=3, hidden=5, layout=0, lengths=None,
                      peepholes=False):
     d = 2 if direction == "bidirectional" else 1
     g = GATES[op]
     state = (d, batch, hidden) if layout == 0 else (batch, d, hidden)
     inputs = {
-        "x": rand(*((steps, batch, features) if layout == 0 else (batch, steps, features)), scale=2.0),
+        "x": rand(*((steps, batch, features) if layout == 0 else (batch, steps, features)), low=-2.0, high=2.0),
         "w": rand(d, g * hidden, features, seed=1), "r": rand(d, g * hidden, hidden, seed=2),
         "b": rand(d, 2 * g * hidden, seed=3), "seq": lengths, "h0": rand(*state, seed=4),
     }
@@ -190,6 +197,45 @@ def test_recurrent_needs_static_shapes():
         lower(model)
 
 
+# -- LSTM directions, peepholes and the batch-first layout ----------------------------
+def _lstm_inputs(direction, *, peepholes, layout=0, steps=5, batch=2, features=3, hidden=4):
+    d = 2 if direction == "bidirectional" else 1
+    x_shape = (steps, batch, features) if layout == 0 else (batch, steps, features)
+    state_shape = (d, batch, hidden) if layout == 0 else (batch, d, hidden)
+    return {"x": rand(*x_shape), "w": rand(d, 4 * hidden, features, seed=1), "r": rand(d, 4 * hidden, hidden, seed=2),
+            "b": rand(d, 8 * hidden, seed=3), "seq": None, "h0": rand(*state_shape, seed=4),
+            "c0": rand(*state_shape, seed=5), "p": rand(d, 3 * hidden, seed=6) if peepholes else None}
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("peepholes", [False, True])
+def test_lstm(direction, peepholes):
+    inputs = _lstm_inputs(direction, peepholes=peepholes)
+    check_op("LSTM", inputs, attrs={"hidden_size": 4, "direction": direction}, opset=14, outputs=3,
+             initializers=("w", "r", "b", "p"), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("with_states", [True, False])
+def test_lstm_batch_first_layout(with_states):
+    """onnxruntime lacks layout=1; the reference is the time-major model on transposed data."""
+    attrs = {"hidden_size": 4, "direction": "bidirectional"}
+    time_major = _lstm_inputs("bidirectional", peepholes=False)
+    if not with_states:
+        time_major.update(h0=None, c0=None)
+    batch_major = {**time_major, "x": time_major["x"].transpose(1, 0, 2)}
+    if with_states:
+        batch_major.update(h0=time_major["h0"].transpose(1, 0, 2), c0=time_major["c0"].transpose(1, 0, 2))
+    weights = ("w", "r", "b")
+    reference = single_node_model("LSTM", time_major, attrs=attrs, opset=14, outputs=3, initializers=weights)
+    expected = run_onnxruntime(reference, {k: v for k, v in time_major.items() if v is not None and k not in weights})
+    model = single_node_model("LSTM", batch_major, attrs={**attrs, "layout": 1}, opset=14, outputs=3,
+                              initializers=weights)
+    actual = lower_and_run(model, {k: v for k, v in batch_major.items() if v is not None and k not in weights})
+    assert_matches(actual["y0"], expected["y0"].transpose(2, 0, 1, 3), rtol=RTOL, atol=ATOL)
+    assert_matches(actual["y1"], expected["y1"].transpose(1, 0, 2), rtol=RTOL, atol=ATOL)
+    assert_matches(actual["y2"], expected["y2"].transpose(1, 0, 2), rtol=RTOL, atol=ATOL)
+
+
 # -- Loop ---------------------------------------------------------------------------------
 F, I64, BOOL = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.BOOL
 
@@ -284,6 +330,31 @@ def test_loop_carried_value_changing_rank_is_refused():
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 16)], ir_version=IR_VERSION)
     with pytest.raises(BuildError, match="changes rank or type"):
         lower(model)
+
+
+# -- If ---------------------------------------------------------------------------------
+def _if_model():
+    then_graph = oh.make_graph([oh.make_node("Mul", ["x", "x"], ["t"])], "then", [],
+                               [oh.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [2, 3])])
+    else_graph = oh.make_graph([oh.make_node("Neg", ["x"], ["e"])], "else", [],
+                               [oh.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [2, 3])])
+    nodes = [
+        oh.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        oh.make_node("Greater", ["s", "zero"], ["c"]),
+        oh.make_node("If", ["c"], ["y"], then_branch=then_graph, else_branch=else_graph),
+    ]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+                          [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])],
+                          [onh.from_array(np.float32(0), "zero")])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=IR_VERSION)
+
+
+@pytest.mark.parametrize("sign", [1, -1], ids=["then", "else"])
+def test_if_runs_either_branch(sign):
+    x = np.abs(rand(2, 3)) * sign + 0.01 * sign
+    model = _if_model()
+    assert lower(model).op_counts.get("cond") == 1
+    check(model, {"x": x})
 
 
 # -- ONNX backend node cases --------------------------------------------------------------

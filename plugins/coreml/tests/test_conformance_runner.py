@@ -1,0 +1,58 @@
+"""The ONNX node conformance suite run on Core ML through this plugin's case runner: a
+CI-sized slice and (slow) the whole suite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgebuild.conformance import runner
+from edgebuild.conformance.suite import run_suite
+from edgebuild.conformance.tables import write_table
+
+RUNNER = "edgebuild_coreml.conformance_runner:run_onnx_case"
+
+
+# A CI-sized slice: ~40 cases; most of its time is collecting the cases from the onnx wheel
+# and starting two workers (about 20 s on an idle 2-core machine).
+SLICE = ["Add", "Relu", "Transpose", "Concat", "ReduceSum", "Where"]
+
+
+@pytest.fixture(scope="module")
+def slice_result():
+    return run_suite("onnx-node", "coreml", SLICE, jobs=2, runner=RUNNER)
+
+
+def test_slice_shape_of_result(slice_result):
+    assert set(slice_result) == {"cases", "passed", "total", "by_op"}
+    assert slice_result["total"] == len(slice_result["cases"]) > 0
+    assert {c["op"] for c in slice_result["cases"]} == set(SLICE)
+    for case in slice_result["cases"]:
+        assert case["status"] in runner.STATUSES
+        assert case["status"] == "pass" or case.get("reason")
+
+
+def test_slice_pass_rates(slice_result):
+    for op in SLICE:
+        row = slice_result["by_op"][op]
+        assert row["supported"], op
+        attempted = row["total"] - row["unsupported"]
+        assert attempted and row["passed"] / attempted >= 0.95, (op, row)
+
+
+def test_table_and_json(slice_result, tmp_path):
+    path = tmp_path / "conformance.md"
+    write_table(slice_result, path, backend="coreml")
+    text = path.read_text()
+    assert f"{slice_result['passed']} / {slice_result['total']} cases pass" in text
+    for op in SLICE:
+        assert f"| {op} |" in text
+    json.dumps(slice_result)  # the --json output must serialise
+
+
+@pytest.mark.slow
+def test_whole_suite_passes_at_least_70_percent():
+    result = run_suite("onnx-node", "coreml", jobs=2, runner=RUNNER)
+    assert result["total"] > 1500
+    assert result["passed"] / result["total"] >= 0.70, (result["passed"], result["total"])

@@ -1,0 +1,55 @@
+"""QuantizeLinear and DequantizeLinear lowerings against onnxruntime; constant weights stay
+compressed (lowering/ops/quant.py).
+
+Each case builds a small ONNX model, lowers it to MIL, runs the program in edgebuild's MIL
+interpreter and compares on the same random inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx.numpy_helper as onh
+import pytest
+from onnx_cases import IR_VERSION, assert_matches, check_op, lower, lower_and_run, rand, run_onnxruntime
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def _program_ops(result):
+    return [op.op_type for op in result.program.functions["main"].operations]
+
+
+@pytest.mark.parametrize("target,op", [("iOS18", "constexpr_blockwise_shift_scale"), ("iOS16", "constexpr_affine_dequantize")])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_dequantize_constant_weight_stays_compressed(target, op, per_axis):
+    rng = np.random.default_rng(0)
+    weight = rng.integers(-128, 127, (6, 4)).astype(np.int8)
+    scale = rand(6, seed=1, low=0.01, high=0.1) if per_axis else np.float32(0.05)
+    zero = rng.integers(-5, 5, 6).astype(np.int8) if per_axis else np.int8(3)
+    deq = oh.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], axis=0)
+    matmul = oh.make_node("MatMul", ["x", "wf"], ["y"])
+    graph = oh.make_graph([deq, matmul], "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 6])],
+                          [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3, 4])],
+                          [onh.from_array(weight, "w"), onh.from_array(np.asarray(scale), "s"),
+                           onh.from_array(np.asarray(zero), "z")])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=IR_VERSION)
+    result = lower(model, target=target)
+    assert op in _program_ops(result)
+    x = rand(3, 6, seed=2)
+    expected = run_onnxruntime(model, {"x": x})["y"]
+    assert_matches(lower_and_run(model, {"x": x}, target=target)["y"], expected, rtol=RTOL, atol=ATOL)
+
+
+def test_dequantize_runtime_tensor_per_axis():
+    rng = np.random.default_rng(0)
+    inputs = {"x": rng.integers(0, 255, (2, 3, 4)).astype(np.uint8), "s": rand(3, seed=1, low=0.01, high=0.1),
+              "z": rng.integers(0, 255, 3).astype(np.uint8)}
+    check_op("DequantizeLinear", inputs, attrs={"axis": 1}, opset=13, initializers=("s", "z"), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("zero_dtype", [np.uint8, np.int8])
+def test_quantize_linear(zero_dtype):
+    inputs = {"x": rand(2, 3, 4) * 5, "s": rand(3, seed=1, low=0.02, high=0.05), "z": np.array([0, 7, 3], zero_dtype)}
+    check_op("QuantizeLinear", inputs, attrs={"axis": 1}, opset=13, initializers=("s", "z"))
