@@ -195,7 +195,7 @@ def test_sections_stay_on_the_variant_typed(tmp_path, monkeypatch):
     variants = {v.name: v for v in load_variants(["r.yaml"], None, get_registry())}
     assert variants["plain"].section("testcopy:compression") is None
     assert variants["three"].section("testcopy:compression").level == 3
-    assert variants["three"].params["compression"] == {"level": 3}
+    assert variants["three"].params["compression"] == {"level": 3, "weights": None}  # defaults applied
 
 
 def test_an_unvalidated_section_is_never_read_as_absent(tmp_path, monkeypatch):
