@@ -45,7 +45,8 @@ class Layout:
 
     def __init__(self, out: Path, artifact: str):
         self.out = out
-        stem = out.name[: -len(Path(artifact).suffix)]
+        suffix = Path(artifact).suffix
+        stem = out.name[: -len(suffix)] if suffix else out.name
         self.recipe = out.with_name(f"{stem}.edgebuild.yaml")
         self.build_dir = out.with_name(f"{stem}.edgebuild")
         self.record = self.build_dir / RECORD

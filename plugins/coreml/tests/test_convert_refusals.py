@@ -1,5 +1,5 @@
 """``edgebuild convert MODEL -o OUT.mlpackage`` refuses bad options and never a path convert did
-not write, before any build (the builds themselves are the Core ML plugin's tests)."""
+not write, before any build (Core ML is the default backend, so OUT is an .mlpackage)."""
 
 from __future__ import annotations
 
