@@ -85,7 +85,7 @@ def edgebuild_register_recipe_sections(register):
     """Register plugin-owned recipe sections: ``register(name, model)``.
 
     ``name`` is ``"<owner>:<dotted path>"`` (``"coreml:compression"``, ``"pytorch:source.options"``)
-    and ``model`` a pydantic model that validates it, following
+    and ``model`` a pydantic model that validates it, a subclass of
     :class:`edgebuild.protocols.RecipeSection`: its ``check_recipe(recipe)`` raises ``RecipeError``
     for what depends on the rest of the recipe (a compression mode the deployment target lacks).
     Errors carry the recipe's file:line. Sections are validated once, at load: stages read the

@@ -23,6 +23,8 @@ from typing import (
     runtime_checkable,
 )
 
+from pydantic import BaseModel
+
 if TYPE_CHECKING:
     import numpy as np
     import onnx_ir
@@ -181,9 +183,11 @@ class Runtime(Protocol):
         return {}
 
 
-@runtime_checkable
-class RecipeSection(Protocol):
-    """A pydantic model of a plugin-owned recipe section (``edgebuild_register_recipe_sections``)."""
+class RecipeSection(BaseModel):
+    """The base of a plugin-owned recipe section's pydantic model (``edgebuild_register_recipe_sections``).
+
+    A class, not a Protocol: pydantic models cannot also subclass one. The registry checks that a
+    registered model subclasses it."""
 
     def check_recipe(self, recipe: "Recipe") -> None:
         """Raise ``RecipeError`` for what depends on the rest of the recipe; called once, after validation."""

@@ -12,7 +12,7 @@ from edgebuild import hookspecs
 from edgebuild.dag.versions import key_version
 from edgebuild.errors import PluginError, UsageError
 from edgebuild.plugin import Lazy, OpTable
-from edgebuild.protocols import PROTOCOLS, missing_members
+from edgebuild.protocols import PROTOCOLS, RecipeSection, missing_members
 
 KINDS = (
     "resolvers",
@@ -83,6 +83,12 @@ class Registry:
 
     def _expect_protocol(self, kind: str, label: str, plugin: str, obj) -> None:
         """Check ``obj`` against its kind's protocol: now, or when a ``Lazy`` first loads it."""
+        if kind == "recipe_sections":
+            if not (isinstance(obj, type) and issubclass(obj, RecipeSection)):
+                raise PluginError(f"plugin {plugin!r} registers recipe section {label!r} with {obj!r}, which is not "
+                                  "a subclass of edgebuild.protocols.RecipeSection",
+                                  hint="derive the section's pydantic model from edgebuild.protocols.RecipeSection")
+            return
         protocol = PROTOCOLS.get(kind)
         if protocol is None:
             return

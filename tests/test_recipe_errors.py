@@ -5,16 +5,16 @@ from __future__ import annotations
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
+from edgebuild.build.jobs import load_variants
 from edgebuild.errors import RecipeError, UsageError
 from edgebuild.hookspecs import hookimpl
-from edgebuild.protocols import Frontend
+from edgebuild.protocols import Frontend, RecipeSection
 from edgebuild.recipe import load_recipe
 from edgebuild.recipe.formats import source_format
 from edgebuild.recipe.model import Source
 from edgebuild.registry import build_registry, get_registry
-from edgebuild.build.jobs import load_variants
 
 GOOD = """\
 edgebuild: 1
@@ -129,7 +129,7 @@ def test_a_variant_switching_mode_replaces_the_section_instead_of_merging(tmp_pa
         "mode": "palettize", "nbits": 6, "granularity": "per_grouped_channel", "group_size": 16}
 
 
-class _TfliteOptions(BaseModel):
+class _TfliteOptions(RecipeSection):
     model_config = ConfigDict(extra="forbid")
     delegate: str = "xnnpack"
     threads: int = 1

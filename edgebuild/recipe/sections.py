@@ -70,13 +70,11 @@ def _validate_sections(variant, registry) -> dict[str, BaseModel]:
             error = format_errors(exc, data, variant.locations, model, prefix=path)
             error.message += suffix
             raise error from None
-        check = getattr(section, "check_recipe", None)  # a section may check itself against the recipe
-        if check is not None:
-            try:
-                check(variant.recipe)
-            except RecipeError as exc:
-                exc.message = f"{locate(variant.locations, path)} {'.'.join(path)}: {exc.message}{suffix}"
-                raise
+        try:
+            section.check_recipe(variant.recipe)  # against the rest of the recipe
+        except RecipeError as exc:
+            exc.message = f"{locate(variant.locations, path)} {'.'.join(path)}: {exc.message}{suffix}"
+            raise
         sections[name] = section
     return sections
 

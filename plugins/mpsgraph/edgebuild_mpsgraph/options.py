@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from edgebuild.protocols import RecipeSection
 
 SEGMENT_BACKENDS = ("coreml", "mpsgraph")
 
 
-class BundleOptions(BaseModel):
+class BundleOptions(RecipeSection):
     model_config = ConfigDict(extra="forbid")
 
     prefer: Optional[list[Literal[SEGMENT_BACKENDS]]] = Field(

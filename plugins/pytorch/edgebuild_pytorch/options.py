@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from edgebuild.protocols import RecipeSection
 
 FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
-class PyTorchOptions(BaseModel):
+class PyTorchOptions(RecipeSection):
     """How to load the source and which route takes it to the backend."""
 
     model_config = ConfigDict(extra="forbid")

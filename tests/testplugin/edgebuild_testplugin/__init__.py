@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from edgebuild.dag.stages import Stage
 from edgebuild.hookspecs import hookimpl
-from edgebuild.protocols import Backend, GraphPass, Runtime
+from edgebuild.protocols import Backend, GraphPass, RecipeSection, Runtime
 
 
 def _log(event: str) -> None:
@@ -27,7 +27,7 @@ def _log(event: str) -> None:
             handle.write(f"{event} {os.getpid()}\n")
 
 
-class CopyCompression(BaseModel):
+class CopyCompression(RecipeSection):
     model_config = ConfigDict(extra="forbid")
     level: int = 1
     weights: dict | None = None  # shaped like a real backend's, for the variant-merging tests; copied, not applied

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from edgebuild.errors import RecipeError
+from edgebuild.protocols import RecipeSection
 from edgebuild.recipe.model import OpMatch
 
 from .gating import check_deployment_target
@@ -166,7 +167,7 @@ class AutoCompression(_Strict):
         return self
 
 
-class CompressionSection(_Strict):
+class CompressionSection(_Strict, RecipeSection):
     """The whole ``compression`` section of a recipe."""
 
     weights: WeightCompression | None = None
