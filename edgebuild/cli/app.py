@@ -101,7 +101,7 @@ def init(
 @app.command()
 def convert(
     model: str = typer.Argument(..., help="an .onnx file, or a pypi:/https: source as recipes write it"),
-    out: Path = typer.Option(..., "-o", "--out", help="the .mlpackage to write"),
+    out: Path = typer.Option(..., "-o", "--out", help="the artifact to write, named as the default backend names it (Core ML: NAME.mlpackage)"),
     precision: str = typer.Option("fp16", "--precision", help="fp16 (as ct.convert) or fp32"),
     compress: Optional[str] = typer.Option(None, "--compress", help="int8, int4, palettize2..8, prune50"),
     deployment_target: Optional[str] = typer.Option(None, "--deployment-target",
