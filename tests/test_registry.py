@@ -124,3 +124,19 @@ def test_a_lazy_plugin_object_is_checked_when_it_first_loads_not_before():
     registry.names("backends")  # registering imports nothing and checks nothing yet
     with pytest.raises(PluginError, match="registers backend 'a' without"):
         lazy.stages
+
+
+def test_a_recipe_section_that_is_not_a_recipe_section_model_is_refused_when_registered():
+    from pydantic import BaseModel
+
+    class Plain(BaseModel):  # a pydantic model, but not derived from edgebuild.protocols.RecipeSection
+        level: int = 1
+
+    pm = pluggy.PluginManager("edgebuild")
+    pm.add_hookspecs(hookspecs)
+    pm.register(_plugin(edgebuild_register_recipe_sections=lambda register: register("x:compression", Plain)),
+                name="x_plugin")
+    registry = Registry()
+    registry.collect(pm, {})
+    with pytest.raises(PluginError, match="'x:compression' with .*Plain.*not a subclass of edgebuild.protocols.RecipeSection"):
+        registry.names("recipe_sections")
