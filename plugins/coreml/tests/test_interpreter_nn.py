@@ -17,6 +17,7 @@ from onnx import TensorProto, helper  # noqa: E402
 from coremltools.converters.mil.mil import Function, Program  # noqa: E402
 
 from edgebuild_coreml.interpreter import run_program  # noqa: E402
+from interpreter_programs import spec  # noqa: E402
 
 RNG = np.random.default_rng(7)
 
@@ -363,6 +364,25 @@ def test_per_channel_activations():
     np.testing.assert_allclose(got_prelu, want_prelu, rtol=1e-6)
     a, b = alpha.reshape(1, 3, 1, 1), beta.reshape(1, 3, 1, 1)
     np.testing.assert_allclose(got_softplus, a * np.log1p(np.exp(b * x)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["sigmoid", "silu"])
+def test_sigmoid_family_in_slices_matches_numpy(monkeypatch, op):
+    from edgebuild.reference import slices
+
+    monkeypatch.setattr(slices, "SLICE_VALUES", 7)  # slice edges everywhere
+    x = (RNG.standard_normal((4, 5, 6)) * 30).astype(np.float32)
+    x.reshape(-1)[:4] = [np.nan, np.inf, -np.inf, 0.0]
+
+    @mb.program(input_specs=[spec((4, 5, 6))])
+    def prog(x):
+        return getattr(mb, op)(x=x)
+
+    (got,) = run_program(prog, {"x": x}).values()
+    with np.errstate(invalid="ignore"):
+        sigmoid = 1 / (1 + np.exp(-x.astype(np.float64)))
+        expected = sigmoid * x if op == "silu" else sigmoid
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-30)  # NaN where expected is NaN
 
 
 # -- resizing ----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Normalisation lowerings against onnxruntime (or the ONNX formula where it refuses): batch,
-instance, layer, group, Lp, LRN, mean-variance (lowering/ops/norm.py).
+"""Normalisation lowerings against onnxruntime (or the ONNX formula or reference evaluator where
+it refuses): batch (training mode too), instance, layer, group, Lp, LRN, mean-variance
+(lowering/ops/norm.py).
 
 Each case builds a small ONNX model, lowers it to MIL, runs the program in edgebuild's MIL
 interpreter and compares on the same random inputs.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx_cases import assert_matches, check_op, lower_and_run, rand, run_onnxruntime, single_node_model
+from onnx_cases import assert_matches, check_op, check_reference, lower_and_run, rand, run_onnxruntime, single_node_model
 
 RTOL, ATOL = 1e-4, 1e-5
 X4 = rand(2, 3, 9, 8, seed=1)
@@ -22,6 +23,15 @@ def test_batch_normalization():
     check_op("BatchNormalization", inputs, opset=15, rtol=RTOL, atol=ATOL)  # runtime statistics
     flat = {**inputs, "x": rand(4, c, seed=6)}
     check_op("BatchNormalization", flat, opset=15, initializers=("s", "b", "m", "v"), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("epsilon,momentum", [(1e-5, 0.9), (1e-2, 0.6)])
+def test_batch_norm_training_mode(epsilon, momentum):
+    inputs = {"x": rand(2, 3, 4, 5, seed=9), "scale": rand(3, seed=10), "bias": rand(3, seed=11),
+              "mean": rand(3, seed=12), "var": rand(3, seed=13, low=0.1, high=1.0)}
+    model = single_node_model("BatchNormalization", inputs, outputs=["y", "running_mean", "running_var"], opset=15,
+                              attrs={"training_mode": 1, "epsilon": epsilon, "momentum": momentum})
+    check_reference(model, inputs, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 9, 8), (2, 3, 7), (1, 3, 4, 5, 3)])
@@ -64,6 +74,12 @@ def test_group_normalization(opset):
 @pytest.mark.parametrize("p,axis", [(1, 1), (2, -1), (2, 0)])
 def test_lp_normalization(p, axis):
     check_op("LpNormalization", {"x": X4}, attrs={"p": p, "axis": axis}, opset=1, rtol=RTOL, atol=ATOL)
+
+
+def test_lp_normalization_of_zero_slice_is_zero():
+    x = np.array([[0.0, 3.0, 0.0], [0.0, 4.0, 1.0]], np.float32)
+    out = check_op("LpNormalization", {"x": x}, attrs={"axis": 0, "p": 2}, opset=1)
+    assert np.isfinite(out["y"]).all()
 
 
 def test_lrn():

@@ -6,6 +6,7 @@ interpreter and compares on the same random inputs.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from onnx_cases import assert_matches, check_op, lower_and_run, rand, run_onnxruntime, single_node_model
 
@@ -64,3 +65,8 @@ def test_pool_fp16():
                               opset=19)
     expected = run_onnxruntime(model, {"x": X4})["y"]
     assert_matches(lower_and_run(model, {"x": X4}, precision="float16")["y"], expected, rtol=1e-2, atol=1e-2)
+
+
+def test_max_pool_uint8():
+    x = np.random.default_rng(8).integers(0, 256, (1, 2, 5, 5)).astype(np.uint8)
+    check_op("MaxPool", {"x": x}, attrs={"kernel_shape": [2, 2], "strides": [1, 2]}, opset=12)

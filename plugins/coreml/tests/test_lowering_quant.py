@@ -53,3 +53,36 @@ def test_dequantize_runtime_tensor_per_axis():
 def test_quantize_linear(zero_dtype):
     inputs = {"x": rand(2, 3, 4) * 5, "s": rand(3, seed=1, low=0.02, high=0.05), "z": np.array([0, 7, 3], zero_dtype)}
     check_op("QuantizeLinear", inputs, attrs={"axis": 1}, opset=13, initializers=("s", "z"))
+
+
+def test_quantize_per_tensor_ignores_axis_on_rank_1():
+    x = np.array([0, 2, 3, 1000, -254, -1000], np.float32)
+    inputs = {"x": x, "scale": np.float32(2.0), "zero": np.uint8(128)}
+    check_op("QuantizeLinear", inputs, opset=19, initializers=("scale", "zero"))
+
+
+def test_quantize_to_int16():
+    x = rand(6, seed=3, low=-70000, high=70000)
+    inputs = {"x": x, "scale": np.float32(1.7), "zero": np.int16(-3)}
+    check_op("QuantizeLinear", inputs, opset=21, initializers=("scale", "zero"))
+
+
+def test_quantize_with_runtime_scale_and_zero_point():
+    inputs = {"x": rand(2, 5, seed=4, low=-3, high=3), "scale": np.float32(0.02), "zero": np.uint8(100)}
+    check_op("QuantizeLinear", inputs, opset=19)
+
+
+def test_dequantize_per_tensor_rank_1():
+    inputs = {"x": np.array([0, 3, 128, 255], np.uint8), "scale": np.float32(2.0), "zero": np.uint8(128)}
+    check_op("DequantizeLinear", inputs, opset=19, initializers=("scale", "zero"))
+
+
+def test_dequantize_runtime_per_axis_scale():
+    inputs = {"x": np.arange(-6, 6, dtype=np.int8).reshape(3, 4), "scale": np.array([0.5, 1.5, 2.0], np.float32)}
+    check_op("DequantizeLinear", inputs, attrs={"axis": 0}, opset=19)
+
+
+@pytest.mark.parametrize("low,high", [(-3.0, 5.0), (0.5, 4.0), (-6.0, -1.0)], ids=["mixed", "positive", "negative"])
+def test_dynamic_quantize_linear(low, high):
+    x = rand(3, 7, seed=5, low=low, high=high)
+    check_op("DynamicQuantizeLinear", {"x": x}, outputs=["y", "scale", "zero"], opset=11)

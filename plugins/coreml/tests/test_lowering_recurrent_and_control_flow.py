@@ -332,6 +332,42 @@ def test_loop_carried_value_changing_rank_is_refused():
         lower(model)
 
 
+def test_loop_slicing_at_iteration_number():
+    """Scan rows come from Slice(x, [i], [i + 1]); MIL cannot infer that shape, the body declares it."""
+    table = np.array([1, 2, 3, 4, 5], np.float32)
+    body = oh.make_graph(
+        [
+            oh.make_node("Identity", ["cond_in"], ["cond_out"]),
+            oh.make_node("Constant", [], ["x"], value=onnx.numpy_helper.from_array(table)),
+            oh.make_node("Constant", [], ["one"], value=onnx.numpy_helper.from_array(np.array(1, np.int64))),
+            oh.make_node("Add", ["i", "one"], ["end"]),
+            oh.make_node("Unsqueeze", ["i", "zero_axis"], ["start1"]),
+            oh.make_node("Unsqueeze", ["end", "zero_axis"], ["end1"]),
+            oh.make_node("Slice", ["x", "start1", "end1"], ["row"]),
+            oh.make_node("Add", ["y_in", "row"], ["y_out"]),
+            oh.make_node("Identity", ["y_out"], ["scan_out"]),
+        ],
+        "body",
+        [oh.make_tensor_value_info("i", onnx.TensorProto.INT64, []),
+         oh.make_tensor_value_info("cond_in", onnx.TensorProto.BOOL, []),
+         oh.make_tensor_value_info("y_in", onnx.TensorProto.FLOAT, [1])],
+        [oh.make_tensor_value_info("cond_out", onnx.TensorProto.BOOL, []),
+         oh.make_tensor_value_info("y_out", onnx.TensorProto.FLOAT, [1]),
+         oh.make_tensor_value_info("scan_out", onnx.TensorProto.FLOAT, [1])],
+        [onnx.numpy_helper.from_array(np.array([0], np.int64), "zero_axis")],
+    )
+    graph = oh.make_graph(
+        [oh.make_node("Loop", ["m", "cond", "y"], ["y_final", "rows"], body=body)], "loop",
+        [oh.make_tensor_value_info("m", onnx.TensorProto.INT64, []),
+         oh.make_tensor_value_info("cond", onnx.TensorProto.BOOL, []),
+         oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+        [oh.make_tensor_value_info("y_final", onnx.TensorProto.FLOAT, [1]),
+         oh.make_tensor_value_info("rows", onnx.TensorProto.FLOAT, [None, 1])],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=IR_VERSION)
+    check(model, {"m": np.array(4, np.int64), "cond": np.array(True), "y": np.array([-2.0], np.float32)})
+
+
 # -- If ---------------------------------------------------------------------------------
 def _if_model():
     then_graph = oh.make_graph([oh.make_node("Mul", ["x", "x"], ["t"])], "then", [],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx.reference import ReferenceEvaluator
-from onnx_cases import assert_matches, check, check_op, feeds_of, lower, lower_and_run, rand, run_onnxruntime, single_node_model
+from onnx_cases import assert_matches, check, check_op, check_reference, feeds_of, lower, lower_and_run, rand, run_onnxruntime, single_node_model
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -92,3 +92,13 @@ def test_resize_fp16():
     model = single_node_model("Resize", inputs, attrs={"mode": "cubic"}, opset=13, initializers=("scales",))
     expected = run_onnxruntime(model, {"x": RESIZE_X})["y"]
     assert_matches(lower_and_run(model, {"x": RESIZE_X}, precision="float16")["y"], expected, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_align_corners_with_fractional_scale(mode):
+    x = rand(1, 1, 4, 4, seed=7)
+    scales = np.array([1, 1, 0.6, 0.6], np.float32)
+    model = single_node_model("Resize", {"x": x, "roi": None, "scales": scales}, opset=19,
+                              attrs={"mode": mode, "coordinate_transformation_mode": "align_corners"},
+                              initializers=("scales",))
+    check_reference(model, {"x": x, "roi": None, "scales": scales}, initializers=("scales",), rtol=1e-4, atol=1e-5)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx.numpy_helper as onh
 import pytest
-from onnx_cases import I64, X, check, lower, op_table_test, single_node_model
+from onnx_cases import I64, X, check, check_op, feeds_of, lower, lower_and_run, op_table_test, rand, single_node_model
 
 from edgebuild_coreml.lowering.errors import LoweringError
 
@@ -66,6 +66,21 @@ def test_slice_runtime_starts_need_constant_steps():
     model = single_node_model("Slice", inputs, initializers=("a",))
     with pytest.raises(LoweringError, match=r"'node' \(Slice\).*steps must be a constant"):
         check(model, inputs, initializers=("a",))
+
+
+@pytest.mark.parametrize("starts,ends", [([1, -3], [3, 100]), ([-100, 0], [-1, 2]), ([4, 1], [2, 4])])
+def test_slice_runtime_starts_and_ends(starts, ends):
+    inputs = {"x": rand(4, 5, seed=30), "starts": np.array(starts, np.int64), "ends": np.array(ends, np.int64),
+              "axes": np.array([0, 1], np.int64)}
+    check_op("Slice", inputs, opset=13, initializers=("axes",))
+
+
+def test_slice_runtime_starts_refuse_negative_steps():
+    inputs = {"x": rand(4, 5, seed=31), "starts": np.array([3], np.int64), "ends": np.array([0], np.int64),
+              "axes": np.array([1], np.int64), "steps": np.array([-1], np.int64)}
+    model = single_node_model("Slice", inputs, opset=13, initializers=("axes", "steps"))
+    with pytest.raises(LoweringError, match="positive steps"):
+        lower_and_run(model, feeds_of(inputs, ("axes", "steps")))
 
 
 def test_shape_folds_to_a_constant():

@@ -1,4 +1,5 @@
-"""DepthToSpace, SpaceToDepth and Pad lowerings against onnxruntime (lowering/ops/space.py).
+"""DepthToSpace, SpaceToDepth and Pad lowerings against onnxruntime, or onnx's reference
+evaluator for the CRD SpaceToDepth it lacks (lowering/ops/space.py).
 
 Each case builds a small ONNX model, lowers it to MIL, runs the program in edgebuild's MIL
 interpreter and compares on the same random inputs.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx_cases import check_op, rand
+from onnx_cases import check_op, check_reference, rand, single_node_model
 
 
 @pytest.mark.parametrize("mode", ["DCR", "CRD"])
@@ -43,3 +44,9 @@ def test_pad_axes_input_and_old_attribute_form():
               "axes": np.array([-1, 1], np.int64)}
     check_op("Pad", inputs, attrs={"mode": "constant"}, opset=18, initializers=("pads", "value", "axes"))
     check_op("Pad", {"x": rand(2, 3, 5, 4)}, attrs={"pads": [0, 0, 1, 1, 0, 0, 2, 0], "value": 2.0}, opset=2)
+
+
+def test_space_to_depth_crd():
+    x = rand(1, 2, 4, 6, seed=6)
+    model = single_node_model("SpaceToDepth", {"x": x}, attrs={"blocksize": 2, "mode": "CRD"}, opset=25)
+    check_reference(model, {"x": x})
