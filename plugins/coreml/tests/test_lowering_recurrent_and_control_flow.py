@@ -397,7 +397,6 @@ def test_if_runs_either_branch(sign):
 NODE_CASE_MODULES = ("gru", "rnn", "lstm", "loop")
 NODE_CASE_PATTERN = re.compile(r"test_(gru|rnn|simple_rnn|lstm|loop)")
 NODE_CASE_XFAIL = {
-    "test_loop11": "its body slices with runtime starts, which the Slice lowering does not take yet",
     "test_loop13_seq": "sequence ops (SequenceInsert) have no lowering",
     "test_loop16_seq_none": "sequence and optional ops have no lowering",
 }
