@@ -17,10 +17,11 @@ def test_an_interrupt_a_stage_body_swallows_still_stops_the_run():
     from edgebuild.dag.executor import Executor, Job
     from edgebuild.dag.stages import Stage
 
-    ran = []
+    ran, sleeping = [], threading.Event()
 
     def swallowing(results, out):
         try:  # like coremltools' `try: import torch` with a bare except around it
+            sleeping.set()
             time.sleep(5)
         except BaseException:  # noqa: BLE001 - the point of the test
             ran.append("swallowed")
@@ -34,12 +35,16 @@ def test_an_interrupt_a_stage_body_swallows_still_stops_the_run():
         return {}
 
     job = Job("t:v", [Stage("slow", {}, [], {}, produce=swallowing), Stage("after", {}, ["slow"], {}, produce=later)])
-    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    def interrupt_once_it_sleeps():  # not after a fixed delay: a loaded machine may start the stage late
+        sleeping.wait(timeout=20)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Thread(target=interrupt_once_it_sleeps, daemon=True)
     start = time.monotonic()
     timer.start()
     with pytest.raises(KeyboardInterrupt):
         Executor(None).run([job])
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 25  # well before the stage's own 30 s of work
     assert "swallowed" in ran and "later" not in ran
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
@@ -49,9 +54,10 @@ def test_ctrl_c_interrupts_stages_running_on_worker_threads():
     from edgebuild.dag.executor import Executor, Job
     from edgebuild.dag.stages import Stage
 
-    stopped = []
+    stopped, running = [], threading.Semaphore(0)
 
     def busy(results, out):
+        running.release()
         try:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:  # Python work: an interrupt reaches it between bytecodes
@@ -61,12 +67,17 @@ def test_ctrl_c_interrupts_stages_running_on_worker_threads():
             raise
         return {}
 
+    def interrupt_once_both_run():  # not after a fixed delay: a loaded machine may start the second body late
+        for _ in range(2):
+            running.acquire(timeout=20)
+        os.kill(os.getpid(), signal.SIGINT)
+
     jobs = [Job(f"t:{name}", [Stage("work", {"variant": name}, [], {}, produce=busy)]) for name in ("a", "b")]
-    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer = threading.Thread(target=interrupt_once_both_run, daemon=True)
     start = time.monotonic()
     timer.start()
     with pytest.raises(KeyboardInterrupt):
         Executor(None, jobs=2).run(jobs)
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 30
     assert len(stopped) == 2 and threading.main_thread().name not in stopped
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
