@@ -178,6 +178,13 @@ class Runtime(Protocol):
         """The input names ``artifact`` takes (for ``verify``'s check against the reference), or None."""
         return None
 
+    def tensor_names(self, artifact: Path) -> dict:
+        """The inputs and outputs ``artifact`` names differently from its source model:
+        ``{"inputs": {source name: artifact name}, "outputs": {...}}`` (renamed ones only; empty
+        maps when nothing was renamed). ``run`` speaks the artifact's names; ``InferenceSession``
+        and ``verify`` translate with this, so their callers use the source model's names."""
+        return {"inputs": {}, "outputs": {}}
+
     def inspect(self, artifact: Path) -> dict:
         """Ops, weights, compression and sizes of ``artifact`` (``edgebuild inspect``)."""
         return {}

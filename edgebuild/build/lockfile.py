@@ -28,7 +28,18 @@ def lock_data(build: Build, registry) -> dict:
     return {
         "recipe": build.variant.recipe.name, "variant": build.variant.name,
         "versions": versions(registry), "stages": stages, "artifact": build.artifact,
+        "renamings": stage_renamings(build.job.results),
     }
+
+
+def stage_renamings(results) -> list[dict]:
+    """The tensors the artifact names differently from the source model: the record of the last
+    stage that lists them (``info["renamings"]``, written by the backend that chose the names)."""
+    found: list[dict] = []
+    for result in results.values():
+        if isinstance(result.info.get("renamings"), list):
+            found = result.info["renamings"]
+    return found
 
 
 def read_lock(output_dir: Path) -> dict | None:

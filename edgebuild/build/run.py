@@ -9,10 +9,11 @@ from pathlib import Path
 
 from edgebuild.build.depfile import write_depfile
 from edgebuild.build.jobs import Build, load_variants, local_inputs, plan_jobs
+from edgebuild.build.lockfile import stage_renamings
 from edgebuild.build.outputs import materialise, settle_artifact
 from edgebuild.dag.executor import Executor
 from edgebuild.errors import ValidationFailed
-from edgebuild.report.console import as_printer, escape, stage_line, warning_lines
+from edgebuild.report.console import as_printer, escape, renaming_lines, stage_line, warning_lines
 from edgebuild.report.html import human_bytes
 from edgebuild.report.write import INDEX_HTML, REPORT_HTML, REPORT_JSON
 from edgebuild.store.location import open_store
@@ -130,6 +131,7 @@ def _report_data(build: Build, registry):
     for name in ("lower", "compress", "package"):  # the last stage that planned the program
         if name in results and "plan" in results[name].info:
             data["plan"] = results[name].info["plan"]
+    data["renamings"] = stage_renamings(results)
     if notes:
         data["notes"] = notes
     return Report.model_validate(data)
@@ -194,6 +196,7 @@ def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False) 
         for result in build.job.results.values():
             lines.append(stage_line(build.job.label, result.name, "cached", 0.0))
             lines += warning_lines(result)
+            lines += renaming_lines(build.job.label, result)
             if result.name == "resolve":
                 files.append(result.path)
                 continue

@@ -4,6 +4,10 @@ Segments run through registered runtimes (``edgebuild_register_runtimes``): the 
 ``can_run(path)`` accepts the segment's artifact, native runtimes (Core ML on macOS) first
 unless ``native=False``. On Linux those are the reference executors (the MIL interpreter, the
 MPSGraph program executor, the MSL CPU emulation).
+
+Names: a session takes and returns the source model's (ONNX) names. Where an artifact had to
+rename a tensor (Core ML takes only identifier-like names), the bundle manifest's ``binding``
+or the runtime's ``tensor_names`` says what the artifact calls it, and the session translates.
 """
 
 from __future__ import annotations
@@ -42,6 +46,30 @@ def _feed(specs: list[TensorSpec], values: Mapping[str, np.ndarray], where: str)
     return feed
 
 
+def named_runner(runtime, artifact: Path):
+    """``run(inputs) -> outputs`` of ``runtime`` on ``artifact``, both by the source model's names.
+
+    ``runtime.run`` speaks the artifact's names; ``runtime.tensor_names`` gives the renamed ones.
+    """
+    names = runtime.tensor_names(artifact)
+    to_artifact = dict(names.get("inputs") or {})
+    to_source = {artifact_name: source for source, artifact_name in (names.get("outputs") or {}).items()}
+    taken = runtime.input_names(artifact)
+    expected = None if taken is None else [next((s for s, a in to_artifact.items() if a == name), name) for name in taken]
+
+    def run(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if expected is not None:
+            missing = [name for name in expected if name not in inputs]
+            if missing:
+                raise BuildError(f"{artifact}: input(s) {', '.join(map(repr, missing))} not given "
+                                 f"(the model takes {', '.join(map(repr, expected))})",
+                                 hint="feed the inputs by the source model's names")
+        produced = runtime.run(artifact, {to_artifact.get(k, k): v for k, v in inputs.items()})
+        return {to_source.get(k, k): v for k, v in produced.items()}
+
+    return run
+
+
 class InferenceSession:
     """A bundle directory (``manifest.json``), a single artifact a runtime runs (an ``.mlpackage``), or a
     variant's output directory (its lock file names the artifact), ready to run."""
@@ -58,6 +86,7 @@ class InferenceSession:
         if isinstance(built, str) and built and (self.path / built).exists():
             self.path = self.path / built  # a variant's output directory
         self.manifest: Manifest | None = None
+        self._single = None  # the named runner of a single artifact, made on first use
         if (self.path / MANIFEST).exists():
             self.manifest = read_manifest(self.path)
         elif not any(runtime.can_run(self.path) for runtime in self._runtimes):
@@ -73,7 +102,9 @@ class InferenceSession:
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.manifest is None:
-            return dict(self.runtime_for(self.path).run(self.path, dict(inputs)))
+            if self._single is None:
+                self._single = named_runner(self.runtime_for(self.path), self.path)
+            return dict(self._single(dict(inputs)))
         values: dict[str, np.ndarray] = {}
         values.update(_feed(self.manifest.inputs, inputs, str(self.path)))
         for segment in self.manifest.segments:

@@ -221,6 +221,11 @@ def inspect(artifact: Path = typer.Argument(...), as_json: bool = typer.Option(F
     for op, count in info["ops"].items():
         ops.add_row(op, str(count))
     console.print(ops)
+    from rich.markup import escape
+
+    for tensor in (*info.get("inputs", ()), *info.get("outputs", ())):
+        if tensor.get("onnx") not in (None, tensor["name"]):
+            console.print(f"[dim]renamed[/] {escape(repr(tensor['onnx']))} -> {escape(tensor['name'])}")
     for key, value in info.get("metadata", {}).items():
         if value:
             console.print(f"[dim]{key}[/] {value}")
@@ -246,7 +251,9 @@ def verify(
     check_reference(reference, artifact, runtime)
     thresholds = {k: v for k, v in {"cosine_min": cosine_min, "max_abs_max": max_abs_max}.items() if v is not None}
     section = ValidateSection.model_validate({"samples": samples, "thresholds": thresholds})
-    record = validate(section, reference, {}, lambda inputs: runtime.run(artifact, inputs), Path.cwd(),
+    from edgebuild.bundle.session import named_runner
+
+    record = validate(section, reference, {}, named_runner(runtime, artifact), Path.cwd(),
                       candidate_name=runtime.name)
     if as_json:
         sys.stdout.write(json.dumps(to_jsonable(record)) + "\n")

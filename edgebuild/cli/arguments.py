@@ -68,6 +68,8 @@ def check_reference(reference: Path, artifact: Path, runtime) -> None:
         raise UsageError(f"{artifact}: cannot read the artifact ({type(exc).__name__}: {exc})") from None
     if taken is None:  # the runtime cannot tell
         return
+    source_of = {artifact_name: source for source, artifact_name in runtime.tensor_names(artifact)["inputs"].items()}
+    taken = [source_of.get(name, name) for name in taken]
     feeds = {i.name for i in inputs}
     plain = {_plain(name) for name in feeds}  # a backend may rename inputs its format cannot spell
     missing = [name for name in taken if name not in feeds and _plain(name) not in plain]

@@ -95,6 +95,26 @@ def drop_unreferenced_initializers(model: ir.Model) -> int:
     return removed
 
 
+def keep_input_names(graph: ir.Graph, names: list[str]) -> None:
+    """Undo onnxscript's renaming of a graph input that is also a graph output.
+
+    Its optimizer gives such an input a new name (``x`` -> ``x_orig``) and the output an Identity
+    named ``x``; but input names are the model's public names (recipes, validation inputs and
+    callers feed them), so the input takes its name back and is the output again.
+    """
+    for value, name in zip(graph.inputs, names):
+        if value.name == name:
+            continue
+        for index, output in enumerate(graph.outputs):
+            producer = output.producer()
+            if output.name == name and producer is not None and producer.op_type == "Identity" \
+                    and producer.inputs[0] is value and len(output.uses()) == 0:
+                graph.outputs[index] = value
+                graph.remove(producer, safe=True)
+        if all(other.name != name for node in graph for other in node.outputs):
+            value.name = name
+
+
 def infer_shapes(model: ir.Model) -> None:
     # Not strict: edgebuild:: ops have no onnx schema; inference flows around them.
     common_passes.ShapeInferencePass(strict_mode=False)(model)
@@ -112,7 +132,9 @@ def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = N
     for name, graph_pass in selected:
         if graph_pass.before_folding:
             rules[name] = run_pass(name, graph_pass, model)
+    input_names = [value.name for value in model.graph.inputs]
     onnxscript.optimizer.optimize_ir(model)
+    keep_input_names(model.graph, input_names)
     forget_last_matches()
     for name, graph_pass in selected:
         if not graph_pass.before_folding:

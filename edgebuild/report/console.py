@@ -41,6 +41,17 @@ def warning_lines(result) -> list[str]:
     return [f"[yellow]warning[/] {escape(text)}" for text in (result.info or {}).get("warnings", [])]
 
 
+def renaming_lines(label: str, result) -> list[str]:
+    """A stage's ``info["renamings"]``: each tensor the artifact names differently from the source model."""
+    lines = []
+    for row in (result.info or {}).get("renamings") or []:
+        where = f" (segment {row['segment']})" if row.get("segment") is not None else ""
+        why = f": {row['reason']}" if row.get("reason") else ""
+        lines.append(f"[dim]{label}[/] renamed {row['tensor']}{where} {escape(repr(row['onnx']))} -> "
+                     f"{escape(row['artifact'])}{escape(why)}")
+    return lines
+
+
 class Printer:
     """Plain lines (colour on a terminal unless NO_COLOR); ``quiet``: errors only."""
 
@@ -78,7 +89,7 @@ class Printer:
             self.print(f"[dim]{label}[/] {stage:<9} started")
         elif what == "done":
             self.print(stage_line(label, stage, payload.status, payload.seconds))
-            for line in warning_lines(payload):
+            for line in warning_lines(payload) + renaming_lines(label, payload):
                 self.print(line)
 
     def close(self) -> None:
@@ -138,7 +149,7 @@ class LivePrinter(Printer):
                     self._live.remove_task(task)
                     self._live.refresh()  # else the line below is drawn with the finished stage still live
                 self.print(stage_line(label, stage, payload.status, payload.seconds))
-                for line in warning_lines(payload):
+                for line in warning_lines(payload) + renaming_lines(label, payload):
                     self.print(line)
 
     def close(self) -> None:

@@ -64,6 +64,7 @@ def render_report(data: Report | Mapping[str, Any]) -> str:
         _numerics(report.validation),
         _plan(report.plan),
         _fusion_rules(report.optimize),
+        _renamings(report.renamings),
         _notes(report.notes),
     ]
     heading = f"<h1>{escape(title)} {_badge(report.status)}</h1>"
@@ -289,6 +290,18 @@ def _fusion_rules(optimize) -> str:
         columns = _columns(rules)
         return "<h2>Fusion rules fired</h2>" + _table(columns, [[_short(r.get(c)) for c in columns] for r in rules])
     return "<h2>Fusion rules fired</h2><ul>" + "".join(f"<li>{escape(str(r))}</li>" for r in rules) + "</ul>"
+
+
+def _renamings(renamings) -> str:
+    """Every tensor the artifact names differently from the source model (callers of edgebuild's
+    APIs keep the source names; an app calling Core ML directly sees the artifact's)."""
+    if not renamings:
+        return ""
+    rows = [[r.tensor, "" if r.segment is None else str(r.segment), r.onnx, r.artifact, r.reason or ""]
+            for r in renamings]
+    return ("<h2>Renamed inputs and outputs</h2><p>The artifact names these tensors differently from the "
+            "source model; InferenceSession, verify and bundles take and return the source names.</p>"
+            + _table(["tensor", "segment", "source (ONNX) name", "artifact name", "why"], rows))
 
 
 def _notes(notes) -> str:

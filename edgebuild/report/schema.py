@@ -130,6 +130,16 @@ class Validation(_Open):
         return [{"output": "", "metric": "", "message": f} if isinstance(f, str) else f for f in failures or []]
 
 
+class Renaming(_Section):
+    """An input or output the artifact names differently from the source model (see docs/start.md, Names)."""
+
+    tensor: Literal["input", "output"]
+    onnx: str
+    artifact: str
+    reason: Optional[str] = None
+    segment: Optional[int] = None  # a bundle segment's border; None: the artifact's own input or output
+
+
 class ComputePlan(_Open):
     ops: list[dict[str, Any]] = []
     breakdown: dict[str, Any] = {}
@@ -155,6 +165,7 @@ class Report(_Open):
     validation: Optional[Validation] = None
     plan: Optional[ComputePlan] = None
     optimize: Optional[dict[str, Any]] = None
+    renamings: list[Renaming] = []
     notes: list[str] = []
 
     @model_validator(mode="after")

@@ -12,6 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from edgebuild.protocols import Runtime
 from edgebuild_testplugin.cli_runner import assert_usage_error
 
 RECIPE = """\
@@ -213,7 +214,7 @@ def test_verify_thresholds_out_of_their_domain(tmp_path, cli, artifact, args):
     assert_usage_error(code, err, args[0])
 
 
-class _Runtime:
+class _Runtime(Runtime):
     """A runtime as far as the reference check sees one: the inputs its artifact takes."""
 
     def __init__(self, names):

@@ -183,6 +183,7 @@ class CoreMLBackend(Backend):
                where, passes) -> dict:
         from edgebuild_coreml import compute as policy
         from edgebuild_coreml.lowering.converter import convert
+        from edgebuild_coreml.lowering.names import renamings
         from edgebuild_coreml.lowering.package import save_mlpackage
         from edgebuild_coreml.memory import map_large_blocks
 
@@ -240,6 +241,7 @@ class CoreMLBackend(Backend):
             "op_counts": result.op_counts,
             "renamed_inputs": renamed_inputs,
             "renamed_outputs": {k: v for k, v in result.output_names.items() if k != v},
+            "renamings": renamings(result.input_names, result.output_names),
             "compute_units": units.name,
             "rewrites": rewrites,
             "plan": plan.to_json(),

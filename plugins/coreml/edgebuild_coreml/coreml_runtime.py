@@ -52,6 +52,11 @@ class CoreMLRuntime(Runtime):
     def can_run(self, artifact: Path) -> bool:
         return available() and Path(artifact).suffix in (".mlpackage", ".mlmodel")
 
+    def tensor_names(self, artifact: Path) -> dict:
+        from edgebuild_coreml.runtime import package_tensor_names
+
+        return package_tensor_names(artifact)
+
     def run(self, artifact: Path, inputs: Mapping) -> dict:
         import coremltools as ct
         import numpy as np

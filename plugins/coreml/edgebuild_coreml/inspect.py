@@ -31,6 +31,7 @@ def inspect_mlpackage(path: Path) -> dict:
     import coremltools as ct
 
     from edgebuild_coreml.interpreter import load_mlpackage
+    from edgebuild_coreml.lowering.names import read_metadata
 
     path = Path(path)
     program = load_mlpackage(path)
@@ -49,13 +50,15 @@ def inspect_mlpackage(path: Path) -> dict:
                             "bytes": stored, "compression": _COMPRESSED[op.op_type], "op": op.op_type})
     spec = ct.utils.load_spec(str(path))
     meta = spec.description.metadata
+    renamed = read_metadata(meta.userDefined)
+    onnx_of = {role: {a: o for o, a in renamed[role].items()} for role in ("inputs", "outputs")}
     files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path]
     return {
         "artifact": str(path),
         "format": "mlpackage",
         "spec_version": spec.specificationVersion,
-        "inputs": [{"name": i.name} for i in spec.description.input],
-        "outputs": [{"name": o.name} for o in spec.description.output],
+        "inputs": [{"name": i.name, "onnx": onnx_of["inputs"].get(i.name, i.name)} for i in spec.description.input],
+        "outputs": [{"name": o.name, "onnx": onnx_of["outputs"].get(o.name, o.name)} for o in spec.description.output],
         "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
         "weights": weights,
         "weight_bytes": sum(w["bytes"] for w in weights),

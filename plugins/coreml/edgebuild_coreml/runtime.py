@@ -50,10 +50,22 @@ class InterpreterRuntime(Runtime):
 
         return [i.name for i in ct.utils.load_spec(str(artifact)).description.input]
 
+    def tensor_names(self, artifact: Path) -> dict:
+        return package_tensor_names(artifact)
+
     def inspect(self, artifact: Path) -> dict:
         from edgebuild_coreml.inspect import inspect_mlpackage
 
         return inspect_mlpackage(artifact)
+
+
+def package_tensor_names(artifact: Path) -> dict:
+    """The renamings a package records (``edgebuild_coreml.lowering.names``): {"inputs": {...}, "outputs": {...}}."""
+    import coremltools as ct
+
+    from edgebuild_coreml.lowering.names import read_metadata
+
+    return read_metadata(ct.utils.load_spec(str(artifact)).description.metadata.userDefined)
 
 
 def _stamp(artifact: Path) -> tuple:

@@ -97,6 +97,13 @@ def graph_borders(model: ir.Model, specs: list[dict]) -> dict:
             "outputs": [border(v) for v in model.graph.outputs]}
 
 
+def segment_renamings(specs: list[dict]) -> list[dict]:
+    """Every border tensor a segment's artifact names differently (its manifest ``binding``), for the report."""
+    return [{"tensor": role, "onnx": tensor["name"], "artifact": tensor["binding"], "segment": spec["index"],
+             "reason": f"{spec['backend']} does not accept the name"}
+            for spec in specs for role in ("input", "output") for tensor in spec[role + "s"] if tensor.get("binding")]
+
+
 class BundleBackend(Backend):
     name = "bundle"
     artifact = ARTIFACT
@@ -133,7 +140,7 @@ class BundleBackend(Backend):
                         for s in record]
             specs = [lower_segment(model, s, i, out, params=lower_params, registry=registry).model_dump(mode="json")
                      for i, s in enumerate(segments)]
-            return {"segments": specs, **graph_borders(model, specs)}
+            return {"segments": specs, **graph_borders(model, specs), "renamings": segment_renamings(specs)}
 
         def package_stage(results, out: Path) -> dict:
             return self.package(results["lower"], out, recipe, variant.name, plugins)

@@ -22,6 +22,7 @@ from edgebuild.errors import BuildError, EdgebuildError
 from edgebuild.dag.progress import report as report_progress
 from edgebuild_coreml.lowering.context import LoweringContext, unique_identifier
 from edgebuild_coreml.lowering.errors import LoweringError
+from edgebuild_coreml.lowering.names import artifact_names, sanitized
 
 BACKEND = "coreml"
 CONVERTER_HANDLED = {("", "Constant")}  # ops the converter turns into constants itself
@@ -43,8 +44,8 @@ class ConvertResult:
 
 # -- names ----------------------------------------------------------------------------------
 def sanitize_name(name: str, taken: set[str]) -> str:
-    """A valid identifier for ``name`` not in ``taken`` (which it is then added to)."""
-    return unique_identifier(name, taken, prefix="v_", empty="value")
+    """A name Core ML accepts for ``name``, not in ``taken`` (which it is then added to)."""
+    return sanitized(name, taken)
 
 
 # -- dtypes ---------------------------------------------------------------------------------
@@ -347,23 +348,19 @@ def convert(
     ctx.lower_subgraph = lambda sub, inputs: lower_subgraph(ctx, sub, inputs)
     _load_initializers(ctx, graph)
 
-    taken: set[str] = set()
     result = ConvertResult(program=Program())
     placeholders = {}
     symbols: dict[str, object] = {}
-    for value in graph.inputs:
-        if value.name in ctx.consts:  # an initializer listed as input (IR < 4): a constant
-            continue
-        mil_name = sanitize_name(value.name, taken)
+    fed = [value for value in graph.inputs if value.name not in ctx.consts]  # not initializers listed as inputs
+    result.input_names, result.output_names = artifact_names([v.name for v in fed], [v.name for v in graph.outputs])
+    for value in fed:
+        mil_name = result.input_names[value.name]
         override = (input_shapes or {}).get(value.name)
         shape = _input_shape(value, override, symbols) or (1,)  # Core ML inputs have rank >= 1
         placeholders[mil_name] = mb.placeholder(shape=shape, dtype=placeholder_dtype(value))
-        result.input_names[value.name] = mil_name
         result.input_dtypes[mil_name] = MIL_DTYPE_NAMES[placeholder_dtype(value)]
         result.input_shapes[mil_name] = tuple(d if isinstance(d, int) else None for d in shape)
-    for value in graph.outputs:
-        result.output_names[value.name] = sanitize_name(value.name, taken)
-    ctx.reserve(taken)
+    ctx.reserve({*result.input_names.values(), *result.output_names.values()})
 
     with Function(placeholders, opset_version=getattr(ct.target, target)) as function:
         for value in graph.inputs:

@@ -18,6 +18,7 @@ from coremltools.converters.mil.mil.block import InvalidBlockStateError
 
 from edgebuild.errors import BuildError, UsageError
 from edgebuild_coreml.lowering.converter import ConvertResult
+from edgebuild_coreml.lowering.names import METADATA_KEY, metadata_value
 from edgebuild_coreml.lowering.passes import guarded_fp16_cast, pass_pipeline, validated_once  # noqa: F401
 
 _PRECISIONS = ("float16", "float32")
@@ -189,6 +190,33 @@ def save_mlpackage(
             f"coremltools rejected the lowered program for {path.name}: {type(exc).__name__}: {exc}",
             hint="check the deployment target and input shapes; rerun with -v for the full trace",
         ) from exc
-    apply_metadata(model, metadata)
+    check_public_names(model, result, path.name)
+    names = metadata_value(result.input_names, result.output_names)
+    apply_metadata(model, {**metadata, **({METADATA_KEY: names} if names else {})})
+    _describe_renamed(model, result)
     save_atomically(model, path)
     return model
+
+
+def _describe_renamed(model, result: ConvertResult) -> None:
+    """A renamed feature says its ONNX name where Xcode shows the model's inputs and outputs."""
+    for role, names, descriptions in (("input", result.input_names, model.input_description),
+                                      ("output", result.output_names, model.output_description)):
+        for onnx_name, artifact_name in names.items():
+            if onnx_name != artifact_name:
+                descriptions[artifact_name] = f"ONNX {role} {onnx_name!r}"
+
+
+def check_public_names(model, result: ConvertResult, artifact: str) -> None:
+    """The saved model's inputs and outputs are the names the lowering chose (coremltools renames
+    on its own what Core ML would not accept; a name it changed would be lost to every caller)."""
+    description = model.get_spec().description
+    for role, names, features in (("input", result.input_names, description.input),
+                                  ("output", result.output_names, description.output)):
+        saved = [feature.name for feature in features]
+        if sorted(saved) != sorted(names.values()):
+            raise BuildError(
+                f"{artifact}: coremltools saved the {role}s as {saved}, not as the names the lowering chose "
+                f"({sorted(names.values())})",
+                hint="a name rule of this coremltools version is unknown to edgebuild "
+                     "(edgebuild_coreml.lowering.names); report it with the model's input and output names")
