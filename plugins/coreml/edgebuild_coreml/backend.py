@@ -92,7 +92,7 @@ class CoreMLBackend(Backend):
             runtimes = section.runtimes or self.validation_runtimes
 
             def validate(results, out: Path) -> dict:
-                from edgebuild.dag.validate import reference_for, save
+                from edgebuild.dag.validate import merge_runtime, reference_for, save
                 from edgebuild.dag.validate import validate as run_validation
                 from edgebuild_coreml import coreml_runtime
 
@@ -109,9 +109,7 @@ class CoreMLBackend(Backend):
                     one = run_validation(section, results["resolve"].path, params["source"]["inputs"], runner,
                                          variant.base_dir, candidate_name=runtime, reference=reference,
                                          specs=specs, reference_name=name, parallel=runtime == "interpreter")
-                    record["samples"] = one["samples"]
-                    record["runtimes"].update(one["runtimes"])
-                    record["failures"] += one["failures"]
+                    merge_runtime(record, one)
                 if "coreml" in runtimes and not coreml_runtime.available():
                     record["runtimes"]["coreml"] = {"skipped": coreml_runtime.SKIPPED}
                 return save(out, record)
