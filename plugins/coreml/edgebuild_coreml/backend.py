@@ -231,9 +231,10 @@ class CoreMLBackend(Backend):
         if error is not None:
             error.program, error.renamed_inputs = program, renamed_inputs
             raise error
-        warning = policy.ane_absence_warning(plan, where or model_path.name)
-        if warning:
-            info["warnings"] = [warning]
+        warnings = [policy.range_fallback_warning(plan, where or model_path.name),
+                    policy.ane_absence_warning(plan, where or model_path.name)]
+        if any(warnings):
+            info["warnings"] = [w for w in warnings if w]
         return {
             "op_counts": result.op_counts,
             "renamed_inputs": renamed_inputs,
@@ -332,11 +333,12 @@ class CoreMLBackend(Backend):
         compute = build.variant.params["compute"]
         plan = policy.plan_for(lowered.program, compute, chip=chip, shapes_dynamic=lowered.shapes_dynamic)
         violations = plan.violations()
-        warning = policy.ane_absence_warning(plan, build.job.label)
+        warnings = [policy.range_fallback_warning(plan, build.job.label),
+                    policy.ane_absence_warning(plan, build.job.label)]
         data = plan.to_json()
         data["policy"] = plan.policy
-        if warning:
-            data["warnings"] = [warning]
+        if any(warnings):
+            data["warnings"] = [w for w in warnings if w]
         if lowered.artifact is not None:
             from edgebuild_coreml.measured_plan import compare_with_core_ml
 

@@ -186,6 +186,21 @@ def violation_error(plan, where: str) -> PolicyViolation | None:
     )
 
 
+def range_fallback_warning(plan, where: str, shown: int = 5) -> str | None:
+    """A warning naming the ops a range-flexible input keeps off the Neural Engine, or None.
+
+    Under a policy without the Neural Engine there is nothing to push off it: no warning then.
+    """
+    from edgebuild_coreml.ane.plan import POLICY_UNITS
+
+    names = plan.range_fallback()
+    if not names or "ane" not in POLICY_UNITS[plan.policy]:
+        return None
+    listed = ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+    return (f"{where}: range-flexible input shapes keep {len(names)} of {len(plan.ops)} op(s) off the Neural "
+            f"Engine ({listed}); enumerated shapes ({{enumerated: [...]}}) or fixed sizes keep them eligible")
+
+
 def ane_absence_warning(plan, where: str, top: int = 3) -> str | None:
     """A warning when the policy allows the Neural Engine but the plan puts no op there, with the
     most common reasons; None otherwise (strict policies fail instead, see ``violation_error``)."""
