@@ -9,9 +9,10 @@ import numpy as np
 import onnx
 import onnx.helper as oh
 import pytest
+from onnx_cases import IR_VERSION, assert_matches, lower, run_onnxruntime
+
 from edgebuild_coreml.interpreter import run_program
 from edgebuild_coreml.lowering.errors import LoweringError
-from onnx_cases import IR_VERSION, assert_matches, lower, run_onnxruntime
 
 F, I64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
 SIZES = (1, 4, 9, 17)  # the flexible dim at these sizes
