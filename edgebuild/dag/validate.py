@@ -12,6 +12,7 @@ import numpy as np
 
 from edgebuild.errors import BuildError, UsageError
 from edgebuild.recipe.formats import source_format
+from edgebuild.recipe.shapes import per_dim
 
 Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
@@ -30,7 +31,7 @@ def onnx_input_specs(model_path: Path, recipe_inputs: dict) -> dict[str, dict]:
         dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name
         given = recipe_inputs.get(value.name) or {}
-        shape = given.get("shape") or dims
+        shape = per_dim(given.get("shape")) or dims
         resolved = []
         for i, dim in enumerate(shape):
             if isinstance(dim, dict):  # enumerated / range: validate at the first / default size
@@ -136,10 +137,15 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
              candidate_name: str = "interpreter", *, reference: Runner | None = None, specs: dict | None = None,
              reference_name: str = "onnxruntime", parallel: bool = True) -> dict:
     """Run both sides on the recipe's inputs; return the report's ``validation`` record. ``parallel``:
-    the candidate may run several samples at once (see ``map_samples``)."""
+    the candidate may run several samples at once (see ``map_samples``).
+
+    Inputs the recipe leaves flexible are validated at several shapes (``verify.shapes``):
+    ``validate.samples`` samples at each; the record's ``shapes`` lists them with the lowest
+    cosine per output there."""
     from edgebuild.dag.progress import report
     from edgebuild.report.write import runtime_record
     from edgebuild.verify.inputs import generate_inputs
+    from edgebuild.verify.shapes import shape_sets
     from edgebuild.verify.metrics import (
         aggregate,
         compare,
@@ -150,8 +156,12 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
 
     specs = specs if specs is not None else onnx_input_specs(source_path, recipe_inputs)
     fixed = {n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in specs.items() if "value" in s}
-    free = {n: s for n, s in specs.items() if "value" not in s}
-    samples = generate_inputs(section, free, base_dir)
+    samples, sets = [], []  # every sample; per shape set: (input shapes, index of its first sample, count)
+    for one in shape_sets(specs, recipe_inputs):
+        free = {n: s for n, s in one.items() if "value" not in s}
+        drawn = generate_inputs(section, free, base_dir)
+        sets.append(({n: list(s["shape"]) for n, s in free.items()}, len(samples), len(drawn)))
+        samples += drawn
     if not samples:  # nothing compared is not a pass
         raise BuildError("validate: no input samples were produced, so nothing was compared",
                          hint="check validate.samples and that validate.inputs' folders and files hold data")
@@ -172,12 +182,40 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
     statistics = {o: aggregation_for(section.thresholds, section.per_output, o) for o in aggregated}
     record = runtime_record(aggregated, failures, limits=limits, aggregation=statistics,
                             histograms=merge_histograms(histograms))
-    return {
+    result = {
         "samples": len(samples),
         "reference": reference_name,
         "runtimes": {candidate_name: record},
         "failures": [{"runtime": candidate_name, **f.to_dict()} for f in failures],
     }
+    if len(sets) > 1:
+        result["shapes"] = [{"inputs": shapes, "samples": count,
+                             "cosine_min": {candidate_name: _lowest_cosine(per_sample[first:first + count])}}
+                            for shapes, first, count in sets]
+    return result
+
+
+def _lowest_cosine(per_sample: list) -> dict[str, float]:
+    """output -> the lowest cosine over these samples (outputs without one are left out)."""
+    lowest: dict[str, float] = {}
+    for metrics in per_sample:
+        for output, values in metrics.items():
+            cosine = values.get("cosine")
+            if cosine is not None and np.isfinite(cosine):
+                lowest[output] = min(lowest.get(output, float(cosine)), float(cosine))
+    return lowest
+
+
+def merge_runtime(record: dict, one: dict) -> None:
+    """Add one runtime's ``validate`` result to ``record`` (the same samples, another candidate)."""
+    record["samples"] = one["samples"]
+    record["runtimes"].update(one["runtimes"])
+    record["failures"] += one["failures"]
+    if "shapes" in one:
+        if "shapes" not in record:
+            record["shapes"] = [{**entry, "cosine_min": {}} for entry in one["shapes"]]
+        for mine, theirs in zip(record["shapes"], one["shapes"]):
+            mine["cosine_min"].update(theirs["cosine_min"])
 
 
 def save(out: Path, record: dict) -> dict:

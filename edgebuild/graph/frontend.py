@@ -23,6 +23,7 @@ from edgebuild.errors import BuildError
 from edgebuild.graph.external_data import check_external_data, iter_graphs, iter_tensors
 from edgebuild.graph.onnx_stream import load_streamed
 from edgebuild.protocols import Frontend
+from edgebuild.recipe.shapes import per_dim
 
 MIN_OPSET = 13
 MODEL_FILE = "model.onnx"
@@ -185,7 +186,7 @@ def pin_input(value: ir.Value, spec: dict) -> None:
                 hint="fix the recipe's dtype for this input",
             )
         value.dtype = wanted
-    dims = spec.get("shape")
+    dims = per_dim(spec.get("shape"))
     if dims is None:
         return
     old = list(value.shape) if value.shape is not None else [None] * len(dims)

@@ -139,12 +139,12 @@ def _check_inputs_match_model(check: _Checker, variant, graph_inputs) -> None:
                        hint=f"write dtype: {model.dtype}")
         if model.dims is None:
             continue
-        rank = len(spec.shape) if spec.shape is not None else (_rank(spec.value) if fixed else None)
+        rank = len(spec.dims) if spec.shape is not None else (_rank(spec.value) if fixed else None)
         if rank is not None and rank != len(model.dims):
             where = path + ("shape",) if spec.shape is not None else path + ("value",)
             check.fail(where, f"{rank} dims given, the model's input has rank {len(model.dims)} "
                               f"({_show_dims(model.dims)})", hint="give one entry per dimension")
-        for axis, (model_dim, dim) in enumerate(zip(model.dims, spec.shape or ())):
+        for axis, (model_dim, dim) in enumerate(zip(model.dims, spec.dims or ())):
             static = model_dim if isinstance(model_dim, int) and model_dim > 0 else None
             if static is not None and dim != static:
                 check.fail(path + ("shape", axis), f"dim {axis} is fixed to {static} in the model, the recipe "

@@ -67,6 +67,27 @@ class RangeDim(Strict):
 Dim = Union[Size, str, EnumeratedDim, RangeDim]
 
 
+class EnumeratedShapes(Strict):
+    """The input takes exactly one of these whole shapes (Core ML EnumeratedShapes); the first is the default."""
+
+    enumerated: list[list[Size]] = Field(min_length=1, max_length=128)
+
+    @field_validator("enumerated")
+    @classmethod
+    def _one_rank(cls, value):
+        ranks = sorted({len(shape) for shape in value})
+        if len(ranks) > 1:
+            raise ValueError(f"the enumerated shapes have ranks {ranks}; every shape of one input has the same rank")
+        if ranks and not 1 <= ranks[0] <= MAX_RANK:
+            raise ValueError(f"an enumerated shape has {ranks[0]} dims; give 1 to {MAX_RANK}")
+        return value
+
+    def dims(self) -> list:
+        """One entry per dim: the size where every shape agrees, else an EnumeratedDim of the sizes taken."""
+        columns = [sorted(set(sizes)) for sizes in zip(*self.enumerated)]
+        return [sizes[0] if len(sizes) == 1 else EnumeratedDim(enumerated=sizes) for sizes in columns]
+
+
 def _largest(dim) -> int | None:
     if isinstance(dim, int):
         return dim
@@ -80,17 +101,26 @@ def _largest(dim) -> int | None:
 class InputSpec(Strict):
     """A model input: its shape (positive ints pin dynamic dims) and dtype, or a fixed ``value`` folded at build time."""
 
-    shape: Optional[list[Dim]] = Field(default=None, max_length=MAX_RANK)
+    shape: Optional[Union[Annotated[list[Dim], Field(max_length=MAX_RANK)], EnumeratedShapes]] = Field(
+        default=None, description="one entry per dim, or {enumerated: [[...], ...]}: exactly these whole shapes")
     dtype: Literal[DTYPES] = "float32"
     value: Any = None
 
     @model_validator(mode="after")
     def _not_huge(self):
-        sizes = [_largest(d) for d in self.shape or ()]
-        known = [s for s in sizes if s is not None]
-        if known and math.prod(known) > MAX_ELEMENTS:
-            raise ValueError(f"the shape has {math.prod(known):,} elements at its largest; the limit is {MAX_ELEMENTS:,}")
+        if isinstance(self.shape, EnumeratedShapes):
+            largest = max(math.prod(shape) for shape in self.shape.enumerated)
+        else:
+            known = [s for s in (_largest(d) for d in self.shape or ()) if s is not None]
+            largest = math.prod(known) if known else 0
+        if largest > MAX_ELEMENTS:
+            raise ValueError(f"the shape has {largest:,} elements at its largest; the limit is {MAX_ELEMENTS:,}")
         return self
+
+    @property
+    def dims(self) -> Optional[list]:
+        """The shape as one entry per dim (a whole-shape enumeration as per-dim sizes), or None."""
+        return self.shape.dims() if isinstance(self.shape, EnumeratedShapes) else self.shape
 
 
 class Source(Strict):

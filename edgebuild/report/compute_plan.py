@@ -92,6 +92,10 @@ def render(plan: Mapping[str, Any], console, *, title: str = "Compute plan", ops
         summary.add_row(_unit(share.unit), str(share.ops), f"{share.op_share:.1f}%", f"{share.ms:.4f}",
                         f"{share.time_share:.1f}%")
     console.print(summary)
+    fallback = plan.get("range_fallback") or []
+    if fallback:  # a backend lists the ops its range-flexible inputs keep off the Neural Engine
+        console.print(f"[yellow]range-flexible input shapes keep {len(fallback)} of {len(all_ops)} op(s) off the "
+                      "Neural Engine[/]; enumerated shapes ({enumerated: [...]}) or fixed sizes keep them eligible")
     grouped = Table(title="by reason and op type")
     grouped.add_column("why not a faster unit / note", ratio=3, overflow="fold")
     grouped.add_column("fix", ratio=3, overflow="fold")

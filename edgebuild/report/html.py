@@ -199,6 +199,7 @@ def _numerics(validation: Validation | None) -> str:
     intro = ", ".join(x for x in (f"{validation.samples} samples" if validation.samples else "",
                                   f"reference: {validation.reference}" if validation.reference else "") if x)
     html = [f"<h2>Numerics</h2><p class=sub>{escape(intro)}</p>" if intro else "<h2>Numerics</h2>"]
+    html.append(_shape_sets(validation))
     for name, runtime in validation.runtimes.items():
         html.append(f"<h3>candidate: {escape(name)}</h3>")
         if runtime.skipped:
@@ -214,6 +215,22 @@ def _numerics(validation: Validation | None) -> str:
                 html.append(svg.histogram(hist.counts, hist.edges, title=f"|error| histogram of {output}"))
             html.append("</div>")
     return "".join(html)
+
+
+def _shape_sets(validation: Validation) -> str:
+    """The shapes a model with flexible inputs was validated at, with the lowest cosine at each."""
+    if not validation.shapes:
+        return ""
+    runtimes = sorted({r for entry in validation.shapes for r in entry.cosine_min})
+    head = "<tr><th>input shapes</th><th>samples</th>" + "".join(
+        f"<th>1 − cosine, worst ({escape(r)})</th>" for r in runtimes) + "</tr>"
+    rows = []
+    for entry in validation.shapes:
+        shapes = ", ".join(f"{name} {list(shape)}" for name, shape in entry.inputs.items())
+        worst = [min(entry.cosine_min.get(r, {}).values(), default=None) for r in runtimes]
+        rows.append(f"<tr><td><code>{escape(shapes)}</code></td><td>{entry.samples}</td>"
+                    + "".join(f"<td>{'' if w is None else _one_minus(w)}</td>" for w in worst) + "</tr>")
+    return f"<h3>shapes validated</h3><table>{head}{''.join(rows)}</table>"
 
 
 def _metric_table(runtime: RuntimeRecord, output: str, metrics: Mapping[str, Mapping[str, float]]) -> str:

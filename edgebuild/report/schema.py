@@ -117,11 +117,21 @@ class RuntimeRecord(_Section):
     skipped: Optional[str] = None
 
 
+class ShapeSet(_Section):
+    """One set of samples of a model with flexible inputs: the shapes the inputs had there and
+    the lowest cosine per runtime and output."""
+
+    inputs: dict[str, list[int]]
+    samples: int
+    cosine_min: dict[str, dict[str, float]] = {}  # runtime -> output -> lowest cosine
+
+
 class Validation(_Open):
     samples: Optional[int] = None
     reference: Optional[str] = None
     runtimes: dict[str, RuntimeRecord] = {}
     failures: list[Failure] = []
+    shapes: list[ShapeSet] = []  # empty when every input has one shape
 
     @field_validator("failures", mode="before")
     @classmethod

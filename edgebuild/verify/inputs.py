@@ -146,7 +146,8 @@ def _random(field: str, cfg: RandomInput, name: str, shape, dtype: np.dtype, sam
 
 def _tokens(field: str, cfg: TokensInput, name: str, shape, dtype: np.dtype, samples: int):
     """Rows of ``[first] ids... [last] pad...`` with each sample's real-token mask, as
-    ``(ids, mask)`` pairs drawn when asked for."""
+    ``(ids, mask)`` pairs drawn when asked for. A row too short for a token between the specials
+    (a flexible length at its smallest) holds the specials that fit."""
     if dtype.kind not in "iu":
         raise UsageError(f"{field}: input '{name}' is {dtype.name}; token ids need an integer input")
     length = shape[-1] if shape else 0
@@ -170,6 +171,10 @@ def _token_rows(cfg: TokensInput, rng, rows_per_sample: int, length: int, specia
         ids = np.full((rows_per_sample, length), cfg.pad, dtype=np.int64)
         mask = np.zeros((rows_per_sample, length), dtype=np.int64)
         for row in range(rows_per_sample):
+            if length <= len(specials):  # too short for a token between the specials: keep what fits
+                ids[row, :] = specials[:length]
+                mask[row, :] = 1
+                continue
             real = cfg.real_tokens or int(rng.integers(max(length // 2, len(specials) + 1), length + 1))
             body = rng.integers(0, cfg.vocab_size - len(excluded), size=real - len(specials))
             for value in excluded:

@@ -92,7 +92,7 @@ class CoreMLBackend(Backend):
             runtimes = section.runtimes or self.validation_runtimes
 
             def validate(results, out: Path) -> dict:
-                from edgebuild.dag.validate import reference_for, save
+                from edgebuild.dag.validate import merge_runtime, reference_for, save
                 from edgebuild.dag.validate import validate as run_validation
                 from edgebuild_coreml import coreml_runtime
 
@@ -109,9 +109,7 @@ class CoreMLBackend(Backend):
                     one = run_validation(section, results["resolve"].path, params["source"]["inputs"], runner,
                                          variant.base_dir, candidate_name=runtime, reference=reference,
                                          specs=specs, reference_name=name, parallel=runtime == "interpreter")
-                    record["samples"] = one["samples"]
-                    record["runtimes"].update(one["runtimes"])
-                    record["failures"] += one["failures"]
+                    merge_runtime(record, one)
                 if "coreml" in runtimes and not coreml_runtime.available():
                     record["runtimes"]["coreml"] = {"skipped": coreml_runtime.SKIPPED}
                 return save(out, record)
@@ -234,9 +232,10 @@ class CoreMLBackend(Backend):
         if error is not None:
             error.program, error.renamed_inputs = program, renamed_inputs
             raise error
-        warning = policy.ane_absence_warning(plan, where or model_path.name)
-        if warning:
-            info["warnings"] = [warning]
+        warnings = [policy.range_fallback_warning(plan, where or model_path.name),
+                    policy.ane_absence_warning(plan, where or model_path.name)]
+        if any(warnings):
+            info["warnings"] = [w for w in warnings if w]
         return {
             "op_counts": result.op_counts,
             "renamed_inputs": renamed_inputs,
@@ -336,11 +335,12 @@ class CoreMLBackend(Backend):
         compute = build.variant.params["compute"]
         plan = policy.plan_for(lowered.program, compute, chip=chip, shapes_dynamic=lowered.shapes_dynamic)
         violations = plan.violations()
-        warning = policy.ane_absence_warning(plan, build.job.label)
+        warnings = [policy.range_fallback_warning(plan, build.job.label),
+                    policy.ane_absence_warning(plan, build.job.label)]
         data = plan.to_json()
         data["policy"] = plan.policy
-        if warning:
-            data["warnings"] = [warning]
+        if any(warnings):
+            data["warnings"] = [w for w in warnings if w]
         if lowered.artifact is not None:
             from edgebuild_coreml.measured_plan import compare_with_core_ml
 

@@ -11,6 +11,7 @@ import itertools
 from typing import Any, Mapping
 
 from edgebuild.errors import BuildError, UsageError
+from edgebuild.recipe.shapes import has_range, whole_shapes
 
 COMPUTE_UNITS_KEY = "com.edgebuild.compute_units"
 # the keys of ane.rewrites.REWRITES, here so a recipe check need not import coremltools
@@ -83,6 +84,10 @@ def shape_specs(recipe_inputs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
         if spec.get("value") is not None or not spec.get("shape"):
             continue
         where = f"source.inputs.{name}.shape"
+        shapes = whole_shapes(spec["shape"])
+        if shapes is not None:
+            specs[name] = {"shapes": shapes}
+            continue
         dims, choices = [], []
         for index, dim in enumerate(spec["shape"]):
             fixed, options = _dim_spec(dim, f"{where}[{index}]")
@@ -103,7 +108,7 @@ def range_inputs(recipe_inputs: Mapping[str, Mapping[str, Any]], renamed: Mappin
     """MIL names of the inputs with a range (dynamic) dim: the plan treats their shapes as unknown."""
     names = set()
     for name, spec in recipe_inputs.items():
-        if any(isinstance(d, Mapping) and "range" in d for d in spec.get("shape") or ()):
+        if has_range(spec.get("shape")):
             names.add(renamed.get(name, name))
     return names
 
@@ -179,6 +184,21 @@ def violation_error(plan, where: str) -> PolicyViolation | None:
              f"{'cpu_and_ne' if unit == 'ANE' else 'cpu_and_gpu'}); `edgebuild plan` shows the full plan",
         violations=violations,
     )
+
+
+def range_fallback_warning(plan, where: str, shown: int = 5) -> str | None:
+    """A warning naming the ops a range-flexible input keeps off the Neural Engine, or None.
+
+    Under a policy without the Neural Engine there is nothing to push off it: no warning then.
+    """
+    from edgebuild_coreml.ane.plan import POLICY_UNITS
+
+    names = plan.range_fallback()
+    if not names or "ane" not in POLICY_UNITS[plan.policy]:
+        return None
+    listed = ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+    return (f"{where}: range-flexible input shapes keep {len(names)} of {len(plan.ops)} op(s) off the Neural "
+            f"Engine ({listed}); enumerated shapes ({{enumerated: [...]}}) or fixed sizes keep them eligible")
 
 
 def ane_absence_warning(plan, where: str, top: int = 3) -> str | None:

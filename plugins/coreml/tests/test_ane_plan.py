@@ -212,6 +212,26 @@ def test_range_shapes_fall_back_but_enumerated_do_not():
     assert enumerated.to_json()["ops"][0]["reasons"] == []
 
 
+def test_range_shapes_reach_every_op_downstream_of_the_input(tmp_path):
+    """A program read back from its package gives each op's output a fresh symbol; the range
+    still reaches every op whose shapes follow the input's, and the plan lists them."""
+    from edgebuild_coreml.interpreter import load_mlpackage
+
+    seq = ct.RangeDim(lower_bound=1, upper_bound=128)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 16, seq.symbol), dtype=types.fp32)], opset_version=IOS17)
+    def prog(x):
+        pooled = mb.max_pool(x=x, kernel_sizes=[2], strides=[2], pad_type="valid", name="pooled")
+        return mb.relu(x=pooled, name="act")
+
+    model = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS17, skip_model_load=True,
+                       inputs=[ct.TensorType(name="x", shape=ct.Shape((1, 16, seq)))])
+    model.save(str(tmp_path / "m.mlpackage"))
+    plan = plan_program(load_mlpackage(tmp_path / "m.mlpackage"), policy="cpu_and_ne", shapes_dynamic={"x"})
+    flagged = plan.to_json()["range_fallback"]
+    assert any("act" in name for name in flagged) and any("pooled" in name for name in flagged)
+
+
 def test_int8_activations_depend_on_the_chip():
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 64), dtype=types.fp16)], opset_version=IOS17)
     def prog(x):

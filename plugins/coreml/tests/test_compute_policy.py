@@ -124,6 +124,7 @@ def test_recipe_shapes_become_coremltools_specs():
         "fixed": {"shape": [1, 3], "dtype": "float32", "value": None},
         "ranged": {"shape": [1, {"range": [16, 512], "default": 64}], "dtype": "float32", "value": None},
         "choice": {"shape": [1, {"enumerated": [8, 16]}, {"enumerated": [2, 4]}], "dtype": "float32", "value": None},
+        "whole": {"shape": {"enumerated": [[1, 512], [1, 1024]]}, "dtype": "int64", "value": None},
         "folded": {"shape": None, "dtype": "int64", "value": 16000},
         "model_shape": {"shape": None, "dtype": "float32", "value": None},
     })
@@ -131,6 +132,7 @@ def test_recipe_shapes_become_coremltools_specs():
         "fixed": [1, 3],
         "ranged": [1, [16, 512]],
         "choice": {"shapes": [[1, 8, 2], [1, 8, 4], [1, 16, 2], [1, 16, 4]]},
+        "whole": {"shapes": [[1, 512], [1, 1024]]},
     }
     assert compute.range_inputs({"ranged": {"shape": [1, {"range": [16, 512]}]}, "fixed": {"shape": [1]}},
                                 {"ranged": "ranged_1"}) == {"ranged_1"}

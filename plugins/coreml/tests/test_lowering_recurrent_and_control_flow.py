@@ -189,12 +189,17 @@ def test_batch_first_layout(op, constants):
         assert_matches(actual[name], expected[name].transpose(1, 0, 2), rtol=RTOL, atol=ATOL)
 
 
-def test_recurrent_needs_static_shapes():
-    model = single_node_model("GRU", recurrent_inputs("GRU"), attrs={"hidden_size": 5}, opset=14, outputs=2,
+def test_unrolled_recurrent_needs_a_static_sequence_length():
+    """Core ML's fused GRU takes a flexible sequence length; the exact unroll (here for clip) does not."""
+    fused = single_node_model("GRU", recurrent_inputs("GRU"), attrs={"hidden_size": 5}, opset=14, outputs=2,
                               initializers=WEIGHTS)
-    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
-    with pytest.raises(BuildError, match="static shape"):
-        lower(model)
+    fused.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
+    lower(fused)
+    unrolled = single_node_model("GRU", recurrent_inputs("GRU"), attrs={"hidden_size": 5, "clip": 2.0}, opset=14,
+                                 outputs=2, initializers=WEIGHTS)
+    unrolled.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
+    with pytest.raises(BuildError, match="static sequence length"):
+        lower(unrolled)
 
 
 # -- LSTM directions, peepholes and the batch-first layout ----------------------------

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from edgebuild.errors import UsageError
+from edgebuild.recipe.shapes import per_dim
 
 SCALAR_TYPES = {"int": int, "float": float, "bool": bool}
 
@@ -60,7 +61,7 @@ def plan_inputs(inputs: dict[str, dict] | None) -> InputPlan:
         if spec.get("value") is not None:
             value = np.asarray(spec["value"], dtype=dtype)
             if spec.get("shape") is not None:
-                value = value.reshape([export_dim(d, name, i) for i, d in enumerate(spec["shape"])])
+                value = value.reshape([export_dim(d, name, i) for i, d in enumerate(per_dim(spec["shape"]))])
             fixed[name] = value
             continue
         if spec.get("shape") is None:
@@ -68,7 +69,7 @@ def plan_inputs(inputs: dict[str, dict] | None) -> InputPlan:
                 f"source.inputs.{name}: a PyTorch source needs the shape of every input",
                 hint=f"give source.inputs.{name}.shape (and dtype), or a fixed value",
             )
-        free[name] = ([export_dim(d, name, i) for i, d in enumerate(spec["shape"])], dtype)
+        free[name] = ([export_dim(d, name, i) for i, d in enumerate(per_dim(spec["shape"]))], dtype)
     if not free:
         raise UsageError("source.inputs: a PyTorch source needs at least one input with a shape")
     return InputPlan(free, fixed)

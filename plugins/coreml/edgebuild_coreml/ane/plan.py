@@ -83,14 +83,22 @@ class Plan:
     def unit_of(self, name: str) -> str:
         return next(op.unit for op in self.ops if op.name == name)
 
+    def range_fallback(self) -> list[str]:
+        """Names of the ops a range-flexible input keeps off the Neural Engine (its shapes reach them)."""
+        return [op.name for op in self.ops if any(r.rule == "dynamic_shape" for r in op.ane_reasons)]
+
     def to_json(self) -> dict:
-        return {
+        data = {
             "ops": [op.to_json() for op in self.ops],
             "breakdown": self.breakdown(),
             "total_ms": round(self.total_ms, 6),
             "chip": self.chip,
             "note": NOTE,
         }
+        fallback = self.range_fallback()
+        if fallback:
+            data["range_fallback"] = fallback
+        return data
 
     def violations(self, policy: str | None = None) -> list[dict]:
         """For ``ane_only`` / ``gpu_only``: every op the plan places off that unit, with why and a fix.
@@ -153,12 +161,23 @@ def dynamic_symbol_map(function, shapes_dynamic: set[str] | None) -> dict:
     ``shapes_dynamic=None`` treats every input with a symbolic dimension as range-flexible (the
     cautious reading); pass the names of the range inputs to leave enumerated ones out.
     """
-    mapping = {}
+    mapping: dict = {}
     for name, var in function.inputs.items():
         if shapes_dynamic is not None and name not in shapes_dynamic:
             continue
         for symbol in mil_view.symbols_in(var):
             mapping[symbol] = name
+    if not mapping:
+        return mapping
+    # A program read back from its package gives each op's output fresh symbols: an output
+    # symbol of an op that reads a range-flexible shape is range-flexible too.
+    for op in function.operations:
+        sources = sorted({mapping[s] for v in mil_view.data_inputs(op) for s in mil_view.symbols_in(v) if s in mapping})
+        if not sources:
+            continue
+        for out in mil_view.tensor_outputs(op):
+            for symbol in mil_view.symbols_in(out):
+                mapping.setdefault(symbol, ", ".join(sources))
     return mapping
 
 

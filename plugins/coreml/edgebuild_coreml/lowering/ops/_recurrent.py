@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._nn_util import as_float, float_np, static_shape
+from edgebuild_coreml.lowering.ops._nn_util import as_float, float_np, shape_of
 
 # ONNX activation name -> (uses alpha, uses beta, default alpha, default beta). The defaults
 # are onnxruntime's (the reference models are validated against), which differ from the
@@ -64,8 +64,8 @@ class RecurrentSpec:
     hidden: int
     directions: list[str]  # per direction: "forward" or "reverse"
     layout: int
-    steps: int
-    batch: int
+    steps: int | object  # a MIL symbol when flexible
+    batch: int | object
     x: object  # time-major [T, B, I] Var
     activations: list[list[Activation]]  # per direction
     clip: float | None
@@ -117,9 +117,10 @@ def parse(ctx, node, *, default_activations: list[str]) -> RecurrentSpec:
         ctx.fail(node, f"unknown direction {direction!r}")
     directions = ["forward", "reverse"] if direction == "bidirectional" else [direction]
     layout = int(ctx.attr(node, "layout", 0))
-    shape = static_shape(x)
-    if shape is None or len(shape) != 3:
-        ctx.fail(node, f"{node.op_type} needs a rank-3 input with a static shape", "pin the input shapes in the recipe")
+    shape = shape_of(x)
+    if len(shape) != 3:
+        ctx.fail(node, f"{node.op_type} needs a rank-3 input; this one has rank {len(shape)}")
+    # A flexible sequence length suits Core ML's fused op; the exact unroll needs it static.
     steps, batch = (shape[0], shape[1]) if layout == 0 else (shape[1], shape[0])
     if isinstance(x, np.ndarray):
         x = mb.const(val=x, name=ctx.name(node, "x"))
@@ -142,7 +143,7 @@ def _sequence_lengths(ctx, node, steps: int):
         return None
     if isinstance(lengths, np.ndarray) or getattr(lengths, "val", None) is not None:
         lengths = np.asarray(getattr(lengths, "val", lengths)).astype(np.int32)
-        if np.any((lengths < 0) | (lengths > steps)):
+        if np.any(lengths < 0) or (isinstance(steps, int) and np.any(lengths > steps)):
             ctx.fail(node, f"sequence_lens {lengths.tolist()} lies outside [0, {steps}]")
         return None if np.all(lengths == steps) else lengths
     return lengths if lengths.dtype == "int32" else mb.cast(x=lengths, dtype="int32", name=ctx.name(node, "lens"))
@@ -171,6 +172,9 @@ def initial_state(ctx, node, index: int, spec: RecurrentSpec, d: int, tag: str):
     """Direction ``d``'s initial state [B, H] (zeros when the input is absent)."""
     state = as_float(ctx.input(node, index, optional=True))
     if state is None:
+        if not isinstance(spec.batch, int):
+            ctx.fail(node, f"{node.op_type} without an initial state needs a static batch size to make one",
+                     "pin the batch dim in the recipe, or feed the initial state")
         return np.zeros([spec.batch, spec.hidden], spec.dtype)
     return per_direction(ctx, node, state, d, tag, axis=0 if spec.layout == 0 else 1)
 

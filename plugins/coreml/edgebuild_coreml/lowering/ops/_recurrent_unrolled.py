@@ -45,6 +45,10 @@ class Cell:
     """Builds the ops of one direction; ``activate`` applies an activation with ONNX's clip."""
 
     def __init__(self, ctx, node, spec: RecurrentSpec, d: int):
+        if not isinstance(spec.steps, int):
+            ctx.fail(node, f"this {node.op_type} (its activations, clip, sequence_lens or runtime weights) has no "
+                           "fused Core ML op and is unrolled, which needs a static sequence length",
+                     "pin the sequence length in the recipe, or use enumerated shapes")
         self.ctx, self.node, self.spec, self.d = ctx, node, spec, d
 
     def name(self, tag: str, t: int) -> str:

@@ -23,6 +23,7 @@ from edgebuild_coreml.lowering.ops._nn_util import (
     mil_pads,
     rank_of,
     same_pads,
+    shape_of,
     static_shape,
 )
 from edgebuild_coreml.lowering.registry import lowers
@@ -46,6 +47,8 @@ class Windows:
 
 
 def _windows(ctx, node, in_sizes) -> Windows:
+    """``in_sizes`` may hold symbols (flexible sizes): then ``out`` holds None there, and only
+    layouts whose pads do not depend on the size (explicit or VALID, floor mode) are accepted."""
     kernel = [int(k) for k in ctx.attr(node, "kernel_shape")]
     n = len(kernel)
     strides = [int(s) for s in ctx.attr(node, "strides", [1] * n)]
@@ -53,6 +56,10 @@ def _windows(ctx, node, in_sizes) -> Windows:
     ceil_mode = bool(ctx.attr(node, "ceil_mode", 0))
     auto_pad = ctx.attr(node, "auto_pad", "NOTSET")
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    flexible = not all(isinstance(s, (int, np.integer)) for s in in_sizes)
+    if flexible and (ceil_mode or auto_pad in ("SAME_UPPER", "SAME_LOWER")):
+        ctx.fail(node, f"{'ceil_mode' if ceil_mode else auto_pad} pooling places its windows by the input size, "
+                       "which is flexible here", "pin the spatial input shapes in the recipe (or enumerate them)")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         pads = same_pads(in_sizes, kernel, strides, dilations, auto_pad == "SAME_UPPER")
     elif auto_pad == "VALID":
@@ -63,6 +70,10 @@ def _windows(ctx, node, in_sizes) -> Windows:
     out, tails = [], []
     for size, k, s, d, b, e in zip(in_sizes, kernel, strides, dilations, begins, ends):
         span = (k - 1) * d + 1
+        if not isinstance(size, (int, np.integer)):  # floor mode: no tail, the output size is MIL's
+            out.append(None)
+            tails.append(0)
+            continue
         room = size + b + e - span
         if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
             o = -(-size // s)
@@ -78,11 +89,9 @@ def _windows(ctx, node, in_sizes) -> Windows:
 
 
 def _input_with_shape(ctx, node):
+    """The input and its shape (symbols where flexible: see ``_windows``)."""
     x = as_float(ctx.input(node, 0))
-    shape = static_shape(x)
-    if shape is None:
-        ctx.fail(node, "pooling needs static spatial input shapes to place ONNX windows exactly",
-                 "pin the input shapes in the recipe")
+    shape = shape_of(x)
     if not 3 <= len(shape) <= 5:
         ctx.fail(node, f"Core ML pools 1-D to 3-D inputs; this input has rank {len(shape)}")
     return x, shape
@@ -144,6 +153,9 @@ def _max_pool_float(ctx, node, x, shape, final_name: str | None = None):
     w = _windows(ctx, node, list(shape[2:]))
     wants_indices = len(node.outputs) > 1 and node.outputs[1] is not None and node.outputs[1].name != ""
     dilated = any(d != 1 for d in w.dilations)
+    if (dilated or wants_indices) and static_shape(x) is None:
+        ctx.fail(node, "MaxPool with dilations or an Indices output is built from strided slices sized by the "
+                       "input, which is flexible here", "pin the spatial input shapes in the recipe")
     if not dilated and not wants_indices:
         pad = mil_pads(w.begins + [e + t for e, t in zip(w.ends, w.tails)])
         return mb.max_pool(x=x, kernel_sizes=w.kernel, strides=w.strides, pad_type="custom", pad=pad,
@@ -196,6 +208,9 @@ def average_pool(ctx, node):
         pad = mil_pads(w.begins + w.ends)
         return mb.avg_pool(x=x, kernel_sizes=w.kernel, strides=w.strides, pad_type="custom", pad=pad,
                            exclude_padding_from_average=not include_pad, ceil_mode=False, name=ctx.name(node))
+    if static_shape(x) is None:
+        ctx.fail(node, "AveragePool with dilations is built from strided slices sized by the input, which is "
+                       "flexible here", "pin the spatial input shapes in the recipe")
     total = _window_sum(ctx, node, x, w, "avg")
     inverse = 1.0 / np.maximum(_window_counts(w, shape[2:], include_pad), 1.0)
     return mb.mul(x=total, y=inverse.astype(fconst(x, 0).dtype), name=ctx.name(node))
@@ -207,6 +222,9 @@ def lp_pool(ctx, node):
     x, shape = _input_with_shape(ctx, node)
     w = _windows(ctx, node, list(shape[2:]))
     p = float(ctx.attr(node, "p", 2))
+    if static_shape(x) is None and any(d != 1 for d in w.dilations):
+        ctx.fail(node, "LpPool with dilations is built from strided slices sized by the input, which is "
+                       "flexible here", "pin the spatial input shapes in the recipe")
     powered = _abs_pow(ctx, node, x, p)
     total = _window_sum(ctx, node, powered, w, "lp")
     return _root(ctx, node, total, p)
