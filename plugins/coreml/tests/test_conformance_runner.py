@@ -9,12 +9,12 @@ import numpy as np
 import onnx
 import onnx.helper as oh
 import pytest
+from edgebuild_coreml.conformance_runner import run_onnx_case
 
 from edgebuild.conformance import runner
 from edgebuild.conformance.suite import run_suite
 from edgebuild.conformance.tables import write_table
 from edgebuild.errors import NotRepresentable
-from edgebuild_coreml.conformance_runner import run_onnx_case
 
 RUNNER = "edgebuild_coreml.conformance_runner:run_onnx_case"
 

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import onnx.helper as oh
 import pytest
-from onnx_cases import IR_VERSION, I64, check, check_op, rand
+from onnx_cases import I64, IR_VERSION, check, check_op, rand
 
 
 @pytest.mark.parametrize("shape, indices", [((3, 4), I64(0, 2)), ((2, 3, 5), I64(4, 0, 4)), ((5,), I64(1, 3)),

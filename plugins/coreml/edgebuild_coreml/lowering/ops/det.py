@@ -12,7 +12,13 @@ from __future__ import annotations
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._util import dtype_of, is_static, rank_of, select, shape_of
+from edgebuild_coreml.lowering.ops._util import (
+    dtype_of,
+    is_static,
+    rank_of,
+    select,
+    shape_of,
+)
 from edgebuild_coreml.lowering.registry import lowers
 
 _MAX_UNROLLED = 64  # the unrolled elimination grows as n**2 ops

@@ -16,7 +16,13 @@ from coremltools.converters.mil.mil import types
 from coremltools.converters.mil.mil.types.symbolic import is_symbolic
 from coremltools.converters.mil.mil.var import Var
 
-from edgebuild_coreml.lowering.ops._util import dim, is_static, normalize_axis, rank_of, shape_of
+from edgebuild_coreml.lowering.ops._util import (
+    dim,
+    is_static,
+    normalize_axis,
+    rank_of,
+    shape_of,
+)
 from edgebuild_coreml.lowering.registry import lowers
 
 _ZEROS = {types.fp32: np.float32(0), types.fp16: np.float16(0), types.int32: np.int32(0), types.bool: np.bool_(False)}
@@ -188,7 +194,7 @@ def scan_batched(ctx, node):
     if ctx.has_input(node, 0):
         ctx.fail(node, "sequence_lens (per-row scan lengths) is not supported", "leave sequence_lens out")
     values = [_as_var(ctx, node, ctx.input(node, k), f"in{k}") for k in range(1, len(node.inputs))]
-    states, inputs = values[:len(values) - count], values[len(values) - count:]
+    states = values[:len(values) - count]
     batch = shape_of(values[0])[0]
     if not is_static(batch):
         ctx.fail(node, "the batch size must be known when the model is built", "pin the input shapes in the recipe")

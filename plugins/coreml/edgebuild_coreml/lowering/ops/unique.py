@@ -14,7 +14,14 @@ from __future__ import annotations
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._util import dim, is_static, normalize_axis, rank_of, select, shape_of
+from edgebuild_coreml.lowering.ops._util import (
+    dim,
+    is_static,
+    normalize_axis,
+    rank_of,
+    select,
+    shape_of,
+)
 from edgebuild_coreml.lowering.registry import lowers
 
 
