@@ -8,11 +8,14 @@ import numpy as np
 
 from edgebuild.conformance.cases import Case, qualified_op
 
-# Tensor element types a Core ML-class backend can hold (narrow integers and float64 travel
-# as int32 / float32). Everything else is classified unsupported before the backend runs.
-REPRESENTABLE_TYPES = {"FLOAT", "FLOAT16", "DOUBLE", "INT8", "UINT8", "INT16", "INT32", "INT64", "BOOL"}
+# Tensor element types a Core ML-class backend can hold: integers travel as int32 (their values
+# are range-checked below: a uint32 or int64 case holding values beyond int32 is set aside),
+# float64 as float32. Everything else is classified unsupported before the backend runs.
+REPRESENTABLE_TYPES = {"FLOAT", "FLOAT16", "DOUBLE", "BOOL", "INT2", "UINT2", "INT4", "UINT4", "INT8", "UINT8",
+                       "INT16", "UINT16", "INT32", "UINT32", "INT64", "UINT64"}
 # Ops that are data, not compute: every backend receives them as constants.
 STRUCTURAL_OPS = {("", "Constant")}
+EMPTY_TENSORS = "empty (zero-size) tensors"
 _INT32 = np.iinfo(np.int32)
 
 
@@ -46,14 +49,14 @@ def _graph_type_problem(graph) -> str | None:
     return None
 
 
-def _value_problem(arrays: Sequence) -> str | None:
+def _value_problem(arrays: Sequence, *, empty_ok: bool = False) -> str | None:
     for array in arrays:
         if not isinstance(array, np.ndarray):
             return "sequence values"
         if array.dtype == object:
             return "string tensors"
-        if array.size == 0:
-            return "empty (zero-size) tensors"
+        if array.size == 0 and not empty_ok:
+            return EMPTY_TENSORS
         if array.dtype.kind in "iu" and array.size and (array.min() < _INT32.min or array.max() > _INT32.max):
             return "integers beyond int32 range"
     return None
@@ -87,7 +90,11 @@ def classify(case: Case, registry, backend: str) -> str | None:
     import onnx
 
     model = onnx.load_from_string(case.model)
-    problem = _graph_type_problem(model.graph) or _value_problem(case.inputs) or _value_problem(case.outputs)
+    # An empty input may be a parameter the backend folds into the model (an empty ``axes``, the
+    # ``like`` operand of CastLike); whether it must instead be fed is the backend runner's call
+    # (it raises NotRepresentable with EMPTY_TENSORS). No artifact produces an empty output.
+    problem = (_graph_type_problem(model.graph) or _value_problem(case.inputs, empty_ok=True)
+               or _value_problem(case.outputs))
     if problem:
         return problem
     missing = missing_lowerings(model, registry, backend)

@@ -6,6 +6,9 @@ from typing import Sequence
 
 import numpy as np
 
+# ml_dtypes' integer types narrower than a byte (numpy kind "V"): judged exactly, as integers
+_SUB_BYTE_INTEGERS = {"int2", "uint2", "int4", "uint4"}
+
 
 def compare(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], rtol: float, atol: float) -> dict:
     """``{"status": "pass"|"fail", "reason"?, "max_abs_err"?}`` as onnx's backend runner judges:
@@ -20,7 +23,7 @@ def compare(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], rtol: 
             return {"status": "fail", "reason": f"output {i}: shape {got.shape} != expected {ref.shape}"}
         if got.dtype.kind not in "biuf":
             return {"status": "fail", "reason": f"output {i}: dtype {got.dtype} where {ref.dtype} is expected"}
-        if ref.dtype.kind in "biu":
+        if ref.dtype.kind in "biu" or ref.dtype.name in _SUB_BYTE_INTEGERS:
             if got.dtype.kind == "f":
                 return {"status": "fail", "reason": f"output {i}: dtype {got.dtype} where {ref.dtype} is expected"}
             diff = np.abs(got.astype(np.int64) - ref.astype(np.int64))

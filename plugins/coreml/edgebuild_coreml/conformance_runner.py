@@ -8,7 +8,8 @@ The cases feed operator parameters (axes, pads, scales, k, weights) as graph inp
 MIL takes only as build-time constants. When the lowering asks for a constant, the case is
 lowered again with every input but the first baked in as an initializer — what a recipe's
 fixed input (``source.inputs: {name: {value: ...}}``) does — and run on the first input;
-failing that, with every input baked in.
+failing that, with every input baked in. Core ML inputs cannot be empty, so a zero-size input
+is only ever baked in, and a case whose data (first) input is empty is not representable.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import onnx
 import onnx_ir as ir
 from onnx import numpy_helper
 
-from edgebuild.errors import BuildError
+from edgebuild.conformance.classify import EMPTY_TENSORS
+from edgebuild.errors import BuildError, NotRepresentable
 from edgebuild.protocols import ConformanceRunner
 
 TARGET = "iOS18"
@@ -97,8 +99,13 @@ def run_onnx_case(model_proto: onnx.ModelProto, inputs: Sequence[np.ndarray]) ->
             f"the case feeds {len(inputs)} inputs but the model has {len(graph_inputs)} ({', '.join(graph_inputs)})"
         )
     values = dict(zip(graph_inputs, inputs))
-    # Fold nothing, then the parameters (inputs after the first), then everything.
+    empty = [name for name in graph_inputs if np.asarray(values[name]).size == 0]
+    if graph_inputs and graph_inputs[0] in empty:
+        raise NotRepresentable(EMPTY_TENSORS)
+    # Fold nothing, then the parameters (inputs after the first), then everything; an empty
+    # input is always folded.
     attempts = [[], graph_inputs[1:], graph_inputs]
+    attempts = [names for names in attempts if set(empty) <= set(names)]
     attempts = [names for i, names in enumerate(attempts) if names not in attempts[:i]]
     for i, folded in enumerate(attempts):
         try:

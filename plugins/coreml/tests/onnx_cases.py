@@ -131,7 +131,7 @@ def assert_matches(actual: np.ndarray, expected: np.ndarray, *, rtol: float = 1e
     int64 references compare against int32 results (Core ML has no int64)."""
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.shape == expected.shape, f"{name}: shape {actual.shape} != expected {expected.shape}"
-    if expected.dtype.kind in "biu":
+    if expected.dtype.kind in "biu" or expected.dtype.name in ("int2", "uint2", "int4", "uint4"):  # ml_dtypes
         assert actual.dtype.kind in "biu", f"{name}: dtype {actual.dtype} where {expected.dtype} is expected"
         np.testing.assert_array_equal(actual.astype(np.int64), expected.astype(np.int64), err_msg=name)
     else:

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import onnx
+import onnx.helper as oh
 import pytest
+from edgebuild_coreml.conformance_runner import run_onnx_case
 
 from edgebuild.conformance import runner
 from edgebuild.conformance.suite import run_suite
 from edgebuild.conformance.tables import write_table
+from edgebuild.errors import NotRepresentable
 
 RUNNER = "edgebuild_coreml.conformance_runner:run_onnx_case"
 
@@ -49,6 +54,27 @@ def test_table_and_json(slice_result, tmp_path):
     for op in SLICE:
         assert f"| {op} |" in text
     json.dumps(slice_result)  # the --json output must serialise
+
+
+def _reduce_sum_model():
+    value = oh.make_tensor_value_info
+    graph = oh.make_graph([oh.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)], "g",
+                          [value("x", onnx.TensorProto.FLOAT, [2, 3]), value("axes", onnx.TensorProto.INT64, [None])],
+                          [value("y", onnx.TensorProto.FLOAT, None)])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)])
+
+
+def test_an_empty_parameter_is_folded_into_the_model():
+    """An empty ``axes`` input cannot be a Core ML input, but as a build-time constant it means
+    "every axis"."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (y,) = run_onnx_case(_reduce_sum_model(), [x, np.zeros(0, np.int64)])
+    assert float(y) == pytest.approx(15.0)
+
+
+def test_an_empty_data_input_is_not_representable():
+    with pytest.raises(NotRepresentable, match="empty"):
+        run_onnx_case(_reduce_sum_model(), [np.zeros((2, 0), np.float32), np.array([1], np.int64)])
 
 
 @pytest.mark.slow

@@ -62,6 +62,21 @@ CASES = {
     "cast_to_bool": ("Cast", {"x": np.round(X)}, {"to": 9}, (), 18, 1),
     "cast_const": ("Cast", {"x": I64(1, 2, 3)}, {"to": 1}, ("x",), 18, 1),
     "castlike": ("CastLike", {"x": X * 3, "like": I64(0)}, {}, (), 18, 1),
+    # integer types carried as int32 wrap into their own width, as ONNX's fixed-point casts do
+    "cast_int32_to_int8_wraps": ("Cast", {"x": np.array([200, -200, 127, 128, -129, 5], np.int32)}, {"to": 3},
+                                 (), 18, 1),
+    "cast_int64_to_uint8_wraps": ("Cast", {"x": I64(300, -1, 255, 256, 0)}, {"to": 2}, (), 18, 1),
+    "cast_int32_to_uint16_wraps": ("Cast", {"x": np.array([70000, -1, 65535], np.int32)}, {"to": 4}, (), 18, 1),
+    "cast_float_to_int16": ("Cast", {"x": X * 300}, {"to": 5}, (), 18, 1),
+    "cast_const_wraps": ("Cast", {"x": np.array([200, -200], np.int32)}, {"to": 3}, ("x",), 18, 1),
+    "cast_uint8_to_int16_unchanged": ("Cast", {"x": np.array([0, 200, 255], np.uint8)}, {"to": 5}, (), 18, 1),
+    # unsigned inputs whose values fit int32
+    "add_uint16": ("Add", {"a": np.array([1, 60000, 7], np.uint16), "b": np.array([2, 5000, 9], np.uint16)}, {},
+                   (), 18, 1),
+    "less_uint32": ("Less", {"a": np.array([1, 2_000_000_000, 7], np.uint32), "b": np.array([2, 5, 7], np.uint32)},
+                    {}, (), 18, 1),
+    "max_uint64": ("Max", {"a": np.array([1, 2_000_000_000], np.uint64), "b": np.array([2, 5], np.uint64)}, {},
+                   (), 18, 1),
     "identity": ("Identity", {"x": X}, {}, (), 18, 1),
     "dropout": ("Dropout", {"x": X}, {}, (), 18, 1),
     "dropout_mask": ("Dropout", {"x": X}, {}, (), 18, 2),
@@ -75,3 +90,23 @@ def test_mod_fmod0_on_floats_is_refused():
     model = single_node_model("Mod", {"a": X, "b": POS})
     with pytest.raises(LoweringError, match="fmod=1"):
         lower(model)
+
+
+@pytest.mark.parametrize("to", ["INT4", "UINT4", "INT2", "UINT2"])
+def test_cast_to_sub_byte_integers_truncates_and_wraps(to):
+    """Sub-byte integers are carried as int32; onnx's reference (ml_dtypes) truncates and wraps."""
+    import onnx
+    from onnx_cases import check_reference
+
+    x = np.array([-9.7, -8, -3.5, -1, 0, 1.9, 3, 7, 8, 15.2, 16], np.float32)
+    model = single_node_model("Cast", {"x": x}, attrs={"to": getattr(onnx.TensorProto, to)}, opset=21)
+    check_reference(model, {"x": x})
+
+
+def test_cast_from_int4_input():
+    import ml_dtypes
+    from onnx_cases import check_reference
+
+    x = np.array([-8, -1, 0, 7], ml_dtypes.int4)
+    model = single_node_model("Cast", {"x": x}, attrs={"to": 1}, opset=21)
+    check_reference(model, {"x": x})

@@ -60,6 +60,11 @@ _PLACEHOLDER_DTYPES = {
     ir.DataType.UINT8: types.int32,
     ir.DataType.UINT16: types.int32,
     ir.DataType.UINT32: types.int32,
+    ir.DataType.UINT64: types.int32,  # like int64: values must fit int32
+    ir.DataType.INT4: types.int32,
+    ir.DataType.UINT4: types.int32,
+    ir.DataType.INT2: types.int32,
+    ir.DataType.UINT2: types.int32,
     ir.DataType.BOOL: types.int32,  # Core ML inputs carry no bool; cast inside the program
 }
 

@@ -22,6 +22,10 @@ _MIL_DTYPES = {
     ir.DataType.UINT32: "int32",
     ir.DataType.UINT16: "int32",
     ir.DataType.UINT8: "int32",
+    ir.DataType.INT4: "int32",
+    ir.DataType.UINT4: "int32",
+    ir.DataType.INT2: "int32",
+    ir.DataType.UINT2: "int32",
     ir.DataType.BOOL: "bool",
 }
 _NUMPY_OF = {"fp32": np.float32, "fp16": np.float16, "int32": np.int32, "bool": np.bool_}

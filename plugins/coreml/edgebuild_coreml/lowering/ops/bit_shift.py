@@ -8,28 +8,14 @@ full-width result, as ONNX defines: 0, or -1 for a right shift of a negative val
 from __future__ import annotations
 
 import numpy as np
-import onnx_ir as ir
 from coremltools.converters.mil import Builder as mb
 
+from edgebuild_coreml.lowering.ops._int_width import WIDTHS, wrap
 from edgebuild_coreml.lowering.ops._util import dtype_of, select
 from edgebuild_coreml.lowering.registry import lowers
 
-_WIDTHS = {ir.DataType.INT8: (8, True), ir.DataType.UINT8: (8, False), ir.DataType.INT16: (16, True),
-           ir.DataType.UINT16: (16, False), ir.DataType.INT32: (32, True), ir.DataType.UINT32: (32, False),
-           ir.DataType.INT64: (64, True), ir.DataType.UINT64: (64, False)}
 # 2**i as int32 for i in 0..31; 2**31 wraps to -2**31, which still multiplies correctly mod 2**32.
 _POWERS_OF_TWO = np.array([1 << i for i in range(31)] + [-(1 << 31)], dtype=np.int32)
-
-
-def _wrap(value, width: int, signed: bool):
-    """``value`` reduced into a ``width``-bit integer's range (two's complement)."""
-    if width >= 32:
-        return value
-    modulus = np.int32(1 << width)
-    if not signed:
-        return mb.mod(x=value, y=modulus)
-    half = np.int32(1 << (width - 1))
-    return mb.sub(x=mb.mod(x=mb.add(x=value, y=half), y=modulus), y=half)
 
 
 @lowers("BitShift", since=11)
@@ -37,13 +23,13 @@ def bit_shift(ctx, node):
     x, y = ctx.input(node, 0), ctx.input(node, 1)
     if dtype_of(x) != "int32" or dtype_of(y) != "int32":
         ctx.fail(node, "BitShift needs integer inputs")
-    width, signed = _WIDTHS.get(node.inputs[0].dtype, (32, True))
+    width, signed = WIDTHS.get(node.inputs[0].dtype, (32, True))
     direction = ctx.attr(node, "direction", "LEFT")
     direction = direction.decode() if isinstance(direction, bytes) else direction
     out_of_range = mb.logical_or(x=mb.less(x=y, y=np.int32(0)), y=mb.greater_equal(x=y, y=np.int32(width)))
     if direction == "LEFT":
         shift = mb.minimum(x=mb.maximum(x=y, y=np.int32(0)), y=np.int32(31))
-        shifted = _wrap(mb.mul(x=x, y=mb.gather(x=_POWERS_OF_TWO, indices=shift, axis=0)), width, signed)
+        shifted = wrap(mb.mul(x=x, y=mb.gather(x=_POWERS_OF_TWO, indices=shift, axis=0)), width, signed)
         return select(out_of_range, np.int32(0), shifted, name=ctx.name(node))
     if direction != "RIGHT":
         ctx.fail(node, f"direction must be LEFT or RIGHT, not {direction!r}")
