@@ -37,10 +37,12 @@ def _axis_taps(ctx, node, start, size, bins: int, grid: int, extent: int, tag: s
     return mb.cast(x=low, dtype="int32"), mb.cast(x=high, dtype="int32"), w_low, w_high
 
 
-def _grid_size(ctx, node, rois, sampling_ratio: int, scale: float, offset: float, half_pixel: bool,
-               bins: tuple[int, int]) -> int:
+def _grid_sizes(ctx, node, sampling_ratio: int, scale: float, offset: float, half_pixel: bool,
+                bins: tuple[int, int]) -> tuple[int, int]:
+    """Samples per bin along (height, width): the sampling ratio, or for 0 each axis's adaptive
+    ``ceil(roi size / bins)``, which must come out the same for every (constant) roi."""
     if sampling_ratio > 0:
-        return sampling_ratio
+        return sampling_ratio, sampling_ratio
     values = ctx.const_value(node.inputs[1])
     if values is None:
         ctx.fail(node, "sampling_ratio 0 picks each roi's sample grid from its size, which needs constant rois",
@@ -49,11 +51,14 @@ def _grid_size(ctx, node, rois, sampling_ratio: int, scale: float, offset: float
     sizes = [boxes[:, 3] - boxes[:, 1], boxes[:, 2] - boxes[:, 0]]
     if not half_pixel:
         sizes = [np.maximum(s, 1.0) for s in sizes]
-    grids = {int(np.ceil(s / b)) for axis_sizes, b in zip(sizes, bins) for s in axis_sizes}
-    if len(grids) != 1:
-        ctx.fail(node, f"sampling_ratio 0 gives these rois different sample grids {sorted(grids)}",
-                 hint="set sampling_ratio to a positive value")
-    return max(grids.pop(), 1)
+    grids = []
+    for axis_sizes, b, axis in zip(sizes, bins, ("height", "width")):
+        found = sorted({int(np.ceil(s / b)) for s in axis_sizes})
+        if len(found) != 1:
+            ctx.fail(node, f"sampling_ratio 0 gives these rois different sample grids along {axis}: {found}",
+                     hint="set sampling_ratio to a positive value")
+        grids.append(max(found[0], 1))
+    return grids[0], grids[1]
 
 
 @lowers("RoiAlign", since=10)
@@ -75,8 +80,8 @@ def roi_align(ctx, node):
     half_pixel = transform == "half_pixel"
     offset = 0.5 if half_pixel else 0.0
     scale = float(ctx.attr(node, "spatial_scale", 1.0))
-    grid = _grid_size(ctx, node, rois, int(ctx.attr(node, "sampling_ratio", 0)), scale, offset, half_pixel,
-                      (out_h, out_w))
+    grid_h, grid_w = _grid_sizes(ctx, node, int(ctx.attr(node, "sampling_ratio", 0)), scale, offset, half_pixel,
+                                 (out_h, out_w))
     dtype = float_np(x)
     count = roi_shape[0]
 
@@ -85,8 +90,8 @@ def roi_align(ctx, node):
     extent_w, extent_h = mb.sub(x=x2, y=x1), mb.sub(x=y2, y=y1)
     if not half_pixel:  # the legacy mode stretches malformed rois to 1x1
         extent_w, extent_h = mb.maximum(x=extent_w, y=dtype(1.0)), mb.maximum(x=extent_h, y=dtype(1.0))
-    ys = _axis_taps(ctx, node, y1, extent_h, out_h, grid, height, "y", dtype)  # [R, out_h*grid]
-    xs = _axis_taps(ctx, node, x1, extent_w, out_w, grid, width, "x", dtype)  # [R, out_w*grid]
+    ys = _axis_taps(ctx, node, y1, extent_h, out_h, grid_h, height, "y", dtype)  # [R, out_h*grid_h]
+    xs = _axis_taps(ctx, node, x1, extent_w, out_w, grid_w, width, "x", dtype)  # [R, out_w*grid_w]
 
     image_start = mb.mul(x=mb.cast(x=batch_indices, dtype="int32"), y=np.int32(height * width))
     image_start = mb.reshape(x=image_start, shape=np.array([count, 1, 1], np.int32))
@@ -94,7 +99,7 @@ def roi_align(ctx, node):
     for y_index, y_weight in ((ys[0], ys[2]), (ys[1], ys[3])):
         row = mb.add(x=mb.mul(x=mb.expand_dims(x=y_index, axes=[2]), y=np.int32(width)), y=image_start)
         for x_index, x_weight in ((xs[0], xs[2]), (xs[1], xs[3])):
-            positions.append(mb.add(x=row, y=mb.expand_dims(x=x_index, axes=[1])))  # [R, out_h*grid, out_w*grid]
+            positions.append(mb.add(x=row, y=mb.expand_dims(x=x_index, axes=[1])))  # [R, out_h*grid_h, out_w*grid_w]
             weights.append(mb.mul(x=mb.expand_dims(x=y_weight, axes=[2]), y=mb.expand_dims(x=x_weight, axes=[1])))
     # Flattened in (bin row, sample row, bin col, sample col, corner) order.
     position = mb.reshape(x=mb.stack(values=positions, axis=3), shape=np.array([count, -1], np.int32))
@@ -103,10 +108,10 @@ def roi_align(ctx, node):
     pixels = mb.reshape(x=mb.transpose(x=x, perm=[0, 2, 3, 1]), shape=np.array([batch * height * width, channels], np.int32),
                         name=ctx.name(node, "pixels"))
     taps = mb.mul(x=mb.gather(x=pixels, indices=position, axis=0), y=weight, name=ctx.name(node, "taps"))  # [R, T, C]
-    per_bin = mb.reshape(x=taps, shape=np.array([count * out_h, grid, out_w, grid * 4, channels], np.int32))
+    per_bin = mb.reshape(x=taps, shape=np.array([count * out_h, grid_h, out_w, grid_w * 4, channels], np.int32))
     if mode == "avg":
         pooled = mb.reduce_sum(x=per_bin, axes=[1, 3], keep_dims=False)
-        pooled = mb.mul(x=pooled, y=dtype(1.0 / (grid * grid)))
+        pooled = mb.mul(x=pooled, y=dtype(1.0 / (grid_h * grid_w)))
     else:
         pooled = mb.reduce_max(x=per_bin, axes=[1, 3], keep_dims=False)
     pooled = mb.reshape(x=pooled, shape=np.array([count, out_h, out_w, channels], np.int32))
