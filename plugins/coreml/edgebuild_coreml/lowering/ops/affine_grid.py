@@ -10,9 +10,10 @@ from edgebuild_coreml.lowering.registry import lowers
 
 
 def _positions(size: int, align_corners: bool) -> np.ndarray:
-    """Normalised [-1, 1] coordinates of ``size`` pixels: their corners' or their centres'."""
+    """Normalised [-1, 1] coordinates of ``size`` pixels: their corners' (a single pixel sits at -1,
+    as ONNX's linspace puts it) or their centres'."""
     if align_corners:
-        return np.linspace(-1.0, 1.0, size) if size > 1 else np.zeros(1)
+        return np.linspace(-1.0, 1.0, size)
     return (2.0 * np.arange(size) + 1.0) / size - 1.0
 
 

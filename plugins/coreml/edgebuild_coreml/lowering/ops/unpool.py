@@ -22,23 +22,20 @@ def max_unpool(ctx, node):
         ctx.fail(node, f"kernel_shape {kernel} must have one entry per spatial dim ({spatial})")
     strides = [int(s) for s in ctx.attr(node, "strides", [1] * spatial)]
     pads = [int(p) for p in ctx.attr(node, "pads", [0] * 2 * spatial)]
-    # The shape MaxPool came from; indices count positions in it, flattened over N, C and space.
-    unpooled = list(shape[:2]) + [(shape[2 + d] - 1) * strides[d] - pads[d] - pads[spatial + d] + kernel[d]
-                                  for d in range(spatial)]
-    wanted = unpooled
+    # The shape MaxPool came from: output_shape when given (MaxPool's input may have had a row or
+    # column no window reached), else the smallest shape these windows cover. The indices count
+    # positions in it, flattened over N, C and space (onnxruntime's and torch's reading; the ONNX
+    # reference instead scatters into the smallest shape and pads: see docs/op-notes.md).
+    shape_out = list(shape[:2]) + [(shape[2 + d] - 1) * strides[d] - pads[d] - pads[spatial + d] + kernel[d]
+                                   for d in range(spatial)]
     if ctx.has_input(node, 2):
-        wanted = [int(v) for v in np.asarray(ctx.const(node, 2, what="output_shape")).reshape(-1)]
-        if len(wanted) != len(shape) or any(w < u for w, u in zip(wanted, unpooled)):
-            ctx.fail(node, f"output_shape {wanted} is smaller than the unpooled shape {unpooled}")
-    zeros = np.zeros(int(np.prod(unpooled)), dtype=float_np(x))
+        given = [int(v) for v in np.asarray(ctx.const(node, 2, what="output_shape")).reshape(-1)]
+        if len(given) != len(shape) or given[:2] != list(shape[:2]):
+            ctx.fail(node, f"output_shape {given} must be [N, C, ...] of X's N and C {list(shape[:2])}")
+        shape_out = given
+    zeros = np.zeros(int(np.prod(shape_out)), dtype=float_np(x))
     flat_indices = mb.reshape(x=indices, shape=np.array([-1], np.int32), name=ctx.name(node, "flat_indices"))
     flat_values = mb.reshape(x=x, shape=np.array([-1], np.int32), name=ctx.name(node, "flat_values"))
     scattered = mb.scatter(data=zeros, indices=flat_indices, updates=flat_values, axis=0, mode="update",
                            name=ctx.name(node, "scatter"))
-    y = mb.reshape(x=scattered, shape=np.array(unpooled, np.int32),
-                   name=ctx.name(node) if wanted == unpooled else ctx.name(node, "unpooled"))
-    if wanted == unpooled:
-        return y
-    # A larger output_shape keeps the unpooled block at the origin, zeros after it.
-    pad = [v for w, u in zip(wanted, unpooled) for v in (0, w - u)]
-    return mb.pad(x=y, pad=np.array(pad, np.int32), mode="constant", constant_val=0.0, name=ctx.name(node))
+    return mb.reshape(x=scattered, shape=np.array(shape_out, np.int32), name=ctx.name(node))
