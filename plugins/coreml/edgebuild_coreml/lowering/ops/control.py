@@ -24,7 +24,8 @@ def if_(ctx, node):
         return tuple(outputs) if len(outputs) != 1 else outputs[0]
     if len(then_graph.outputs) != len(else_graph.outputs):
         ctx.fail(node, "the branches produce different numbers of outputs")
-    pred = mb.reshape(x=condition, shape=[], name=ctx.name(node, "pred")) if condition.rank else condition
+    # an empty shape list would be typed float; MIL wants an int32 shape
+    pred = mb.reshape(x=condition, shape=np.zeros(0, np.int32), name=ctx.name(node, "pred")) if condition.rank else condition
     result = mb.cond(pred=pred, _true_fn=lambda: _lower_branch(ctx, then_graph),
                      _false_fn=lambda: _lower_branch(ctx, else_graph), name=ctx.name(node))
     return tuple(result) if isinstance(result, (list, tuple)) else result
