@@ -129,8 +129,8 @@ def mil_dtype_for(np_dtype) -> str:
 
 @lowers("Range")
 def range_(ctx, node):
-    # Operands are scalars; single-element vectors (what Split or Slice of a shape leave) are
-    # read as scalars, as onnxruntime does.
+    # Operands are scalars; single-element vectors (what Split of a shape leaves, as ONNX's own
+    # function bodies such as AffineGrid's do) are read as scalars, as the ONNX reference does.
     values = [ctx.const_value(node.inputs[i]) for i in range(3)]
     if all(v is not None for v in values):
         start, limit, delta = (np.asarray(v).reshape(()) if np.size(v) == 1 else np.asarray(v) for v in values)
@@ -138,6 +138,9 @@ def range_(ctx, node):
         dtype = start.dtype
         return (start + np.arange(count, dtype=np.float64 if dtype.kind == "f" else np.int64) * delta).astype(dtype)
     operands = [ctx.input(node, i) for i in range(3)]
-    start, limit, delta = (mb.squeeze(x=v) if isinstance(v, Var) and v.rank == 1 and v.shape[0] == 1 else v
-                           for v in operands)
+    start, limit, delta = (
+        (mb.squeeze(x=v) if isinstance(v, Var) else np.asarray(v).reshape(()))
+        if len(shape_of(v)) == 1 and shape_of(v)[0] == 1 else v
+        for v in operands
+    )
     return mb.range_1d(start=start, end=limit, step=delta, name=ctx.name(node))
