@@ -50,7 +50,7 @@ def test_ios17_matches_onnxruntime(tmp_path):
 
     @mb.program(input_specs=[spec((1, 4, 40)), spec((1, 1, 40))], opset_version=ct.target.iOS17)
     def prog(boxes, scores):
-        out_boxes, out_scores, indices = mb.non_maximum_suppression(
+        out_boxes, _, indices = mb.non_maximum_suppression(
             boxes=boxes, scores=scores, iou_threshold=np.float32(0.3), max_boxes=np.int32(40))
         return mb.identity(x=indices, name="indices"), mb.identity(x=out_boxes, name="boxes_out")
 
