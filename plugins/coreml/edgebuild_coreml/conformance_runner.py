@@ -65,9 +65,10 @@ def _fold_inputs(model_proto: onnx.ModelProto, values: dict[str, np.ndarray], na
 
 
 def _wants_constants(exc: BuildError) -> bool:
-    """Whether a lowering refused an operand because it is not a build-time constant."""
+    """Whether a lowering refused an operand because it is not a build-time constant (or a shape
+    derived from a parameter input is not static)."""
     text = str(exc).lower()
-    return "constant" in text or "initializer" in text
+    return "constant" in text or "initializer" in text or "static shape" in text
 
 
 def _lower_and_run(model_proto: onnx.ModelProto, values: dict[str, np.ndarray]) -> list[np.ndarray]:

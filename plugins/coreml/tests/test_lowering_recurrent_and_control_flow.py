@@ -398,6 +398,44 @@ def test_if_runs_either_branch(sign):
     check(model, {"x": x})
 
 
+def test_if_on_a_one_element_runtime_condition():
+    """A [1]-shaped runtime condition (Equal of a split shape) is reshaped to MIL's scalar predicate."""
+    then_graph = oh.make_graph([oh.make_node("Add", ["x", "x"], ["t"])], "then", [],
+                               [oh.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [2, 3])])
+    else_graph = oh.make_graph([oh.make_node("Neg", ["x"], ["e"])], "else", [],
+                               [oh.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [2, 3])])
+    nodes = [oh.make_node("Equal", ["n", "one"], ["c"]),
+             oh.make_node("If", ["c"], ["y"], then_branch=then_graph, else_branch=else_graph)]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3]),
+                                       oh.make_tensor_value_info("n", onnx.TensorProto.INT64, [1])],
+                          [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])],
+                          [onh.from_array(np.array([1], np.int64), "one")])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=IR_VERSION)
+    for n in (1, 2):
+        check(model, {"x": rand(2, 3), "n": np.array([n], np.int64)})
+
+
+def test_if_branches_of_a_scalar_and_a_one_element_vector():
+    """ONNX's AffineGrid body returns a scalar from one branch and a [1] tensor from the other."""
+    then_graph = oh.make_graph([oh.make_node("Identity", ["zero"], ["t"])], "then", [],
+                               [oh.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [])])
+    else_graph = oh.make_graph([oh.make_node("Div", ["two", "n_float"], ["e"])], "else", [],
+                               [oh.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [1])])
+    nodes = [oh.make_node("Equal", ["n", "one"], ["c"]),
+             oh.make_node("Cast", ["n"], ["n_float"], to=onnx.TensorProto.FLOAT),
+             oh.make_node("If", ["c"], ["step"], then_branch=then_graph, else_branch=else_graph),
+             oh.make_node("Mul", ["x", "step"], ["y"])]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3]),
+                                       oh.make_tensor_value_info("n", onnx.TensorProto.INT64, [1])],
+                          [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])],
+                          [onh.from_array(np.array([1], np.int64), "one"), onh.from_array(np.float32(0), "zero"),
+                           onh.from_array(np.float32(2), "two")])
+    model = onnx.shape_inference.infer_shapes(
+        oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=IR_VERSION))
+    for n in (1, 4):
+        check(model, {"x": rand(2, 3), "n": np.array([n], np.int64)})
+
+
 # -- ONNX backend node cases --------------------------------------------------------------
 NODE_CASE_MODULES = ("gru", "rnn", "lstm", "loop")
 NODE_CASE_PATTERN = re.compile(r"test_(gru|rnn|simple_rnn|lstm|loop)")

@@ -87,3 +87,14 @@ def test_shape_folds_to_a_constant():
     """A static Shape becomes a constant, so shape arithmetic leaves no ops behind."""
     result = lower(single_node_model("Shape", {"x": X}))
     assert result.op_counts == {"const": 1} or set(result.op_counts) <= {"const", "identity"}
+
+
+@pytest.mark.parametrize("initializers", [("a", "b", "c"), ("a", "c")], ids=["constant", "runtime_limit"])
+def test_range_reads_single_element_vectors_as_scalars(initializers):
+    """ONNX's own function bodies (AffineGrid's) feed Range the [1]-shaped pieces of a split shape;
+    onnxruntime's shape inference refuses such a model, so the reference evaluator checks it."""
+    from onnx_cases import check_reference
+
+    inputs = {"a": I64(0), "b": I64(5), "c": I64(2)}
+    model = single_node_model("Range", inputs, opset=18, initializers=initializers)
+    check_reference(model, inputs, initializers=initializers)

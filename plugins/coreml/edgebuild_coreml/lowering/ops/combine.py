@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil.var import Var
 
 from edgebuild_coreml.lowering.ops._util import (
     dtype_of,
@@ -128,11 +129,18 @@ def mil_dtype_for(np_dtype) -> str:
 
 @lowers("Range")
 def range_(ctx, node):
+    # Operands are scalars; single-element vectors (what Split of a shape leaves, as ONNX's own
+    # function bodies such as AffineGrid's do) are read as scalars, as the ONNX reference does.
     values = [ctx.const_value(node.inputs[i]) for i in range(3)]
     if all(v is not None for v in values):
-        start, limit, delta = (np.asarray(v) for v in values)
+        start, limit, delta = (np.asarray(v).reshape(()) if np.size(v) == 1 else np.asarray(v) for v in values)
         count = max(int(np.ceil((limit - start) / delta)), 0)
         dtype = start.dtype
         return (start + np.arange(count, dtype=np.float64 if dtype.kind == "f" else np.int64) * delta).astype(dtype)
-    start, limit, delta = (ctx.input(node, i) for i in range(3))
+    operands = [ctx.input(node, i) for i in range(3)]
+    start, limit, delta = (
+        (mb.squeeze(x=v) if isinstance(v, Var) else np.asarray(v).reshape(()))
+        if len(shape_of(v)) == 1 and shape_of(v)[0] == 1 else v
+        for v in operands
+    )
     return mb.range_1d(start=start, end=limit, step=delta, name=ctx.name(node))

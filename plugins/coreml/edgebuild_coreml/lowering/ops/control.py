@@ -8,8 +8,25 @@ from coremltools.converters.mil import Builder as mb
 from edgebuild_coreml.lowering.registry import lowers
 
 
-def _lower_branch(ctx, graph):
+def _single_element_ranks(then_graph, else_graph) -> dict[int, int]:
+    """{output index: rank} where one branch yields a scalar and the other a [1, ...] tensor.
+
+    ONNX lets branches differ in shape (its own function bodies mix a scalar constant with a
+    piece of a split shape); MIL ``cond`` needs one type, so such outputs take the higher rank.
+    """
+    ranks = {}
+    for i, (a, b) in enumerate(zip(then_graph.outputs, else_graph.outputs)):
+        if a.shape is None or b.shape is None or a.shape.rank() == b.shape.rank():
+            continue
+        if all(d == 1 for d in (*a.shape, *b.shape)):
+            ranks[i] = max(a.shape.rank(), b.shape.rank())
+    return ranks
+
+
+def _lower_branch(ctx, graph, ranks: dict[int, int]):
     outputs = ctx.lower_subgraph(graph, [])
+    outputs = [mb.reshape(x=v, shape=np.ones(ranks[i], np.int32)) if i in ranks and v.rank != ranks[i] else v
+               for i, v in enumerate(outputs)]
     return tuple(outputs) if len(outputs) != 1 else outputs[0]
 
 
@@ -24,7 +41,9 @@ def if_(ctx, node):
         return tuple(outputs) if len(outputs) != 1 else outputs[0]
     if len(then_graph.outputs) != len(else_graph.outputs):
         ctx.fail(node, "the branches produce different numbers of outputs")
-    pred = mb.reshape(x=condition, shape=[], name=ctx.name(node, "pred")) if condition.rank else condition
-    result = mb.cond(pred=pred, _true_fn=lambda: _lower_branch(ctx, then_graph),
-                     _false_fn=lambda: _lower_branch(ctx, else_graph), name=ctx.name(node))
+    # an empty shape list would be typed float; MIL wants an int32 shape
+    pred = mb.reshape(x=condition, shape=np.zeros(0, np.int32), name=ctx.name(node, "pred")) if condition.rank else condition
+    ranks = _single_element_ranks(then_graph, else_graph)
+    result = mb.cond(pred=pred, _true_fn=lambda: _lower_branch(ctx, then_graph, ranks),
+                     _false_fn=lambda: _lower_branch(ctx, else_graph, ranks), name=ctx.name(node))
     return tuple(result) if isinstance(result, (list, tuple)) else result
