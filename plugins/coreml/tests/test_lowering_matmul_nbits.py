@@ -108,6 +108,24 @@ def test_input_ranks(a_shape):
     _check(model, rand(*a_shape, 64, seed=5))
 
 
+@pytest.mark.parametrize("hqq", [False, True])
+def test_float16_source(hqq):
+    """A float16 graph (A, scales, float zero points in fp16): the weight comes out in fp16 too."""
+    if hqq:
+        pytest.importorskip("torch")
+    model = quantised(_float_matmul(128), block_size=32, hqq=hqq)
+    for tensor in model.graph.initializer:
+        if tensor.data_type == onnx.TensorProto.FLOAT:
+            tensor.CopyFrom(onh.from_array(onh.to_array(tensor).astype(np.float16), tensor.name))
+    for value in [*model.graph.input, *model.graph.output]:
+        value.type.tensor_type.elem_type = onnx.TensorProto.FLOAT16
+    a = rand(2, 3, 128, seed=5).astype(np.float16)
+    expected = run_onnxruntime(model, {"a": a})["y"].astype(np.float32)
+    actual = run_like_conformance(model, {"a": a})["y"]
+    assert actual.dtype == np.float16
+    assert_close(actual.astype(np.float32), expected, max_abs=2e-3, name="y")  # fp16 resolution
+
+
 # -- cases built from the documented layout -------------------------------------------------
 RNG = np.random.default_rng(3)
 

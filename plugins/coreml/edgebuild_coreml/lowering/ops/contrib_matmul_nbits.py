@@ -54,7 +54,7 @@ def _block_order(ctx, node, g_idx: np.ndarray, k: int, block: int) -> np.ndarray
     return None if np.array_equal(order, np.arange(k)) else order.astype(np.int32)
 
 
-def _zero_points(ctx, node, zero, bits: int, n: int, blocks: int):
+def _zero_points(ctx, node, zero, bits: int, n: int, blocks: int, dtype):
     """Zero points as [N, k_blocks]: integer codes (uint8 packed), floats, or None (the default)."""
     if zero is None:
         return None
@@ -63,7 +63,7 @@ def _zero_points(ctx, node, zero, bits: int, n: int, blocks: int):
     if zero.dtype.kind == "f":
         if zero.size != n * blocks:
             ctx.fail(node, f"float zero_points have {zero.size} values; expected N * k_blocks = {n * blocks}")
-        return zero.reshape(n, blocks).astype(np.float32)
+        return zero.reshape(n, blocks).astype(dtype)
     ctx.fail(node, f"zero_points of type {zero.dtype} are not supported", "use uint8 (packed) or float zero points")
 
 
@@ -120,9 +120,10 @@ def matmul_nbits(ctx, node):
     if blocks * block > k:  # the padding rows of the last block meet zeros of A
         pad = [0, 0] * (rank_of(x) - 1) + [0, blocks * block - k]
         x = mb.pad(x=x, pad=np.array(pad, np.int32), mode="constant", constant_val=0.0, name=ctx.name(node, "A_padded"))
-    zero = _zero_points(ctx, node, zero, bits, n, blocks)
-    weight = compressed_weight(codes, scales.reshape(n, blocks).astype(np.float32), zero, bits,
-                               ctx.name(node, "weight"))
+    # the weight comes out in A's float type (an fp16 source stays fp16)
+    dtype = float_np(x)
+    zero = _zero_points(ctx, node, zero, bits, n, blocks, dtype)
+    weight = compressed_weight(codes, scales.reshape(n, blocks).astype(dtype), zero, bits, ctx.name(node, "weight"))
     return _product(ctx, node, x, weight, bias, n)
 
 
