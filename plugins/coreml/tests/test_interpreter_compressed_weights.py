@@ -117,3 +117,29 @@ def test_affine_dequantize_matches_coremltools(dtype, axis, scale_dtype):
     expected = constexpr_affine_dequantize.decompress(data, zero_point, scale, axis)
     assert got.dtype == expected.dtype
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("data_type,offset", [("int4", None), ("uint4", "uint4"), ("uint4", "fp32"), ("uint8", "uint8")])
+def test_blockwise_sub_byte_weights_read_back(tmp_path, data_type, offset):
+    """4-bit blockwise weights (as MatMulNBits lowers to) survive the package's sub-byte
+    storage: data, offsets of the data's type or float offsets, scales per block of 16."""
+    from coremltools.converters.mil.mil import types
+    from interpreter_programs import roundtrip
+
+    low, high = {"int4": (-8, 8), "uint4": (0, 16), "uint8": (0, 256)}[data_type]
+    storage = {"int4": types.np_int4_dtype, "uint4": types.np_uint4_dtype, "uint8": np.uint8}[data_type]
+    codes = RNG.integers(low, high, (8, 64))
+    scale = (RNG.random((8, 4)) * 0.1 + 0.01).astype(np.float32)
+    zero = {None: None, "fp32": (RNG.random((8, 4)) * (high - 1)).astype(np.float32),
+            data_type: RNG.integers(low, high, (8, 4))}[offset]
+    kwargs = {} if zero is None else {"offset": zero.astype(storage) if offset == data_type else zero}
+
+    @mb.program(input_specs=[spec((2, 64))], opset_version=ct.target.iOS18)
+    def prog(x):
+        weight = mb.constexpr_blockwise_shift_scale(data=codes.astype(storage), scale=scale, **kwargs)
+        return mb.linear(x=x, weight=weight, bias=np.zeros(8, np.float32), name="out")
+
+    x = RNG.standard_normal((2, 64)).astype(np.float32)
+    dense = (codes - (0 if zero is None else np.repeat(zero, 16, axis=1))) * np.repeat(scale, 16, axis=1)
+    got = roundtrip(prog, tmp_path, {"x": x}, target=ct.target.iOS18)["out"]
+    np.testing.assert_allclose(got, x @ dense.T, rtol=1e-5, atol=1e-5)

@@ -133,20 +133,28 @@ def layer_normalization(ctx, node):
     scale = as_float(ctx.input(node, 1))
     bias = as_float(ctx.input(node, 2, optional=True))
     epsilon = float(ctx.attr(node, "epsilon", 1e-5))
-    rank = rank_of(x)
     axis = int(ctx.attr(node, "axis", -1))
+    wants_stats = any(o is not None and o.name != "" for o in list(node.outputs)[1:])
+    return layer_norm(ctx, node, x, scale, bias, axis, epsilon, stats=wants_stats)
+
+
+def layer_norm(ctx, node, x, scale, bias, axis: int, epsilon: float, *, stats: bool = False, name: str | None = None):
+    """LayerNormalization's arithmetic over dims axis..: ``y``, or ``(y, mean, inv_std)`` (kept
+    dims) when ``stats``. MIL's fused layer_norm when the parameters are constants of the
+    normalised shape and no statistics are wanted; spelled out otherwise. ``name``: of ``y``."""
+    name = name or ctx.name(node)
+    rank = rank_of(x)
     axis = axis + rank if axis < 0 else axis
     axes = list(range(axis, rank))
-    wants_stats = any(o is not None and o.name != "" for o in list(node.outputs)[1:])
     normalised_shape = shape_of(x)[axis:]
     gamma = scale.astype(float_np(x)) if isinstance(scale, np.ndarray) and scale.shape == normalised_shape else None
     beta = bias.astype(float_np(x)) if isinstance(bias, np.ndarray) and bias.shape == normalised_shape else None
-    if not wants_stats and gamma is not None and (bias is None or beta is not None):
+    if not stats and gamma is not None and (bias is None or beta is not None):
         kwargs = {"beta": beta} if beta is not None else {}
-        return mb.layer_norm(x=x, axes=axes, gamma=gamma, epsilon=epsilon, name=ctx.name(node), **kwargs)
+        return mb.layer_norm(x=x, axes=axes, gamma=gamma, epsilon=epsilon, name=name, **kwargs)
     normed, mean, inv_std = _normalise(ctx, node, x, axes, epsilon)
-    y = _affine(ctx, node, normed, scale, bias, ctx.name(node))
-    return (y, mean, inv_std) if wants_stats else y
+    y = _affine(ctx, node, normed, scale, bias, name)
+    return (y, mean, inv_std) if stats else y
 
 
 @lowers("GroupNormalization", since=18, until=20)
