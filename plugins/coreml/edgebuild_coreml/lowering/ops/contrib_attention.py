@@ -14,7 +14,16 @@ from __future__ import annotations
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._util import dtype_of, is_static, numpy_dtype, rank_of, select, shape_of, wanted
+from edgebuild_coreml.lowering.ops._util import (
+    dtype_of,
+    is_static,
+    numpy_dtype,
+    rank_of,
+    select,
+    shape_of,
+    to_var,
+    wanted,
+)
 from edgebuild_coreml.lowering.ops.attention import (
     add_bias,
     merge_heads,
@@ -76,40 +85,31 @@ def _as_int32(x):
 
 
 def _where_visible(visible, filter_value: float, dtype):
-    """0 where ``visible`` (bool array/Var), ``filter_value`` elsewhere."""
-    if isinstance(visible, np.ndarray):
-        return np.where(visible, 0, filter_value).astype(dtype)
+    """0 where ``visible`` (a bool Var), ``filter_value`` elsewhere."""
     return select(visible, np.array(0, dtype), np.array(filter_value, dtype))
 
 
 def padding_bias(ctx, node, mask, *, batch: int, q_length: int, total: int, filter_value: float, dtype, what: str):
     """An int32 key mask in onnxruntime's forms as an additive (B, 1, S or 1, T) bias:
     (B) key lengths (right padding), (2B) end positions then start positions (left padding),
-    (B, T) or (B, S, T) raw 1 = attend / 0 = padding."""
-    mask = _as_int32(mask)
+    (B, T) or (B, S, T) raw 1 = attend / 0 = padding. Constant masks fold at build time."""
+    mask = to_var(_as_int32(mask))
     shape = tuple(shape_of(mask))
     positions = np.arange(total, dtype=np.int32)
-    if shape == (batch,) or shape == (2 * batch,):
-        if isinstance(mask, np.ndarray):
-            ends, starts = mask[:batch].reshape(batch, 1), (mask[batch:].reshape(batch, 1) if shape[0] == 2 * batch else None)
-        else:
-            ends = mb.reshape(x=mb.slice_by_size(x=mask, begin=[0], size=[batch]) if shape[0] != batch else mask, shape=[batch, 1])
-            starts = mb.reshape(x=mb.slice_by_size(x=mask, begin=[batch], size=[batch]), shape=[batch, 1]) if shape[0] != batch else None
-        visible = (positions < ends) if isinstance(ends, np.ndarray) else mb.less(x=positions, y=ends)
-        if starts is not None:
-            after = (positions >= starts) if isinstance(starts, np.ndarray) else mb.greater_equal(x=positions, y=starts)
-            visible = visible & after if isinstance(visible, np.ndarray) else mb.logical_and(x=visible, y=after)
-        bias = _where_visible(visible, filter_value, dtype)
-        return bias.reshape(batch, 1, 1, total) if isinstance(bias, np.ndarray) else mb.reshape(x=bias, shape=[batch, 1, 1, total])
+    if shape in ((batch,), (2 * batch,)):
+        ends = mb.reshape(x=mb.slice_by_size(x=mask, begin=[0], size=[batch]), shape=[batch, 1])
+        visible = mb.less(x=positions, y=ends)
+        if shape[0] == 2 * batch:
+            starts = mb.reshape(x=mb.slice_by_size(x=mask, begin=[batch], size=[batch]), shape=[batch, 1])
+            visible = mb.logical_and(x=visible, y=mb.greater_equal(x=positions, y=starts))
+        return mb.reshape(x=_where_visible(visible, filter_value, dtype), shape=[batch, 1, 1, total])
     if shape in ((batch, total), (batch, q_length, total)):
-        visible = mask > 0 if isinstance(mask, np.ndarray) else mb.greater(x=mask, y=np.int32(0))
-        bias = _where_visible(visible, filter_value, dtype)
-        target = [batch, 1, 1, total] if len(shape) == 2 else [batch, 1, q_length, total]
-        return bias.reshape(target) if isinstance(bias, np.ndarray) else mb.reshape(x=bias, shape=target)
+        bias = _where_visible(mb.greater(x=mask, y=np.int32(0)), filter_value, dtype)
+        return mb.reshape(x=bias, shape=[batch, 1, 1 if len(shape) == 2 else q_length, total])
     ctx.fail(
         node,
-        f"{what} of shape {shape} is not supported; expected ({batch},) key lengths, ({2 * batch},) end/start positions, "
-        f"({batch}, {total}) or ({batch}, {q_length}, {total}) 0/1 masks",
+        f"{what} of shape {shape} is not supported; expected ({batch},) key lengths, ({2 * batch},) end/start "
+        f"positions, ({batch}, {total}) or ({batch}, {q_length}, {total}) 0/1 masks",
         hint="the (3*batch+2) and 4-D Megatron forms are not supported (onnxruntime's CPU kernel refuses them too)",
     )
 
@@ -128,7 +128,8 @@ def _attention_bias(ctx, node, index: int, dtype, q_length: int, total: int):
     """attention_bias (B or 1, N or 1, S, T), added to the scaled scores."""
     bias = _float_input(ctx, node, index, dtype)
     if bias is not None and (rank_of(bias) != 4 or tuple(shape_of(bias)[2:]) != (q_length, total)):
-        ctx.fail(node, f"attention_bias has shape {tuple(shape_of(bias))}; expected (B or 1, N or 1, {q_length}, {total})")
+        expected = f"(B or 1, N or 1, {q_length}, {total})"
+        ctx.fail(node, f"attention_bias has shape {tuple(shape_of(bias))}; expected {expected}")
     return bias
 
 
@@ -142,7 +143,14 @@ def _projection(x, weight, bias, begin: int, end: int):
     product = mb.matmul(x=x, y=mb.slice_by_index(x=weight, begin=[0, begin], end=[shape_of(weight)[0], end]))
     if bias is None:
         return product
-    return mb.add(x=product, y=bias[begin:end] if isinstance(bias, np.ndarray) else mb.slice_by_index(x=bias, begin=[begin], end=[end]))
+    return mb.add(x=product, y=_bias_slice(bias, begin, end))
+
+
+def _take(x, axis: int, index: int):
+    """x[..., index, ...] along ``axis``, that axis dropped."""
+    begin, end = [0] * rank_of(x), list(shape_of(x))
+    begin[axis], end[axis] = index, index + 1
+    return mb.squeeze(x=mb.slice_by_index(x=x, begin=begin, end=end), axes=[axis])
 
 
 def _outputs(ctx, node, y, *extras):
@@ -165,15 +173,18 @@ def microsoft_attention(ctx, node):
     _refuse_input(ctx, node, 6, "past_sequence_length", "shared past/present buffers need dynamic shapes")
     for attribute in ("do_rotary", "past_present_share_buffer"):
         if int(ctx.attr(node, attribute, 0) or 0):
-            ctx.fail(node, f"{attribute}=1 is not supported", hint="export without it (onnxruntime's CPU kernel refuses it too)")
+            ctx.fail(node, f"{attribute}=1 is not supported",
+                     hint="export without it (onnxruntime's CPU kernel refuses it too)")
     dtype = numpy_dtype(dtype_of(x))
     bias = _float_input(ctx, node, 2, dtype)
     heads = int(ctx.attr(node, "num_heads"))
     sizes = ctx.attr(node, "qkv_hidden_sizes") or [shape_of(weight)[1] // 3] * 3
     if len(sizes) != 3 or sum(sizes) != shape_of(weight)[1] or sizes[0] != sizes[1] or any(s % heads for s in sizes):
-        ctx.fail(node, f"qkv_hidden_sizes {sizes} do not split the weights' {shape_of(weight)[1]} columns into Q, K, V of num_heads={heads}")
+        ctx.fail(node, f"qkv_hidden_sizes {sizes} do not split the weights' {shape_of(weight)[1]} columns "
+                 f"into Q, K, V of num_heads={heads}")
     edges = np.cumsum([0, *sizes]).tolist()
-    q, k, v = (split_heads(ctx, node, _projection(x, weight, bias, edges[i], edges[i + 1]), heads, "QKV") for i in range(3))
+    projections = [_projection(x, weight, bias, edges[i], edges[i + 1]) for i in range(3)]
+    q, k, v = (split_heads(ctx, node, p, heads, "QKV") for p in projections)
     batch, _, q_length, _ = shape_of(q)
 
     past = ctx.input(node, 4, optional=True)
@@ -181,7 +192,7 @@ def microsoft_attention(ctx, node):
         _require_static(ctx, node, past)
         if rank_of(past) != 5 or shape_of(past)[0] != 2:
             ctx.fail(node, f"past must be (2, batch, heads, past_length, head_size); got {tuple(shape_of(past))}")
-        past_key, past_value = (mb.squeeze(x=mb.slice_by_index(x=past, begin=[i, 0, 0, 0, 0], end=[i + 1, *shape_of(past)[1:]]), axes=[0]) for i in (0, 1))
+        past_key, past_value = (_take(past, 0, i) for i in (0, 1))
         k, v = mb.concat(values=[past_key, k], axis=2), mb.concat(values=[past_value, v], axis=2)
     past_length = shape_of(past)[3] if past is not None else 0
     total = shape_of(k)[2]
@@ -211,14 +222,13 @@ def _mha_qkv(ctx, node, heads: int, dtype):
         if rank_of(query) != 5 or shape_of(query)[3] != 3:
             ctx.fail(node, f"without key, query must be packed QKV (B, S, N, 3, H); got {tuple(shape_of(query))}")
         batch, length, n, _, size = shape_of(query)
-        parts = [mb.slice_by_index(x=query, begin=[0, 0, 0, i, 0], end=[batch, length, n, i + 1, size]) for i in range(3)]
-        q, k, v = (mb.reshape(x=p, shape=[batch, length, n * size]) for p in parts)
+        q, k, v = (mb.reshape(x=_take(query, 3, i), shape=[batch, length, n * size]) for i in range(3))
     elif rank_of(key) == 5:  # packed KV (B, L, N, 2, H)
         if value is not None or shape_of(key)[3] != 2:
-            ctx.fail(node, f"a 5-D key must be packed KV (B, L, N, 2, H) with no value input; got {tuple(shape_of(key))}")
+            ctx.fail(node, f"a 5-D key must be packed KV (B, L, N, 2, H) with no value input; "
+                     f"got {tuple(shape_of(key))}")
         batch, length, n, _, size = shape_of(key)
-        parts = [mb.slice_by_index(x=key, begin=[0, 0, 0, i, 0], end=[batch, length, n, i + 1, size]) for i in range(2)]
-        q, (k, v) = query, (mb.reshape(x=p, shape=[batch, length, n * size]) for p in parts)
+        q, (k, v) = query, (mb.reshape(x=_take(key, 3, i), shape=[batch, length, n * size]) for i in range(2))
     else:
         q, k, v = query, key, value
         if v is None:
@@ -314,7 +324,8 @@ def group_query_attention(ctx, node):
     if key is None:  # packed QKV: N*H + 2*N_kv*H columns
         size = width // (heads + 2 * kv_heads)
         columns = np.cumsum([0, heads * size, kv_heads * size, kv_heads * size]).tolist()
-        query, key, value = (mb.slice_by_index(x=query, begin=[0, 0, columns[i]], end=[batch, q_length, columns[i + 1]]) for i in range(3))
+        query, key, value = (mb.slice_by_index(x=query, begin=[0, 0, start], end=[batch, q_length, stop])
+                             for start, stop in zip(columns, columns[1:]))
     elif value is None:
         ctx.fail(node, "value is required when key is given")
     q = split_heads(ctx, node, query, heads, "query")
@@ -329,8 +340,9 @@ def group_query_attention(ctx, node):
     total = past_length + q_length
     total_input = ctx.const_value(node.inputs[6]) if ctx.has_input(node, 6) else None
     if total_input is not None and int(np.asarray(total_input).reshape(-1)[0]) != total:
-        ctx.fail(node, f"total_sequence_length is {int(np.asarray(total_input).reshape(-1)[0])} but past ({past_length}) + "
-                 f"new ({q_length}) tokens make {total}: shared past/present buffers are not supported")
+        given = int(np.asarray(total_input).reshape(-1)[0])
+        ctx.fail(node, f"total_sequence_length is {given} but past ({past_length}) + new ({q_length}) tokens "
+                 f"make {total}: shared past/present buffers are not supported")
     seqlens = _as_int32(ctx.input(node, 5))
     prompt = past_length == 0
     positions, offset = _gqa_positions(ctx, node, seqlens, batch=batch, q_length=q_length, prompt=prompt)
@@ -343,7 +355,7 @@ def group_query_attention(ctx, node):
         if rotary_dim > size:
             ctx.fail(node, f"cos_cache has {shape_of(cos)[-1]} columns, more than half the head size {size}")
         cos, sin = gather_positions(cos, positions), gather_positions(sin, positions)  # (B, S, R/2)
-        cos, sin = (np.expand_dims(c, 1) if isinstance(c, np.ndarray) else mb.expand_dims(x=c, axes=[1]) for c in (cos, sin))
+        cos, sin = (mb.expand_dims(x=to_var(c), axes=[1]) for c in (cos, sin))
         interleaved = bool(ctx.attr(node, "rotary_interleaved", 0))
         q = rotate(q, cos, sin, interleaved=interleaved, rotary_dim=rotary_dim)
         k = rotate(k, cos, sin, interleaved=interleaved, rotary_dim=rotary_dim)
@@ -351,13 +363,13 @@ def group_query_attention(ctx, node):
         k, v = mb.concat(values=[past_key, k], axis=2), mb.concat(values=[past_value, v], axis=2)
 
     # Keys past each batch's length (seqlens_k + 1) are padding; causal / window by position.
-    visible = mb.less(x=np.arange(total, dtype=np.int32), y=mb.reshape(x=mb.add(x=seqlens, y=np.int32(1)), shape=[batch, 1, 1, 1])) \
-        if not isinstance(seqlens, np.ndarray) else np.arange(total) < (seqlens.reshape(batch, 1, 1, 1) + 1)
-    bias_sum = _where_visible(visible, float("-inf"), dtype)
+    lengths = mb.reshape(x=mb.add(x=to_var(seqlens), y=np.int32(1)), shape=[batch, 1, 1, 1])
+    bias_sum = _where_visible(mb.less(x=np.arange(total, dtype=np.int32), y=lengths), float("-inf"), dtype)
     causal = bool(ctx.attr(node, "causal", 1))
     window = int(ctx.attr(node, "local_window_size", -1))
     # local_window_size counts the query token itself: key j is seen when i - j < window.
-    bias_sum = add_bias(bias_sum, position_bias(node, q_length, total, offset, causal, window - 1 if window > 0 else -1, -1, dtype))
+    left = window - 1 if window > 0 else -1
+    bias_sum = add_bias(bias_sum, position_bias(node, q_length, total, offset, causal, left, -1, dtype))
     bias_sum = add_bias(bias_sum, _attention_bias(ctx, node, 10, dtype, q_length, total))
     sink = None
     if ctx.has_input(node, 11):

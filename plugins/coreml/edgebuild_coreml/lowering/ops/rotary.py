@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._util import dtype_of, is_static, numpy_dtype, rank_of, shape_of
+from edgebuild_coreml.lowering.ops._util import dtype_of, is_static, numpy_dtype, rank_of, shape_of, to_var
 from edgebuild_coreml.lowering.registry import lowers
 
 
@@ -46,10 +46,11 @@ def rotate(x, cos, sin, *, interleaved: bool, rotary_dim: int):
 
 
 def _cache(ctx, node, index: int, dtype):
-    cache = ctx.input(node, index)
-    if dtype_of(cache) != dtype_of(np.zeros(1, dtype)):
-        cache = cache.astype(dtype) if isinstance(cache, np.ndarray) else mb.cast(x=cache, dtype=dtype_of(np.zeros(1, dtype)))
-    return cache
+    """A cos/sin cache in the input's float type."""
+    cache, wanted_dtype = ctx.input(node, index), dtype_of(np.zeros(1, dtype))
+    if isinstance(cache, np.ndarray):
+        return cache.astype(dtype)
+    return cache if dtype_of(cache) == wanted_dtype else mb.cast(x=cache, dtype=wanted_dtype)
 
 
 def gather_positions(cache, positions):
@@ -64,7 +65,8 @@ def _as_bsnd(ctx, node, x, heads: int | None, head_size: int | None):
     if rank_of(x) == 4:
         return mb.transpose(x=x, perm=[0, 2, 1, 3])
     if rank_of(x) != 3:
-        ctx.fail(node, f"input must be 3-D (batch, sequence, hidden) or 4-D (batch, heads, sequence, head); got rank {rank_of(x)}")
+        ctx.fail(node, "input must be 3-D (batch, sequence, hidden) or 4-D (batch, heads, sequence, head); "
+                 f"got rank {rank_of(x)}")
     batch, length, hidden = shape_of(x)
     if heads:
         head_size = hidden // heads
@@ -104,11 +106,13 @@ def rotary_embedding(ctx, node):
     if positions is not None:
         cos, sin = gather_positions(cos, positions), gather_positions(sin, positions)
     elif rank_of(cos) != 3:
-        ctx.fail(node, f"without position_ids the caches must be 3-D (batch, sequence, rotary_dim/2); got rank {rank_of(cos)}")
+        ctx.fail(node, "without position_ids the caches must be 3-D (batch, sequence, rotary_dim/2); "
+                 f"got rank {rank_of(cos)}")
     for name, cache in (("cos_cache", cos), ("sin_cache", sin)):
         if shape_of(cache)[-1] != rotary_dim // 2:
-            ctx.fail(node, f"{name} has {shape_of(cache)[-1]} columns; rotary_embedding_dim {rotary_dim} needs {rotary_dim // 2}")
-    cos, sin = (mb.expand_dims(x=c, axes=[2]) if not isinstance(c, np.ndarray) else np.expand_dims(c, 2) for c in (cos, sin))
+            ctx.fail(node, f"{name} has {shape_of(cache)[-1]} columns; "
+                     f"rotary_embedding_dim {rotary_dim} needs {rotary_dim // 2}")
+    cos, sin = (mb.expand_dims(x=to_var(c), axes=[2]) for c in (cos, sin))
     rotated = rotate(x_bsnd, cos, sin, interleaved=bool(ctx.attr(node, "interleaved", 0)), rotary_dim=rotary_dim)
     return mb.identity(x=_restore(rotated, x), name=ctx.name(node))
 
@@ -143,9 +147,10 @@ def microsoft_rotary_embedding(ctx, node):
     x_bsnd = _as_bsnd(ctx, node, x, heads or None, None if heads else 2 * shape_of(cos)[-1])
     rotary_dim = rotary_dim or shape_of(x_bsnd)[-1]
     if shape_of(cos)[-1] * 2 != rotary_dim or shape_of(sin)[-1] * 2 != rotary_dim:
-        ctx.fail(node, f"cos_cache/sin_cache have {shape_of(cos)[-1]} columns; the rotary dimension {rotary_dim} needs {rotary_dim // 2}")
+        ctx.fail(node, f"cos_cache/sin_cache have {shape_of(cos)[-1]} columns; "
+                 f"the rotary dimension {rotary_dim} needs {rotary_dim // 2}")
     positions = _microsoft_positions(ctx, node, ctx.input(node, 1), shape_of(x_bsnd)[1])
     cos, sin = gather_positions(cos, positions), gather_positions(sin, positions)
-    cos, sin = (mb.expand_dims(x=c, axes=[2]) if not isinstance(c, np.ndarray) else np.expand_dims(c, 2) for c in (cos, sin))
+    cos, sin = (mb.expand_dims(x=to_var(c), axes=[2]) for c in (cos, sin))
     rotated = rotate(x_bsnd, cos, sin, interleaved=bool(ctx.attr(node, "interleaved", 0)), rotary_dim=rotary_dim)
     return mb.identity(x=_restore(rotated, x), name=ctx.name(node))
