@@ -207,26 +207,6 @@ def test_gqa_refuses_quantized_cache():
         run_onnx_case(model, [inputs[v.name] for v in model.graph.input])
 
 
-# -- com.microsoft RotaryEmbedding -------------------------------------------------------------
-@pytest.mark.parametrize("layout", ["bsh", "bnsh"])
-@pytest.mark.parametrize("interleaved", [0, 1])
-@pytest.mark.parametrize("positions", ["offset", "explicit"])
-def test_microsoft_rotary_embedding(layout, interleaved, positions):
-    cos, sin = _rotary_caches(SIZE)
-    x = rand(B, S, HEADS * SIZE) if layout == "bsh" else rand(B, HEADS, S, SIZE)
-    position_ids = np.array([3], np.int64) if positions == "offset" else np.array([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]], np.int64)
-    inputs = {"x": x, "position_ids": position_ids, "cos": cos, "sin": sin}
-    model = _model("RotaryEmbedding", inputs, 1, {"interleaved": interleaved}, ("cos", "sin"))
-    _compare(model, _feeds(inputs, ("cos", "sin")))
-
-
-def test_microsoft_rotary_embedding_partial():
-    cos, sin = _rotary_caches(4)
-    inputs = {"x": rand(B, S, HEADS * 8), "position_ids": np.array([[0, 1, 2, 3, 4]] * B, np.int64), "cos": cos, "sin": sin}
-    model = _model("RotaryEmbedding", inputs, 1, {"num_heads": HEADS, "rotary_embedding_dim": 4}, ("cos", "sin"))
-    _compare(model, _feeds(inputs, ("cos", "sin")))
-
-
 def test_attention_before_ios18_uses_matmul_softmax():
     """Below iOS18 there is no fused scaled_dot_product_attention: the explicit path must agree."""
     from onnx_cases import lower, lower_and_run
