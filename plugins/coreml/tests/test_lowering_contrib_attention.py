@@ -150,7 +150,7 @@ def _rotary_caches(rotary_dim):
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
-def _gqa_inputs(*, q_length, past_length, packed=False, rotary_dim=0, seqlens=None, batch=B):
+def _gqa_inputs(*, q_length, past_length, packed=False, rotary_dim=0, seqlens=None, batch=B, head_sink=False):
     inputs = {}
     if packed:
         inputs["query"] = rand(batch, q_length, (Q_HEADS + 2 * KV_HEADS) * GQA_SIZE)
@@ -168,6 +168,8 @@ def _gqa_inputs(*, q_length, past_length, packed=False, rotary_dim=0, seqlens=No
     inputs["total_sequence_length"] = np.array(total, np.int32)
     if rotary_dim:
         inputs["cos_cache"], inputs["sin_cache"] = _rotary_caches(rotary_dim)
+    if head_sink:  # inputs 9 and 10 (position_ids, attention_bias) stay empty
+        inputs.update(cos_cache=None, sin_cache=None, position_ids=None, attention_bias=None, head_sink=rand(Q_HEADS, seed=9))
     return inputs
 
 
@@ -181,6 +183,7 @@ GQA_CASES = {
     "chunk_local_window": ({"q_length": 3, "past_length": 5, "batch": 1}, {"local_window_size": 2}),
     "decode_softcap_scale": ({"q_length": 1, "past_length": 4}, {"softcap": 0.5, "scale": 0.7}),
     "prompt_smooth_softmax": ({"q_length": 4, "past_length": 0}, {"smooth_softmax": 1}),
+    "prompt_head_sink": ({"q_length": 4, "past_length": 0, "head_sink": True}, {}),
 }
 
 
@@ -188,7 +191,7 @@ GQA_CASES = {
 def test_group_query_attention(case):
     shape, attrs = GQA_CASES[case]
     inputs = _gqa_inputs(**shape)
-    constants = ("cos_cache", "sin_cache", "total_sequence_length")
+    constants = ("cos_cache", "sin_cache", "total_sequence_length", "head_sink")
     model = _model("GroupQueryAttention", inputs, 3, {"num_heads": Q_HEADS, "kv_num_heads": KV_HEADS, **attrs}, constants)
     feeds = _feeds(inputs, constants)
     if case == "prompt_right_padding":  # onnxruntime leaves the rows of padding tokens unspecified: compare the rest

@@ -259,6 +259,8 @@ def _bias_slice(bias, begin: int, end: int):
 def multi_head_attention(ctx, node):
     _refuse_input(ctx, node, 8, "past_sequence_length", "shared past/present buffers need dynamic shapes")
     _refuse_input(ctx, node, 9, "cache_indirection", "beam-search cache indirection is not supported")
+    if _wants(node, 3):
+        ctx.fail(node, "output 3 (qk) is not supported", hint="drop the output; it is a debugging aid")
     heads = int(ctx.attr(node, "num_heads"))
     dtype = numpy_dtype(dtype_of(ctx.input(node, 0)))
     q, k, v, kv_split = _mha_qkv(ctx, node, heads, dtype)
@@ -283,10 +285,9 @@ def multi_head_attention(ctx, node):
     causal = bool(ctx.attr(node, "unidirectional", 0)) and q_length > 1
     bias_sum = add_bias(bias_sum, position_bias(node, q_length, total, past_length, causal, -1, -1, dtype))
     bias_sum = add_bias(bias_sum, _attention_bias(ctx, node, 5, dtype, q_length, total))
-    y, kept = attend(ctx, node, q, k, v, scale=ctx.attr(node, "scale") or None, bias=bias_sum, keep=_wants(node, 3))
+    y, _ = attend(ctx, node, q, k, v, scale=ctx.attr(node, "scale") or None, bias=bias_sum)
     present_key, present_value = (k, v) if past_key is not None or not kv_split else (None, None)
-    qk = kept[0] if kept is not None else None  # the scaled Q K^T, before masks and bias
-    return _outputs(ctx, node, merge_heads(y), present_key, present_value, qk)
+    return _outputs(ctx, node, merge_heads(y), present_key, present_value)
 
 
 # -- com.microsoft GroupQueryAttention ------------------------------------------------------------
