@@ -26,6 +26,12 @@ def split_heads(ctx, node, x, heads: int | None, what: str):
     return mb.transpose(x=split, perm=[0, 2, 1, 3])
 
 
+def merge_heads(y):
+    """(B, H, S, D) -> (B, S, H*D)."""
+    batch, heads, length, size = shape_of(y)
+    return mb.reshape(x=mb.transpose(x=y, perm=[0, 2, 1, 3]), shape=[batch, length, heads * size])
+
+
 def repeat_heads(x, repeats: int):
     """np.repeat(x, repeats, axis=1) for (B, H, L, D): each KV head serves ``repeats`` query heads."""
     if repeats == 1:
@@ -35,7 +41,7 @@ def repeat_heads(x, repeats: int):
     return mb.reshape(x=tiled, shape=[batch, heads * repeats, length, size])
 
 
-def _hidden(mask_or_allowed, dtype):
+def hidden_bias(mask_or_allowed, dtype):
     """0 where allowed (true), -inf elsewhere, in ``dtype``."""
     zero, minus_inf = np.array(0, dtype), np.array(-np.inf, dtype)
     return select(mask_or_allowed, zero, minus_inf)
@@ -43,7 +49,7 @@ def _hidden(mask_or_allowed, dtype):
 
 def _mask_bias(ctx, node, mask, kv_length: int, dtype):
     """``attn_mask`` as an additive bias, padded with -inf up to the key length."""
-    bias = _hidden(mask, dtype) if dtype_of(mask) == "bool" else mask
+    bias = hidden_bias(mask, dtype) if dtype_of(mask) == "bool" else mask
     if dtype_of(bias) != dtype_of(np.zeros(1, dtype)):
         bias = mb.cast(x=bias, dtype=dtype_of(np.zeros(1, dtype)))
     missing = kv_length - shape_of(bias)[-1]
@@ -54,7 +60,7 @@ def _mask_bias(ctx, node, mask, kv_length: int, dtype):
     return bias
 
 
-def _position_bias(node, q_length, kv_length, offset, causal, left, right, dtype):
+def position_bias(node, q_length, kv_length, offset, causal, left, right, dtype):
     """Causal / sliding-window bias. ``offset`` (int, or an int32 Var of shape (B,1,1,1))
     moves query i to absolute position i + offset; key j is visible when j <= i + offset
     (causal) and within the window."""
@@ -82,10 +88,11 @@ def _position_bias(node, q_length, kv_length, offset, causal, left, right, dtype
     allowed = conditions[0]
     for condition in conditions[1:]:
         allowed = mb.logical_and(x=allowed, y=condition)
-    return _hidden(allowed, dtype)
+    return hidden_bias(allowed, dtype)
 
 
-def _add(a, b):
+def add_bias(a, b):
+    """a + b where either may be None (absent) or a numpy constant."""
     if a is None:
         return b
     if b is None:
@@ -93,7 +100,7 @@ def _add(a, b):
     return mb.add(x=a, y=b) if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) else a + b
 
 
-def _masked_softmax(scores, dtype):
+def masked_softmax(scores, dtype):
     """Softmax over the last axis where an all -inf row gives zeros (not NaN)."""
     row_max = mb.reduce_max(x=scores, axes=[-1], keep_dims=True)
     all_hidden = mb.equal(x=row_max, y=np.array(-np.inf, dtype))
@@ -102,6 +109,18 @@ def _masked_softmax(scores, dtype):
     total = mb.reduce_sum(x=exps, axes=[-1], keep_dims=True)
     total = select(mb.equal(x=total, y=np.array(0, dtype)), np.array(1, dtype), total)
     return mb.real_div(x=exps, y=total)
+
+
+def scaled_scores(q, k, scale: float, softcap: float = 0.0):
+    """Q K^T * scale, scaled on both sides by sqrt(scale) (as the ONNX reference does, which
+    keeps fp16 products in range), then soft-capped (cap * tanh(s / cap)) when softcap > 0."""
+    dtype = numpy_dtype(dtype_of(q))
+    root = np.array(np.sqrt(scale), dtype)
+    scores = mb.matmul(x=mb.mul(x=q, y=root), y=mb.mul(x=k, y=root), transpose_y=True)
+    if softcap > 0:
+        cap = np.array(softcap, dtype)
+        scores = mb.mul(x=mb.tanh(x=mb.real_div(x=scores, y=cap)), y=cap)
+    return scores
 
 
 @lowers("Attention", since=23)
@@ -132,12 +151,7 @@ def attention(ctx, node):
 
     scale = ctx.attr(node, "scale")
     scale = float(scale) if scale is not None else 1.0 / np.sqrt(shape_of(q)[3])
-    root = np.array(np.sqrt(scale), dtype)  # scaled on both sides, as the reference does
-    scores = mb.matmul(x=mb.mul(x=q, y=root), y=mb.mul(x=repeat_heads(k, repeats), y=root), transpose_y=True)
-    softcap = float(ctx.attr(node, "softcap", 0.0) or 0.0)
-    if softcap > 0:
-        cap = np.array(softcap, dtype)
-        scores = mb.mul(x=mb.tanh(x=mb.real_div(x=scores, y=cap)), y=cap)
+    scores = scaled_scores(q, repeat_heads(k, repeats), scale, float(ctx.attr(node, "softcap", 0.0) or 0.0))
 
     # Where query i sits among the keys: after the cache, or (external cache) at
     # nonpad_kv_seqlen - q_length per batch.
@@ -149,18 +163,17 @@ def attention(ctx, node):
     causal = bool(ctx.attr(node, "is_causal", 0))
     left, right = int(ctx.attr(node, "left_window_size", -1)), int(ctx.attr(node, "right_window_size", -1))
     bias = _mask_bias(ctx, node, mask, kv_length, dtype) if mask is not None else None
-    bias = _add(bias, _position_bias(node, q_length, kv_length, offset, causal, left, right, dtype))
+    bias = add_bias(bias, position_bias(node, q_length, kv_length, offset, causal, left, right, dtype))
     if nonpad is not None:
         lengths = mb.cast(x=nonpad, dtype="int32") if dtype_of(nonpad) != "int32" else nonpad
         visible = mb.less(x=np.arange(kv_length, dtype=np.int32), y=mb.reshape(x=lengths, shape=[-1, 1, 1, 1]))
-        bias = _add(bias, _hidden(visible, dtype))
+        bias = add_bias(bias, hidden_bias(visible, dtype))
 
-    biased = _add(scores, bias) if bias is not None else scores
-    probabilities = _masked_softmax(biased, dtype) if bias is not None else mb.softmax(x=scores, axis=-1)
+    biased = add_bias(scores, bias) if bias is not None else scores
+    probabilities = masked_softmax(biased, dtype) if bias is not None else mb.softmax(x=scores, axis=-1)
     y = mb.matmul(x=probabilities, y=repeat_heads(v, repeats))
     if rank_of(q_in) == 3:
-        batch, heads, length, size = shape_of(y)
-        y = mb.reshape(x=mb.transpose(x=y, perm=[0, 2, 1, 3]), shape=[batch, length, heads * size])
+        y = merge_heads(y)
     outputs = [mb.identity(x=y, name=ctx.name(node))]
     for index, value in ((1, present_key), (2, present_value)):
         outputs.append(value if len(node.outputs) > index and wanted(node.outputs[index]) else None)

@@ -44,12 +44,20 @@ def gelu(ctx, node):
 
 @lowers("ScaledDotProductAttention", domain=DOMAIN)
 def scaled_dot_product_attention(ctx, node):
-    """softmax(Q K^T * scale + mask) V: the fused iOS18 op, or matmul/softmax before that."""
     q, k, v = (as_float(ctx.input(node, i)) for i in range(3))
     mask = as_float(ctx.input(node, 3, optional=True))
+    return scaled_dot_product(ctx, node, q, k, v, mask, ctx.attr(node, "scale"), name=ctx.name(node))
+
+
+def scaled_dot_product(ctx, node, q, k, v, mask, scale: float | None, *, name: str):
+    """softmax(Q K^T * scale + mask) V: the fused iOS18 op, or matmul/softmax before that.
+
+    ``mask`` is additive (or None); ``scale`` None means 1/sqrt(head size). Shared with the
+    com.microsoft attention lowerings (contrib_attention.py).
+    """
     depth = shape_of(q)[-1]
     default_scale = 1.0 / math.sqrt(depth) if isinstance(depth, (int, np.integer)) else None
-    scale = ctx.attr(node, "scale", default_scale)
+    scale = default_scale if scale is None else scale
     if scale is None:
         ctx.fail(node, "the head size is dynamic and no scale is given", "pin the input shapes in the recipe")
     scale = float(scale)
@@ -58,12 +66,12 @@ def scaled_dot_product_attention(ctx, node):
     if target_index(ctx.target) >= target_index("iOS18") and default_scale is not None:
         if not math.isclose(scale, default_scale, rel_tol=1e-7):
             # MIL's op always divides by sqrt(D): fold the difference into Q.
-            q = mb.mul(x=q, y=fconst(q, scale / default_scale), name=ctx.name(node, "q_scaled"))
+            q = mb.mul(x=q, y=fconst(q, scale / default_scale), name=ctx.name_for(name, "q_scaled"))
         kwargs = {"attn_mask": mask} if mask is not None else {}
-        return mb.scaled_dot_product_attention(query=q, key=k, value=v, name=ctx.name(node), **kwargs)
-    scores = mb.matmul(x=q, y=k, transpose_y=True, name=ctx.name(node, "scores"))
-    scores = mb.mul(x=scores, y=fconst(scores, scale), name=ctx.name(node, "scaled"))
+        return mb.scaled_dot_product_attention(query=q, key=k, value=v, name=name, **kwargs)
+    scores = mb.matmul(x=q, y=k, transpose_y=True, name=ctx.name_for(name, "scores"))
+    scores = mb.mul(x=scores, y=fconst(scores, scale), name=ctx.name_for(name, "scaled"))
     if mask is not None:
-        scores = mb.add(x=scores, y=mask, name=ctx.name(node, "masked"))
-    weights = mb.softmax(x=scores, axis=-1, name=ctx.name(node, "weights"))
-    return mb.matmul(x=weights, y=v, name=ctx.name(node))
+        scores = mb.add(x=scores, y=mask, name=ctx.name_for(name, "masked"))
+    weights = mb.softmax(x=scores, axis=-1, name=ctx.name_for(name, "weights"))
+    return mb.matmul(x=weights, y=v, name=name)
