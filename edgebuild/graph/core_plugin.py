@@ -26,6 +26,7 @@ def edgebuild_register_frontends(register):
 PASSES = {
     "decompose_dynamic_quant": (True, True),
     "dequantize_weights": (True, True),
+    "decompose_dynamic_quant_lstm": (True, False),
     "fuse_conv_bn": (True, False),
     "fuse_bias": (True, False),
     "fuse_activations": (True, False),

@@ -123,6 +123,7 @@ PASSES: dict[str, GraphPass] = {
 # pass object, imported only when asked for.
 QUANTIZED_PASSES = {
     "decompose_dynamic_quant": "edgebuild.graph.quantized.dynamic:PASS",
+    "decompose_dynamic_quant_lstm": "edgebuild.graph.quantized.dynamic_lstm:PASS",
 }
 
 

@@ -27,6 +27,8 @@ activations other than Sigmoid/Tanh/Relu are left for the backend.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
@@ -37,6 +39,7 @@ from edgebuild.graph.quantized.dynamic import MS_DOMAIN, _input, _Rewriter, _Wei
 
 _ACTIVATIONS = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu"}
 _DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
+_SMALL = 4096  # elements: a shape or pads tensor, never a weight
 
 
 def _is_lstm(node: ir.Node) -> bool:
@@ -49,15 +52,16 @@ def _static_dims(value: ir.Value | None) -> list[int | None] | None:
     return [d if isinstance(d, int) else None for d in value.shape]
 
 
-def decompose_all(model: ir.Model, opset: int | None = None) -> int:
-    """Rewrite every DynamicQuantizeLSTM of the model; returns how many were rewritten."""
+def decompose_all(model: ir.Model, opset: int | None = None, *, infer: bool = False) -> int:
+    """Rewrite every DynamicQuantizeLSTM whose sequence length is known; returns how many.
+
+    ``infer``: run shape inference first when some X has no static sequence length (after
+    constant folding, which computed pads and shapes in front of the LSTM usually need).
+    """
     opset = onnx_opset(model) if opset is None else opset
     found = [(g, n) for g in iter_graphs(model.graph) for n in g if _is_lstm(n)]
-    if any((_static_dims(n.inputs[0]) or [None])[0] is None for _, n in found):
-        try:  # the unrolling needs the sequence length; X is usually an intermediate value
-            common_passes.ShapeInferencePass(strict_mode=False)(model)
-        except Exception:  # noqa: BLE001 - nodes whose X shape stays unknown are left alone
-            pass
+    if infer and any((_static_dims(n.inputs[0]) or [None])[0] is None for _, n in found):
+        _infer_static_shapes(model)
     count = 0
     rewriters: dict[int, _Rewriter] = {}
     for graph, node in found:
@@ -65,6 +69,26 @@ def decompose_all(model: ir.Model, opset: int | None = None) -> int:
         if _Unrolled(rewriter, node).build():
             count += 1
     return count
+
+
+def _small_constant_of_shape(node: ir.Node) -> bool | None:
+    """Fold ConstantOfShape when its output is small (onnxscript keeps every one by default, which
+    leaves pads and shapes computed from one unknown, e.g. Silero's STFT padding before its LSTM)."""
+    if node.op_type == "ConstantOfShape" and node.domain in ("", "ai.onnx"):
+        shape = const_array(node.inputs[0]) if node.inputs else None
+        if shape is not None and int(np.prod(shape)) <= _SMALL:
+            return True
+    return None
+
+
+def _infer_static_shapes(model: ir.Model) -> None:
+    from onnxscript.optimizer import fold_constants
+
+    try:
+        fold_constants(model, onnx_shape_inference=True, should_fold=_small_constant_of_shape)
+        common_passes.ShapeInferencePass(strict_mode=False)(model)
+    except Exception:  # noqa: BLE001 - nodes whose X shape stays unknown are left for the backend
+        pass
 
 
 def _string_attr(node: ir.Node, name: str, default: str) -> str:
@@ -251,3 +275,32 @@ class _Unrolled:
             h = self._op("Mul", [o, self._op(h_act, [c], f"{s}_c_act")], f"{s}_h")
             hs[t] = h
         return [hs[t] for t in range(self.steps)], h, c
+
+
+@dataclass
+class DecomposeDynamicQuantizedLSTM:
+    """The registered pass for the LSTMs the first one could not unroll (``edgebuild.protocols.GraphPass``).
+
+    The unrolling needs X's static sequence length, which the graph often only shows after constant
+    folding (pads and shapes computed in front of the LSTM): this runs after folding, first of the
+    passes there. It finds no weight to expand: DynamicQuantizeLSTM's int8 inputs are not folded.
+    """
+
+    name: str = "decompose_dynamic_quant_lstm"
+    description: str = (
+        "DynamicQuantizeLSTM whose sequence length is only known after constant folding -> "
+        "unrolled steps with DequantizeLinear of the int8 weights and of the run-time quantised "
+        "input and hidden state"
+    )
+    default: bool = True
+    before_folding: bool = False
+    min_opset: int | None = None
+
+    def apply(self, model: ir.Model) -> int:
+        count = decompose_all(model, infer=True)
+        if count:
+            common_passes.RemoveUnusedNodesPass()(model)
+        return count
+
+
+PASS = DecomposeDynamicQuantizedLSTM()
