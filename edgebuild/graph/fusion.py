@@ -119,6 +119,19 @@ PASSES: dict[str, GraphPass] = {
 }
 
 
-def graph_pass(name: str) -> GraphPass:
+# The quantised-graph decompositions (edgebuild.graph.quantized): name -> "module:attribute" of the
+# pass object, imported only when asked for.
+QUANTIZED_PASSES = {
+    "decompose_dynamic_quant": "edgebuild.graph.quantized.dynamic:PASS",
+    "decompose_dynamic_quant_lstm": "edgebuild.graph.quantized.dynamic_lstm:PASS",
+}
+
+
+def graph_pass(name: str):
     """The built-in pass ``name``: what the core plugin's lazy stand-in resolves to."""
+    if name in QUANTIZED_PASSES:
+        import importlib
+
+        module, attribute = QUANTIZED_PASSES[name].split(":")
+        return getattr(importlib.import_module(module), attribute)
     return PASSES[name]

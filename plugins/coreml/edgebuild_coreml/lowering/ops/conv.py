@@ -1,4 +1,4 @@
-"""Conv and ConvTranspose (1-D/2-D/3-D, groups, dilations, every auto_pad).
+"""Conv, ConvInteger and ConvTranspose (1-D/2-D/3-D, groups, dilations, every auto_pad).
 
 Pads are always made explicit when the spatial input shape is known, so ONNX's SAME_UPPER /
 SAME_LOWER arithmetic is applied exactly instead of relying on MIL's "same" rule.
@@ -46,6 +46,12 @@ def _add_bias_after(ctx, node, y, bias_var, rank):
 @lowers("Conv")
 def conv(ctx, node):
     x, weight = as_float(ctx.input(node, 0)), as_float(ctx.input(node, 1))
+    bias, late_bias = _bias(ctx, node, x, 2)
+    return _float_conv(ctx, node, x, weight, bias, late_bias, ctx.name(node))
+
+
+def _float_conv(ctx, node, x, weight, bias, late_bias, name: str):
+    """MIL conv with ``node``'s geometry attributes (Conv and ConvInteger share them)."""
     rank = rank_of(x)
     if not 3 <= rank <= 5:
         ctx.fail(node, f"Core ML conv supports 1-D to 3-D convolutions; the input has rank {rank}")
@@ -73,7 +79,6 @@ def conv(ctx, node):
     else:
         ctx.fail(node, f"unknown auto_pad {auto_pad!r}")
 
-    bias, late_bias = _bias(ctx, node, x, 2)
     if isinstance(weight, np.ndarray):
         weight = weight.astype(float_np(x))
     kwargs = dict(x=x, weight=weight, strides=strides, dilations=dilations, groups=groups, pad_type=pad_type)
@@ -81,8 +86,49 @@ def conv(ctx, node):
         kwargs["pad"] = pad
     if bias is not None:
         kwargs["bias"] = bias
-    y = mb.conv(**kwargs, name=ctx.name(node) if late_bias is None else ctx.name(node, "conv"))
+    y = mb.conv(**kwargs, name=name if late_bias is None else ctx.name(node, "conv"))
     return _add_bias_after(ctx, node, y, late_bias, rank)
+
+
+def _centred_float(ctx, node, index: int, zero_index: int, what: str, per_output_channel: bool):
+    """Integer input ``index`` minus its zero point, as fp32 (a weight's zero point may be per output channel)."""
+    x = ctx.input(node, index)
+    zero = ctx.input(node, zero_index, optional=True)
+    if isinstance(x, np.ndarray):
+        values = x.astype(np.float32)
+        if zero is not None and not isinstance(zero, np.ndarray):
+            values = mb.const(val=values, name=ctx.name(node, what))
+    else:
+        values = mb.cast(x=x, dtype="fp32", name=ctx.name(node, what))
+    if zero is None:
+        return values
+    if isinstance(zero, np.ndarray):
+        zero = zero.astype(np.float32)
+        if per_output_channel and zero.size > 1:
+            zero = zero.reshape([-1] + [1] * (rank_of(values) - 1))
+        if isinstance(values, np.ndarray):
+            return values - zero
+        return mb.sub(x=values, y=zero.reshape(()) if zero.size == 1 else zero, name=ctx.name(node, what + "_centred"))
+    zero = mb.cast(x=zero, dtype="fp32", name=ctx.name(node, what + "_zp"))
+    if per_output_channel and rank_of(zero) == 1:
+        zero = mb.reshape(x=zero, shape=[-1] + [1] * (rank_of(values) - 1), name=ctx.name(node, what + "_zp_view"))
+    return mb.sub(x=values, y=zero, name=ctx.name(node, what + "_centred"))
+
+
+@lowers("ConvInteger", since=10)
+def conv_integer(ctx, node):
+    """(x - x_zero_point) conv (w - w_zero_point) as int32, as ONNX specifies.
+
+    Core ML convolves floats only: the centred integers are convolved in fp32, which is exact
+    while every partial sum stays below 2**24 (e.g. up to 258 products of full-range uint8 values
+    per output). quantize_dynamic's ConvInteger -> Cast -> Mul graphs never get here: the
+    decompose_dynamic_quant pass turns them into DequantizeLinear + float Conv.
+    """
+    x = _centred_float(ctx, node, 0, 2, "x", per_output_channel=False)
+    weight = _centred_float(ctx, node, 1, 3, "w", per_output_channel=True)
+    y = _float_conv(ctx, node, x, weight, None, None, ctx.name(node, "float"))
+    rounded = mb.round(x=y, name=ctx.name(node, "rounded"))
+    return mb.cast(x=rounded, dtype="int32", name=ctx.name(node))
 
 
 def _transpose_pads(ctx, node, in_sizes, kernel, strides, dilations):

@@ -190,7 +190,10 @@ def _quantize(ctx, node, x, scale, offset, bounds, name: str):
 @lowers("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(ctx, node):
     """uint8 quantisation with scale and zero point taken from the data's range (which
-    always includes 0): scale = (max - min) / 255, zero point = saturate(round(-min / scale))."""
+    always includes 0): scale = (max - min) / 255, zero point = saturate(round(-min / scale)).
+
+    An all-zero tensor gets scale 1 (and zero point 0), as onnxruntime gives it: the formula's
+    0 / 0 would make every quantised value NaN (an LSTM's zero initial state quantises so)."""
     x = _as_fp32(as_float(ctx.input(node, 0)), ctx.name(node, "as_float"))
     low, high = _RANGES[np.dtype(np.uint8)]
     top = mb.maximum(x=mb.reduce_max(x=x, keep_dims=False, name=ctx.name(node, "max")), y=np.float32(0),
@@ -198,7 +201,9 @@ def dynamic_quantize_linear(ctx, node):
     bottom = mb.minimum(x=mb.reduce_min(x=x, keep_dims=False, name=ctx.name(node, "min")), y=np.float32(0),
                         name=ctx.name(node, "min_with_zero"))
     spread = mb.sub(x=top, y=bottom, name=ctx.name(node, "spread"))
-    scale = mb.real_div(x=spread, y=np.float32(high - low), name=ctx.name(node, "scale"))
+    steps = mb.real_div(x=spread, y=np.float32(high - low), name=ctx.name(node, "range_over_steps"))
+    flat = mb.equal(x=spread, y=np.float32(0), name=ctx.name(node, "all_zero"))
+    scale = mb.select(cond=flat, a=np.float32(1), b=steps, name=ctx.name(node, "scale"))
     shift = mb.real_div(x=bottom, y=scale, name=ctx.name(node, "min_over_scale"))
     zero_float = mb.clip(x=mb.round(x=mb.sub(x=np.float32(low), y=shift, name=ctx.name(node, "zero_exact")),
                                     name=ctx.name(node, "zero_rounded")),
