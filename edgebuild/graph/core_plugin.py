@@ -21,9 +21,10 @@ def edgebuild_register_frontends(register):
 
 
 # name -> (on by default, runs before constant folding); the passes themselves live in
-# edgebuild.graph.fusion and load on first use (onnxscript's rewriter takes seconds to import, and
+# edgebuild.graph.fusion and edgebuild.graph.quantized, and load on first use (onnxscript's rewriter takes seconds to import, and
 # planning a build reads only these facts)
 PASSES = {
+    "decompose_qoperator": (True, True),
     "dequantize_weights": (True, True),
     "fuse_conv_bn": (True, False),
     "fuse_bias": (True, False),

@@ -119,6 +119,18 @@ PASSES: dict[str, GraphPass] = {
 }
 
 
-def graph_pass(name: str) -> GraphPass:
+# The quantised-graph passes rewrite nodes directly rather than through rewrite rules; each is a
+# class in edgebuild.graph.quantized, imported when first asked for.
+QUANTIZED_PASSES = {
+    "decompose_qoperator": ("edgebuild.graph.quantized.qoperator", "DecomposeQOperator"),
+}
+
+
+def graph_pass(name: str):
     """The built-in pass ``name``: what the core plugin's lazy stand-in resolves to."""
+    if name in QUANTIZED_PASSES:
+        import importlib
+
+        module, cls = QUANTIZED_PASSES[name]
+        return getattr(importlib.import_module(module), cls)()
     return PASSES[name]

@@ -1,0 +1,1 @@
+"""Passes that bring every quantised-operator form to one QDQ representation (docs/quantized-models.md)."""
