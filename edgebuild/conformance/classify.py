@@ -8,9 +8,11 @@ import numpy as np
 
 from edgebuild.conformance.cases import Case, qualified_op
 
-# Tensor element types a Core ML-class backend can hold (narrow integers and float64 travel
-# as int32 / float32). Everything else is classified unsupported before the backend runs.
-REPRESENTABLE_TYPES = {"FLOAT", "FLOAT16", "DOUBLE", "INT8", "UINT8", "INT16", "INT32", "INT64", "BOOL"}
+# Tensor element types a Core ML-class backend can hold (narrow integers, 4 to 16 bits, and
+# float64 travel as int32 / float32; a 4-bit constant weight stays 4-bit). Everything else is
+# classified unsupported before the backend runs.
+REPRESENTABLE_TYPES = {"FLOAT", "FLOAT16", "DOUBLE", "INT4", "UINT4", "INT8", "UINT8", "INT16", "UINT16", "INT32",
+                       "INT64", "BOOL"}
 # Ops that are data, not compute: every backend receives them as constants.
 STRUCTURAL_OPS = {("", "Constant")}
 _INT32 = np.iinfo(np.int32)

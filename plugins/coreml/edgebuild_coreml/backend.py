@@ -233,6 +233,8 @@ class CoreMLBackend(Backend):
         if error is not None:
             error.program, error.renamed_inputs = program, renamed_inputs
             raise error
+        if result.notes:
+            info["notes"] = result.notes
         warning = policy.ane_absence_warning(plan, where or model_path.name)
         if warning:
             info["warnings"] = [warning]
