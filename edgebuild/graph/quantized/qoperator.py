@@ -60,7 +60,19 @@ def constant_of(value: ir.Value | None) -> np.ndarray | None:
     return None
 
 
+def is_constant(value: ir.Value | None) -> bool:
+    """Whether the value is an initializer or a Constant node's output (without reading it)."""
+    if value is None:
+        return False
+    if value.const_value is not None and not value.is_graph_input():
+        return True
+    producer = value.producer()
+    return producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx")
+
+
 def _static_size(value: ir.Value) -> int | None:
+    if value.const_value is not None:
+        return int(np.prod(list(value.const_value.shape), dtype=np.int64))
     array = constant_of(value)
     if array is not None:
         return int(array.size)
