@@ -8,6 +8,8 @@ DequantizeLinear around every op, int8 weights behind DequantizeLinear) and dyna
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -19,7 +21,10 @@ from edgebuild.dag.stages import pipeline
 from edgebuild.errors import RecipeError
 from edgebuild.graph.fused_reference import run_reference
 from edgebuild.graph.optimize import optimize
-from edgebuild.graph.quantized.activations import FloatActivations, count_weight_dequantizers
+from edgebuild.graph.quantized.activations import (
+    FloatActivations,
+    count_weight_dequantizers,
+)
 from edgebuild.registry import get_registry
 from edgebuild.report.console import detail_lines
 from edgebuild.report.html import render_report
@@ -77,7 +82,7 @@ def test_float_mode_removes_activation_pairs_and_keeps_the_weight():
 
 def ir_pass_cleanup(model: ir.Model) -> None:
     """What the optimise stage's clean-up does after the pass: Identity and unused quantisers go."""
-    import onnx_ir.passes.common as common
+    from onnx_ir.passes import common
 
     for node in [n for n in model.graph if n.op_type == "Identity"]:
         ir.convenience.replace_all_uses_with(node.outputs[0], node.inputs[0])
@@ -214,8 +219,7 @@ def test_a_float_model_says_nothing_about_quantisation():
 
 
 def test_the_console_names_a_kept_quantised_source():
-    class Done:
-        info = {"quantization": {"activations": "keep", "activation_pairs_removed": 0, "weights_quantized": 3}}
-
-    assert detail_lines(Done()) == ["[dim]quantised source:[/] 3 quantised weights kept; activations quantised as in "
-                                    "the source"]
+    done = SimpleNamespace(info={"quantization": {"activations": "keep", "activation_pairs_removed": 0,
+                                                  "weights_quantized": 3}})
+    expected = "[dim]quantised source:[/] 3 quantised weights kept; activations quantised as in the source"
+    assert detail_lines(done) == [expected]

@@ -15,7 +15,6 @@ import onnx_ir as ir
 from edgebuild.graph.external_data import iter_graphs
 from edgebuild.graph.quantized.qoperator import is_constant
 
-ACTIVATION_MODES = ("keep", "float")
 # The integer types a weight is stored in; int32 DequantizeLinears are biases (folded to float).
 WEIGHT_TYPES = {ir.DataType.INT4, ir.DataType.UINT4, ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT16,
                 ir.DataType.UINT16}

@@ -24,7 +24,6 @@ from onnx_cases import lower, lower_and_run, rand, run_onnxruntime, single_node_
 from edgebuild.graph.quantized.qoperator import DecomposeQOperator
 
 MS = "com.microsoft"
-RNG = np.random.default_rng(0)
 
 
 def _ints(shape, dtype, seed=0):
