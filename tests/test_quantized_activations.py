@@ -57,11 +57,15 @@ def qdq_conv_model(opset=13) -> onnx.ModelProto:
 
 
 def float_conv(x: np.ndarray) -> np.ndarray:
-    """What the weight-only graph computes: the float conv with the dequantised weight, then Relu."""
+    """What the weight-only graph computes: the float conv with the dequantised weight, then Relu, each
+    activation clipped to the range its quantiser saturated to (uint8, zero point 128)."""
     weight = WEIGHT.astype(np.float32) * W_SCALE.reshape(8, 1, 1, 1)
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    x = np.clip(x, -128 * 0.02, 127 * 0.02)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["cc"]), helper.make_node("Relu", ["cc"], ["y"])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [_init("w", weight)])
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [_init("w", weight), _init("lo", np.float32(-128 * 0.05)), _init("hi", np.float32(127 * 0.05))])
     return run_reference(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), {"x": x})["y"]
 
 
@@ -74,9 +78,9 @@ def test_float_mode_removes_activation_pairs_and_keeps_the_weight():
     model = ir.serde.deserialize_model(qdq_conv_model())
     assert FloatActivations().apply(model) == 2
     ir_pass_cleanup(model)
-    assert node_types(model) == ["DequantizeLinear", "Conv", "Relu"]
+    assert [t for t in node_types(model) if t != "Constant"] == ["Clip", "DequantizeLinear", "Conv", "Clip", "Relu"]
     assert count_weight_dequantizers(model) == 1
-    x = RNG.uniform(-2, 2, (1, 3, 6, 6)).astype(np.float32)
+    x = RNG.uniform(-3, 3, (1, 3, 6, 6)).astype(np.float32)
     np.testing.assert_allclose(run_reference(model, {"x": x})["y"], float_conv(x), rtol=1e-5, atol=1e-5)
 
 
@@ -88,6 +92,21 @@ def ir_pass_cleanup(model: ir.Model) -> None:
         ir.convenience.replace_all_uses_with(node.outputs[0], node.inputs[0])
         model.graph.remove(node, safe=True)
     common.RemoveUnusedNodesPass()(model)
+
+
+def test_the_quantisers_range_stays_where_onnxruntime_dropped_a_relu(tmp_path):
+    """quantize_static removes a Relu when the next QuantizeLinear (zero point 0, uint8) clamps at 0 anyway."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 50])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 50])],
+                              [_init("s", np.float32(0.02)), _init("z", np.uint8(0))])
+    source = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), source)
+    optimize(source, tmp_path / "opt", quantization={"activations": "float"})
+    x = RNG.uniform(-8, 8, (2, 50)).astype(np.float32)
+    np.testing.assert_allclose(run_reference(ir.load(tmp_path / "opt" / "model.onnx"), {"x": x})["y"],
+                               np.clip(x, 0, 255 * 0.02), rtol=1e-6)
 
 
 def test_dynamic_quantisation_pairs_are_removed():
@@ -130,7 +149,7 @@ def test_a_pair_at_the_graph_output_keeps_the_output_name(tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), source)
     report = optimize(source, tmp_path / "opt", quantization={"activations": "float"})
     out = ir.load(tmp_path / "opt" / "model.onnx")
-    assert [v.name for v in out.graph.outputs] == ["y"] and node_types(out) == ["Relu"]
+    assert [v.name for v in out.graph.outputs] == ["y"] and node_types(out) == ["Relu", "Clip"]
     assert report["quantization"]["activation_pairs_removed"] == 1
 
 
