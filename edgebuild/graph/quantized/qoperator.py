@@ -84,8 +84,9 @@ def _static_size(value: ir.Value) -> int | None:
 class Rewrite:
     """Builds the replacement of one node: new nodes, new initializers, unique names."""
 
-    def __init__(self, graph: ir.Graph, node: ir.Node, taken: set[str]):
+    def __init__(self, graph: ir.Graph, node: ir.Node, taken: set[str], opset: int | None = None):
         self.graph, self.node, self.taken = graph, node, taken
+        self.opset = opset  # the model's ai.onnx opset, which the emitted float ops follow
         self.nodes: list[ir.Node] = []
         self.base = node.name or (node.outputs[0].name if node.outputs else node.op_type) or node.op_type
 
@@ -297,6 +298,23 @@ def _pool(op_type: str, *copied: str) -> Callable[[Rewrite], ir.Value]:
     return rewrite
 
 
+def _softmax(r: Rewrite) -> ir.Value:
+    """com.microsoft QLinearSoftmax(X, X_scale, x_zp, y_scale, y_zp); ``opset`` says which Softmax it
+    quantises: before 13 the input is flattened to 2-D at ``axis`` (default 1), from 13 one axis
+    (default -1). The float Softmax follows the model's opset, so the two must agree, unless the
+    axis is the last one, where both mean the same."""
+    x_in = r.input(0, "X")
+    op_opset = r.int_attr("opset", 13)
+    axis = r.int_attr("axis", 1 if op_opset < 13 else -1)
+    last = axis == -1 or (x_in.shape is not None and axis == len(x_in.shape) - 1)
+    if not last and (r.opset is None or (op_opset < 13) != (r.opset < 13)):
+        r.fail(f"a softmax of opset {op_opset} over axis {axis} cannot be written at the model's opset {r.opset}",
+               "export the model with the softmax over the last axis")
+    x = r.dequantize(x_in, r.input(1, "X_scale"), r.optional(2), "x")
+    y = r.op("Softmax", [x], "softmax", axis=axis)
+    return r.quantize(y, r.input(3, "y_scale"), r.optional(4), r.node.outputs[0], like=x_in)
+
+
 REWRITES: dict[tuple[str, str], Callable[[Rewrite], ir.Value]] = {
     ("", "QLinearConv"): _conv,
     ("", "QLinearMatMul"): _matmul,
@@ -306,6 +324,7 @@ REWRITES: dict[tuple[str, str], Callable[[Rewrite], ir.Value]] = {
     (MS_DOMAIN, "QLinearSigmoid"): _unary("Sigmoid"),
     (MS_DOMAIN, "QLinearLeakyRelu"): _unary("LeakyRelu", alpha=lambda r: r.float_attr("alpha", 0.01)),
     (MS_DOMAIN, "QLinearConcat"): _concat,
+    (MS_DOMAIN, "QLinearSoftmax"): _softmax,
     (MS_DOMAIN, "QLinearGlobalAveragePool"): _pool("GlobalAveragePool"),
     (MS_DOMAIN, "QLinearAveragePool"): _pool(
         "AveragePool", "auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"),
@@ -325,14 +344,15 @@ def _names_in(graph: ir.Graph) -> set[str]:
     return names
 
 
-def rewrite_graph(graph: ir.Graph) -> int:
-    """Rewrite every QOperator node of ``graph`` (not its subgraphs) in place; returns how many."""
+def rewrite_graph(graph: ir.Graph, opset: int | None = None) -> int:
+    """Rewrite every QOperator node of ``graph`` (not its subgraphs) in place; returns how many.
+    ``opset``: the model's ai.onnx opset."""
     targets = [node for node in graph if _key(node) in REWRITES]
     if not targets:
         return 0
     taken = _names_in(graph)
     for node in targets:
-        rewrite = Rewrite(graph, node, taken)
+        rewrite = Rewrite(graph, node, taken, opset)
         result = REWRITES[_key(node)](rewrite)
         ir.convenience.replace_nodes_and_values(graph, node, [node], rewrite.nodes, [node.outputs[0]], [result])
     return len(targets)
@@ -343,13 +363,14 @@ class DecomposeQOperator:
 
     name = "decompose_qoperator"
     description = ("QLinearConv, QLinearMatMul and com.microsoft QGemm/QLinearAdd/Mul/Sigmoid/LeakyRelu/"
-                   "Concat/(Global)AveragePool -> DequantizeLinear -> float op -> QuantizeLinear")
+                   "Softmax/Concat/(Global)AveragePool -> DequantizeLinear -> float op -> QuantizeLinear")
     default = True
     before_folding = True
     min_opset = None
 
     def apply(self, model: ir.Model) -> int:
-        return sum(rewrite_graph(graph) for graph in list(iter_graphs(model.graph)))
+        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+        return sum(rewrite_graph(graph, opset) for graph in list(iter_graphs(model.graph)))
 
 
 def supported_ops() -> list[str]:

@@ -207,3 +207,20 @@ def test_qoperator_node_lowers_without_the_pass():
                               initializers=["X_scale", "X_zero_point", "Y_scale", "Y_zero_point"])
     expected = run_onnxruntime(model, {"X": inputs["X"]})["y"]
     assert_within_one_step(lower_and_run(model, {"X": inputs["X"]})["y"], expected)
+
+
+@pytest.mark.parametrize("act", [np.uint8, np.int8])
+def test_qlinear_softmax(act):
+    inputs = {"X": _ints((2, 3, 10), act, seed=27), "X_scale": np.float32(0.05), "X_zero_point": _zero(act),
+              "y_scale": np.float32(1 / 256), "y_zero_point": _zero(act, 0 if act == np.uint8 else -128)}
+    check_qoperator("QLinearSoftmax", inputs, initializers=["X_scale", "X_zero_point", "y_scale", "y_zero_point"],
+                    attrs={"opset": 13, "axis": -1})
+
+
+def test_nearest_resize_of_a_quantised_tensor():
+    """QOperator graphs resize uint8 tensors directly (MIL's upsample takes floats: exact through fp32)."""
+    x = _ints((1, 3, 5, 4), np.uint8, seed=28)
+    model = single_node_model("Resize", {"X": x, "roi": None, "scales": np.array([1, 1, 2, 2], np.float32)},
+                              attrs={"mode": "nearest"}, opset=13, initializers=["scales"])
+    expected = run_onnxruntime(model, {"X": x})["y"]
+    np.testing.assert_array_equal(lower_and_run(model, {"X": x})["y"], expected)

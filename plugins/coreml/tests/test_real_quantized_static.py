@@ -96,8 +96,11 @@ def quantize(recipe: str, fmt: str, cache: Path, out: Path) -> Path:
     prepared, target = out / f"{recipe}_prepared.onnx", out / f"{recipe}_{fmt}.onnx"
     if not prepared.exists():
         # Per-channel weights need opset 13 (DequantizeLinear's axis); the paddle exports are older.
+        model = onnx.load(str(float_source(recipe, cache)))
+        if next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) < 13:
+            model = version_converter.convert_version(model, 13)
         upgraded = out / f"{recipe}_opset13.onnx"
-        onnx.save(version_converter.convert_version(onnx.load(str(float_source(recipe, cache))), 13), str(upgraded))
+        onnx.save(model, str(upgraded))
         # (its symbolic shape inference trips over these graphs; onnx's shape inference is enough)
         quant_pre_process(str(upgraded), str(prepared), skip_symbolic_shape=True)
     quantize_static(str(prepared), str(target), RecipeInputs(),

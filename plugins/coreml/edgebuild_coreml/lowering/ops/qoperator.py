@@ -45,7 +45,7 @@ def _single_node_graph(ctx, node: ir.Node) -> tuple[ir.Graph, list]:
 
 def lower_qoperator(ctx, node):
     graph, bound = _single_node_graph(ctx, node)
-    rewrite_graph(graph)
+    rewrite_graph(graph, ctx.opset)
     return ctx.lower_subgraph(graph, bound)[0]
 
 
