@@ -13,7 +13,7 @@ from edgebuild.build.lockfile import stage_renamings
 from edgebuild.build.outputs import materialise, settle_artifact
 from edgebuild.dag.executor import Executor
 from edgebuild.errors import ValidationFailed
-from edgebuild.report.console import as_printer, escape, renaming_lines, stage_line, warning_lines
+from edgebuild.report.console import as_printer, detail_lines, escape, renaming_lines, stage_line
 from edgebuild.report.html import human_bytes
 from edgebuild.report.write import INDEX_HTML, REPORT_HTML, REPORT_JSON
 from edgebuild.store.location import open_store
@@ -195,7 +195,7 @@ def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False) 
         files += local_inputs(build)
         for result in build.job.results.values():
             lines.append(stage_line(build.job.label, result.name, "cached", 0.0))
-            lines += warning_lines(result)
+            lines += detail_lines(result)
             lines += renaming_lines(build.job.label, result)
             if result.name == "resolve":
                 files.append(result.path)

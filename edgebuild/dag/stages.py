@@ -103,9 +103,11 @@ def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -
             shutil.copytree(imported, out, dirs_exist_ok=True)
             return {"passthrough": made}
         from edgebuild.graph.optimize import optimize as run_optimize
-        return run_optimize(imported / "model.onnx", out, passes, registry=registry)
+        return run_optimize(imported / "model.onnx", out, passes, registry=registry, quantization=quantization)
 
-    stages.append(Stage("optimize", {"passes": passes}, ["import"], pass_plugins, produce=optimize))
+    quantization = variant.params["quantization"]
+    stages.append(Stage("optimize", {"passes": passes, "quantization": quantization}, ["import"], pass_plugins,
+                        produce=optimize))
 
     backend_name = recipe.target.backend
     backend = registry.get("backends", backend_name)

@@ -21,9 +21,10 @@ def edgebuild_register_frontends(register):
 
 
 # name -> (on by default, runs before constant folding); the passes themselves live in
-# edgebuild.graph.fusion and edgebuild.graph.quantized and load on first use (onnxscript's rewriter takes seconds to import, and
-# planning a build reads only these facts)
+# edgebuild.graph.fusion and edgebuild.graph.quantized, and load on first use (onnxscript's rewriter takes seconds
+# to import, and planning a build reads only these facts)
 PASSES = {
+    "decompose_qoperator": (True, True),
     "decompose_dynamic_quant": (True, True),
     "dequantize_weights": (True, True),
     "decompose_dynamic_quant_lstm": (True, False),

@@ -119,9 +119,10 @@ PASSES: dict[str, GraphPass] = {
 }
 
 
-# The quantised-graph decompositions (edgebuild.graph.quantized): name -> "module:attribute" of the
-# pass object, imported only when asked for.
+# The quantised-graph passes rewrite nodes directly rather than through rewrite rules
+# (edgebuild.graph.quantized): name -> "module:attribute" of the pass object, imported only when asked for.
 QUANTIZED_PASSES = {
+    "decompose_qoperator": "edgebuild.graph.quantized.qoperator:PASS",
     "decompose_dynamic_quant": "edgebuild.graph.quantized.dynamic:PASS",
     "decompose_dynamic_quant_lstm": "edgebuild.graph.quantized.dynamic_lstm:PASS",
 }

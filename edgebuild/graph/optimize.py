@@ -1,7 +1,8 @@
 """The optimise stage: constant folding and clean-up, then the registered graph passes.
 
-Order matters: passes marked ``before_folding`` (weight dequantisation) run first because
-folding would expand int8 weights back to float; then onnxscript's optimizer folds
+Order matters: passes marked ``before_folding`` (weight dequantisation, the quantised-operator
+decompositions) run first because folding would expand int8 weights back to float; a recipe's
+``quantization: {activations: float}`` then removes the activations' fake quantisation; then onnxscript's optimizer folds
 constants (including ``If`` nodes whose condition a fixed input decided), removes dead
 code and infers shapes; then each enabled fusion pass; then shapes are inferred again so
 the backend sees typed values everywhere.
@@ -21,6 +22,7 @@ import onnxscript.optimizer
 from edgebuild.errors import BuildError
 from edgebuild.graph.external_data import iter_graphs
 from edgebuild.graph.frontend import DATA_FILE, MODEL_FILE
+from edgebuild.graph.quantized.activations import FloatActivations, count_weight_dequantizers
 
 
 def forget_last_matches() -> None:
@@ -120,25 +122,34 @@ def infer_shapes(model: ir.Model) -> None:
     common_passes.ShapeInferencePass(strict_mode=False)(model)
 
 
-def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = None, registry=None) -> dict:
-    """Optimise ``model_path`` into ``out_dir/model.onnx`` (+ ``model.onnx.data``); returns a report."""
+def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = None, registry=None,
+             quantization: dict | None = None) -> dict:
+    """Optimise ``model_path`` into ``out_dir/model.onnx`` (+ ``model.onnx.data``); returns a report.
+
+    ``quantization`` is the recipe's section: with ``activations: float`` the activations'
+    fake-quant pairs are removed once every quantised form has been decomposed into them.
+    """
     start = time.perf_counter()
     model_path, out_dir = Path(model_path), Path(out_dir)
     model = ir.load(model_path)
     selected = enabled_passes(passes, registry)
     before = op_counts(model)
     rules: dict[str, int] = {}
+    activations = (quantization or {}).get("activations", "keep")
 
     for name, graph_pass in selected:
         if graph_pass.before_folding:
             rules[name] = run_pass(name, graph_pass, model)
     input_names = [value.name for value in model.graph.inputs]
+    removed = FloatActivations().apply(model) if activations == "float" else 0
     onnxscript.optimizer.optimize_ir(model)
     keep_input_names(model.graph, input_names)
     forget_last_matches()
     for name, graph_pass in selected:
         if not graph_pass.before_folding:
             rules[name] = run_pass(name, graph_pass, model)
+    if activations == "float":  # decompositions that need folded shapes (an unrolled LSTM) run late
+        removed += FloatActivations().apply(model)
     common_passes.RemoveUnusedNodesPass()(model)
     drop_unreferenced_initializers(model)
     try:
@@ -153,6 +164,7 @@ def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = N
         ir.external_data.load_to_model(model)
     ir.save(model, target, external_data=DATA_FILE)
     after = op_counts(model)
+    weights_quantized = count_weight_dequantizers(model)
     del model  # onnx_ir graphs are cyclic: collect the weights before the next stage starts
     gc.collect()
     return {
@@ -161,5 +173,7 @@ def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = N
         "op_counts_before": before,
         "op_counts_after": after,
         "rules": rules,
+        "quantization": {"activations": activations, "activation_pairs_removed": removed,
+                         "weights_quantized": weights_quantized},
         "seconds": round(time.perf_counter() - start, 3),
     }

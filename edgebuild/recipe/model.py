@@ -177,6 +177,19 @@ class Optimize(Strict):
     passes: dict[str, bool] = Field(default={}, description="switch graph passes on or off by name")
 
 
+class Quantization(Strict):
+    """How a quantised source graph (onnxruntime's QDQ, QOperator or dynamic quantisation) is built.
+
+    Its weights always stay quantised in the artifact. ``keep`` reproduces the source's activation
+    arithmetic (quantise, round, clip, dequantise, with calibrated or run-time scales); ``float``
+    builds weight-only: the activations' quantise/dequantise pairs are removed and they stay float.
+    """
+
+    activations: Literal["keep", "float"] = Field(
+        default="keep", description="keep: quantise activations as the source does; float: weight-only, "
+                                    "activations stay float")
+
+
 class Metadata(Strict):
     author: Optional[str] = None
     license: Optional[str] = None
@@ -198,6 +211,7 @@ class Recipe(Strict):
     target: Target = Target()
     compute: Compute = Compute()
     optimize: Optimize = Optimize()
+    quantization: Quantization = Quantization()
     compression: Optional[dict[str, Any]] = Field(default=None, description="weight compression, validated by the backend plugin")
     validate_: Optional[ValidateSection] = Field(default=None, alias="validate")
     variants: dict[str, Optional[dict[str, Any]]] = Field(

@@ -52,6 +52,20 @@ def renaming_lines(label: str, result) -> list[str]:
     return lines
 
 
+def detail_lines(result) -> list[str]:
+    """What to say under a finished stage: its warnings, and what the optimise stage did with a
+    quantised source (weight-only or not)."""
+    lines = warning_lines(result)
+    record = (result.info or {}).get("quantization")
+    if isinstance(record, dict):
+        from edgebuild.report.schema import Quantization
+
+        quantization = Quantization.model_validate(record)
+        if quantization.applies:
+            lines.append(f"[dim]quantised source:[/] {escape(quantization.summary)}")
+    return lines
+
+
 class Printer:
     """Plain lines (colour on a terminal unless NO_COLOR); ``quiet``: errors only."""
 
@@ -89,7 +103,7 @@ class Printer:
             self.print(f"[dim]{label}[/] {stage:<9} started")
         elif what == "done":
             self.print(stage_line(label, stage, payload.status, payload.seconds))
-            for line in warning_lines(payload) + renaming_lines(label, payload):
+            for line in detail_lines(payload) + renaming_lines(label, payload):
                 self.print(line)
 
     def close(self) -> None:
@@ -149,7 +163,7 @@ class LivePrinter(Printer):
                     self._live.remove_task(task)
                     self._live.refresh()  # else the line below is drawn with the finished stage still live
                 self.print(stage_line(label, stage, payload.status, payload.seconds))
-                for line in warning_lines(payload) + renaming_lines(label, payload):
+                for line in detail_lines(payload) + renaming_lines(label, payload):
                     self.print(line)
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ from html import escape
 from typing import Any, Iterable, Mapping, Sequence
 
 from edgebuild.report import svg
-from edgebuild.report.schema import Compression, Report, RuntimeRecord, Validation
+from edgebuild.report.schema import Compression, OptimizeRecord, Report, RuntimeRecord, Validation
 from edgebuild.verify.thresholds import metric_of, statistic_key
 
 MAX_LAYERS_IN_CHART = 25
@@ -63,7 +63,8 @@ def render_report(data: Report | Mapping[str, Any]) -> str:
         _compression(report.compression),
         _numerics(report.validation),
         _plan(report.plan),
-        _fusion_rules(report.optimize),
+        _quantization(report.optimize),
+        _fusion_rules(report.optimize.model_dump() if report.optimize else None),
         _renamings(report.renamings),
         _notes(report.notes),
     ]
@@ -319,6 +320,17 @@ def _renamings(renamings) -> str:
     return ("<h2>Renamed inputs and outputs</h2><p>The artifact names these tensors differently from the "
             "source model; InferenceSession, verify and bundles take and return the source names.</p>"
             + _table(["tensor", "segment", "source (ONNX) name", "artifact name", "why"], rows))
+
+
+def _quantization(optimize: OptimizeRecord | None) -> str:
+    quantization = optimize.quantization if optimize is not None else None
+    if quantization is None or not quantization.applies:
+        return ""
+    rows = [["activations", "float (weight-only)" if quantization.activations == "float" else "quantised, as in the source"],
+            ["quantised weights kept", str(quantization.weights_quantized)],
+            ["activation quantise/dequantise pairs removed", str(quantization.activation_pairs_removed)]]
+    return (f'<section id="quantization"><h2>Quantised source</h2><p class=sub>{escape(quantization.summary)}</p>'
+            + _table(["", ""], rows, header=False) + "</section>")
 
 
 def _notes(notes) -> str:

@@ -89,6 +89,33 @@ class Compression(_Open):
         return self.total_before / self.total_after if self.total_after else None
 
 
+class Quantization(_Section):
+    """What the optimise stage did with a quantised source graph."""
+
+    activations: Literal["keep", "float"]  # the recipe's quantization.activations
+    activation_pairs_removed: int = 0  # quantise/dequantise pairs of activations taken out (float)
+    weights_quantized: int = 0  # weights left quantised (DequantizeLinear of integer constants)
+
+    @property
+    def summary(self) -> str:
+        """One line: what kind of build this was."""
+        if self.activations == "float":
+            return (f"weight-only: {self.weights_quantized} quantised weights kept, "
+                    f"{self.activation_pairs_removed} activation quantise/dequantise pairs removed (activations float)")
+        return f"{self.weights_quantized} quantised weights kept; activations quantised as in the source"
+
+    @property
+    def applies(self) -> bool:
+        """Whether the source was quantised at all (a float model has nothing to say here)."""
+        return bool(self.weights_quantized or self.activation_pairs_removed)
+
+
+class OptimizeRecord(_Open):
+    """The optimise stage's record: op counts and rules fired (kept as written), and quantisation."""
+
+    quantization: Optional[Quantization] = None
+
+
 class Failure(_Section):
     """One unmet limit: ``value`` (the ``statistic`` over the samples) against ``limit``."""
 
@@ -174,7 +201,7 @@ class Report(_Open):
     compression: Optional[Compression] = None
     validation: Optional[Validation] = None
     plan: Optional[ComputePlan] = None
-    optimize: Optional[dict[str, Any]] = None
+    optimize: Optional[OptimizeRecord] = None
     renamings: list[Renaming] = []
     notes: list[str] = []
 

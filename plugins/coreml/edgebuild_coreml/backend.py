@@ -232,6 +232,8 @@ class CoreMLBackend(Backend):
         if error is not None:
             error.program, error.renamed_inputs = program, renamed_inputs
             raise error
+        if result.notes:
+            info["notes"] = result.notes
         warnings = [policy.range_fallback_warning(plan, where or model_path.name),
                     policy.ane_absence_warning(plan, where or model_path.name)]
         if any(warnings):

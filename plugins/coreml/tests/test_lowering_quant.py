@@ -86,3 +86,64 @@ def test_dequantize_runtime_per_axis_scale():
 def test_dynamic_quantize_linear(low, high):
     x = rand(3, 7, seed=5, low=low, high=high)
     check_op("DynamicQuantizeLinear", {"x": x}, outputs=["y", "scale", "zero"], opset=11)
+
+
+def _int4_weight_model(signed: bool):
+    import ml_dtypes
+
+    rng = np.random.default_rng(3)
+    dtype = ml_dtypes.int4 if signed else ml_dtypes.uint4
+    low, high = (-8, 8) if signed else (0, 16)
+    weight = rng.integers(low, high, (16, 6)).astype(dtype)
+    zero = rng.integers(-2, 3, 6).astype(dtype) if signed else rng.integers(6, 10, 6).astype(dtype)
+    deq = oh.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], axis=1)
+    matmul = oh.make_node("MatMul", ["x", "wf"], ["y"])
+    graph = oh.make_graph([deq, matmul], "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 16])],
+                          [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3, 6])],
+                          [onh.from_array(weight, "w"), onh.from_array(rand(6, seed=4, low=0.01, high=0.1), "s"),
+                           onh.from_array(zero, "z")])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=IR_VERSION)
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_int4_weight_stays_4_bit_in_the_saved_package_on_ios18(tmp_path, signed):
+    from coremltools.converters.mil.mil import types
+
+    from edgebuild_coreml.interpreter import load_mlpackage, run_mlpackage
+    from edgebuild_coreml.lowering.package import save_mlpackage
+
+    model = _int4_weight_model(signed)
+    x = rand(3, 16, seed=5)
+    expected = run_onnxruntime(model, {"x": x})["y"]
+    result = lower(model, target="iOS18")
+    assert result.op_counts.get("constexpr_blockwise_shift_scale") == 1 and not result.notes
+    path = tmp_path / "model.mlpackage"
+    save_mlpackage(result, path, target="iOS18", precision="float32", metadata={})
+    saved = [op for op in load_mlpackage(path).functions["main"].operations
+             if op.op_type == "constexpr_blockwise_shift_scale"]
+    assert len(saved) == 1 and saved[0].data.dtype == (types.int4 if signed else types.uint4)
+    assert_matches(next(iter(run_mlpackage(path, {"x": x}).values())), expected, rtol=RTOL, atol=ATOL)
+
+
+def test_int4_weight_before_ios18_is_folded_with_a_note():
+    model = _int4_weight_model(True)
+    result = lower(model, target="iOS17")
+    assert not any(op.startswith("constexpr") for op in result.op_counts)
+    assert len(result.notes) == 1 and "iOS18" in result.notes[0] and "4-bit" in result.notes[0]
+    x = rand(3, 16, seed=5)
+    assert_matches(lower_and_run(model, {"x": x}, target="iOS17")["y"], run_onnxruntime(model, {"x": x})["y"],
+                   rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int16])
+def test_sixteen_bit_activation_pair_round_trips(dtype):
+    """A QDQ pair at 16 bits (quantize_static's QUInt16/QInt16 activations) on a runtime tensor."""
+    zero = dtype(30000 if dtype == np.uint16 else -7)
+    q = oh.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"])
+    dq = oh.make_node("DequantizeLinear", ["xq", "s", "z"], ["y"])
+    graph = oh.make_graph([q, dq], "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 50])],
+                          [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 50])],
+                          [onh.from_array(np.array(0.0003, np.float32), "s"), onh.from_array(np.array(zero), "z")])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=IR_VERSION)
+    x = rand(4, 50, seed=6, low=-12, high=12)
+    assert_matches(lower_and_run(model, {"x": x})["y"], run_onnxruntime(model, {"x": x})["y"], rtol=RTOL, atol=ATOL)

@@ -60,6 +60,11 @@ class LoweringContext:
         self.lookup: Callable[[ir.Node], Callable | None] = lambda node: None
         self.opset_for: Callable[[str], int] = lambda domain: opset if domain == "" else 1
         self.lower_subgraph: Callable[[ir.Graph, list], list] | None = None
+        self.notes: dict[str, int] = {}  # what the artifact does differently from the source -> how often
+
+    def note(self, message: str) -> None:
+        """Record something the report should say about the artifact (counted, said once)."""
+        self.notes[message] = self.notes.get(message, 0) + 1
 
     # -- values -------------------------------------------------------------------------
     def input(self, node: ir.Node, index: int, *, optional: bool = False):

@@ -40,6 +40,7 @@ class ConvertResult:
     # MIL name -> placeholder shape (ints, or None for a flexible dim). Rank-0 ONNX inputs
     # are fed as shape (1,), since Core ML inputs need a rank.
     input_shapes: dict[str, tuple] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # for the report: what the lowering had to give up
 
 
 # -- names ----------------------------------------------------------------------------------
@@ -58,6 +59,8 @@ _PLACEHOLDER_DTYPES = {
     ir.DataType.INT16: types.int32,
     ir.DataType.INT8: types.int32,
     ir.DataType.UINT8: types.int32,
+    ir.DataType.INT4: types.int32,
+    ir.DataType.UINT4: types.int32,
     ir.DataType.UINT16: types.int32,
     ir.DataType.UINT32: types.int32,
     ir.DataType.UINT64: types.int32,  # like int64: values must fit int32
@@ -393,4 +396,5 @@ def convert(
         function.set_outputs(outputs)
     result.program.add_function("main", function)
     result.op_counts = dict(Counter(op.op_type for op in function.operations))
+    result.notes = [f"{message} ({count} ops)" if count > 1 else message for message, count in ctx.notes.items()]
     return result

@@ -3,9 +3,12 @@
 A DequantizeLinear of a constant int8/uint8 weight stays compressed in the artifact: it
 becomes ``constexpr_blockwise_shift_scale`` (iOS18+, per-tensor, per-axis or blockwise) or
 ``constexpr_affine_dequantize`` (iOS16/17, per-tensor or per-axis), which Core ML expands at
-load time. Runtime tensors are (de)quantised with float arithmetic; quantised values travel
-as int32, the integer type Core ML programs compute in. Scales and zero points may be runtime
-tensors when they are per-tensor or per-axis (DynamicQuantizeLinear computes them).
+load time. An int4/uint4 weight (ONNX opset 21) stays 4-bit behind
+``constexpr_blockwise_shift_scale`` on iOS18+; older targets have no 4-bit constexpr op, so it
+is folded to float and the lower stage says so in a note. Runtime tensors are (de)quantised
+with float arithmetic; quantised values (4, 8 or 16 bits) travel as int32, the integer type
+Core ML programs compute in. Scales and zero points may be runtime tensors when they are
+per-tensor or per-axis (DynamicQuantizeLinear computes them).
 """
 
 from __future__ import annotations
@@ -13,16 +16,27 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil import types
 
 from edgebuild_coreml.lowering.context import target_index
 from edgebuild_coreml.lowering.ops._nn_util import as_float, rank_of, shape_of
 from edgebuild_coreml.lowering.ops._util import dtype_of
 from edgebuild_coreml.lowering.registry import lowers
 
-_RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255), np.dtype(np.int16): (-32768, 32767),
-           np.dtype(np.uint16): (0, 65535)}
-_ONNX_INT_TYPES = {ir.DataType.UINT8: np.uint8, ir.DataType.INT8: np.int8, ir.DataType.UINT16: np.uint16,
-                   ir.DataType.INT16: np.int16}
+# The integer types QuantizeLinear can saturate to, and their ranges.
+_RANGES = {ir.DataType.INT4: (-8, 7), ir.DataType.UINT4: (0, 15), ir.DataType.INT8: (-128, 127),
+           ir.DataType.UINT8: (0, 255), ir.DataType.INT16: (-32768, 32767), ir.DataType.UINT16: (0, 65535)}
+_SUPPORTED = "use int4, uint4, int8, uint8, int16 or uint16"
+# Constant data a constexpr op can hold, as the numpy dtype coremltools reads it with.
+_FOUR_BIT = {ir.DataType.INT4: types.np_int4_dtype, ir.DataType.UINT4: types.np_uint4_dtype}
+_EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
+
+
+def _onnx_type(array: np.ndarray) -> ir.DataType | None:
+    try:
+        return ir.DataType.from_numpy(array.dtype)
+    except (TypeError, ValueError):
+        return None
 
 
 def _is_runtime(value) -> bool:
@@ -104,10 +118,11 @@ def dequantize_linear(ctx, node):
 
 
 def _constant_weight(ctx, node, data, scale, zero, axis, block):
-    """Keep an int8/uint8 constant compressed behind a constexpr op when the target allows."""
+    """Keep an int4/uint4/int8/uint8 constant compressed behind a constexpr op when the target allows."""
     rank = data.ndim
     zero = np.zeros((), data.dtype) if zero is None else zero.astype(data.dtype)
-    compressible = data.dtype in (np.int8, np.uint8) and rank >= 1
+    four_bit = _FOUR_BIT.get(_onnx_type(data))
+    compressible = (four_bit is not None or data.dtype in _EIGHT_BIT) and rank >= 1
     if compressible and target_index(ctx.target) >= target_index("iOS18"):
         if block:  # ONNX blockwise scales already have the data's rank
             if any(d % s for d, s in zip(data.shape, scale.shape)):
@@ -119,15 +134,21 @@ def _constant_weight(ctx, node, data, scale, zero, axis, block):
                 scale_shape[axis] = scale.size
             scale = scale.reshape(scale_shape)
             zero = np.broadcast_to(zero.reshape([1] * rank), scale_shape) if zero.size == 1 else zero.reshape(scale_shape)
+        if four_bit is not None:  # coremltools reads 4-bit data from int8/uint8 arrays tagged with its type
+            data, zero = (np.ascontiguousarray(a).astype(np.int8 if four_bit.kind == "i" else np.uint8).astype(four_bit)
+                          for a in (data, zero))
         return mb.constexpr_blockwise_shift_scale(
             data=data, scale=scale.astype(np.float32), offset=np.ascontiguousarray(zero), name=ctx.name(node)
         )
-    if compressible and not block and target_index(ctx.target) >= target_index("iOS16"):
+    if compressible and four_bit is None and not block and target_index(ctx.target) >= target_index("iOS16"):
         return mb.constexpr_affine_dequantize(
             quantized_data=data, zero_point=zero.reshape(-1) if zero.size > 1 else zero.reshape(()),
             scale=scale.astype(np.float32).reshape(-1) if scale.size > 1 else scale.astype(np.float32).reshape(()),
             axis=axis, name=ctx.name(node),
         )
+    if four_bit is not None:
+        ctx.note(f"4-bit weights were stored as float: Core ML holds them 4-bit from iOS18 "
+                 f"(the recipe targets {ctx.target}); set target.deployment_target: iOS18 to keep them compressed")
     # Older targets, int32/int16 data or blockwise before iOS18: fold to a float constant.
     size = data.shape[axis] if rank else None
     offset = _broadcast_param(zero.astype(np.float32), rank, axis, block, size, "")
@@ -135,22 +156,23 @@ def _constant_weight(ctx, node, data, scale, zero, axis, block):
     return ((data.astype(np.float32) - offset) * factor).astype(np.float32)
 
 
-def _quantized_dtype(ctx, node, zero) -> np.dtype:
+def _quantized_type(ctx, node, zero) -> ir.DataType:
     """The integer type QuantizeLinear saturates to: the output's declared type when known."""
     declared = node.outputs[0].dtype
-    if declared in _ONNX_INT_TYPES:
-        return np.dtype(_ONNX_INT_TYPES[declared])
+    if declared in _RANGES:
+        return declared
     if node.attributes.get("output_dtype") is not None:
         code = ir.DataType(int(ctx.attr(node, "output_dtype")))
-        if code not in _ONNX_INT_TYPES:
-            ctx.fail(node, f"quantising to {code.name} is not supported", "use int8, uint8, int16 or uint16")
-        return np.dtype(_ONNX_INT_TYPES[code])
+        if code not in _RANGES:
+            ctx.fail(node, f"quantising to {code.name} is not supported", _SUPPORTED)
+        return code
     if isinstance(zero, np.ndarray):
-        return np.dtype(zero.dtype)
-    zero_type = node.inputs[2].dtype if ctx.has_input(node, 2) else ir.DataType.UINT8
-    if zero_type not in _ONNX_INT_TYPES:
-        ctx.fail(node, f"quantising to {zero_type} is not supported", "use int8, uint8, int16 or uint16")
-    return np.dtype(_ONNX_INT_TYPES[zero_type])
+        found = _onnx_type(zero)
+    else:
+        found = node.inputs[2].dtype if ctx.has_input(node, 2) else ir.DataType.UINT8
+    if found not in _RANGES:
+        ctx.fail(node, f"quantising to {found} is not supported", _SUPPORTED)
+    return found
 
 
 @lowers("QuantizeLinear", since=10)
@@ -159,9 +181,7 @@ def quantize_linear(ctx, node):
     x = _as_fp32(as_float(ctx.input(node, 0)), ctx.name(node, "as_float"))
     scale = as_float(ctx.input(node, 1))
     zero = ctx.input(node, 2, optional=True)
-    out_dtype = _quantized_dtype(ctx, node, zero)
-    if out_dtype not in _RANGES:
-        ctx.fail(node, f"quantising to {out_dtype} is not supported", "use int8, uint8, int16 or uint16")
+    out_type = _quantized_type(ctx, node, zero)
     rank = rank_of(x)
     block = int(ctx.attr(node, "block_size", 0))
     axis = _axis(ctx, node, rank, scale, block)
@@ -173,7 +193,7 @@ def quantize_linear(ctx, node):
     if zero is not None and (_is_runtime(zero) or np.any(zero)):
         offset = _broadcast_param(_as_fp32(zero, ctx.name(node, "zero_float")), rank, axis, block, size,
                                   ctx.name(node, "zero_view"))
-    return _quantize(ctx, node, x, factor, offset, _RANGES[out_dtype], ctx.name(node))
+    return _quantize(ctx, node, x, factor, offset, _RANGES[out_type], ctx.name(node))
 
 
 def _quantize(ctx, node, x, scale, offset, bounds, name: str):
@@ -195,7 +215,7 @@ def dynamic_quantize_linear(ctx, node):
     An all-zero tensor gets scale 1 (and zero point 0), as onnxruntime gives it: the formula's
     0 / 0 would make every quantised value NaN (an LSTM's zero initial state quantises so)."""
     x = _as_fp32(as_float(ctx.input(node, 0)), ctx.name(node, "as_float"))
-    low, high = _RANGES[np.dtype(np.uint8)]
+    low, high = _RANGES[ir.DataType.UINT8]
     top = mb.maximum(x=mb.reduce_max(x=x, keep_dims=False, name=ctx.name(node, "max")), y=np.float32(0),
                      name=ctx.name(node, "max_with_zero"))
     bottom = mb.minimum(x=mb.reduce_min(x=x, keep_dims=False, name=ctx.name(node, "min")), y=np.float32(0),

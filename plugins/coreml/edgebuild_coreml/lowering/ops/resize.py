@@ -141,6 +141,13 @@ def resample(ctx, node, x, *, mode, coordinate_mode, nearest_mode, scales=None, 
         ctx.fail(node, f"{mode} Resize of an integer tensor is not supported", "cast the input to float first")
 
     fast = _nearest_upsample_factors(plans, shape, rank) if rank == 4 else None
+    if fast is not None and not is_float(x):
+        # upsample_nearest_neighbor takes float tensors only; an integer tensor (a quantised one, as
+        # onnxruntime's QOperator format resizes) goes through fp32 and back, exact for a selection
+        widened = mb.cast(x=x, dtype="fp32", name=ctx.name(node, "as_float"))
+        upsampled = mb.upsample_nearest_neighbor(x=widened, scale_factor_height=fast[0], scale_factor_width=fast[1],
+                                                 name=ctx.name(node, "upsampled"))
+        return mb.cast(x=upsampled, dtype="int32", name=ctx.name(node))
     if fast is not None:
         return mb.upsample_nearest_neighbor(x=x, scale_factor_height=fast[0], scale_factor_width=fast[1],
                                             name=ctx.name(node))

@@ -1,0 +1,381 @@
+"""QOperator ops -> the QDQ form: ``DequantizeLinear -> float op -> QuantizeLinear``.
+
+onnxruntime's ``quantize_static(..., quant_format=QOperator)`` writes integer operators
+(ai.onnx ``QLinearConv`` and ``QLinearMatMul``, com.microsoft ``QGemm``, ``QLinearAdd``, ...)
+that carry their inputs' and outputs' scales and zero points. Each becomes the float op it
+quantises, between a DequantizeLinear of every quantised input and a QuantizeLinear of the
+result, so a backend needs only Q/DQ and the float op:
+
+- weights (int8/uint8 initializers, per tensor or per output channel) become
+  ``DequantizeLinear(w, scale, zero_point[, axis])``, which constant folding leaves alone and a
+  backend keeps compressed;
+- int32 biases (QLinearConv ``B``, QGemm ``C``) are stored at scale ``x_scale * w_scale``; they
+  become float initializers (they are small), or ``Cast -> Mul`` when a scale is computed.
+
+Integer kernels accumulate in int32 and requantise once; the float form computes the same sum
+in float, so a requantised output can differ from onnxruntime's by one quantisation step where
+the exact value sits on a rounding boundary.
+
+Per-axis Q/DQ (``axis``) is ai.onnx opset 13; the model's opset is never raised (that would change
+other ops' meaning). A model at opset 10-12 gets per-axis DequantizeLinear nodes all the same:
+edgebuild's backends and reference evaluator read ``axis`` whatever the opset, and the
+rewritten graph is only ever consumed by them, never handed back to another runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from edgebuild.graph.external_data import iter_graphs
+
+MS_DOMAIN = "com.microsoft"
+
+
+class QOperatorError(ValueError):
+    """A QOperator node the decomposition cannot express; the message names the node."""
+
+
+def _where(node: ir.Node) -> str:
+    domain = f"{node.domain}::" if node.domain not in ("", "ai.onnx") else ""
+    return f"node {node.name or '<unnamed>'!r} ({domain}{node.op_type})"
+
+
+def constant_of(value: ir.Value | None) -> np.ndarray | None:
+    """A value's contents when it is an initializer or a Constant node's output, else None."""
+    if value is None:
+        return None
+    if value.const_value is not None and not value.is_graph_input():
+        try:
+            return value.const_value.numpy()
+        except (FileNotFoundError, ValueError):
+            return None
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
+        attr = producer.attributes.get("value")
+        if attr is not None:
+            return attr.as_tensor().numpy()
+    return None
+
+
+def is_constant(value: ir.Value | None) -> bool:
+    """Whether the value is an initializer or a Constant node's output (without reading it)."""
+    if value is None:
+        return False
+    if value.const_value is not None and not value.is_graph_input():
+        return True
+    producer = value.producer()
+    return producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx")
+
+
+def _static_size(value: ir.Value) -> int | None:
+    if value.const_value is not None:
+        return int(np.prod(list(value.const_value.shape), dtype=np.int64))
+    array = constant_of(value)
+    if array is not None:
+        return int(array.size)
+    if value.shape is None or not all(isinstance(d, int) for d in value.shape):
+        return None
+    return int(np.prod(list(value.shape), dtype=np.int64))
+
+
+class Rewrite:
+    """Builds the replacement of one node: new nodes, new initializers, unique names."""
+
+    def __init__(self, graph: ir.Graph, node: ir.Node, taken: set[str], opset: int | None = None):
+        self.graph, self.node, self.taken = graph, node, taken
+        self.opset = opset  # the model's ai.onnx opset, which the emitted float ops follow
+        self.nodes: list[ir.Node] = []
+        self.base = node.name or (node.outputs[0].name if node.outputs else node.op_type) or node.op_type
+
+    # -- inputs -----------------------------------------------------------------------------
+    def input(self, index: int, what: str = "") -> ir.Value:
+        value = self.optional(index)
+        if value is None:
+            self.fail(f"input {index}{f' ({what})' if what else ''} is required but missing")
+        return value
+
+    def optional(self, index: int) -> ir.Value | None:
+        inputs = self.node.inputs
+        value = inputs[index] if index < len(inputs) else None
+        return None if value is None or value.name == "" else value
+
+    def int_attr(self, name: str, default: int) -> int:
+        attr = self.node.attributes.get(name)
+        return default if attr is None else attr.as_int()
+
+    def float_attr(self, name: str, default: float) -> float:
+        attr = self.node.attributes.get(name)
+        return default if attr is None else attr.as_float()
+
+    def copied_attrs(self, *names: str) -> dict:
+        """The node's attributes of these names (those it sets), for the float op."""
+        return {n: self.node.attributes[n].value for n in names if n in self.node.attributes}
+
+    def fail(self, reason: str, hint: str = "") -> None:
+        raise QOperatorError(f"{_where(self.node)}: {reason}" + (f" ({hint})" if hint else ""))
+
+    # -- building ---------------------------------------------------------------------------
+    def fresh(self, suffix: str) -> str:
+        name, i = f"{self.base}_{suffix}", 1
+        while name in self.taken:
+            i += 1
+            name = f"{self.base}_{suffix}_{i}"
+        self.taken.add(name)
+        return name
+
+    def op(self, op_type: str, inputs: Sequence[ir.Value | None], suffix: str, **attrs) -> ir.Value:
+        node = ir.node(op_type, list(inputs), attributes=attrs or None, name=self.fresh(suffix))
+        node.outputs[0].name = self.fresh(f"{suffix}_out")
+        self.nodes.append(node)
+        return node.outputs[0]
+
+    def initializer(self, array: np.ndarray, suffix: str) -> ir.Value:
+        name = self.fresh(suffix)
+        value = ir.Value(name=name, const_value=ir.tensor(np.ascontiguousarray(array), name=name))
+        value.shape = ir.Shape(array.shape)
+        value.type = ir.TensorType(value.const_value.dtype)
+        self.graph.register_initializer(value)
+        return value
+
+    # -- quantisation -----------------------------------------------------------------------
+    def dequantize(self, x: ir.Value, scale: ir.Value, zero: ir.Value | None, suffix: str,
+                   axis: int | None = None) -> ir.Value:
+        """DequantizeLinear; ``axis`` is the per-channel axis, used when the scale has more than one
+        element (a one-element scale means per tensor to onnxruntime, onnx and the backends)."""
+        per_axis = axis is not None and _static_size(scale) != 1
+        if per_axis and zero is not None and _static_size(zero) == 1:
+            zero = self._broadcast_zero(zero, scale, suffix)
+        attrs = {"axis": axis} if per_axis else {}
+        inputs = [x, scale] if zero is None else [x, scale, zero]
+        return self.op("DequantizeLinear", inputs, f"{suffix}_dq", **attrs)
+
+    def _broadcast_zero(self, zero: ir.Value, scale: ir.Value, suffix: str) -> ir.Value:
+        """A per-tensor zero point next to a per-axis scale: DequantizeLinear wants both of one shape."""
+        zero_array, scale_array = constant_of(zero), constant_of(scale)
+        if zero_array is not None and scale_array is not None:
+            return self.initializer(np.full(scale_array.shape, zero_array.reshape(()), zero_array.dtype),
+                                    f"{suffix}_zero_point")
+        shape = self.op("Shape", [scale], f"{suffix}_scale_shape")
+        return self.op("Expand", [zero, shape], f"{suffix}_zero_point")
+
+    def quantize(self, y: ir.Value, scale: ir.Value, zero: ir.Value | None, output: ir.Value,
+                 like: ir.Value | None = None) -> ir.Value:
+        """QuantizeLinear to the node's output type. Without a zero point QuantizeLinear would give
+        uint8, so a zero of the output's type (or ``like``'s) is supplied."""
+        if zero is None:
+            dtype = output.dtype or (like.dtype if like is not None else None) or ir.DataType.UINT8
+            zero = self.initializer(np.zeros((), dtype.numpy()), "y_zero_point")
+        return self.op("QuantizeLinear", [y, scale, zero], "quantize")
+
+    def int32_as_float(self, value: ir.Value, scales: Sequence[ir.Value], suffix: str,
+                       factor: float = 1.0) -> ir.Value:
+        """An int32 tensor stored at scale ``factor * prod(scales)`` as float: an initializer when
+        every scale is constant, else Cast and Mul (which constant folding settles)."""
+        data = constant_of(value)
+        arrays = [constant_of(s) for s in scales]
+        float_type = next((s.dtype for s in scales if s.dtype is not None), ir.DataType.FLOAT)
+        if data is not None and all(a is not None for a in arrays):
+            scale = np.float64(factor)
+            for a in arrays:
+                scale = scale * a.astype(np.float64)
+            return self.initializer((data.astype(np.float64) * scale).astype(float_type.numpy()), suffix)
+        out = self.op("Cast", [value], f"{suffix}_as_float", to=int(float_type))
+        for i, s in enumerate(scales):
+            out = self.op("Mul", [out, s], f"{suffix}_scaled_{i}")
+        if factor != 1.0:
+            out = self.op("Mul", [out, self.initializer(np.array(factor, float_type.numpy()), f"{suffix}_factor")],
+                          f"{suffix}_times_factor")
+        return out
+
+    def rank_of(self, value: ir.Value, what: str) -> int:
+        array = constant_of(value)
+        if array is not None:
+            return array.ndim
+        if value.shape is None:
+            self.fail(f"the rank of {what} is unknown", "give the model's input shapes in the recipe's source.inputs")
+        return len(value.shape)
+
+
+# -- the ops --------------------------------------------------------------------------------
+def _conv(r: Rewrite) -> ir.Value:
+    """QLinearConv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, B])."""
+    x = r.dequantize(r.input(0, "x"), r.input(1, "x_scale"), r.optional(2), "x")
+    w = r.dequantize(r.input(3, "w"), r.input(4, "w_scale"), r.optional(5), "w", axis=0)
+    inputs = [x, w]
+    if r.optional(8) is not None:  # int32 bias at scale x_scale * w_scale (per output channel)
+        inputs.append(r.int32_as_float(r.input(8), [r.input(1), r.input(4)], "bias"))
+    y = r.op("Conv", inputs, "conv",
+             **r.copied_attrs("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+    return r.quantize(y, r.input(6, "y_scale"), r.optional(7), r.node.outputs[0], like=r.input(0))
+
+
+def _matmul(r: Rewrite) -> ir.Value:
+    """QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp): a per row, b per column."""
+    a_in, b_in = r.input(0, "a"), r.input(3, "b")
+    a = r.dequantize(a_in, r.input(1, "a_scale"), r.optional(2), "a", axis=-2)
+    b = r.dequantize(b_in, r.input(4, "b_scale"), r.optional(5), "b", axis=-1)
+    y = r.op("MatMul", [a, b], "matmul")
+    return r.quantize(y, r.input(6, "y_scale"), r.optional(7), r.node.outputs[0], like=a_in)
+
+
+def _gemm(r: Rewrite) -> ir.Value:
+    """com.microsoft QGemm(A, a_scale, a_zp, B, b_scale, b_zp[, C][, y_scale][, y_zp]).
+
+    B is per tensor or per column of the product; C is int32 at scale alpha * a_scale * b_scale;
+    without y_scale the output is float.
+    """
+    trans_b = r.int_attr("transB", 0)
+    alpha = r.float_attr("alpha", 1.0)
+    a_in = r.input(0, "A")
+    a = r.dequantize(a_in, r.input(1, "a_scale"), r.optional(2), "a")
+    b = r.dequantize(r.input(3, "B"), r.input(4, "b_scale"), r.optional(5), "b", axis=0 if trans_b else 1)
+    inputs = [a, b]
+    if r.optional(6) is not None:
+        inputs.append(r.int32_as_float(r.input(6), [r.input(1), r.input(4)], "c", factor=alpha))
+    y = r.op("Gemm", inputs, "gemm", alpha=alpha, transA=r.int_attr("transA", 0), transB=trans_b)
+    if r.optional(7) is None:
+        return y
+    return r.quantize(y, r.input(7), r.optional(8), r.node.outputs[0], like=a_in)
+
+
+def _binary(op_type: str) -> Callable[[Rewrite], ir.Value]:
+    def rewrite(r: Rewrite) -> ir.Value:
+        """QLinearAdd / QLinearMul(A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp), broadcasting."""
+        a_in = r.input(0, "A")
+        a = r.dequantize(a_in, r.input(1, "A_scale"), r.optional(2), "a")
+        b = r.dequantize(r.input(3, "B"), r.input(4, "B_scale"), r.optional(5), "b")
+        y = r.op(op_type, [a, b], op_type.lower())
+        return r.quantize(y, r.input(6, "C_scale"), r.optional(7), r.node.outputs[0], like=a_in)
+
+    return rewrite
+
+
+def _unary(op_type: str, **attrs: Callable[[Rewrite], object]) -> Callable[[Rewrite], ir.Value]:
+    def rewrite(r: Rewrite) -> ir.Value:
+        """QLinearSigmoid / QLinearLeakyRelu(X, X_scale, X_zp, Y_scale, Y_zp)."""
+        x_in = r.input(0, "X")
+        x = r.dequantize(x_in, r.input(1, "X_scale"), r.optional(2), "x")
+        y = r.op(op_type, [x], op_type.lower(), **{k: f(r) for k, f in attrs.items()})
+        return r.quantize(y, r.input(3, "Y_scale"), r.optional(4), r.node.outputs[0], like=x_in)
+
+    return rewrite
+
+
+def _concat(r: Rewrite) -> ir.Value:
+    """QLinearConcat(Y_scale, Y_zp, X0, X0_scale, X0_zp, X1, ...)."""
+    rest = list(r.node.inputs[2:])
+    if not rest or len(rest) % 3:
+        r.fail(f"expected (tensor, scale, zero point) triples after Y_scale and Y_zero_point, got {len(rest)} inputs")
+    parts = [r.dequantize(r.input(2 + 3 * i, "tensor"), r.input(3 + 3 * i, "scale"), r.optional(4 + 3 * i), f"x{i}")
+             for i in range(len(rest) // 3)]
+    y = r.op("Concat", parts, "concat", axis=r.int_attr("axis", 0))
+    return r.quantize(y, r.input(0, "Y_scale"), r.optional(1), r.node.outputs[0], like=r.input(2))
+
+
+def _channels_first(r: Rewrite, x: ir.Value, x_in: ir.Value) -> tuple[ir.Value, list[int] | None]:
+    """NHWC input (``channels_last=1``) transposed to NCHW, and the permutation back."""
+    if not r.int_attr("channels_last", 0):
+        return x, None
+    rank = r.rank_of(x_in, "X")
+    to_first = [0, rank - 1, *range(1, rank - 1)]
+    back = [0, *range(2, rank), 1]
+    return r.op("Transpose", [x], "to_channels_first", perm=to_first), back
+
+
+def _pool(op_type: str, *copied: str) -> Callable[[Rewrite], ir.Value]:
+    def rewrite(r: Rewrite) -> ir.Value:
+        """QLinearGlobalAveragePool / QLinearAveragePool(X, x_scale, x_zp, y_scale, y_zp), NCHW or NHWC."""
+        x_in = r.input(0, "X")
+        x, back = _channels_first(r, r.dequantize(x_in, r.input(1, "x_scale"), r.optional(2), "x"), x_in)
+        y = r.op(op_type, [x], op_type.lower(), **r.copied_attrs(*copied))
+        if back is not None:
+            y = r.op("Transpose", [y], "to_channels_last", perm=back)
+        return r.quantize(y, r.input(3, "y_scale"), r.optional(4), r.node.outputs[0], like=x_in)
+
+    return rewrite
+
+
+def _softmax(r: Rewrite) -> ir.Value:
+    """com.microsoft QLinearSoftmax(X, X_scale, x_zp, y_scale, y_zp); ``opset`` says which Softmax it
+    quantises: before 13 the input is flattened to 2-D at ``axis`` (default 1), from 13 one axis
+    (default -1). The float Softmax follows the model's opset, so the two must agree, unless the
+    axis is the last one, where both mean the same."""
+    x_in = r.input(0, "X")
+    op_opset = r.int_attr("opset", 13)
+    axis = r.int_attr("axis", 1 if op_opset < 13 else -1)
+    last = axis == -1 or (x_in.shape is not None and axis == len(x_in.shape) - 1)
+    if not last and (r.opset is None or (op_opset < 13) != (r.opset < 13)):
+        r.fail(f"a softmax of opset {op_opset} over axis {axis} cannot be written at the model's opset {r.opset}",
+               "export the model with the softmax over the last axis")
+    x = r.dequantize(x_in, r.input(1, "X_scale"), r.optional(2), "x")
+    y = r.op("Softmax", [x], "softmax", axis=axis)
+    return r.quantize(y, r.input(3, "y_scale"), r.optional(4), r.node.outputs[0], like=x_in)
+
+
+REWRITES: dict[tuple[str, str], Callable[[Rewrite], ir.Value]] = {
+    ("", "QLinearConv"): _conv,
+    ("", "QLinearMatMul"): _matmul,
+    (MS_DOMAIN, "QGemm"): _gemm,
+    (MS_DOMAIN, "QLinearAdd"): _binary("Add"),
+    (MS_DOMAIN, "QLinearMul"): _binary("Mul"),
+    (MS_DOMAIN, "QLinearSigmoid"): _unary("Sigmoid"),
+    (MS_DOMAIN, "QLinearLeakyRelu"): _unary("LeakyRelu", alpha=lambda r: r.float_attr("alpha", 0.01)),
+    (MS_DOMAIN, "QLinearConcat"): _concat,
+    (MS_DOMAIN, "QLinearSoftmax"): _softmax,
+    (MS_DOMAIN, "QLinearGlobalAveragePool"): _pool("GlobalAveragePool"),
+    (MS_DOMAIN, "QLinearAveragePool"): _pool(
+        "AveragePool", "auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"),
+}
+
+
+def _key(node: ir.Node) -> tuple[str, str]:
+    return ("" if node.domain == "ai.onnx" else node.domain, node.op_type)
+
+
+def _names_in(graph: ir.Graph) -> set[str]:
+    names = {v.name for v in graph.inputs if v.name} | set(graph.initializers)
+    for node in graph:
+        if node.name:
+            names.add(node.name)
+        names.update(o.name for o in node.outputs if o.name)
+    return names
+
+
+def rewrite_graph(graph: ir.Graph, opset: int | None = None) -> int:
+    """Rewrite every QOperator node of ``graph`` (not its subgraphs) in place; returns how many.
+    ``opset``: the model's ai.onnx opset."""
+    targets = [node for node in graph if _key(node) in REWRITES]
+    if not targets:
+        return 0
+    taken = _names_in(graph)
+    for node in targets:
+        rewrite = Rewrite(graph, node, taken, opset)
+        result = REWRITES[_key(node)](rewrite)
+        ir.convenience.replace_nodes_and_values(graph, node, [node], rewrite.nodes, [node.outputs[0]], [result])
+    return len(targets)
+
+
+class DecomposeQOperator:
+    """The graph pass (``edgebuild.protocols.GraphPass``) over the model and its subgraphs."""
+
+    name = "decompose_qoperator"
+    description = ("QLinearConv, QLinearMatMul and com.microsoft QGemm/QLinearAdd/Mul/Sigmoid/LeakyRelu/"
+                   "Softmax/Concat/(Global)AveragePool -> DequantizeLinear -> float op -> QuantizeLinear")
+    default = True
+    before_folding = True
+    min_opset = None
+
+    def apply(self, model: ir.Model) -> int:
+        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+        return sum(rewrite_graph(graph, opset) for graph in list(iter_graphs(model.graph)))
+
+
+PASS = DecomposeQOperator()
+
+
+def supported_ops() -> list[str]:
+    """``domain::Op`` names (plain for ai.onnx) of the ops this pass rewrites."""
+    return [f"{d}::{op}" if d else op for d, op in REWRITES]
