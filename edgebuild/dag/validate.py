@@ -140,9 +140,12 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
     from edgebuild.dag.progress import report
     from edgebuild.report.write import runtime_record
     from edgebuild.verify.inputs import generate_inputs
+    from edgebuild.verify.diagnose import explain_failures, float64_check
+    from edgebuild.verify.float64 import float64_truth
     from edgebuild.verify.metrics import (
         aggregate,
         compare,
+        compare_with_float64,
         error_histogram,
         merge_histograms,
     )
@@ -156,11 +159,17 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
         raise BuildError("validate: no input samples were produced, so nothing was compared",
                          hint="check validate.samples and that validate.inputs' folders and files hold data")
     reference = reference or onnxruntime_runner(source_path)
+    truth, evaluator = (float64_truth(source_path, reference_name) if section.reference == "float64"
+                        else (None, None))
 
     def compare_one(sample):
-        ref = reference({**sample, **fixed})
+        feed = {**sample, **fixed}
+        ref = reference(feed)
         cand = candidate(sample)
-        return compare(ref, cand), error_histogram(ref, cand)
+        if truth is None:
+            return compare(ref, cand), error_histogram(ref, cand)
+        exact = truth(feed)
+        return compare_with_float64(exact, ref, cand), error_histogram(exact, cand)
 
     compared = map_samples(compare_one, samples, parallel=parallel,
                            on_done=lambda n: report(f"samples validated ({candidate_name})", n, len(samples)))
@@ -172,12 +181,157 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
     statistics = {o: aggregation_for(section.thresholds, section.per_output, o) for o in aggregated}
     record = runtime_record(aggregated, failures, limits=limits, aggregation=statistics,
                             histograms=merge_histograms(histograms))
+    if truth is None and failures:
+        # Is the conversion or the fp32 reference noisy? Measure both against float64 on the worst sample.
+        check_record = float64_check(source_path, reference_name, failures, per_sample, samples, fixed,
+                                     reference, candidate)
+        if check_record is not None:
+            record["float64_check"] = check_record
+            failures = explain_failures(failures, check_record)
+            record["failures"] = runtime_record({}, failures)["failures"]
     return {
         "samples": len(samples),
-        "reference": reference_name,
+        "reference": reference_name if truth is None else f"float64 ({evaluator})",
         "runtimes": {candidate_name: record},
         "failures": [{"runtime": candidate_name, **f.to_dict()} for f in failures],
     }
+
+
+WORKERS_ENV = "EDGEBUILD_VALIDATE_WORKERS"
+
+
+def sample_workers(samples: int) -> int:
+    """How many samples to run at once: one per core, at most two (each holds its activations),
+    or ``$EDGEBUILD_VALIDATE_WORKERS``."""
+    configured = os.environ.get(WORKERS_ENV, "").strip()
+    if configured:
+        try:
+            workers = int(configured)
+        except ValueError:
+            raise UsageError(f"{WORKERS_ENV}={configured!r} is not a number of workers",
+                             hint="set it to 1 to run validation samples one at a time") from None
+    else:
+        workers = min(2, os.cpu_count() or 1)
+    return max(1, min(workers, samples))
+
+
+def map_samples(fn: Callable, samples: list, *, parallel: bool = True,
+                on_done: Callable[[int], None] | None = None) -> list:
+    """``[fn(s) for s in samples]``, a few samples at a time in threads when ``parallel``;
+    ``on_done(n)`` is called in the caller's thread as the first ``n`` results are in.
+
+    numpy and onnxruntime release the GIL in their kernels, so threads share the cores without
+    copying a model into other processes. Each sample's BLAS calls run on one thread meanwhile
+    (threadpoolctl, when installed): two samples with a BLAS pool each would oversubscribe the
+    cores. A runner that must not be called concurrently is validated with ``parallel=False``.
+    """
+    workers = sample_workers(len(samples)) if parallel else 1
+    results: list = []
+
+    def collect(outcomes) -> list:
+        for outcome in outcomes:
+            results.append(outcome)
+            if on_done is not None:
+                on_done(len(results))
+        return results
+
+    if workers == 1:
+        return collect(fn(sample) for sample in samples)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _blas_threads(1), ThreadPoolExecutor(workers, thread_name_prefix="validate") as pool:
+        return collect(pool.map(fn, samples))
+
+
+def _blas_threads(limit: int):
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=limit, user_api="blas")
+
+
+def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner, base_dir: Path,
+             candidate_name: str = "interpreter", *, reference: Runner | None = None, specs: dict | None = None,
+             reference_name: str = "onnxruntime", parallel: bool = True) -> dict:
+    """Run both sides on the recipe's inputs; return the report's ``validation`` record. ``parallel``:
+    the candidate may run several samples at once (see ``map_samples``)."""
+    from edgebuild.dag.progress import report
+    from edgebuild.report.write import runtime_record
+    from edgebuild.verify.inputs import generate_inputs
+    from edgebuild.verify.diagnose import explain_failures, float64_check
+    from edgebuild.verify.float64 import float64_truth
+    from edgebuild.verify.metrics import (
+        aggregate,
+        compare,
+        compare_with_float64,
+        error_histogram,
+        merge_histograms,
+    )
+    from edgebuild.verify.thresholds import aggregation_for, check, limits_for
+
+    specs = specs if specs is not None else onnx_input_specs(source_path, recipe_inputs)
+    fixed = {n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in specs.items() if "value" in s}
+    free = {n: s for n, s in specs.items() if "value" not in s}
+    samples = generate_inputs(section, free, base_dir)
+    if not samples:  # nothing compared is not a pass
+        raise BuildError("validate: no input samples were produced, so nothing was compared",
+                         hint="check validate.samples and that validate.inputs' folders and files hold data")
+    reference = reference or onnxruntime_runner(source_path)
+    truth, evaluator = (float64_truth(source_path, reference_name) if section.reference == "float64"
+                        else (None, None))
+
+    def compare_one(sample):
+        feed = {**sample, **fixed}
+        ref = reference(feed)
+        cand = candidate(sample)
+        if truth is None:
+            return compare(ref, cand), error_histogram(ref, cand)
+        exact = truth(feed)
+        return compare_with_float64(exact, ref, cand), error_histogram(exact, cand)
+
+    compared = map_samples(compare_one, samples, parallel=parallel,
+                           on_done=lambda n: report(f"samples validated ({candidate_name})", n, len(samples)))
+    per_sample = [metrics for metrics, _ in compared]
+    histograms = [histogram for _, histogram in compared]
+    aggregated = aggregate(per_sample)
+    failures = check(aggregated, section.thresholds, section.per_output)
+    limits = {o: limits_for(section.thresholds, section.per_output, o) for o in aggregated}
+    statistics = {o: aggregation_for(section.thresholds, section.per_output, o) for o in aggregated}
+    record = runtime_record(aggregated, failures, limits=limits, aggregation=statistics,
+                            histograms=merge_histograms(histograms))
+    if truth is None and failures:
+        # Is the conversion or the fp32 reference noisy? Measure both against float64 on the worst sample.
+        check_record = float64_check(source_path, reference_name, failures, per_sample, samples, fixed,
+                                     reference, candidate)
+        if check_record is not None:
+            record["float64_check"] = check_record
+            failures = explain_failures(failures, check_record)
+            record["failures"] = runtime_record({}, failures)["failures"]
+    return {
+        "samples": len(samples),
+        "reference": reference_name if truth is None else f"float64 ({evaluator})",
+        "runtimes": {candidate_name: record},
+        "failures": [{"runtime": candidate_name, **f.to_dict()} for f in failures],
+    }
+
+
+ONNX_REFERENCES = ("onnxruntime", "onnx-reference-evaluator")
+
+
+def float64_truth(source_path: Path, reference_name: str):
+    """(runner, evaluator name) of the ONNX source in float64; refused for other sources."""
+    if reference_name not in ONNX_REFERENCES:
+        raise BuildError(f"validate.reference: float64 evaluates an ONNX source, and this recipe's reference "
+                         f"is {reference_name}", hint="remove validate.reference, or convert from the ONNX export")
+    from edgebuild.verify.float64 import float64_reference
+
+    try:
+        return float64_reference(source_path)
+    except Exception as exc:  # an op no float64 evaluator has: say which, do not fall back silently
+        raise BuildError(f"validate.reference: float64: the source cannot be evaluated in float64 "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+                         hint="use validate.reference: float32 (onnxruntime on the source)") from exc
 
 
 def save(out: Path, record: dict) -> dict:
