@@ -9,8 +9,9 @@ that noise is, so a per-output limit in a recipe can be judged against it.
 For each recipe (its ``fp32`` variant) and each of N validation samples (generated exactly as
 the validate stage does, from the recipe's ``validate.inputs``):
 
-- truth: the source ONNX graph converted to float64 (``to_float64``) and run by onnxruntime
-  where it has double kernels for every op, else by ``onnx.reference.ReferenceEvaluator``;
+- truth: the source ONNX graph converted to float64 and run by onnxruntime where it has double
+  kernels for every op, else by onnx's reference evaluator (``edgebuild.verify.float64``, what
+  ``validate.reference: float64`` uses);
 - ORT: onnxruntime fp32 on the source (the validation reference);
 - ours: the fp32 ``.mlpackage`` built by edgebuild, run in the MIL interpreter.
 
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -40,235 +40,14 @@ from typing import Callable, Mapping
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, TensorProto, helper, numpy_helper
+
+from edgebuild.verify.float64 import as_float64_feed, float64_runner, to_float64
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ("orientation", "ppocr_cls", "minilm_paraphrase", "minilm_int8", "silero_vad", "ddddocr_det")
 TARGET_MAX_REL = 1e-4
 
 Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
-
-# -- the float64 conversion ---------------------------------------------------------------------
-# Op inputs / outputs the ONNX spec does not allow to be double: quantisation math (which keeps
-# computing in float, as the source graph does) and resize scales. Float inputs there are cast
-# back down, float outputs up.
-FLOAT_ONLY_OPS = {
-    ("", "DequantizeLinear"): {"inputs": (1,), "outputs": (0,)},
-    ("", "QuantizeLinear"): {"inputs": (0, 1), "outputs": ()},
-    ("", "DynamicQuantizeLinear"): {"inputs": (0,), "outputs": (1,)},
-    ("", "Resize"): {"inputs": (2,), "outputs": ()},
-    ("", "Upsample"): {"inputs": (1,), "outputs": ()},
-}
-# Ops that name their output type in a ``dtype`` attribute.
-DTYPE_ATTRIBUTE_OPS = {"EyeLike", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike"}
-# Ops that accumulate in a type of their own choosing (``stash_type``, float by default).
-STASH_TYPE_OPS = {"LayerNormalization"}
-
-
-def to_float64(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` that computes in float64 wherever the source computes in float32.
-
-    Weights, Constant tensors, declared value types and Casts to float become double;
-    LayerNormalization accumulates in double; ops that only take float (quantisation) stay float
-    behind casts. Integer and float16 parts of the graph are left as they are.
-    """
-    converted = onnx.ModelProto()
-    converted.CopyFrom(model)
-    float_names = _float_value_names(model)
-    _convert_graph(converted.graph, float_names)
-    return converted
-
-
-def _float_value_names(model: onnx.ModelProto) -> set[str]:
-    """Names of every float32 value of the source (graph, subgraphs), from shape inference."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # inference is best effort: declared types still help
-        inferred = model
-    names: set[str] = set()
-
-    def collect(graph: onnx.GraphProto) -> None:
-        for value in [*graph.input, *graph.output, *graph.value_info]:
-            if value.type.tensor_type.elem_type == TensorProto.FLOAT:
-                names.add(value.name)
-        names.update(i.name for i in graph.initializer if i.data_type == TensorProto.FLOAT)
-        for node in graph.node:
-            for sub in _subgraphs(node):
-                collect(sub)
-
-    collect(inferred.graph)
-    return names
-
-
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    graphs = []
-    for attribute in node.attribute:
-        if attribute.type == AttributeProto.GRAPH:
-            graphs.append(attribute.g)
-        graphs.extend(attribute.graphs)
-    return graphs
-
-
-def _double_tensor(tensor: onnx.TensorProto) -> onnx.TensorProto:
-    return numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float64), tensor.name)
-
-
-def _convert_graph(graph: onnx.GraphProto, float_names: set[str]) -> None:
-    for value in [*graph.input, *graph.output, *graph.value_info]:
-        tensor_type = value.type.tensor_type
-        if tensor_type.elem_type == TensorProto.FLOAT:
-            tensor_type.elem_type = TensorProto.DOUBLE
-    for initializer in graph.initializer:
-        if initializer.data_type == TensorProto.FLOAT:
-            initializer.CopyFrom(_double_tensor(initializer))
-
-    nodes = []
-    for node in graph.node:
-        _convert_attributes(node, float_names)
-        for sub in _subgraphs(node):
-            _convert_graph(sub, float_names)
-        nodes.extend(_keep_float(node, float_names))
-    del graph.node[:]
-    graph.node.extend(nodes)
-
-
-def _convert_attributes(node: onnx.NodeProto, float_names: set[str]) -> None:
-    for attribute in node.attribute:
-        if attribute.type == AttributeProto.TENSOR and attribute.t.data_type == TensorProto.FLOAT:
-            attribute.t.CopyFrom(_double_tensor(attribute.t))
-        elif attribute.type == AttributeProto.TENSORS:
-            for tensor in attribute.tensors:
-                if tensor.data_type == TensorProto.FLOAT:
-                    tensor.CopyFrom(_double_tensor(tensor))
-    if node.op_type == "Constant":
-        _constant_as_double_tensor(node)
-    if node.op_type == "ConstantOfShape" and not any(a.name == "value" for a in node.attribute):
-        node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.zeros(1))))  # float 0
-    type_attribute = "to" if node.op_type == "Cast" else "dtype" if node.op_type in DTYPE_ATTRIBUTE_OPS else None
-    for attribute in node.attribute:
-        if attribute.name == type_attribute and attribute.i == TensorProto.FLOAT:
-            attribute.i = TensorProto.DOUBLE
-    if node.op_type in STASH_TYPE_OPS and node.input and node.input[0] in float_names:
-        kept = [a for a in node.attribute if a.name != "stash_type"]
-        del node.attribute[:]
-        node.attribute.extend([*kept, helper.make_attribute("stash_type", TensorProto.DOUBLE)])
-
-
-def _constant_as_double_tensor(node: onnx.NodeProto) -> None:
-    """``value_float(s)`` always make float32: restate them as a double ``value`` tensor."""
-    for attribute in list(node.attribute):
-        if attribute.name in ("value_float", "value_floats"):
-            data = attribute.f if attribute.name == "value_float" else list(attribute.floats)
-            array = np.asarray(data, dtype=np.float32).astype(np.float64)  # the float32 value, exactly
-            node.attribute.remove(attribute)
-            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(array)))
-
-
-def _keep_float(node: onnx.NodeProto, float_names: set[str]) -> list[onnx.NodeProto]:
-    """``node`` itself, wrapped in casts if it is one of the float-only ops."""
-    rule = FLOAT_ONLY_OPS.get((node.domain, node.op_type))
-    if rule is None:
-        return [node]
-    before, after = [], []
-    for index in rule["inputs"]:
-        name = node.input[index] if index < len(node.input) else ""
-        if name in float_names:
-            cast = f"{name}__as_float32_for_{node.name or node.op_type}_{index}"
-            before.append(helper.make_node("Cast", [name], [cast], to=TensorProto.FLOAT))
-            node.input[index] = cast
-    for index in rule["outputs"]:
-        name = node.output[index] if index < len(node.output) else ""
-        if name in float_names:
-            node.output[index] = f"{name}__float32"
-            after.append(helper.make_node("Cast", [node.output[index]], [name], to=TensorProto.DOUBLE))
-    return [*before, node, *after]
-
-
-def float64_runner(model64: onnx.ModelProto) -> tuple[Runner, str]:
-    """Run the float64 graph: onnxruntime if it has double kernels for all of it, else the
-    ONNX reference evaluator. Returns the runner and which evaluator it is."""
-    names = [value.name for value in model64.graph.output]
-    try:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.log_severity_level = 4
-        # op by op, as written: no fusions into kernels that may accumulate differently
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        session = ort.InferenceSession(model64.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        inputs = [i.name for i in session.get_inputs()]
-
-        def run_ort(feed):
-            return dict(zip(names, session.run(names, {n: feed[n] for n in inputs if n in feed})))
-
-        return run_ort, "onnxruntime"
-    except Exception as error:  # typically NOT_IMPLEMENTED: no double kernel for some op
-        missing = re.search(r"implementation for (\w+)\(", str(error))
-        why = (f"onnxruntime has no double {missing.group(1)}" if missing
-               else f"onnxruntime cannot run it: {str(error).split('] : ')[-1][:100]}")
-    from onnx.reference import ReferenceEvaluator
-
-    evaluator = ReferenceEvaluator(model64, new_ops=_reference_ops_in_double())
-    graph_inputs = set(evaluator.input_names)
-
-    def run_reference(feed):
-        return dict(zip(names, evaluator.run(names, {n: v for n, v in feed.items() if n in graph_inputs})))
-
-    return run_reference, f"onnx reference ({why})"
-
-
-def _reference_ops_in_double() -> list[type]:
-    """Reference-evaluator ops replaced for a faithful double evaluation: Erf evaluates through
-    float32; LayerNormalization refuses a stash_type other than float (on double input it
-    computes in double, which is what ``to_float64``'s stash_type asks for); BatchNormalization
-    picks training mode for inference graphs."""
-    from math import erf
-
-    from onnx.reference.op_run import OpRun
-    from onnx.reference.ops.op_erf import Erf
-    from onnx.reference.ops.op_layer_normalization import LayerNormalization
-
-    class ErfInInputType(Erf):
-        op_domain = ""
-
-        def _run(self, x):
-            return (np.vectorize(erf, otypes=[x.dtype])(x),)
-
-    class LayerNormalizationDoubleStash(LayerNormalization):
-        op_domain = ""
-
-        def _run(self, X, Scale, B=None, axis=None, epsilon=None, stash_type=None):
-            if stash_type == TensorProto.DOUBLE and X.dtype == np.float64:
-                stash_type = TensorProto.FLOAT  # the reference implementation's only (input-typed) path
-            return super()._run(X, Scale, B, axis=axis, epsilon=epsilon, stash_type=stash_type)
-
-    class BatchNormalizationInference(OpRun):
-        """onnx's reference BatchNormalization (opset 9-13) switches to training mode whenever
-        the node carries a ``momentum`` attribute, as exported inference graphs often do;
-        onnxruntime and the spec go by the outputs: one output is inference."""
-
-        op_domain = ""
-
-        def _run(self, x, scale, bias, mean, var, **attributes):
-            if attributes.get("training_mode") or len(self.onnx_node.output) > 1:
-                raise NotImplementedError("BatchNormalization in training mode")
-            epsilon = attributes.get("epsilon")
-            epsilon = 1e-5 if epsilon is None else epsilon
-            per_channel = (1, -1) + (1,) * (x.ndim - 2)
-            normalised = (x - mean.reshape(per_channel)) / np.sqrt(var.reshape(per_channel) + epsilon)
-            return ((normalised * scale.reshape(per_channel) + bias.reshape(per_channel)).astype(x.dtype),)
-
-    # the evaluator matches overrides by class name
-    ErfInInputType.__name__ = "Erf"
-    LayerNormalizationDoubleStash.__name__ = "LayerNormalization"
-    BatchNormalizationInference.__name__ = "BatchNormalization"
-    return [ErfInInputType, LayerNormalizationDoubleStash, BatchNormalizationInference]
-
-
-def as_float64_feed(sample: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """float32 inputs widened (exactly) to float64; integer inputs unchanged."""
-    return {n: v.astype(np.float64) if v.dtype == np.float32 else v for n, v in sample.items()}
-
 
 # -- building and running one recipe -------------------------------------------------------------
 @dataclass
@@ -307,8 +86,7 @@ def build_fp32(recipe_name: str, cache_dir: str | None, samples: int) -> BuiltMo
 
     from edgebuild_coreml.backend import CoreMLBackend
 
-    source_section = variant.recipe.model_dump(mode="json", by_alias=True)["source"]
-    reference, specs, _ = reference_for(registry, source_section, results["resolve"].path, variant.base_dir)
+    reference, specs, _ = reference_for(registry, variant, results["resolve"].path)
     section = variant.recipe.validate_
     fixed = {n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in specs.items() if "value" in s}
     free = {n: s for n, s in specs.items() if "value" not in s}

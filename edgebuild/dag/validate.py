@@ -146,9 +146,12 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
     from edgebuild.report.write import runtime_record
     from edgebuild.verify.inputs import generate_inputs
     from edgebuild.verify.shapes import shape_sets
+    from edgebuild.verify.diagnose import explain_failures, float64_check
+    from edgebuild.verify.float64 import float64_truth
     from edgebuild.verify.metrics import (
         aggregate,
         compare,
+        compare_with_float64,
         error_histogram,
         merge_histograms,
     )
@@ -166,11 +169,17 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
         raise BuildError("validate: no input samples were produced, so nothing was compared",
                          hint="check validate.samples and that validate.inputs' folders and files hold data")
     reference = reference or onnxruntime_runner(source_path)
+    truth, evaluator = (float64_truth(source_path, reference_name) if section.reference == "float64"
+                        else (None, None))
 
     def compare_one(sample):
-        ref = reference({**sample, **fixed})
+        feed = {**sample, **fixed}
+        ref = reference(feed)
         cand = candidate(sample)
-        return compare(ref, cand), error_histogram(ref, cand)
+        if truth is None:
+            return compare(ref, cand), error_histogram(ref, cand)
+        exact = truth(feed)
+        return compare_with_float64(exact, ref, cand), error_histogram(exact, cand)
 
     compared = map_samples(compare_one, samples, parallel=parallel,
                            on_done=lambda n: report(f"samples validated ({candidate_name})", n, len(samples)))
@@ -182,9 +191,17 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
     statistics = {o: aggregation_for(section.thresholds, section.per_output, o) for o in aggregated}
     record = runtime_record(aggregated, failures, limits=limits, aggregation=statistics,
                             histograms=merge_histograms(histograms))
+    if truth is None and failures:
+        # Is the conversion or the fp32 reference noisy? Measure both against float64 on the worst sample.
+        check_record = float64_check(source_path, reference_name, failures, per_sample, samples, fixed,
+                                     reference, candidate)
+        if check_record is not None:
+            record["float64_check"] = check_record
+            failures = explain_failures(failures, check_record)
+            record["failures"] = runtime_record({}, failures)["failures"]
     result = {
         "samples": len(samples),
-        "reference": reference_name,
+        "reference": reference_name if truth is None else f"float64 ({evaluator})",
         "runtimes": {candidate_name: record},
         "failures": [{"runtime": candidate_name, **f.to_dict()} for f in failures],
     }

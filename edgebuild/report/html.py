@@ -50,7 +50,13 @@ code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
 """
 
 
-LOWER_IS_BETTER = ("max_abs", "mean_abs", "p90_abs", "p99_abs", "max_rel", "nonfinite")
+LOWER_IS_BETTER = ("max_abs", "mean_abs", "p90_abs", "p99_abs", "max_rel", "nonfinite", "noise_ratio",
+                   "fp32_reference_max_abs")
+COSINES = ("cosine", "fp32_reference_cosine")  # shown as 1 − cosine
+# metrics measured on the fp32 reference rather than the candidate (validate.reference: float64)
+LABELS = {"fp32_reference_cosine": "1 − cosine, onnxruntime fp32 vs float64",
+          "fp32_reference_max_abs": "max_abs, onnxruntime fp32 vs float64",
+          "noise_ratio": "noise ratio (max_abs / onnxruntime's)"}
 
 
 def render_report(data: Report | Mapping[str, Any]) -> str:
@@ -208,6 +214,8 @@ def _numerics(validation: Validation | None) -> str:
             continue
         if runtime.failures:
             html.append('<ul class="failures">' + "".join(f"<li>{escape(f.message or f.metric)}</li>" for f in runtime.failures) + "</ul>")
+        if runtime.float64_check is not None:
+            html.append(_float64_check(runtime.float64_check))
         for output, metrics in runtime.metrics.items():
             html.append(f"<h3>output <code>{escape(output)}</code></h3>")
             html.append('<div class="grid-2">' + _metric_table(runtime, output, metrics))
@@ -234,6 +242,22 @@ def _shape_sets(validation: Validation) -> str:
     return f"<h3>shapes validated</h3><table>{head}{''.join(rows)}</table>"
 
 
+def _float64_check(check) -> str:
+    """Both distances from the exact answer, so a reader sees which side is noisy."""
+    if check.skipped:
+        return f'<p class="muted">float64 check: {escape(check.skipped)}</p>'
+    head = "".join(f"<th>{h}</th>" for h in ("output", "artifact 1 − cosine", "artifact max abs",
+                                              "onnxruntime fp32 1 − cosine", "onnxruntime fp32 max abs", "ratio"))
+    rows = "".join(
+        f"<tr><td><code>{escape(output)}</code></td><td class=num>{_one_minus(d.candidate.cosine)}</td>"
+        f"<td class=num>{_num(d.candidate.max_abs)}</td><td class=num>{_one_minus(d.fp32_reference.cosine)}</td>"
+        f"<td class=num>{_num(d.fp32_reference.max_abs)}</td><td class=num>{_num(d.noise_ratio)}</td></tr>"
+        for output, d in check.outputs.items())
+    intro = (f"Against the source evaluated in float64 ({escape(check.evaluator or '')}), on sample "
+             f"{check.sample}, the worst one:")
+    return f"<p class=sub>{intro}</p><table><tr>{head}</tr>{rows}</table>"
+
+
 def _metric_table(runtime: RuntimeRecord, output: str, metrics: Mapping[str, Mapping[str, float]]) -> str:
     """One row per metric: mean and worst sample, the limit, the statistic it is held against and
     its value, pass or FAIL. Cosine shows as 1 − cosine, so 0.99999 and 0.9999 look different."""
@@ -252,8 +276,8 @@ def _metric_table(runtime: RuntimeRecord, output: str, metrics: Mapping[str, Map
         side, limit = limits.get(metric, (worst_side, None))
         statistic = statistics.get(metric) or next((f.statistic for f in runtime.failures
                                                     if f.output == output and f.metric == metric), "worst")
-        show = _one_minus if metric == "cosine" else _num
-        label = "1 − cosine" if metric == "cosine" else metric
+        show = _one_minus if metric in COSINES else _num
+        label = LABELS.get(metric, "1 − cosine" if metric == "cosine" else metric)
         if metric == "nonfinite":
             limit_text, held, value, verdict = "= 0", "worst", stats.get("max"), "bad" if metric in failed else "ok"
         elif limit is None:

@@ -133,6 +133,29 @@ class Histogram(_Section):
     counts: list[int]
 
 
+class Distances(_Section):
+    cosine: float
+    max_abs: float
+
+
+class Float64Distances(_Section):
+    """One output of one sample, against the source evaluated in float64."""
+
+    candidate: Distances
+    fp32_reference: Distances
+    noise_ratio: float
+
+
+class Float64Check(_Section):
+    """Written when a distance limit failed against the fp32 reference: both sides measured against
+    a float64 evaluation on the worst sample, or why that could not be done."""
+
+    sample: Optional[int] = None
+    evaluator: Optional[str] = None
+    outputs: dict[str, Float64Distances] = {}
+    skipped: Optional[str] = None
+
+
 class RuntimeRecord(_Section):
     """One candidate runtime's comparison with the reference, or why it was skipped."""
 
@@ -141,6 +164,7 @@ class RuntimeRecord(_Section):
     limits: dict[str, dict[str, float]] = {}  # output -> threshold name -> limit
     aggregation: dict[str, dict[str, str]] = {}  # output -> metric -> statistic its limit is held against
     histograms: dict[str, Histogram] = {}
+    float64_check: Optional[Float64Check] = None
     skipped: Optional[str] = None
 
 

@@ -120,7 +120,8 @@ class InputSource(_Strict):
 
 # -- which statistic over the samples a limit is held against (see thresholds.py) -----------
 Aggregation = Literal["worst", "mean", "median", "p1", "p10", "p90", "p99"]
-LimitedMetric = Literal["cosine", "max_abs", "mean_abs", "p99_abs", "max_rel", "snr_db", "top1_agreement", "top5_agreement"]
+LimitedMetric = Literal["cosine", "max_abs", "mean_abs", "p99_abs", "max_rel", "snr_db", "top1_agreement", "top5_agreement",
+                        "noise_ratio"]
 # An agreement limit is a rate over the samples; an error limit holds for every sample.
 DEFAULT_AGGREGATION: dict[str, str] = {"top1_agreement": "mean", "top5_agreement": "mean"}
 
@@ -146,6 +147,9 @@ class Thresholds(_Strict):
     snr_db_min: Optional[float] = Field(default=None, description="decibels, any finite number")
     top1_agreement_min: Optional[float] = Field(default=None, ge=0.0, le=1.0, description="a rate, in [0, 1]")
     top5_agreement_min: Optional[float] = Field(default=None, ge=0.0, le=1.0, description="a rate, in [0, 1]")
+    noise_ratio_max: Optional[float] = Field(
+        default=None, gt=0.0, description="with reference: float64, the artifact's max abs error from the float64 "
+        "answer over onnxruntime fp32's own (2.0: at most twice as far from the exact answer as onnxruntime is)")
     aggregate: Optional[dict[LimitedMetric, Aggregation]] = Field(
         default=None, description="per metric, the statistic over the samples its limit is held against: "
         "worst (default; mean for top1/top5_agreement), mean, median or a percentile p1, p10, p90, p99")
@@ -179,6 +183,13 @@ class ValidateSection(_Strict):
         description="candidate runtimes to run, by the backend's names (Core ML: interpreter, coreml); default: "
                     "every one the backend offers, and those this OS cannot run are reported as skipped",
     )
+    reference: Literal["float32", "float64"] = Field(
+        default="float32",
+        description="what the artifact is measured against: float32, onnxruntime on the source (the usual "
+                    "reference); float64, the source evaluated in float64 (onnxruntime where it has double "
+                    "kernels, onnx's reference evaluator otherwise), with onnxruntime fp32's own distance from "
+                    "it reported beside the artifact's and held to noise_ratio_max",
+    )
     fp16_emulation: Literal["auto", "on", "off"] = Field(
         default="auto", description="round interpreter activations to fp16 (auto: when the artifact is fp16)"
     )
@@ -192,6 +203,14 @@ class ValidateSection(_Strict):
         if value is False:
             return "off"
         return value
+
+    @model_validator(mode="after")
+    def _noise_ratio_needs_float64(self):
+        limited = [self.thresholds, *(o.thresholds for o in self.per_output.values())]
+        if self.reference != "float64" and any(t.noise_ratio_max is not None for t in limited):
+            raise ValueError("noise_ratio_max compares with a float64 evaluation of the source: "
+                             "set validate.reference: float64")
+        return self
 
     def thresholds_for(self, output: str) -> Thresholds:
         """The limits that apply to ``output``: the global ones with its override on top."""

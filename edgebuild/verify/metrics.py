@@ -13,6 +13,13 @@ Definitions (``r`` reference, ``c`` candidate, ``d = c - r``, all in float64):
   2 / 5, read as scores over classes): per row of the last dimension, the share of the
   reference's top-k classes that are also in the candidate's top-k, averaged over rows.
   For k=1 this is "same argmax".
+- with a float64 reference (``validate.reference: float64``) the metrics above measure the
+  candidate against the source evaluated in float64, and each floating output also gets
+  ``fp32_reference_cosine`` and ``fp32_reference_max_abs`` (onnxruntime fp32 against the same
+  float64 answer) and ``noise_ratio``: the candidate's ``max_abs`` over the fp32 reference's,
+  the latter floored at one float32 epsilon of the output's largest magnitude (so an exact
+  reference does not divide by zero). 2.0 reads "twice as far from the exact answer as
+  onnxruntime is".
 - ``nonfinite``: how many candidate elements are NaN/inf where the reference is finite. Such
   a candidate fails on its own (see ``thresholds.check``); the other metrics are computed
   over the elements finite in both, so they stay informative.
@@ -27,6 +34,7 @@ import numpy as np
 from edgebuild.errors import BuildError
 
 REL_FLOOR = 1e-3
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
 TOP_K = (1, 5)
 STATISTICS = ("avg", "p1", "p10", "p50", "p90", "p99", "max", "min")
 
@@ -74,6 +82,28 @@ def compare_output(name: str, reference: np.ndarray, candidate: np.ndarray, *, r
             if classes >= k:
                 result[f"top{k}_agreement"] = _topk_agreement(ref_rows, cand_rows, k)
     return result
+
+
+def compare_with_float64(truth: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
+                         candidate: Mapping[str, np.ndarray]) -> dict[str, OutputMetrics]:
+    """The candidate against the float64 ``truth``, with the fp32 ``reference``'s own distance from
+    it and their ratio on every floating output (see the module docstring)."""
+    metrics = compare(truth, candidate)
+    for name, exact in truth.items():
+        if np.asarray(exact).dtype.kind == "f":
+            metrics[name].update(distances_from_float64(name, exact, reference[name], metrics[name]["max_abs"]))
+    return metrics
+
+
+def distances_from_float64(name: str, exact: np.ndarray, reference: np.ndarray, candidate_max_abs: float) -> OutputMetrics:
+    """``fp32_reference_cosine``, ``fp32_reference_max_abs`` and ``noise_ratio`` of one output."""
+    ref = compare_output(name, exact, np.asarray(reference).reshape(np.shape(exact)))
+    finite = np.abs(np.asarray(exact, dtype=np.float64))
+    finite = finite[np.isfinite(finite)]
+    floor = FLOAT32_EPS * float(finite.max()) if finite.size else 0.0
+    denominator = max(ref["max_abs"], floor)
+    ratio = candidate_max_abs / denominator if denominator > 0 else (0.0 if candidate_max_abs == 0 else float("inf"))
+    return {"fp32_reference_cosine": ref["cosine"], "fp32_reference_max_abs": ref["max_abs"], "noise_ratio": ratio}
 
 
 def aggregate(samples: Sequence[Mapping[str, OutputMetrics]]) -> dict[str, dict[str, dict[str, float]]]:

@@ -1,31 +1,14 @@
-"""The float64 conversion behind benchmarks/reference_noise.py, on a small generated graph."""
+"""The float64 evaluation of a source graph (validate.reference: float64), on small generated graphs."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "reference_noise.py"
-
-
-@pytest.fixture(scope="module")
-def noise():
-    spec = importlib.util.spec_from_file_location("reference_noise", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
-
+from edgebuild.verify import float64
 
 def _weights():
     rng = np.random.default_rng(7)
@@ -74,11 +57,11 @@ def _numpy_float64(x, ids, w):
     return y, z
 
 
-def test_float64_graph_matches_numpy_float64(noise):
+def test_float64_graph_matches_numpy_float64():
     w = _weights()
     model = _model(w)
     onnx.checker.check_model(model)
-    converted = noise.to_float64(model)
+    converted = float64.to_float64(model)
     onnx.checker.check_model(converted, full_check=True)  # every op sees the types it accepts
     assert converted.graph.output[0].type.tensor_type.elem_type == TensorProto.DOUBLE
     assert model.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT  # source untouched
@@ -86,8 +69,8 @@ def test_float64_graph_matches_numpy_float64(noise):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(4, 16)).astype(np.float32)
     ids = rng.integers(0, 5, size=(4, 16))
-    run, evaluator = noise.float64_runner(converted)
-    out = run(noise.as_float64_feed({"x": x, "ids": ids}))
+    run, evaluator = float64.float64_runner(converted)
+    out = run(float64.as_float64_feed({"x": x, "ids": ids}))
     y64, z64 = _numpy_float64(x, ids, w)
 
     assert out["y"].dtype == np.float64 and out["z"].dtype == np.float64, evaluator
@@ -101,8 +84,8 @@ def test_float64_graph_matches_numpy_float64(noise):
     assert np.abs(z32 - z64).max() > 1e3 * np.abs(out["z"] - z64).max()
 
 
-def test_float_only_ops_stay_float_behind_casts(noise):
-    converted = noise.to_float64(_model(_weights()))
+def test_float_only_ops_stay_float_behind_casts():
+    converted = float64.to_float64(_model(_weights()))
     [dequantize] = [n for n in converted.graph.node if n.op_type == "DequantizeLinear"]
     casts = {n.output[0]: n for n in converted.graph.node if n.op_type == "Cast"}
     scale_cast = casts[dequantize.input[1]]  # the scale is cast back down to float
@@ -113,7 +96,7 @@ def test_float_only_ops_stay_float_behind_casts(noise):
     assert helper.get_attribute_value(next(a for a in norm.attribute if a.name == "stash_type")) == TensorProto.DOUBLE
 
 
-def test_onnxruntime_evaluates_the_float64_graph_when_it_has_the_kernels(noise):
+def test_onnxruntime_evaluates_the_float64_graph_when_it_has_the_kernels():
     w = _weights()
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
              helper.make_node("LayerNormalization", ["h", "gamma", "beta"], ["z"], epsilon=1e-5)]
@@ -123,17 +106,17 @@ def test_onnxruntime_evaluates_the_float64_graph_when_it_has_the_kernels(noise):
         [numpy_helper.from_array(w[name], name) for name in ("w", "gamma", "beta")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    run, evaluator = noise.float64_runner(noise.to_float64(model))
+    run, evaluator = float64.float64_runner(float64.to_float64(model))
     assert evaluator == "onnxruntime"
 
     x = np.random.default_rng(1).normal(size=(4, 16)).astype(np.float32)
     h = x.astype(np.float64) @ w["w"].astype(np.float64)
     centred = h - h.mean(axis=-1, keepdims=True)
     expected = centred / np.sqrt((centred**2).mean(axis=-1, keepdims=True) + 1e-5) * w["gamma"] + w["beta"]
-    np.testing.assert_allclose(run(noise.as_float64_feed({"x": x}))["z"], expected, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(run(float64.as_float64_feed({"x": x}))["z"], expected, rtol=1e-10, atol=1e-10)
 
 
-def test_batch_normalization_with_momentum_is_evaluated_as_inference(noise):
+def test_batch_normalization_with_momentum_is_evaluated_as_inference():
     """Exported inference graphs carry ``momentum``; onnx's reference evaluator would switch to
     training mode (batch statistics) on it."""
     rng = np.random.default_rng(3)
@@ -146,7 +129,7 @@ def test_batch_normalization_with_momentum_is_evaluated_as_inference(noise):
         [numpy_helper.from_array(value, name) for name, value in stats.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    run, evaluator = noise.float64_runner(noise.to_float64(model))
+    run, evaluator = float64.float64_runner(float64.to_float64(model))
     assert evaluator.startswith("onnx reference")
 
     x = rng.normal(size=(2, 3, 4, 4)).astype(np.float32)
