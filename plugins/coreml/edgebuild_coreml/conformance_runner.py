@@ -124,7 +124,11 @@ class CoreMLConformanceRunner(ConformanceRunner):
         "cases are lowered for iOS18 at float32 precision and run in edgebuild's MIL interpreter "
         "(no Mac involved). Operator parameters that MIL takes only as build-time constants (axes, pads, "
         "scales, k, weights) come as graph inputs in these cases; such cases are lowered again with those "
-        "inputs folded into initializers, as a recipe's fixed `value:` inputs are."
+        "inputs folded into initializers, as a recipe's fixed `value:` inputs are. Three cases fail on "
+        "purpose (docs/op-notes.md): `test_dft_inverse` and `test_dft_inverse_opset19` expect numpy's "
+        "complex64 rounding noise (1.9e-7, over the case's atol) where the lowering computes 3e-15; "
+        "`test_maxunpool_export_with_output_shape` follows onnx's reference reading of the indices, "
+        "which onnxruntime (the validation reference) and torch do not share."
     )
 
     def run(self, model, inputs):

@@ -24,9 +24,9 @@ from edgebuild_coreml.lowering.ops._util import dtype_of
 from edgebuild_coreml.lowering.registry import lowers
 
 # The integer types QuantizeLinear can saturate to, and their ranges.
-_RANGES = {ir.DataType.INT4: (-8, 7), ir.DataType.UINT4: (0, 15), ir.DataType.INT8: (-128, 127),
+_RANGES = {ir.DataType.INT2: (-2, 1), ir.DataType.UINT2: (0, 3), ir.DataType.INT4: (-8, 7), ir.DataType.UINT4: (0, 15), ir.DataType.INT8: (-128, 127),
            ir.DataType.UINT8: (0, 255), ir.DataType.INT16: (-32768, 32767), ir.DataType.UINT16: (0, 65535)}
-_SUPPORTED = "use int4, uint4, int8, uint8, int16 or uint16"
+_SUPPORTED = "use int2, uint2, int4, uint4, int8, uint8, int16 or uint16"
 # Constant data a constexpr op can hold, as the numpy dtype coremltools reads it with.
 _FOUR_BIT = {ir.DataType.INT4: types.np_int4_dtype, ir.DataType.UINT4: types.np_uint4_dtype}
 _EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
