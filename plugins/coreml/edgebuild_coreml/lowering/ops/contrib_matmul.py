@@ -11,6 +11,7 @@ import numpy as np
 from coremltools.converters.mil import Builder as mb
 
 from edgebuild_coreml.lowering.ops._nn_util import as_float, fconst, float_np, rank_of
+from edgebuild_coreml.lowering.ops.gemm import vectors_as_matrices
 from edgebuild_coreml.lowering.registry import lowers
 
 DOMAIN = "com.microsoft"
@@ -54,13 +55,7 @@ def _with_vector(ctx, node, a, b, trans_a: bool, trans_b: bool, alpha: float):
     """numpy's 1-D rules: a vector operand gains a unit axis, squeezed out of the product."""
     if (rank_of(a) == 1 and trans_a) or (rank_of(b) == 1 and trans_b):
         ctx.fail(node, "transA/transB on a 1-D input is not supported", "reshape the vector to a matrix")
-    squeeze = []
-    if rank_of(a) == 1:
-        a = a.reshape(1, -1) if isinstance(a, np.ndarray) else mb.expand_dims(x=a, axes=[0], name=ctx.name(node, "a2d"))
-        squeeze.append(-2)
-    if rank_of(b) == 1:
-        b = b.reshape(-1, 1) if isinstance(b, np.ndarray) else mb.expand_dims(x=b, axes=[1], name=ctx.name(node, "b2d"))
-        squeeze = [-1] if not squeeze else [-2, -1]
+    a, b, squeeze = vectors_as_matrices(ctx, node, a, b)
     product = mb.matmul(x=a, y=b, transpose_x=trans_a, transpose_y=trans_b, name=ctx.name(node, "2d"))
     if alpha != 1.0:
         product = mb.mul(x=product, y=fconst(product, alpha), name=ctx.name(node, "alpha"))

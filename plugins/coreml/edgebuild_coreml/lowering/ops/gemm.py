@@ -55,6 +55,19 @@ def gemm(ctx, node):
     return mb.add(x=product, y=c, name=ctx.name(node))
 
 
+def vectors_as_matrices(ctx, node, a, b):
+    """numpy's 1-D matmul rules: a vector operand gains a unit axis; returns (a, b, the axes to
+    squeeze out of the product)."""
+    squeeze = []
+    if rank_of(a) == 1:
+        a = a.reshape(1, -1) if isinstance(a, np.ndarray) else mb.expand_dims(x=a, axes=[0], name=ctx.name(node, "a2d"))
+        squeeze.append(-2)
+    if rank_of(b) == 1:
+        b = b.reshape(-1, 1) if isinstance(b, np.ndarray) else mb.expand_dims(x=b, axes=[1], name=ctx.name(node, "b2d"))
+        squeeze = [-1] if not squeeze else [-2, -1]
+    return a, b, squeeze
+
+
 @lowers("MatMul")
 def matmul(ctx, node):
     a, b = as_float(ctx.input(node, 0)), as_float(ctx.input(node, 1))
@@ -68,14 +81,7 @@ def matmul(ctx, node):
         a = ctx.int32(a, node, "A")
     if isinstance(b, np.ndarray) and b.dtype.kind in "iu":
         b = ctx.int32(b, node, "B")
-    # numpy's 1-D rules: a vector operand gains a unit axis that is squeezed out afterwards.
-    squeeze = []
-    if rank_of(a) == 1:
-        a = a.reshape(1, -1) if isinstance(a, np.ndarray) else mb.expand_dims(x=a, axes=[0], name=ctx.name(node, "a2d"))
-        squeeze.append(-2)
-    if rank_of(b) == 1:
-        b = b.reshape(-1, 1) if isinstance(b, np.ndarray) else mb.expand_dims(x=b, axes=[1], name=ctx.name(node, "b2d"))
-        squeeze = [-1] if not squeeze else [-2, -1]
+    a, b, squeeze = vectors_as_matrices(ctx, node, a, b)
     if not squeeze:
         return mb.matmul(x=a, y=b, name=ctx.name(node))
     product = mb.matmul(x=a, y=b, name=ctx.name(node, "2d"))

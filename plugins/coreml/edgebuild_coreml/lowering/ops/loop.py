@@ -12,14 +12,13 @@ from __future__ import annotations
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import types
-from coremltools.converters.mil.mil.types.symbolic import is_symbolic
 from coremltools.converters.mil.mil.var import Var
 
 from edgebuild_coreml.lowering.converter import constant_node_value
+from edgebuild_coreml.lowering.ops._loop_rows import check_row_types, pin_declared_shapes, row_buffer, write_row
 from edgebuild_coreml.lowering.registry import lowers
 
 _INT32_MAX = np.iinfo(np.int32).max
-_FILL_VALUES = {types.fp32: np.float32(0), types.fp16: np.float16(0), types.int32: np.int32(0)}
 
 
 def _trip_count(ctx, node):
@@ -89,7 +88,7 @@ def loop(ctx, node):
                  "rank, so scan outputs are gathered into a buffer preallocated with M rows, and M is missing",
                  "give the Loop a trip count (an upper bound suffices when the condition stops it earlier)")
     row_types = _probe_scan_rows(ctx, node, body, trip, cond, carried) if scans else []
-    buffers = [_buffer(ctx, node, trip, row_type, k) for k, row_type in enumerate(row_types)]
+    buffers = [row_buffer(ctx, node, trip, row_type, k) for k, row_type in enumerate(row_types)]
     results = _while(ctx, node, body, trip, cond, carried, buffers)
     iterations = results[0]
     finals = list(results[2 if cond is not None else 1:])
@@ -116,11 +115,11 @@ def _while(ctx, node, body, trip, cond, carried, buffers, on_scans=None):
         condition = rest[0] if with_cond else np.bool_(True)
         state = rest[1:] if with_cond else rest
         values, held = list(state[:count]), list(state[count:])
-        outputs = _pin_declared_shapes(ctx, node, body, ctx.lower_subgraph(body, [i, condition, *values]))
+        outputs = pin_declared_shapes(ctx, node, body, ctx.lower_subgraph(body, [i, condition, *values]))
         new_values, scans = outputs[1:1 + count], outputs[1 + count:]
         if on_scans is not None:
             on_scans(scans)
-        written = [_write_row(ctx, node, b, i, s, k) for k, (b, s) in enumerate(zip(held, scans))]
+        written = [write_row(ctx, node, b, i, s, k) for k, (b, s) in enumerate(zip(held, scans))]
         following = [mb.add(x=i, y=np.int32(1), name=ctx.name(node, "next_i"))]
         if with_cond:
             following.append(_scalar_bool(ctx, node, outputs[0], "cond_out"))
@@ -139,19 +138,6 @@ def _while(ctx, node, body, trip, cond, carried, buffers, on_scans=None):
         raise
 
 
-def _pin_declared_shapes(ctx, node, body, outputs):
-    """Body outputs whose shape MIL cannot infer (a Slice at the iteration number) reshaped to
-    the static shape the ONNX body declares for them: a while_loop variable must keep its
-    type, and a scan buffer is preallocated from the row shape."""
-    pinned = []
-    for k, (value, out) in enumerate(zip(body.outputs, outputs)):
-        declared = value.shape
-        if (isinstance(out, Var) and declared is not None and types.is_tensor(out.sym_type)
-                and len(declared) == out.rank and any(is_symbolic(d) for d in out.shape)
-                and all(isinstance(d, int) for d in declared)):
-            out = mb.reshape(x=out, shape=np.array(list(declared), np.int32), name=ctx.name(node, f"declared{k}"))
-        pinned.append(out)
-    return pinned
 
 
 def _probe_scan_rows(ctx, node, body, trip, cond, carried) -> list:
@@ -165,31 +151,12 @@ def _probe_scan_rows(ctx, node, body, trip, cond, carried) -> list:
     row_types = [(s.dtype, s.shape) for s in seen]
     op = probe[0].op
     op.enclosing_block.remove_ops([op])
-    for k, (dtype, shape) in enumerate(row_types):
-        if any(is_symbolic(d) for d in shape):
-            ctx.fail(node, f"scan output {k} has rows of shape {tuple(shape)}, not known when the model is built; "
-                     "the buffer that gathers them must be preallocated", "pin the input shapes in the recipe")
-        if dtype not in _FILL_VALUES:
-            ctx.fail(node, f"scan output {k} is {types.builtin_to_string(dtype)}; buffers hold fp32, fp16 or int32")
+    check_row_types(ctx, node, row_types)
     return row_types
 
 
-def _buffer(ctx, node, trip, row_type, k):
-    dtype, shape = row_type
-    row = np.array([int(d) for d in shape], np.int32)
-    if isinstance(trip, Var):
-        parts = [mb.reshape(x=trip, shape=[1], name=ctx.name(node, f"m_1d{k}"))] + ([row] if row.size else [])
-        full = mb.concat(values=parts, axis=0, name=ctx.name(node, f"buffer_shape{k}")) if len(parts) > 1 else parts[0]
-    else:
-        full = np.concatenate([[np.int32(trip)], row]).astype(np.int32)
-    return mb.fill(shape=full, value=_FILL_VALUES[dtype], name=ctx.name(node, f"buffer{k}"))
 
 
-def _write_row(ctx, node, buffer, i, row, k):
-    index = mb.reshape(x=i, shape=[1], name=ctx.name(node, f"row_index{k}"))
-    update = mb.expand_dims(x=row, axes=[0], name=ctx.name(node, f"row{k}"))
-    return mb.scatter(data=buffer, indices=index, updates=update, axis=0, mode="update",
-                      name=ctx.name(node, f"gathered{k}"))
 
 
 def _rows_written(ctx, node, buffer, iterations, k):

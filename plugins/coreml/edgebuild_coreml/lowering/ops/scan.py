@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 from coremltools.converters.mil import Builder as mb
-from coremltools.converters.mil.mil import types
-from coremltools.converters.mil.mil.types.symbolic import is_symbolic
 from coremltools.converters.mil.mil.var import Var
 
 from edgebuild_coreml.lowering.ops._util import (
@@ -23,9 +21,9 @@ from edgebuild_coreml.lowering.ops._util import (
     rank_of,
     shape_of,
 )
+from edgebuild_coreml.lowering.ops._loop_rows import check_row_types, pin_declared_shapes, row_buffer, write_row
 from edgebuild_coreml.lowering.registry import lowers
 
-_ZEROS = {types.fp32: np.float32(0), types.fp16: np.float16(0), types.int32: np.int32(0), types.bool: np.bool_(False)}
 
 
 def _as_var(ctx, node, value, tag):
@@ -51,7 +49,7 @@ def _loop(ctx, node, body, states, sequences, length, row_types=None, on_rows=No
     """The while_loop over ``length`` rows; returns (the loop op, final states, buffers) — no
     buffers when ``row_types`` is None (the probe), which reports the rows it sees to ``on_rows``."""
     count = len(states)
-    buffers = [] if row_types is None else [_buffer(ctx, node, length, t, k) for k, t in enumerate(row_types)]
+    buffers = [] if row_types is None else [row_buffer(ctx, node, length, t, k) for k, t in enumerate(row_types)]
 
     def keep_going(i, *rest):
         return mb.less(x=i, y=length, name=ctx.name(node, "in_range"))
@@ -59,11 +57,11 @@ def _loop(ctx, node, body, states, sequences, length, row_types=None, on_rows=No
     def step(i, *rest):
         carried, held = list(rest[:count]), list(rest[count:])
         rows = [mb.gather(x=s, indices=i, axis=0, name=ctx.name(node, f"row_in{k}")) for k, s in enumerate(sequences)]
-        outputs = _pinned(ctx, node, body, ctx.lower_subgraph(body, carried + rows))
+        outputs = pin_declared_shapes(ctx, node, body, ctx.lower_subgraph(body, carried + rows))
         new_states, scanned = outputs[:count], outputs[count:]
         if on_rows is not None:
             on_rows(scanned)
-        written = [_write_row(ctx, node, b, i, r, k) for k, (b, r) in enumerate(zip(held, scanned))]
+        written = [write_row(ctx, node, b, i, r, k) for k, (b, r) in enumerate(zip(held, scanned))]
         return tuple([mb.add(x=i, y=np.int32(1), name=ctx.name(node, "next_i"))] + list(new_states) + written)
 
     start = mb.const(val=np.int32(0), name=ctx.name(node, "i0"))
@@ -78,17 +76,6 @@ def _loop(ctx, node, body, states, sequences, length, row_types=None, on_rows=No
     return results[0].op, list(results[1:1 + count]), list(results[1 + count:])
 
 
-def _pinned(ctx, node, body, outputs):
-    """Body outputs whose shape MIL cannot infer, reshaped to the static shape the body declares."""
-    pinned = []
-    for k, (value, out) in enumerate(zip(body.outputs, outputs)):
-        declared = value.shape
-        if (isinstance(out, Var) and declared is not None and types.is_tensor(out.sym_type)
-                and len(declared) == out.rank and any(is_symbolic(d) for d in out.shape)
-                and all(isinstance(d, int) for d in declared)):
-            out = mb.reshape(x=out, shape=np.array(list(declared), np.int32), name=ctx.name(node, f"declared{k}"))
-        pinned.append(out)
-    return pinned
 
 
 def _row_types(ctx, node, body, states, sequences, length):
@@ -100,34 +87,12 @@ def _row_types(ctx, node, body, states, sequences, length):
     op, _, _ = _loop(ctx, node, body, states, sequences, length, on_rows=remember)
     op.enclosing_block.remove_ops([op])
     row_types = [(r.dtype, r.shape) for r in seen]
-    for k, (dtype, shape) in enumerate(row_types):
-        if any(is_symbolic(d) for d in shape):
-            ctx.fail(node, f"scan output {k} has rows of shape {tuple(shape)}, not known when the model is built; "
-                     "the buffer that gathers them must be preallocated", "pin the input shapes in the recipe")
-        if dtype not in _ZEROS:
-            ctx.fail(node, f"scan output {k} is {types.builtin_to_string(dtype)}; buffers hold fp32, fp16, int32 or bool")
+    check_row_types(ctx, node, row_types)
     return row_types
 
 
-def _buffer(ctx, node, length, row_type, k):
-    dtype, shape = row_type
-    row = np.array([int(d) for d in shape], np.int32)
-    if isinstance(length, Var):
-        parts = [mb.reshape(x=length, shape=[1], name=ctx.name(node, f"t_1d{k}"))] + ([row] if row.size else [])
-        full = mb.concat(values=parts, axis=0, name=ctx.name(node, f"buffer_shape{k}")) if len(parts) > 1 else parts[0]
-    else:
-        full = np.concatenate([[np.int32(length)], row]).astype(np.int32)
-    if dtype == types.bool:
-        zeros = mb.fill(shape=full, value=np.int32(0), name=ctx.name(node, f"buffer_i{k}"))
-        return mb.cast(x=zeros, dtype="bool", name=ctx.name(node, f"buffer{k}"))
-    return mb.fill(shape=full, value=_ZEROS[dtype], name=ctx.name(node, f"buffer{k}"))
 
 
-def _write_row(ctx, node, buffer, i, row, k):
-    index = mb.reshape(x=i, shape=[1], name=ctx.name(node, f"row_index{k}"))
-    update = mb.expand_dims(x=row, axes=[0], name=ctx.name(node, f"row{k}"))
-    return mb.scatter(data=buffer, indices=index, updates=update, axis=0, mode="update",
-                      name=ctx.name(node, f"gathered{k}"))
 
 
 def _scan(ctx, node, body, states, inputs, attrs):
