@@ -149,8 +149,10 @@ def test_minilm_paraphrase_dynamic_int8(model_cache, tmp_path):
 # onnxruntime is not consistent with itself here: on all-MiniLM-L6 quantised by quantize_dynamic, its
 # default graph optimisations (fused quantised matmuls and layer norms, rounded differently) against
 # the same model with optimisations off reach cosine 0.9855 on last_hidden_state, 0.9954 on
-# pooler_output; the decomposed graph run by onnxruntime with optimisations off matches that run to
-# 1e-13. Validation compares with the optimised run, so the limit is set by that gap.
+# pooler_output. Validation compares with the unoptimised run (the graph's arithmetic as written);
+# the artifact reaches 0.9892 / 0.9947 there: it dequantises before multiplying where onnxruntime
+# scales an exact int32 sum, and six layers of dynamic requantisation carry the last-bit differences
+# on as whole quantisation steps.
 MINILM_L6_COSINE = 0.98
 
 
