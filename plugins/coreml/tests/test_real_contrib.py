@@ -142,12 +142,12 @@ def test_matmul_nbits_minilm_paraphrase_block_128_symmetric(model_cache, tmp_pat
 
 
 # -- the transformer optimiser ---------------------------------------------------------------
-def optimised(path: Path) -> onnx.ModelProto:
+def optimised(path: Path, *, attention: bool = False) -> onnx.ModelProto:
     from onnxruntime.transformers import optimizer
     from onnxruntime.transformers.fusion_options import FusionOptions
 
     options = FusionOptions("bert")
-    options.enable_attention = False  # the attention family is tested on its own
+    options.enable_attention = attention  # the attention family is tested on its own too
     return optimizer.optimize_model(str(path), model_type="bert", optimization_options=options, use_gpu=False).model
 
 
@@ -162,3 +162,16 @@ def test_transformer_optimiser_minilm(recipe, model_cache, tmp_path):
     assert lowered == dict(emitted), lowered  # every fused node reached the Core ML lowering
     worst = check_cosine(record)
     print(f"\n{recipe} optimised ({dict(emitted)}): cosine {worst}")
+
+
+@pytest.mark.slow
+def test_transformer_optimiser_every_fusion_minilm_paraphrase(model_cache, tmp_path):
+    """The optimiser with every fusion on: attention, layer norms, GELU and the embedding together."""
+    model = optimised(shipped_source("minilm_paraphrase"), attention=True)
+    emitted = contrib_ops(model)
+    assert set(emitted) == OPTIMISER_OPS["minilm_paraphrase"] | {"Attention"}, emitted
+    record, report = build("minilm_paraphrase", model, tmp_path, model_cache)
+    lowered = {k.split("::")[1]: v for k, v in report["optimize"]["op_counts_after"].items() if k.startswith(MS + "::")}
+    assert lowered == dict(emitted), lowered
+    worst = check_cosine(record)
+    print(f"\nminilm_paraphrase, every fusion ({dict(emitted)}): cosine {worst}")
