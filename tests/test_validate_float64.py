@@ -19,7 +19,7 @@ from edgebuild.errors import BuildError
 from edgebuild.report.html import render_report
 from edgebuild.report.schema import Report
 from edgebuild.verify.config import ValidateSection
-from edgebuild.verify.metrics import FLOAT32_EPS, compare_with_float64
+from edgebuild.verify.metrics import FLOAT32_EPS, NOISE_FLOOR_EPS, compare_with_float64
 
 SIZE = 256
 
@@ -124,11 +124,20 @@ def test_float64_reference_is_refused_for_a_non_onnx_reference(cancelling_model)
                  reference=exact, reference_name="pytorch (eager)")
 
 
-def test_noise_ratio_floors_an_exact_reference_at_one_float32_epsilon():
+def test_noise_ratio_floors_the_reference_at_a_few_float32_epsilons():
     truth = {"y": np.array([1.0, -2.0, 0.5]), "ids": np.array([1, 2, 3])}
     reference = {"y": truth["y"].astype(np.float32), "ids": truth["ids"]}
-    candidate = {"y": (truth["y"] + [0.0, 4 * 2.0 * FLOAT32_EPS, 0.0]).astype(np.float32), "ids": truth["ids"]}
+    floor = NOISE_FLOOR_EPS * FLOAT32_EPS * 2.0  # the output's largest magnitude is 2
+    candidate = {"y": (truth["y"] + [0.0, 4 * floor, 0.0]).astype(np.float32), "ids": truth["ids"]}
     metrics = compare_with_float64(truth, reference, candidate)
     assert metrics["y"]["fp32_reference_max_abs"] == 0.0
-    assert metrics["y"]["noise_ratio"] == pytest.approx(4.0, rel=1e-6)  # 4 eps*2 over the floor eps*2
+    assert metrics["y"]["noise_ratio"] == pytest.approx(4.0, rel=1e-3)
     assert "noise_ratio" not in metrics["ids"]  # integer outputs compare exactly, no ratio
+
+
+def test_a_backend_merging_runtimes_keeps_the_float64_reference_name(cancelling_model):
+    from edgebuild.dag.validate import merge_runtime
+
+    record = {"samples": 0, "reference": "onnxruntime", "runtimes": {}, "failures": []}
+    merge_runtime(record, run(cancelling_model, exact, reference="float64"))
+    assert record["reference"].startswith("float64") and "interpreter" in record["runtimes"]

@@ -251,7 +251,7 @@ def _lowest_cosine(per_sample: list) -> dict[str, float]:
 
 def merge_runtime(record: dict, one: dict) -> None:
     """Add one runtime's ``validate`` result to ``record`` (the same samples, another candidate)."""
-    record["samples"] = one["samples"]
+    record["samples"], record["reference"] = one["samples"], one["reference"]
     record["runtimes"].update(one["runtimes"])
     record["failures"] += one["failures"]
     if "shapes" in one:
