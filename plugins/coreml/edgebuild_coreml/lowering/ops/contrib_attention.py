@@ -165,6 +165,25 @@ def _wants(node, index: int) -> bool:
 
 
 # -- com.microsoft Attention --------------------------------------------------------------------
+def _masked_attention(ctx, node, q, k, v, *, mask_input: int, mask_name: str, past_length, dtype):
+    """Attention and MultiHeadAttention alike: softmax(Q K^T * scale + bias) V, the bias summing the
+    padding mask (input ``mask_input``), the causal frontier (``unidirectional``) after the past, and
+    ``attention_bias`` (input 5)."""
+    batch, _, q_length, _ = shape_of(q)
+    total = shape_of(k)[2]
+    filter_value = float(ctx.attr(node, "mask_filter_value", DEFAULT_MASK_FILTER))
+    mask = ctx.input(node, mask_input, optional=True)
+    bias_sum = None
+    if mask is not None:
+        bias_sum = padding_bias(ctx, node, mask, batch=batch, q_length=q_length, total=total, filter_value=filter_value,
+                                dtype=dtype, what=mask_name)
+    causal = bool(ctx.attr(node, "unidirectional", 0)) and q_length > 1
+    bias_sum = add_bias(bias_sum, position_bias(node, q_length, total, past_length, causal, -1, -1, dtype))
+    bias_sum = add_bias(bias_sum, _attention_bias(ctx, node, 5, dtype, q_length, total))
+    y, _ = attend(ctx, node, q, k, v, scale=ctx.attr(node, "scale") or None, bias=bias_sum)
+    return y
+
+
 @lowers("Attention", domain=MS)
 def microsoft_attention(ctx, node):
     """Packed-weight self attention: input (B, S, D_in) @ weights (D_in, D + D + D_v) + bias."""
@@ -185,7 +204,6 @@ def microsoft_attention(ctx, node):
     edges = np.cumsum([0, *sizes]).tolist()
     projections = [_projection(x, weight, bias, edges[i], edges[i + 1]) for i in range(3)]
     q, k, v = (split_heads(ctx, node, p, heads, "QKV") for p in projections)
-    batch, _, q_length, _ = shape_of(q)
 
     past = ctx.input(node, 4, optional=True)
     if past is not None:
@@ -195,18 +213,8 @@ def microsoft_attention(ctx, node):
         past_key, past_value = (_take(past, 0, i) for i in (0, 1))
         k, v = mb.concat(values=[past_key, k], axis=2), mb.concat(values=[past_value, v], axis=2)
     past_length = shape_of(past)[3] if past is not None else 0
-    total = shape_of(k)[2]
 
-    filter_value = float(ctx.attr(node, "mask_filter_value", DEFAULT_MASK_FILTER))
-    mask = ctx.input(node, 3, optional=True)
-    bias_sum = None
-    if mask is not None:
-        bias_sum = padding_bias(ctx, node, mask, batch=batch, q_length=q_length, total=total, filter_value=filter_value,
-                                dtype=dtype, what="mask_index")
-    causal = bool(ctx.attr(node, "unidirectional", 0)) and q_length > 1
-    bias_sum = add_bias(bias_sum, position_bias(node, q_length, total, past_length, causal, -1, -1, dtype))
-    bias_sum = add_bias(bias_sum, _attention_bias(ctx, node, 5, dtype, q_length, total))
-    y, _ = attend(ctx, node, q, k, v, scale=ctx.attr(node, "scale") or None, bias=bias_sum)
+    y = _masked_attention(ctx, node, q, k, v, mask_input=3, mask_name="mask_index", past_length=past_length, dtype=dtype)
     present = mb.stack(values=[k, v], axis=0) if _wants(node, 1) else None
     return _outputs(ctx, node, merge_heads(y), present)
 
@@ -274,18 +282,8 @@ def multi_head_attention(ctx, node):
             ctx.fail(node, "past_key/past_value cannot be combined with key/value given per head (B, N, L, H)")
         past_length = shape_of(past_key)[2]
         k, v = mb.concat(values=[past_key, k], axis=2), mb.concat(values=[past_value, v], axis=2)
-    batch, _, q_length, _ = shape_of(q)
-    total = shape_of(k)[2]
-    filter_value = float(ctx.attr(node, "mask_filter_value", DEFAULT_MASK_FILTER))
-    mask = ctx.input(node, 4, optional=True)
-    bias_sum = None
-    if mask is not None:
-        bias_sum = padding_bias(ctx, node, mask, batch=batch, q_length=q_length, total=total, filter_value=filter_value,
-                                dtype=dtype, what="key_padding_mask")
-    causal = bool(ctx.attr(node, "unidirectional", 0)) and q_length > 1
-    bias_sum = add_bias(bias_sum, position_bias(node, q_length, total, past_length, causal, -1, -1, dtype))
-    bias_sum = add_bias(bias_sum, _attention_bias(ctx, node, 5, dtype, q_length, total))
-    y, _ = attend(ctx, node, q, k, v, scale=ctx.attr(node, "scale") or None, bias=bias_sum)
+    y = _masked_attention(ctx, node, q, k, v, mask_input=4, mask_name="key_padding_mask", past_length=past_length,
+                          dtype=dtype)
     present_key, present_value = (k, v) if past_key is not None or not kv_split else (None, None)
     return _outputs(ctx, node, merge_heads(y), present_key, present_value)
 
