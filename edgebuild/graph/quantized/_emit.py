@@ -11,6 +11,7 @@ import numpy as np
 import onnx_ir as ir
 
 QUANTIZED_TYPES = (ir.DataType.INT8, ir.DataType.UINT8)
+MS_DOMAIN = "com.microsoft"
 
 
 def const_array(value: ir.Value | None) -> np.ndarray | None:
@@ -30,6 +31,17 @@ def const_array(value: ir.Value | None) -> np.ndarray | None:
         return tensor.numpy()
     except (FileNotFoundError, ValueError):
         return None
+
+
+
+def is_constant(value: ir.Value | None) -> bool:
+    """Whether the value is an initializer or a Constant node's output (without reading it)."""
+    if value is None:
+        return False
+    if value.const_value is not None and not value.is_graph_input():
+        return True
+    producer = value.producer()
+    return producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx")
 
 
 def onnx_opset(model: ir.Model) -> int:

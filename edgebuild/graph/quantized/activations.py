@@ -19,7 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from edgebuild.graph.external_data import iter_graphs
-from edgebuild.graph.quantized.qoperator import constant_of, is_constant
+from edgebuild.graph.quantized._emit import const_array, is_constant
 
 # The integer types a weight is stored in; int32 DequantizeLinears are biases (folded to float).
 WEIGHT_TYPES = {ir.DataType.INT4, ir.DataType.UINT4, ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT16,
@@ -36,9 +36,9 @@ _RANGES = {ir.DataType.INT4: (-8, 7), ir.DataType.UINT4: (0, 15), ir.DataType.IN
 
 def _saturation_bounds(quantize: ir.Node) -> tuple[float, float] | None:
     """The float range a per-tensor QuantizeLinear with constant parameters saturates to, or None."""
-    scale = constant_of(quantize.inputs[1])
+    scale = const_array(quantize.inputs[1])
     zero_value = quantize.inputs[2] if len(quantize.inputs) > 2 else None
-    zero = constant_of(zero_value) if zero_value is not None else np.zeros((), np.uint8)
+    zero = const_array(zero_value) if zero_value is not None else np.zeros((), np.uint8)
     out_type = quantize.outputs[0].dtype or (zero_value.dtype if zero_value is not None else ir.DataType.UINT8)
     if scale is None or zero is None or scale.size != 1 or zero.size != 1 or out_type not in _RANGES:
         return None

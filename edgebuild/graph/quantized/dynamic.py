@@ -30,7 +30,7 @@ import onnx_ir.passes.common as common_passes
 
 from edgebuild.graph.external_data import iter_graphs
 from edgebuild.graph.quantized._emit import (
-    QUANTIZED_TYPES,
+    MS_DOMAIN,
     Emitter,
     const_array,
     only_consumer,
@@ -38,7 +38,6 @@ from edgebuild.graph.quantized._emit import (
     replace_output,
 )
 
-MS_DOMAIN = "com.microsoft"
 _CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 

@@ -30,8 +30,7 @@ import numpy as np
 import onnx_ir as ir
 
 from edgebuild.graph.external_data import iter_graphs
-
-MS_DOMAIN = "com.microsoft"
+from edgebuild.graph.quantized._emit import MS_DOMAIN, const_array
 
 
 class QOperatorError(ValueError):
@@ -43,37 +42,10 @@ def _where(node: ir.Node) -> str:
     return f"node {node.name or '<unnamed>'!r} ({domain}{node.op_type})"
 
 
-def constant_of(value: ir.Value | None) -> np.ndarray | None:
-    """A value's contents when it is an initializer or a Constant node's output, else None."""
-    if value is None:
-        return None
-    if value.const_value is not None and not value.is_graph_input():
-        try:
-            return value.const_value.numpy()
-        except (FileNotFoundError, ValueError):
-            return None
-    producer = value.producer()
-    if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
-        attr = producer.attributes.get("value")
-        if attr is not None:
-            return attr.as_tensor().numpy()
-    return None
-
-
-def is_constant(value: ir.Value | None) -> bool:
-    """Whether the value is an initializer or a Constant node's output (without reading it)."""
-    if value is None:
-        return False
-    if value.const_value is not None and not value.is_graph_input():
-        return True
-    producer = value.producer()
-    return producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx")
-
-
 def _static_size(value: ir.Value) -> int | None:
     if value.const_value is not None:
         return int(np.prod(list(value.const_value.shape), dtype=np.int64))
-    array = constant_of(value)
+    array = const_array(value)
     if array is not None:
         return int(array.size)
     if value.shape is None or not all(isinstance(d, int) for d in value.shape):
@@ -154,7 +126,7 @@ class Rewrite:
 
     def _broadcast_zero(self, zero: ir.Value, scale: ir.Value, suffix: str) -> ir.Value:
         """A per-tensor zero point next to a per-axis scale: DequantizeLinear wants both of one shape."""
-        zero_array, scale_array = constant_of(zero), constant_of(scale)
+        zero_array, scale_array = const_array(zero), const_array(scale)
         if zero_array is not None and scale_array is not None:
             return self.initializer(np.full(scale_array.shape, zero_array.reshape(()), zero_array.dtype),
                                     f"{suffix}_zero_point")
@@ -174,8 +146,8 @@ class Rewrite:
                        factor: float = 1.0) -> ir.Value:
         """An int32 tensor stored at scale ``factor * prod(scales)`` as float: an initializer when
         every scale is constant, else Cast and Mul (which constant folding settles)."""
-        data = constant_of(value)
-        arrays = [constant_of(s) for s in scales]
+        data = const_array(value)
+        arrays = [const_array(s) for s in scales]
         float_type = next((s.dtype for s in scales if s.dtype is not None), ir.DataType.FLOAT)
         if data is not None and all(a is not None for a in arrays):
             scale = np.float64(factor)
@@ -191,7 +163,7 @@ class Rewrite:
         return out
 
     def rank_of(self, value: ir.Value, what: str) -> int:
-        array = constant_of(value)
+        array = const_array(value)
         if array is not None:
             return array.ndim
         if value.shape is None:
