@@ -27,7 +27,6 @@ from edgebuild.dag.stages import Result, Stage
 from edgebuild.errors import BuildError, EdgebuildError
 from edgebuild.store.local import Store
 
-INTERRUPT_GRACE_SECONDS = 3.0
 _EXCLUSIVE: dict[str, threading.Lock] = {}  # see Executor._exclusive
 _EXCLUSIVE_GUARD = threading.Lock()
 
@@ -75,8 +74,8 @@ class Executor:
 
     def _run_in_threads(self, jobs: list[Job]) -> None:
         """Jobs on ``self.jobs`` daemon threads. On Ctrl-C the running stage bodies are interrupted
-        and given ``INTERRUPT_GRACE_SECONDS`` to clean up; a thread still stuck in a native call
-        after that is abandoned (its store temporary goes with the next ``cache gc``)."""
+        (again every 0.1 s) and waited for, so each cleans up its store temporary; a second Ctrl-C
+        abandons a thread stuck in a native call (its temporary goes with the next ``cache gc``)."""
         pending: queue.SimpleQueue = queue.SimpleQueue()
         for job in jobs:
             pending.put(job)
@@ -102,9 +101,8 @@ class Executor:
                 thread.join()
         except KeyboardInterrupt:
             self._interrupts.request()
-            deadline = time.monotonic() + INTERRUPT_GRACE_SECONDS
-            for thread in threads:
-                thread.join(max(0.0, deadline - time.monotonic()))
+            for thread in threads:  # a second Ctrl-C raises out of this wait
+                thread.join()
             raise
         errors = [exc for exc in failures if not isinstance(exc, KeyboardInterrupt)]
         if errors:
