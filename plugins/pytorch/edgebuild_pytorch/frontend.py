@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from edgebuild.errors import BuildError, EdgebuildError
 from edgebuild.protocols import Frontend
 from edgebuild_pytorch.capture import bound_module, call_module, capture, output_names
 from edgebuild_pytorch.inputs import plan_inputs
-from edgebuild_pytorch.loading import load_source, require_torch
+from edgebuild_pytorch.loading import load_source, require_torch, source_kind
 from edgebuild_pytorch.options import PyTorchOptions, parse_options
 
 ROUTE_FILE = "route.json"
@@ -25,6 +26,8 @@ class PyTorchFrontend(Frontend):
         path, out_dir = Path(path), Path(out_dir)
         torch = require_torch()
         opts = parse_options(options)
+        if source_kind(path, opts) == "causal_lm":
+            return self._import_causal_lm(path, inputs, out_dir, opts, base_dir, start)
         plan = plan_inputs(inputs)
         loaded = load_source(path, opts, base_dir)
         example_arrays = plan.example_arrays()
@@ -74,12 +77,42 @@ class PyTorchFrontend(Frontend):
              "inputs": free_specs, "outputs": names, "fallback_reason": reason}, indent=1))
         return report
 
+    def _import_causal_lm(self, path: Path, inputs: dict | None, out_dir: Path, opts: PyTorchOptions,
+                          base_dir: Path | None, start: float) -> dict:
+        """A causal LM: exported with its KV cache as graph inputs and outputs, dims left dynamic
+        (``inputs`` may pin some, as for an ONNX source)."""
+        from edgebuild.graph.frontend import OnnxFrontend
+
+        from edgebuild_pytorch.causal_lm import export_onnx, input_names, output_names
+
+        loaded = load_source(path, opts, base_dir)
+        staging = out_dir / "exported"
+        try:
+            export_onnx(loaded.module, staging / "model.onnx", opset=opts.opset)
+            report = OnnxFrontend().import_model(staging / "model.onnx", inputs or {}, out_dir)
+        except Exception as exc:
+            raise _as_build_error(exc, path, "the causal LM export") from exc
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        names_in, names_out = input_names(loaded.module), output_names(loaded.module)
+        report.update({"kind": "causal_lm", **loaded.details, "architecture": type(loaded.module).__name__,
+                       "outputs_named": names_out, "route": "onnx", "artifact": "model.onnx",
+                       "fallback_reason": None, "seconds": round(time.perf_counter() - start, 3)})
+        (out_dir / ROUTE_FILE).write_text(json.dumps(
+            {"route": "onnx", "artifact": "model.onnx", "inputs": {n: None for n in names_in},
+             "outputs": names_out, "fallback_reason": None}, indent=1))
+        return report
+
     def option_files(self, options: PyTorchOptions, source: Path | None, base_dir: Path) -> list[Path]:
         """Local files the options name (a config file): the core puts their digests in the import
         stage's cache key, so editing one rebuilds. ``source`` is the model file when it is local."""
         from edgebuild_pytorch.sources import local_config
 
         spec = options.config
+        if options.kind == "causal_lm" and not spec:
+            from edgebuild_pytorch.causal_lm import DEFAULT_CONFIG
+
+            spec = DEFAULT_CONFIG
         if not spec or spec.startswith(("pypi:", "https://", "http://")):
             return []
         found = local_config(spec, weights=source, base_dir=base_dir)
@@ -87,10 +120,20 @@ class PyTorchFrontend(Frontend):
 
     def reference(self, path: Path, inputs: dict[str, dict], options: PyTorchOptions | None, base_dir: Path | None = None):
         """Runner for the validate stage: the source module in eager mode (``inputs``: the recipe's
-        ``source.inputs``; ``options``: its ``source.options``, validated at load)."""
+        ``source.inputs``; ``options``: its ``source.options``, validated at load). A causal LM has
+        none: its samples run onnxruntime on the exported decoder; ``generator`` is its reference."""
+        if source_kind(Path(path), parse_options(options)) == "causal_lm":
+            return None
         from edgebuild_pytorch.reference import reference_runner
 
         return reference_runner(path, options, base_dir)
+
+    def generator(self, path: Path, options: PyTorchOptions | None, base_dir: Path | None = None):
+        """Greedy generation with the source itself (kind causal_lm: the eager model and its own
+        cache), for validating a generative recipe; None for other kinds."""
+        from edgebuild_pytorch.reference import reference_generator
+
+        return reference_generator(path, options, base_dir)
 
     def input_specs(self, inputs: dict[str, dict]) -> dict[str, dict]:
         """The shape, dtype (and fixed value) of every input, in the format of ``onnx_input_specs``."""

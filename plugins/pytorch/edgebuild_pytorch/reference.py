@@ -35,3 +35,15 @@ def reference_runner(path: Path, options: PyTorchOptions | dict | None = None, b
         return {name: leaf.detach().cpu().numpy() for name, leaf in zip(names, leaves)}
 
     return run
+
+
+def reference_generator(path: Path, options: PyTorchOptions | dict | None = None, base_dir: Path | None = None):
+    """Greedy generation with the source (kind causal_lm: the eager model and its own cache), or
+    None for a source that is not a causal LM."""
+    from edgebuild_pytorch.generation import TorchGenerator
+    from edgebuild_pytorch.loading import source_kind
+
+    parsed = parse_options(options)
+    if source_kind(Path(path), parsed) != "causal_lm":
+        return None
+    return TorchGenerator(load_source(Path(path), parsed, base_dir).module)
