@@ -13,15 +13,15 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
-from edgebuild_testplugin import llm_families  # noqa: E402
-
-from edgebuild.errors import BuildError, UsageError  # noqa: E402
-from edgebuild.verify.source_generation import OnnxGenerator, pair_cache  # noqa: E402
 from edgebuild_pytorch.causal_lm import input_names, output_names  # noqa: E402
 from edgebuild_pytorch.frontend import PyTorchFrontend  # noqa: E402
 from edgebuild_pytorch.generation import TorchGenerator  # noqa: E402
 from edgebuild_pytorch.loading import load_source  # noqa: E402
 from edgebuild_pytorch.options import PyTorchOptions  # noqa: E402
+from edgebuild_testplugin import llm_families  # noqa: E402
+
+from edgebuild.errors import BuildError, UsageError  # noqa: E402
+from edgebuild.verify.source_generation import OnnxGenerator, pair_cache  # noqa: E402
 
 COSINE_MIN = 0.99999
 STEP_COSINE_MIN = 0.9999
@@ -149,6 +149,8 @@ def test_frontend_imports_a_causal_lm_checkpoint(tmp_path):
 def test_genai_decoder_agrees_with_torch(family):
     import onnx
 
+    pytest.importorskip("onnxruntime_genai")
+
     path = llm_families.genai_decoder(family)
     ops = {n.op_type for n in onnx.load(path, load_external_data=False).graph.node}
     assert {"GroupQueryAttention", "SkipSimplifiedLayerNormalization"} <= ops
@@ -164,6 +166,8 @@ def test_genai_decoder_agrees_with_torch(family):
 @pytest.mark.slow
 def test_genai_int4_decoder_runs_with_matmulnbits():
     import onnx
+
+    pytest.importorskip("onnxruntime_genai")
 
     path = llm_families.genai_decoder("llama", "int4")
     ops = {n.op_type for n in onnx.load(path, load_external_data=False).graph.node}
@@ -184,3 +188,24 @@ def test_cache_pairs_by_name_and_unpaired_inputs_are_named():
 def test_onnx_generator_refuses_an_empty_prompt():
     with pytest.raises(UsageError, match="at least one token"):
         OnnxGenerator(llm_families.onnx_decoder("llama")).generate([], 2)
+
+
+def _variant(model: str, fmt: str | None, options: PyTorchOptions | None):
+    from types import SimpleNamespace
+
+    source = SimpleNamespace(model=model, format=fmt)
+    return SimpleNamespace(recipe=SimpleNamespace(source=source), base_dir=None,
+                           section=lambda name: options if name == "pytorch:source.options" else None)
+
+
+def test_the_source_generator_is_the_frontends_else_onnxruntime():
+    from edgebuild.registry import get_registry
+    from edgebuild.verify.source_generation import source_generator
+
+    weights = llm_families.checkpoint("llama") / "model.safetensors"
+    variant = _variant(str(weights), "pytorch", PyTorchOptions(kind="causal_lm"))
+    generator, name = source_generator(get_registry(), variant, weights)
+    assert (type(generator), name) == (TorchGenerator, "pytorch (eager)")
+    decoder = llm_families.onnx_decoder("llama")
+    generator, name = source_generator(get_registry(), _variant(str(decoder), None, None), decoder)
+    assert (type(generator), name) == (OnnxGenerator, "onnxruntime")
