@@ -113,8 +113,8 @@ def onnx_decoder(family: str) -> Path:
 @functools.cache
 def genai_decoder(family: str, precision: str = "fp32") -> Path:
     """onnxruntime-genai's model builder on the checkpoint (``precision`` fp32 or int4, CPU):
-    ``model.onnx`` with GroupQueryAttention, RotaryEmbedding, SkipSimplifiedLayerNormalization and,
-    for int4, MatMulNBits."""
+    ``model.onnx`` with GroupQueryAttention (rotary embedding inside it, on CPU),
+    SkipSimplifiedLayerNormalization and, for int4, MatMulNBits."""
     out = _workdir() / family / f"genai-{precision}"
     command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint(family)),
                "-o", str(out), "-p", precision, "-e", "cpu", "-c", str(_workdir() / family / "genai-cache")]
