@@ -139,6 +139,8 @@ class CoreMLBackend(Backend):
             "options": recipe_params["target"]["options"],
             "compute": recipe_params["compute"],
         }
+        if recipe_params.get("generate") is not None:  # a stateful decoder (lowering.stateful)
+            params["generate"] = recipe_params["generate"]
         if recipe.target.precision == "float16" and recipe.compute.fp16_guard:
             # The guard calibrates on (at most FP16_GUARD_SAMPLES of) the validation inputs, so they
             # shape the lowered program; more samples for validation do not.
@@ -192,7 +194,7 @@ class CoreMLBackend(Backend):
             result = _from_mlpackage(imported)
         else:
             result = convert(_load_onnx(model_path), target=params["deployment_target"],
-                             precision=params["precision"], registry=registry)
+                             precision=params["precision"], registry=registry, generate=params.get("generate"))
         gc.collect()  # the (cyclic) ONNX graph, before coremltools' passes add their own copies
         rewrites = policy.apply_enabled_rewrites(result.program, compute.get("rewrites") or {})
         info: dict = {}
