@@ -41,6 +41,16 @@ class StatefulPlan:
     pairs: list[tuple[str, str]]  # (past input, present output)
     states: dict[str, str] = field(default_factory=dict)  # past input -> state name
     shapes: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # past input -> state shape
+    vocab: int | None = None  # the logits' last dim, when the graph says
+
+    def calibration_samples(self):
+        """Inputs for the fp16 guard: a seeded random prompt of each query length (longest first,
+        at most four), fed at position 0 to an empty cache."""
+        rng = np.random.default_rng(0)
+        high = self.vocab or 2
+        for length in self.section.lengths()[:4]:
+            yield {INPUT_IDS: rng.integers(0, high, (1, length)).astype(np.int32),
+                   POSITION: np.zeros(1, np.int32)}
 
     def description(self) -> dict:
         return describe(self.section, self.pairs, self.states)
@@ -69,6 +79,9 @@ def plan_for(graph: ir.Graph, section: GenerateSection | dict, taken: set[str]) 
     except RecipeError as exc:
         raise BuildError(f"generate.cache: {exc.message}", hint=exc.hint) from None
     plan = StatefulPlan(section, pairs)
+    logits = next((v for v in graph.outputs if v.name == "logits"), None)
+    if logits is not None and logits.shape is not None and isinstance(logits.shape[-1], int):
+        plan.vocab = int(logits.shape[-1])
     by_name = {v.name: v for v in graph.inputs}
     cached = {past for past, _ in pairs}
     if INPUT_IDS not in by_name:
