@@ -52,7 +52,9 @@ class CachePair(_Strict):
 class GenerateSection(_Strict):
     """A decoder built as a stateful artifact (Core ML states, iOS18+): its inputs are ``input_ids``
     [1, Q] and ``position`` [1], the KV cache is kept in one state per cache pair, and attention
-    mask and position ids are derived inside from ``position``."""
+    mask and position ids are derived inside from ``position``. The states are float16, the only
+    state dtype Core ML (and coremltools 9) accepts: a float32 variant computes in float32 and
+    rounds only the cached keys and values to float16."""
 
     max_context: int = Field(ge=1, le=MAX_CONTEXT, description="tokens the cache holds")
     query_lengths: Union[list[int], QueryRange] = Field(
