@@ -116,7 +116,8 @@ class _Interpreter:
             )
         env: dict = {}
         for name, var in state_vars.items():
-            env[var] = _state_value(var, (states or {}).get(name))
+            given = (states or {}).get(name)
+            env[var] = _state_value(var, inputs.get(name) if given is None else given)
         for name, var in func.inputs.items():
             if name in state_vars:
                 continue
