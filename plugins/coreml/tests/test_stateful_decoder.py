@@ -19,7 +19,7 @@ from edgebuild.errors import BuildError  # noqa: E402
 from edgebuild_testplugin.cli_runner import edgebuild  # noqa: E402
 from edgebuild_testplugin.decoders import LLAMA_TINY, OnnxGreedy, export_decoder  # noqa: E402
 
-pytestmark = pytest.mark.slow  # an export and two builds: about a minute
+pytestmark = pytest.mark.slow  # an export and three builds: about a minute and a half
 
 MAX_CONTEXT = 128
 RECIPE = """\
@@ -36,6 +36,7 @@ generate:
 variants:
   fp32: {{}}
   fp16: {{target: {{precision: float16}}}}
+  last: {{generate: {{logits: last_token, query_lengths: {{range: [1, 64]}}}}}}
 outputs: {{dir: out}}
 """
 
@@ -104,6 +105,21 @@ def test_generate_equals_onnxruntime_greedy(built):
     assert _cosines(logits, want_logits).min() >= 0.9999
     assert session.position == len(prompt) + 15  # the last token is chosen, not fed
     assert session.generate(prompt, 16) == tokens  # generate() starts from an empty cache
+
+
+def test_last_token_logits_over_a_range_of_query_lengths(built):
+    """logits: last_token returns [1, 1, V]; a range of query lengths takes any chunk up to 64."""
+    spec = ct.utils.load_spec(str(built / "out" / "last" / "model.mlpackage"))
+    ranges = spec.description.input[0].type.multiArrayType.shapeRange.sizeRanges
+    assert (ranges[1].lowerBound, ranges[1].upperBound) == (1, 64)
+    prompt = [int(t) for t in np.random.default_rng(4).integers(0, LLAMA_TINY["vocab_size"], 37)]
+    session = InferenceSession(built / "out" / "last")
+    last = session.run({"input_ids": np.array([prompt])})["logits"]
+    assert last.shape == (1, 1, LLAMA_TINY["vocab_size"])
+    want, _ = OnnxGreedy(built / "decoder.onnx").forward(prompt, None)
+    assert _cosines(last[0, 0], want[-1]) >= 0.9999
+    tokens = session.generate(prompt, 8)
+    assert tokens == OnnxGreedy(built / "decoder.onnx").generate(prompt, 8)[0]
 
 
 def test_context_overflow_names_max_context(built):

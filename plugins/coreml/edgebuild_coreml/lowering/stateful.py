@@ -24,7 +24,7 @@ import onnx_ir as ir
 from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import get_new_symbol, types
 
-from edgebuild.errors import BuildError
+from edgebuild.errors import BuildError, RecipeError
 from edgebuild.recipe.generate import DERIVED_INPUTS, GenerateSection, cache_pairs, describe
 from edgebuild_coreml.lowering.names import sanitized
 
@@ -72,8 +72,6 @@ def plan_for(graph: ir.Graph, section: GenerateSection | dict, taken: set[str]) 
         section = GenerateSection.model_validate(section)
     inputs = [v.name for v in graph.inputs if v.name not in graph.initializers]
     outputs = [v.name for v in graph.outputs]
-    from edgebuild.errors import RecipeError
-
     try:
         pairs = cache_pairs(section, inputs, outputs)
     except RecipeError as exc:
