@@ -37,6 +37,7 @@ edgebuild: 1
 name: decoder
 source:
   model: decoder.onnx
+  inputs: {{{inputs}}}
 target: {{backend: testcopy, deployment_target: {target}, precision: float32}}
 generate:
 {generate}
@@ -50,9 +51,9 @@ def recipe(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _cache_graph(tmp_path / "decoder.onnx")
 
-    def write(generate: str = "  max_context: 64\n  query_lengths: [1, 16]", target: str = "iOS18"):
+    def write(generate: str = "  max_context: 64\n  query_lengths: [1, 16]", target: str = "iOS18", inputs=""):
         path = tmp_path / "recipe.yaml"
-        path.write_text(RECIPE.format(generate=generate, target=target))
+        path.write_text(RECIPE.format(generate=generate, target=target, inputs=inputs))
         return path
 
     return write
@@ -100,7 +101,7 @@ def test_load_accepts_a_generative_recipe(recipe, cli):
 
 def test_ios17_target_is_refused(recipe, cli):
     code, _, err = cli("validate", recipe(target="iOS17"))
-    assert_usage_error(code, err, "recipe.yaml:5", "target.deployment_target", "generate", "iOS18")
+    assert_usage_error(code, err, "recipe.yaml:6", "target.deployment_target", "generate", "iOS18")
 
 
 def test_wrong_cache_name_lists_the_inputs(recipe, cli):
@@ -118,4 +119,12 @@ def test_wrong_cache_output_lists_the_outputs(recipe, cli):
 
 def test_query_length_beyond_context(recipe, cli):
     code, _, err = cli("validate", recipe("  max_context: 8\n  query_lengths: [1, 16]"))
-    assert_usage_error(code, err, "recipe.yaml:7", "generate", "query length 16 exceeds max_context 8")
+    assert_usage_error(code, err, "recipe.yaml:8", "generate", "query length 16 exceeds max_context 8")
+
+
+@pytest.mark.parametrize("name, spec", [("input_ids", "{shape: [1, 8], dtype: int64}"),
+                                        ("past_key_values.0.key", "{shape: [1, 2, 8, 4]}"),
+                                        ("attention_mask", "{shape: [1, 8], dtype: int64}")])
+def test_source_inputs_may_not_pin_what_generate_sizes(recipe, cli, name, spec):
+    code, _, err = cli("validate", recipe(inputs=f"{name}: {spec}"))
+    assert_usage_error(code, err, f"source.inputs.{name}", "sizes", "leave it out of source.inputs")

@@ -179,8 +179,18 @@ def check_generate(recipe, inputs: Optional[list[str]], outputs: Optional[list[s
             f"a recipe with a generate section builds a stateful model, which needs iOS18 or later; "
             f"target.deployment_target is {target}", path=("target", "deployment_target"),
             hint="set target.deployment_target: iOS18 (or macOS15), or remove the generate section")
+    owned = {"input_ids", *DERIVED_INPUTS}
     if inputs is not None and outputs is not None:
         pairs = cache_pairs(section, inputs, outputs)
+        owned |= {name for name, _ in pairs}
+    for name in recipe.source.inputs:
+        if name in owned:  # pinning it would fix the chunk length Q or the cache length P
+            raise RecipeError(
+                f"a generative recipe sizes {name!r} itself (generate.query_lengths, generate.max_context); "
+                "leave it out of source.inputs", path=("source", "inputs", name),
+                hint="the artifact takes input_ids [1, Q] and position [1]; the cache, attention_mask and "
+                     "position_ids are fed inside it")
+    if inputs is not None and outputs is not None:
         if "input_ids" not in inputs:
             raise RecipeError(f"a generative model takes input_ids; the model's inputs are {', '.join(inputs)}",
                               path=("generate",))
