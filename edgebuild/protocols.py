@@ -204,6 +204,25 @@ class Runtime(Protocol):
         """Ops, weights, compression and sizes of ``artifact`` (``edgebuild inspect``)."""
         return {}
 
+    def open_stateful(self, artifact: Path) -> Optional["StatefulModel"]:
+        """``artifact`` opened with fresh state when it keeps state between calls (a decoder whose KV
+        cache lives in Core ML states); None for an artifact without state."""
+        return None
+
+
+class StatefulModel(Protocol):
+    """A stateful artifact opened by ``Runtime.open_stateful``: each ``run`` reads and updates its state."""
+
+    generate: dict
+    """The artifact's generate description: ``max_context``, ``query_lengths`` (a list, or
+    ``{"range": [lo, hi]}``), ``logits`` (``all`` | ``last_token``) and ``states``."""
+
+    def run(self, inputs: Arrays) -> dict:
+        """Output arrays by the artifact's names for ``input_ids`` [1, Q] and ``position`` [1] (int32)."""
+
+    def reset(self) -> None:
+        """Clear the state (an empty cache)."""
+
 
 class RecipeSection(BaseModel):
     """The base of a plugin-owned recipe section's pydantic model (``edgebuild_register_recipe_sections``).

@@ -25,6 +25,7 @@ from edgebuild.bundle.manifest import (
     TensorSpec,
     read_manifest,
 )
+from edgebuild.bundle.decoding import Decoder
 from edgebuild.errors import BuildError
 
 
@@ -87,6 +88,8 @@ class InferenceSession:
             self.path = self.path / built  # a variant's output directory
         self.manifest: Manifest | None = None
         self._single = None  # the named runner of a single artifact, made on first use
+        self._decoder: Decoder | None = None  # a stateful artifact's state and position, opened on first use
+        self._stateless = False  # the artifact was asked and keeps no state
         if (self.path / MANIFEST).exists():
             self.manifest = read_manifest(self.path)
         elif not any(runtime.can_run(self.path) for runtime in self._runtimes):
@@ -101,6 +104,12 @@ class InferenceSession:
                          hint="install the plugin of its backend; `edgebuild plugins` lists the runtimes installed")
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Outputs by name. A stateful artifact (a decoder built with a generate section) reads and
+        updates the session's state: feed ``input_ids`` [1, Q], and ``position`` or nothing (the
+        tokens cached so far)."""
+        decoder = self._stateful()
+        if decoder is not None:
+            return decoder.run(dict(inputs))
         if self.manifest is None:
             if self._single is None:
                 self._single = named_runner(self.runtime_for(self.path), self.path)
@@ -117,6 +126,43 @@ class InferenceSession:
                     raise BuildError(f"{where}: output {key!r} was not produced (got {', '.join(produced)})")
                 values[spec.name] = np.asarray(produced[key]).reshape(spec.shape)
         return {spec.name: values[spec.name].astype(spec.dtype, copy=False) for spec in self.manifest.outputs}
+
+
+    # -- stateful artifacts (decoders with their KV cache in the artifact's state) -----------
+    def _stateful(self) -> Decoder | None:
+        if self._decoder is None and not self._stateless and self.manifest is None:
+            model = self.runtime_for(self.path).open_stateful(self.path)
+            if model is None:
+                self._stateless = True
+            else:
+                self._decoder = Decoder(model, str(self.path))
+        return self._decoder
+
+    def _decoder_or_fail(self, what: str) -> Decoder:
+        decoder = self._stateful()
+        if decoder is None:
+            raise BuildError(f"{self.path}: {what} needs a stateful artifact (a decoder built from a recipe with a "
+                             "generate section); this one keeps no state",
+                             hint="add a generate section to the recipe (target.deployment_target iOS18 or later) "
+                                  "and rebuild")
+        return decoder
+
+    @property
+    def position(self) -> int:
+        """Tokens in the cache of a stateful artifact (0 for any other)."""
+        decoder = self._stateful()
+        return decoder.position if decoder is not None else 0
+
+    def reset(self) -> None:
+        """Empty the cache of a stateful artifact."""
+        self._decoder_or_fail("reset()").reset()
+
+    def generate(self, prompt_ids, max_new_tokens: int, *, return_logits: bool = False):
+        """Greedy generation from an empty cache: the prompt is fed in chunks of the artifact's query
+        lengths (largest first, then 1), then one token at a time. Returns the new token ids, and
+        with ``return_logits`` also the logits [steps, V] of the step that chose each token."""
+        tokens, logits = self._decoder_or_fail("generate()").generate_tokens(prompt_ids, max_new_tokens)
+        return (tokens, logits) if return_logits else tokens
 
 
 def compare_outputs(result: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> tuple[float, float]:

@@ -49,6 +49,7 @@ def check_variant(variant, registry) -> None:
     if inputs is not None:
         _check_inputs_match_model(check, variant, inputs)
     _check_validation(check, variant, inputs)
+    _check_generate(check, variant, inputs)
 
 
 def _check_source(check: _Checker, variant, registry) -> str | None:
@@ -188,3 +189,21 @@ def _check_validation(check: _Checker, variant, graph_inputs) -> None:
             folder = variant.base_dir / source.images.dir
             if not folder.is_dir():
                 check.fail(path + ("images", "dir"), f"no such directory ({source.images.dir!r}, relative to the recipe)")
+
+
+def _check_generate(check: _Checker, variant, graph_inputs) -> None:
+    """The generate section: a stateful target, and cache names the source has (when it was read)."""
+    from edgebuild.recipe.generate import check_generate
+    from edgebuild.recipe.model_inputs import read_graph_outputs
+
+    if variant.recipe.generate is None:
+        return
+    inputs = outputs = None
+    if graph_inputs is not None:
+        inputs = [i.name for i in graph_inputs if not i.initializer]
+        model = variant.recipe.source.model.removeprefix("file:")
+        outputs = read_graph_outputs(Path(model) if Path(model).is_absolute() else variant.base_dir / model)
+    try:
+        check_generate(variant.recipe, inputs, outputs)
+    except RecipeError as exc:
+        check.fail(exc.path, exc.message, hint=exc.hint)

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from edgebuild.recipe.generate import GenerateSection
 from edgebuild.verify.config import ValidateSection
 
 DEPLOYMENT_TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18", "iOS26", "macOS12", "macOS13", "macOS14", "macOS15", "macOS26")
@@ -213,6 +214,8 @@ class Recipe(Strict):
     optimize: Optimize = Optimize()
     quantization: Quantization = Quantization()
     compression: Optional[dict[str, Any]] = Field(default=None, description="weight compression, validated by the backend plugin")
+    generate: Optional[GenerateSection] = Field(default=None, description="build a decoder as a stateful "
+                                                "artifact with its KV cache in states (iOS18+)")
     validate_: Optional[ValidateSection] = Field(default=None, alias="validate")
     variants: dict[str, Optional[dict[str, Any]]] = Field(
         default={}, description="named partial overrides, deep-merged onto the base; a name is letters, digits, "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 # field numbers from onnx.proto
 MODEL_GRAPH = 7
-GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_SPARSE_INITIALIZER = 5, 11, 15
+GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_OUTPUT, GRAPH_SPARSE_INITIALIZER = 5, 11, 12, 15
 TENSOR_NAME = 8
 SPARSE_VALUES = 1
 VALUE_INFO_NAME, VALUE_INFO_TYPE = 1, 2
@@ -113,6 +113,18 @@ def read_graph_inputs(path: Path) -> list[GraphInput]:
                     if values:
                         initializers.add(_name_of(buf, *values[0]))
     return [GraphInput(name, dtype, dims, name in initializers) for name, dtype, dims in inputs]
+
+
+def read_graph_outputs(path: Path) -> list[str]:
+    """The names of the graph outputs, in order. Raises NotOnnx."""
+    with open(path, "rb") as handle:
+        if not handle.seek(0, 2):
+            raise NotOnnx("empty file")
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            graph = [(s, e) for number, s, e in _fields(buf, 0, len(buf)) if number == MODEL_GRAPH]
+            if not graph:
+                raise NotOnnx("no graph")
+            return [_value_info(buf, s, e)[0] for number, s, e in _fields(buf, *graph[-1]) if number == GRAPH_OUTPUT]
 
 
 def _value_info(buf, start: int, end: int) -> tuple[str, str | None, list | None]:

@@ -139,6 +139,8 @@ class CoreMLBackend(Backend):
             "options": recipe_params["target"]["options"],
             "compute": recipe_params["compute"],
         }
+        if recipe_params.get("generate") is not None:  # a stateful decoder (lowering.stateful)
+            params["generate"] = recipe_params["generate"]
         if recipe.target.precision == "float16" and recipe.compute.fp16_guard:
             # The guard calibrates on (at most FP16_GUARD_SAMPLES of) the validation inputs, so they
             # shape the lowered program; more samples for validation do not.
@@ -192,7 +194,7 @@ class CoreMLBackend(Backend):
             result = _from_mlpackage(imported)
         else:
             result = convert(_load_onnx(model_path), target=params["deployment_target"],
-                             precision=params["precision"], registry=registry)
+                             precision=params["precision"], registry=registry, generate=params.get("generate"))
         gc.collect()  # the (cyclic) ONNX graph, before coremltools' passes add their own copies
         rewrites = policy.apply_enabled_rewrites(result.program, compute.get("rewrites") or {})
         info: dict = {}
@@ -202,8 +204,10 @@ class CoreMLBackend(Backend):
             from edgebuild_coreml.fp16_guard import saturate_infinite_constants
 
             saturated = saturate_infinite_constants(result.program)
+            stateful = result.stateful
             before_fp16_cast = self._fp16_guard(guard_run, model_path, params["inputs"], result.input_names,
-                                                validate_section, base_dir or model_path.parent)
+                                                validate_section, base_dir or model_path.parent,
+                                                samples=stateful.calibration_samples if stateful else None)
         units = policy.compute_units_for(compute["policy"])
         model = save_mlpackage(result, artifact, target=params["deployment_target"], precision=params["precision"],
                                input_specs=policy.shape_specs(params["inputs"]), compute_units=units,
@@ -251,17 +255,19 @@ class CoreMLBackend(Backend):
 
     @staticmethod
     def _fp16_guard(record: dict, model_path: Path, recipe_inputs: dict, input_names: dict, validate_section,
-                    base_dir: Path):
+                    base_dir: Path, samples=None):
         """The ``before_fp16_cast`` hook: runs the program, still fp32 after coremltools' passes, on
-        calibration inputs and names the ops to keep in fp32 (its GuardResult goes to ``record``)."""
+        calibration inputs and names the ops to keep in fp32 (its GuardResult goes to ``record``).
+        ``samples()``: the calibration inputs when the recipe's do not fit the program (a stateful
+        decoder takes token ids and a position)."""
         from edgebuild_coreml import fp16_guard
         from edgebuild_coreml.memory import return_freed_memory
 
         def before_fp16_cast(program) -> set[str]:
             # Inputs made one at a time as the guard runs them (a few MB each for an image model).
-            samples = fp16_guard.calibration_samples(validate_section, model_path, recipe_inputs, base_dir,
-                                                     input_names)
-            record["result"] = guard = fp16_guard.find_overflows(program, samples)
+            calibration = samples() if samples is not None else fp16_guard.calibration_samples(
+                validate_section, model_path, recipe_inputs, base_dir, input_names)
+            record["result"] = guard = fp16_guard.find_overflows(program, calibration)
             return_freed_memory()  # the activations, before the cast pass copies constants
             return guard.keep_fp32
 

@@ -63,3 +63,32 @@ class CoreMLRuntime(Runtime):
 
         model = ct.models.MLModel(str(artifact))
         return {k: np.asarray(v) for k, v in model.predict(dict(inputs)).items()}
+
+    def open_stateful(self, artifact: Path):
+        """Core ML's own state (``make_state()`` / ``predict(..., state=)``, macOS 15+); written for
+        macOS, never run off it."""
+        from edgebuild_coreml.runtime import generate_description
+
+        description = generate_description(artifact)
+        if description is None:
+            return None
+        return CoreMLState(artifact, description)
+
+
+class CoreMLState:
+    """A stateful Core ML model and its MLState, kept between predictions."""
+
+    def __init__(self, artifact: Path, generate: dict):
+        import coremltools as ct
+
+        self.model = ct.models.MLModel(str(artifact))
+        self.generate = generate
+        self.state = self.model.make_state()
+
+    def run(self, inputs: Mapping) -> dict:
+        import numpy as np
+
+        return {k: np.asarray(v) for k, v in self.model.predict(dict(inputs), state=self.state).items()}
+
+    def reset(self) -> None:
+        self.state = self.model.make_state()

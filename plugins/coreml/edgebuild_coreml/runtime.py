@@ -58,6 +58,43 @@ class InterpreterRuntime(Runtime):
 
         return inspect_mlpackage(artifact)
 
+    def open_stateful(self, artifact: Path):
+        description = generate_description(artifact)
+        if description is None:
+            return None
+        return InterpretedState(self._program(Path(artifact)), description)
+
+
+class InterpretedState:
+    """A stateful program run by the interpreter, its states (numpy arrays) kept between calls."""
+
+    def __init__(self, program, generate: dict):
+        self.program = program
+        self.generate = generate
+        self.states: dict = {}  # state name -> array; absent: zeros, as Core ML's make_state()
+
+    def run(self, inputs: dict) -> dict:
+        from edgebuild_coreml.interpreter import run_program
+
+        return run_program(self.program, inputs, states=self.states)
+
+    def reset(self) -> None:
+        self.states = {}
+
+
+def generate_description(artifact: Path) -> dict | None:
+    """The ``edgebuild.generate`` metadata of a stateful package (lowering.stateful), else None."""
+    import json
+
+    import coremltools as ct
+
+    from edgebuild_coreml.lowering.stateful import METADATA_KEY
+
+    if Path(artifact).suffix not in ARTIFACT_SUFFIXES:
+        return None
+    text = ct.utils.load_spec(str(artifact)).description.metadata.userDefined.get(METADATA_KEY)
+    return json.loads(text) if text else None
+
 
 def package_tensor_names(artifact: Path) -> dict:
     """The renamings a package records (``edgebuild_coreml.lowering.names``): {"inputs": {...}, "outputs": {...}}."""

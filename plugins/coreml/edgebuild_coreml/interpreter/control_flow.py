@@ -37,11 +37,14 @@ def _while_loop(op, args, interpreter, env):
 
 
 def _read_state(op, args, interpreter, env):
-    return args["input"]
+    # a copy, as Core ML's read_state: no later op may write into the state through it
+    return np.array(args["input"], copy=True)
 
 
 def _update_state(op, args, interpreter, env):
-    env[op.inputs["state"]] = args["value"]
+    state = op.inputs["state"]
+    env[state] = args["value"]
+    interpreter.states_written[state.name] = args["value"]  # kept for the caller across calls
     return args["value"]
 
 

@@ -33,8 +33,13 @@ def run_program(
     fp16: bool = False,
     function: str = "main",
     observer: Callable[[Any, list], None] | None = None,
+    states: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Evaluate ``prog.functions[function]`` on ``inputs``; returns {output name: array}.
+
+    ``states``: {state name: array} of a stateful program (Core ML states, iOS18), read by its
+    ``read_state`` ops and updated in place with what its ``coreml_update_state`` ops wrote, so a
+    caller keeps them across calls; a state not in it starts as zeros (Core ML's ``make_state``).
 
     ``observer(op, outputs)`` is called after every evaluated (non-constant) op with its output
     values, e.g. to record activation ranges.
@@ -53,8 +58,10 @@ def run_program(
     func = prog.functions[function]
     plan = plan_for(func, fp16=fp16)
     interpreter = _Interpreter(plan, observer=observer)
-    env = interpreter.bind_function_inputs(func, inputs)
+    env = interpreter.bind_function_inputs(func, inputs, states)
     outputs = interpreter.run_block(func, env)
+    if states is not None:
+        states.update(interpreter.states_written)
     return {var.name: value for var, value in zip(func.outputs, outputs)}
 
 
@@ -93,18 +100,27 @@ class _Interpreter:
         self.plan = plan
         self.fp16 = plan.fp16
         self.observer = observer
+        self.states_written: dict[str, np.ndarray] = {}  # state name -> its last coreml_update_state value
 
     # -- inputs ---------------------------------------------------------------------------
 
-    def bind_function_inputs(self, func, inputs: Mapping[str, np.ndarray]) -> dict:
-        missing = [name for name in func.inputs if name not in inputs]
+    def bind_function_inputs(self, func, inputs: Mapping[str, np.ndarray], states: Mapping | None = None) -> dict:
+        from coremltools.converters.mil.mil import types
+
+        state_vars = {name: var for name, var in func.inputs.items() if types.is_state(var.sym_type)}
+        missing = [name for name in func.inputs if name not in inputs and name not in state_vars]
         if missing:
             raise BuildError(
                 f"MIL program input(s) {', '.join(map(repr, missing))} not given",
                 hint=f"the program expects: {', '.join(map(repr, func.inputs))}",
             )
         env: dict = {}
+        for name, var in state_vars.items():
+            given = (states or {}).get(name)
+            env[var] = _state_value(var, inputs.get(name) if given is None else given)
         for name, var in func.inputs.items():
+            if name in state_vars:
+                continue
             value = np.asarray(inputs[name])
             declared = tensor_type_of(var)
             if declared is not None:
@@ -235,6 +251,21 @@ class _Interpreter:
 
 
 _MISSING = object()
+
+
+def _state_value(var, given) -> np.ndarray:
+    """A state's value: the caller's (checked against the declared shape and dtype) or zeros."""
+    from coremltools.converters.mil.mil import types
+
+    wrapped = var.sym_type.wrapped_type()
+    dtype = types.nptype_from_builtin(wrapped.get_primitive())
+    shape = tuple(int(d) for d in wrapped.get_shape())
+    if given is None:
+        return np.zeros(shape, dtype)
+    value = np.asarray(given)
+    if value.shape != shape:
+        raise BuildError(f"MIL program state {var.name!r} has shape {value.shape}, expected {shape}")
+    return value.astype(dtype, copy=False)
 
 
 def _owns_writable_memory(value) -> bool:

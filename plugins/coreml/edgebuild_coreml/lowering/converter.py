@@ -41,6 +41,8 @@ class ConvertResult:
     # are fed as shape (1,), since Core ML inputs need a rank.
     input_shapes: dict[str, tuple] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # for the report: what the lowering had to give up
+    # A generative recipe's stateful program (lowering.stateful.StatefulPlan), else None.
+    stateful: object = None
 
 
 # -- names ----------------------------------------------------------------------------------
@@ -334,11 +336,14 @@ def convert(
     precision: str = "float32",
     registry=None,
     input_shapes: dict | None = None,
+    generate: dict | None = None,
 ) -> ConvertResult:
     """Lower ``model`` to a pymil Program with one function, ``main``.
 
     ``input_shapes`` overrides graph input shapes ({onnx name: dims}); a dim that is None
     or a string stays symbolic (package.py turns those into ranges or enumerations).
+    ``generate``: the recipe's generate section; the decoder is then wrapped as a stateful
+    program (``lowering.stateful``) whose KV cache lives in Core ML states.
     """
     if registry is None:
         from edgebuild.registry import get_registry
@@ -360,6 +365,8 @@ def convert(
     placeholders = {}
     symbols: dict[str, object] = {}
     fed = [value for value in graph.inputs if value.name not in ctx.consts]  # not initializers listed as inputs
+    if generate is not None:
+        return _convert_stateful(model, ctx, result, generate)
     result.input_names, result.output_names = artifact_names([v.name for v in fed], [v.name for v in graph.outputs])
     for value in fed:
         mil_name = result.input_names[value.name]
@@ -379,22 +386,59 @@ def convert(
                 if value.dtype == ir.DataType.BOOL:
                     var = mb.cast(x=var, dtype="bool", name=ctx.name_for(value.name, "as_bool"))
                 ctx.set(value, var)
-        release_after = _weights_read_last(graph)
-        for index, node in enumerate(graph):
-            lower_node(ctx, node)
-            for value in release_after.get(index, ()):
-                _release_weight(ctx, value)
-            report_progress("ops lowered", index + 1, len(graph))
-        outputs = []
-        for value in graph.outputs:
-            mil_name = result.output_names[value.name]
-            produced = ctx.get(value)
-            if isinstance(produced, Var):
-                outputs.append(mb.identity(x=produced, name=mil_name))
-            else:
-                outputs.append(_as_var(produced, name=mil_name))
+        _lower_nodes(ctx, graph)
+        outputs = _bind_graph_outputs(ctx, graph.outputs, result.output_names)
         function.set_outputs(outputs)
+    return _finish(result, function, ctx)
+
+
+def _lower_nodes(ctx: LoweringContext, graph: ir.Graph) -> None:
+    release_after = _weights_read_last(graph)
+    for index, node in enumerate(graph):
+        lower_node(ctx, node)
+        for value in release_after.get(index, ()):
+            _release_weight(ctx, value)
+        report_progress("ops lowered", index + 1, len(graph))
+
+
+def _bind_graph_outputs(ctx: LoweringContext, values, output_names: dict, shape=None) -> list[Var]:
+    outputs = []
+    for value in values:
+        mil_name = output_names[value.name]
+        produced = ctx.get(value)
+        if isinstance(produced, Var):
+            outputs.append(mb.identity(x=shape(value, produced) if shape else produced, name=mil_name))
+        else:
+            outputs.append(_as_var(produced, name=mil_name))
+    return outputs
+
+
+def _finish(result: ConvertResult, function, ctx: LoweringContext) -> ConvertResult:
     result.program.add_function("main", function)
     result.op_counts = dict(Counter(op.op_type for op in function.operations))
     result.notes = [f"{message} ({count} ops)" if count > 1 else message for message, count in ctx.notes.items()]
     return result
+
+
+def _convert_stateful(model: ir.Model, ctx: LoweringContext, result: ConvertResult, generate: dict) -> ConvertResult:
+    """The decoder wrapped as a stateful program: input_ids and position in, logits out, cache in states."""
+    from edgebuild_coreml.lowering import stateful
+
+    graph = model.graph
+    taken = {stateful.INPUT_IDS, stateful.POSITION}
+    plan = stateful.plan_for(graph, generate, taken)
+    result.stateful = plan
+    result.input_names = {stateful.INPUT_IDS: stateful.INPUT_IDS, stateful.POSITION: stateful.POSITION}
+    result.input_dtypes = {stateful.INPUT_IDS: "int32", stateful.POSITION: "int32"}
+    result.input_shapes = {stateful.INPUT_IDS: (1, None), stateful.POSITION: (1,)}
+    _, result.output_names = artifact_names([*taken, *plan.states.values()], [v.name for v in graph.outputs])
+    ctx.reserve({*taken, *plan.states.values(), *result.output_names.values()})
+    with Function(stateful.placeholders(plan), opset_version=getattr(ct.target, ctx.target)) as function:
+        wrapper = stateful.StatefulWrapper(plan, function, graph)
+        wrapper.bind_inputs(ctx)
+        _lower_nodes(ctx, graph)
+        wrapper.write_states(ctx)
+        kept = wrapper.output_values()
+        result.output_names = {v.name: result.output_names[v.name] for v in kept}
+        function.set_outputs(_bind_graph_outputs(ctx, kept, result.output_names, shape=wrapper.shape_output))
+    return _finish(result, function, ctx)

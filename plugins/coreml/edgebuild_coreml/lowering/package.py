@@ -169,6 +169,11 @@ def save_mlpackage(
     units = _COMPUTE_UNITS.get(compute_units, compute_units) if isinstance(compute_units, str) else compute_units
     if isinstance(compute_units, str) and compute_units not in _COMPUTE_UNITS:
         raise UsageError(f"compute_units {compute_units!r} is not one of {', '.join(_COMPUTE_UNITS)}")
+    if result.stateful is not None:  # input_ids takes the query lengths, position is fixed
+        from edgebuild_coreml.lowering.stateful import METADATA_KEY as GENERATE_KEY
+
+        input_specs = result.stateful.input_specs()
+        metadata = {**metadata, GENERATE_KEY: result.stateful.description()}
     # coremltools' passes rewrite the program in place
     program = result.program if consume else copy.deepcopy(result.program)
     precision_option = compute_precision(precision)

@@ -36,6 +36,9 @@ def gather(ctx, node):
     x, indices = ctx.input(node, 0), _int32(ctx.input(node, 1))
     axis = normalize_axis(ctx, node, axis, rank_of(x))
     indices = wrap_negative(indices, dim(x, axis))
+    if dtype_of(x) == "bool":  # MIL's gather takes no bool data (causal masks in exported decoders)
+        picked = mb.gather(x=mb.cast(x=x, dtype="int32"), indices=indices, axis=axis)
+        return mb.cast(x=picked, dtype="bool", name=ctx.name(node))
     return mb.gather(x=x, indices=indices, axis=axis, name=ctx.name(node))
 
 

@@ -57,8 +57,16 @@ def slice_inputs(ctx, node):
     # constant bounds are read raw: "to the end" is often INT64_MAX, which int32 cannot hold
     starts, ends = ctx.const_value(node.inputs[1]), ctx.const_value(node.inputs[2])
     if starts is None or ends is None:
-        return _runtime_slice(ctx, node, x, ctx.input(node, 1), ctx.input(node, 2), axes, steps)
+        # the constant one of the two clipped to int32 ("to the end" as INT64_MAX): Slice clamps anyway
+        starts = _int32_bound(starts) if starts is not None else ctx.input(node, 1)
+        ends = _int32_bound(ends) if ends is not None else ctx.input(node, 2)
+        return _runtime_slice(ctx, node, x, starts, ends, axes, steps)
     return _slice(ctx, node, x, starts, ends, axes, steps)
+
+
+def _int32_bound(value) -> np.ndarray:
+    info = np.iinfo(np.int32)
+    return np.clip(np.asarray(value, np.int64), info.min, info.max).astype(np.int32)
 
 
 def _slice(ctx, node, x, starts, ends, axes, steps):
