@@ -77,6 +77,13 @@ class Frontend(Protocol):
         """``{name: {"shape", "dtype"[, "value"]}}`` of the inputs ``reference`` takes (with ``reference``)."""
         return {}
 
+    def generator(self, path: Path, options: Any, base_dir: Optional[Path] = None) -> Optional[Any]:
+        """Greedy generation on the source itself, for generative recipes (``generate:``): an object with
+        ``generate(prompt_ids, new_tokens) -> (tokens, logits [new_tokens, V])``
+        (:class:`edgebuild.verify.generation.Generator`), or None (ONNX sources: onnxruntime with the
+        explicit cache)."""
+        return None
+
 
 @runtime_checkable
 class GraphPass(Protocol):
