@@ -115,24 +115,30 @@ class Session:
         return (tokens, logits) if return_logits else tokens
 
 
+def with_weights(source: Path, path: Path, change) -> Path:
+    """A copy of ``source`` with every float initializer replaced by ``change(array)``."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(source))
+    for initializer in model.graph.initializer:
+        array = numpy_helper.to_array(initializer)
+        if array.dtype == np.float32 and array.size > 1:
+            initializer.CopyFrom(numpy_helper.from_array(change(array).astype(np.float32), initializer.name))
+    onnx.save(model, str(path))
+    return path
+
+
 @pytest.fixture(scope="module")
 def decoders(tmp_path_factory):
-    """The source decoder; the same weights rounded through float16; a copy with perturbed weights."""
-    import torch
-
+    """The source decoder; its weights rounded through float16; a copy with perturbed weights."""
     folder = tmp_path_factory.mktemp("decoders")
-    model = tiny_llama()
-    source = export_decoder(model, folder / "source.onnx")
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.copy_(parameter.half().float())
-    rounded = export_decoder(model, folder / "fp16_rounded.onnx")
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.02)
-    perturbed = export_decoder(model, folder / "perturbed.onnx")
-    return {"source": source, "fp16_rounded": rounded, "perturbed": perturbed}
+    source = export_decoder(tiny_llama(), folder / "source.onnx")
+    noise = np.random.default_rng(1)
+    return {"source": source,
+            "fp16_rounded": with_weights(source, folder / "fp16_rounded.onnx", lambda w: w.astype(np.float16)),
+            "perturbed": with_weights(source, folder / "perturbed.onnx",
+                                      lambda w: w + 0.002 * noise.standard_normal(w.shape))}
 
 
 # -- compare_generation ------------------------------------------------------------------------
@@ -359,3 +365,23 @@ def test_record_statistics_from_a_comparison(decoders):
     assert stats["token_agreement"] == {"min": 1.0, "avg": 1.0, "max": 1.0}
     assert 0.999999 < stats["step_cosine"]["min"] <= 1.0
     assert record["limits"] == {"logits": {"token_agreement_min": 1.0}}
+
+
+def test_recipe_with_generation_but_no_generate_section_is_refused_at_load(decoders, tmp_path, monkeypatch):
+    import shutil
+
+    from edgebuild.build.jobs import load_variants
+    from edgebuild.errors import RecipeError
+    from edgebuild.registry import get_registry
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(decoders["source"], tmp_path / "decoder.onnx")
+    recipe = ("edgebuild: 1\nname: tiny\nsource: {model: decoder.onnx}\ntarget: {backend: testcopy}\n"
+              "validate:\n  generation: {prompts: [[1, 2]], new_tokens: 4}\n")
+    (tmp_path / "recipe.yaml").write_text(recipe)
+    with pytest.raises(RecipeError, match=r"recipe.yaml:6:3 validate.generation: validation by generation needs a "
+                                          r"generative recipe"):
+        load_variants(["recipe.yaml"], None, get_registry())
+    (tmp_path / "recipe.yaml").write_text(recipe + "variants:\n  fp16: {validate: {thresholds: {token_agreement_min: 2}}}\n")
+    with pytest.raises(RecipeError, match=r"validate.thresholds.token_agreement_min"):
+        load_variants(["recipe.yaml"], None, get_registry())

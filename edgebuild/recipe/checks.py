@@ -174,6 +174,7 @@ def _check_validation(check: _Checker, variant, graph_inputs) -> None:
     section = variant.recipe.validate_
     if section is None:
         return
+    _check_generation(check, variant, section)
     names = [i.name for i in graph_inputs] if graph_inputs is not None else None
     for name, source in section.inputs.items():
         path = ("validate", "inputs", name)
@@ -188,3 +189,18 @@ def _check_validation(check: _Checker, variant, graph_inputs) -> None:
             folder = variant.base_dir / source.images.dir
             if not folder.is_dir():
                 check.fail(path + ("images", "dir"), f"no such directory ({source.images.dir!r}, relative to the recipe)")
+
+
+def _check_generation(check: _Checker, variant, section) -> None:
+    """``validate.generation`` belongs to a generative recipe, and its tokenizer file exists."""
+    generation = section.generation
+    if generation is None:
+        return
+    generative = getattr(variant.recipe, "generate", None) or (variant.data or {}).get("generate")
+    if not generative:
+        check.fail(("validate", "generation"), "validation by generation needs a generative recipe",
+                   key=True, hint="add a generate: section (max_context, query_lengths), or remove validate.generation")
+    prompts = generation.prompts
+    if not isinstance(prompts, list) and not (variant.base_dir / prompts.tokenizer).is_file():
+        check.fail(("validate", "generation", "prompts", "tokenizer"),
+                   f"no such file ({prompts.tokenizer!r}, relative to the recipe)")
