@@ -342,6 +342,12 @@ def test_validate_stage_failure_reaches_the_report_and_its_plot(decoders, tmp_pa
     assert 'class="divergence"' in chart.group(0)  # the first divergence is marked
     assert "token_agreement" in page and "first divergence" in page
 
+    from edgebuild.build.run import _validation_failures  # what run --json and report.json list
+
+    build = SimpleNamespace(job=SimpleNamespace(results={"validate": SimpleNamespace(info=to_jsonable(record))}))
+    listed = _validation_failures(build)
+    assert listed[0]["prompt"] == failures[0]["prompt"] and listed[0]["step"] == failures[0]["step"]
+
     line = generation_lines(SimpleNamespace(info=to_jsonable(record)))
     assert len(line) == 1 and "generation (interpreter)" in line[0] and "first divergence at step" in line[0]
 
@@ -385,3 +391,28 @@ def test_recipe_with_generation_but_no_generate_section_is_refused_at_load(decod
     (tmp_path / "recipe.yaml").write_text(recipe + "variants:\n  fp16: {validate: {thresholds: {token_agreement_min: 2}}}\n")
     with pytest.raises(RecipeError, match=r"validate.thresholds.token_agreement_min"):
         load_variants(["recipe.yaml"], None, get_registry())
+
+
+def test_a_source_format_without_a_generator_is_a_clear_error(tmp_path):
+    from edgebuild.dag.validate import source_generator
+    from edgebuild.protocols import Frontend
+
+    class NoGenerator(Frontend):
+        def import_model(self, path, inputs, out_dir, *, options=None, base_dir=None):
+            return {}
+
+    class Registry:
+        def get(self, kind, name):
+            return NoGenerator() if (kind, name) == ("frontends", "pytorch") else None
+
+    variant = SimpleNamespace(recipe=SimpleNamespace(source=SimpleNamespace(format=None, model="model.pt2")),
+                              base_dir=tmp_path, section=lambda name: None)
+    with pytest.raises(BuildError, match="the pytorch frontend offers no generator"):
+        source_generator(Registry(), variant, tmp_path / "model.pt2")
+
+    class WithGenerator(NoGenerator):
+        def generator(self, path, options, base_dir=None):
+            return "eager generator"
+
+    Registry.get = lambda self, kind, name: WithGenerator()
+    assert source_generator(Registry(), variant, tmp_path / "model.pt2") == ("eager generator", "pytorch (eager)")
