@@ -211,7 +211,9 @@ def _compression(compression: Compression | None) -> str:
 def _numerics(validation: Validation | None) -> str:
     if validation is None or not validation.runtimes:
         return ""
-    intro = ", ".join(x for x in (f"{validation.samples} samples" if validation.samples else "",
+    generative = any(runtime.generation is not None for runtime in validation.runtimes.values())
+    unit = "prompts" if generative else "samples"
+    intro = ", ".join(x for x in (f"{validation.samples} {unit}" if validation.samples else "",
                                   f"reference: {validation.reference}" if validation.reference else "") if x)
     html = [f"<h2>Numerics</h2><p class=sub>{escape(intro)}</p>" if intro else "<h2>Numerics</h2>"]
     html.append(_shape_sets(validation))
@@ -265,9 +267,10 @@ def _generation(generation) -> str:
                     f"<td class=num>{_one_minus(worst)}</td>"
                     f"<td><code>{escape(_tokens(p.artifact_tokens))}</code></td>"
                     f"<td><code>{escape(_tokens(p.source_tokens))}</code></td></tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("prompt", "", "token agreement", "first divergence",
+    head = "".join(f"<th>{h}</th>" for h in ("#", "prompt", "token agreement", "first divergence",
                                               "1 − cosine, worst step", "artifact tokens", "source tokens"))
-    chart = svg.step_gaps([(f"prompt {i}", p.step_cosine, p.first_divergence) for i, p in enumerate(generation.prompts)])
+    chart = svg.step_gaps([(f"prompt {i}", p.step_cosine, p.first_divergence) for i, p in enumerate(generation.prompts)],
+                          steps=generation.new_tokens)
     divergence = ("no divergence" if generation.first_divergence is None
                   else f"first divergence at step {generation.first_divergence}")
     intro = (f"Both sides continue each prompt by {generation.new_tokens} greedy tokens; {len(generation.prompts)} "

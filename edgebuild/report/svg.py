@@ -116,10 +116,12 @@ def scatter(points: Sequence[tuple[str, float, float, bool]], *, x_label: str, y
     return "".join(parts)
 
 
-def step_gaps(series: Sequence[tuple[str, Sequence[float], int | None]], *, x_label: str = "generated step",
-              y_label: str = "1 − cosine of the step's logits", width: int = 640, height: int = 300) -> str:
+def step_gaps(series: Sequence[tuple[str, Sequence[float], int | None]], *, steps: int | None = None,
+              x_label: str = "generated step", y_label: str = "1 − cosine of the step's logits",
+              width: int = 640, height: int = 300) -> str:
     """One line per ``(label, cosines per step, marked step)`` series, plotting 1 − cosine on a log axis
-    (an exact 1 sits a decade below the smallest gap); the marked step (a first divergence) is a ring."""
+    (an exact 1 sits a decade below the smallest gap); the marked step (a first divergence) is a ring.
+    ``steps``: the x axis' length (default: the longest series), so a series cut short shows as such."""
     lines = [(label, [1.0 - c if c == c else math.nan for c in cosines], mark) for label, cosines, mark in series]
     gaps = [g for _, values, _ in lines for g in values if g == g]
     if not gaps:
@@ -132,7 +134,7 @@ def step_gaps(series: Sequence[tuple[str, Sequence[float], int | None]], *, x_la
     y_lo, y_hi = math.floor(min(logs)), math.ceil(max(logs))
     if y_hi == y_lo:
         y_hi += 1
-    steps = max(len(values) for _, values, _ in lines)
+    steps = max([len(values) for _, values, _ in lines] + [steps or 0])
     x_hi = max(steps - 1, 1)
 
     def px(step):
