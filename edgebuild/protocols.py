@@ -77,12 +77,20 @@ class Frontend(Protocol):
         """``{name: {"shape", "dtype"[, "value"]}}`` of the inputs ``reference`` takes (with ``reference``)."""
         return {}
 
-    def generator(self, path: Path, options: Any, base_dir: Optional[Path] = None) -> Optional[Any]:
-        """Greedy generation on the source itself, for generative recipes (``generate:``): an object with
-        ``generate(prompt_ids, new_tokens) -> (tokens, logits [new_tokens, V])``
-        (:class:`edgebuild.verify.generation.Generator`), or None (ONNX sources: onnxruntime with the
-        explicit cache)."""
+    def generator(self, path: Path, options: Any, base_dir: Optional[Path] = None) -> Optional["Generator"]:
+        """Greedy generation with the source itself (PyTorch: the eager causal LM and its own cache),
+        the reference of a generative recipe; None to let validation run onnxruntime on the
+        imported decoder (``edgebuild.verify.source_generation.OnnxGenerator``)."""
         return None
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """Greedy generation with a KV cache: the source's (reference) and the artifact's (candidate)."""
+
+    def generate(self, prompt_ids: list[int], new_tokens: int) -> tuple[list[int], "np.ndarray"]:
+        """The ``new_tokens`` greedy tokens after ``prompt_ids``, and the logits [new_tokens, vocab] of
+        the step that chose each one."""
 
 
 @runtime_checkable

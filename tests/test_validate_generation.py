@@ -416,3 +416,17 @@ def test_a_source_format_without_a_generator_is_a_clear_error(tmp_path):
 
     Registry.get = lambda self, kind, name: WithGenerator()
     assert source_generator(Registry(), variant, tmp_path / "model.pt2") == ("eager generator", "pytorch (eager)")
+
+
+def test_onnx_sources_generate_with_onnxruntime_and_the_explicit_cache(decoders, tmp_path):
+    """With the shared ONNX source generator installed, the stage's reference for an ONNX source
+    generates as the local one here does."""
+    pytest.importorskip("edgebuild.verify.source_generation")
+    from edgebuild.dag.validate import source_generator
+
+    variant = SimpleNamespace(recipe=SimpleNamespace(source=SimpleNamespace(format=None, model="decoder.onnx")),
+                              data={"generate": {"max_context": 64}}, base_dir=tmp_path, section=lambda name: None)
+    generator, name = source_generator(None, variant, decoders["source"])
+    assert name == "onnxruntime"
+    result = compare_generation(generator, OrtGenerator(decoders["source"]), PROMPTS, NEW_TOKENS)
+    assert result.mean_agreement == 1.0 and result.worst_step_cosine > 0.99999

@@ -292,7 +292,9 @@ def source_generator(registry, variant, source_path: Path):
     if fmt == "onnx":
         from edgebuild.verify.source_generation import OnnxGenerator
 
-        return OnnxGenerator(source_path), "onnxruntime"
+        cache = (generate_section(variant) or {}).get("cache")
+        pairs = [(pair["input"], pair["output"]) for pair in cache] if isinstance(cache, list) else None
+        return OnnxGenerator(source_path, cache=pairs), "onnxruntime"
     raise BuildError(f"validate.generation: the {fmt} frontend offers no generator for its source, so the artifact's "
                      "generation has nothing to be compared with",
                      hint=f"update the plugin that reads {fmt} sources, or remove validate.generation")

@@ -17,26 +17,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from edgebuild.errors import BuildError
+from edgebuild.protocols import Generator
 
 OUTPUT = "logits"  # the output generation validation measures
 DEFAULT_TOKEN_AGREEMENT_MIN = 1.0
 
 
-@runtime_checkable
-class Generator(Protocol):
-    """Greedy generation from a prompt (the artifact through its session, the source through
-    onnxruntime or its framework)."""
-
-    def generate(self, prompt_ids: list[int], new_tokens: int) -> tuple[list[int], np.ndarray]:
-        """``new_tokens`` greedily chosen ids and the logits [new_tokens, V] of the step that chose each."""
-
-
-class SessionGenerator:
+class SessionGenerator(Generator):
     """An artifact's ``InferenceSession`` as a :class:`Generator`: each prompt starts from an empty cache."""
 
     def __init__(self, session):
