@@ -64,14 +64,15 @@ def generation_lines(result) -> list[str]:
 
 
 def generation_summary(generation: dict) -> str:
-    """``2 prompts x 16 tokens, token agreement 100.0%, worst step cosine 0.999998, no divergence``."""
+    """``2 prompts x 16 tokens, token agreement 100.0%, worst step 1 − cosine 2.1e-06, no divergence``
+    (1 − cosine: the distance from identical logits a limit like 0.9999 is about)."""
     prompts = generation.get("prompts") or []
     agreement, cosine = generation.get("mean_agreement"), generation.get("worst_step_cosine")
     divergence = generation.get("first_divergence")
     return ", ".join([
         f"{len(prompts)} prompt{'' if len(prompts) == 1 else 's'} x {generation.get('new_tokens')} tokens",
         f"token agreement {agreement:.1%}" if isinstance(agreement, float) else f"token agreement {agreement}",
-        f"worst step cosine {cosine:.6g}" if isinstance(cosine, float) else f"worst step cosine {cosine}",
+        f"worst step 1 − cosine {1.0 - cosine:.2g}" if isinstance(cosine, float) else f"worst step cosine {cosine}",
         "no divergence" if divergence is None else f"first divergence at step {divergence}",
     ])
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from edgebuild.errors import BuildError
 from edgebuild.protocols import Generator
+from edgebuild.verify.thresholds import _fmt_apart
 
 OUTPUT = "logits"  # the output generation validation measures
 DEFAULT_TOKEN_AGREEMENT_MIN = 1.0
@@ -182,9 +183,10 @@ def check_generation(result: GenerationComparison, limits: GenerationLimits) -> 
         limit = limits.token_agreement_min
         if limit is not None and prompt.agreement < limit:
             step = prompt.first_divergence
+            shown, bound = _fmt_apart(prompt.agreement, limit)
             failures.append(_failure(
                 "token_agreement", prompt.agreement, limit, index, step,
-                f"{OUTPUT}: {where}: token_agreement {prompt.agreement:.4g} < token_agreement_min {limit:.4g} "
+                f"{OUTPUT}: {where}: token_agreement {shown} < token_agreement_min {bound} "
                 f"(first divergence at step {step}: artifact {prompt.artifact_tokens[step]}, "
                 f"source {prompt.source_tokens[step]})"))
         limit = limits.step_cosine_min
@@ -192,9 +194,10 @@ def check_generation(result: GenerationComparison, limits: GenerationLimits) -> 
             below = [s for s, c in enumerate(prompt.step_cosine) if math.isnan(c) or c < limit]
             if below:
                 worst, step = prompt.worst_cosine, prompt.worst_step
+                shown, bound = _fmt_apart(worst, limit)
                 failures.append(_failure(
                     "step_cosine", worst, limit, index, step,
-                    f"{OUTPUT}: {where}: step_cosine {worst:.6g} < step_cosine_min {limit:.6g} at step {step} "
+                    f"{OUTPUT}: {where}: step_cosine {shown} < step_cosine_min {bound} at step {step} "
                     f"(first below the limit: step {below[0]}; {len(below)} of {len(prompt.step_cosine)} "
                     "compared steps below)"))
     return failures
