@@ -430,3 +430,26 @@ def test_onnx_sources_generate_with_onnxruntime_and_the_explicit_cache(decoders,
     assert name == "onnxruntime"
     result = compare_generation(generator, OrtGenerator(decoders["source"]), PROMPTS, NEW_TOKENS)
     assert result.mean_agreement == 1.0 and result.worst_step_cosine > 0.99999
+
+
+def test_a_generative_recipe_is_validated_by_generation(decoders, tmp_path, monkeypatch):
+    import shutil
+
+    from edgebuild.build.jobs import load_variants
+    from edgebuild.errors import RecipeError
+    from edgebuild.recipe.model import Recipe
+    from edgebuild.registry import get_registry
+
+    if "generate" not in Recipe.model_fields:
+        pytest.skip("this edgebuild has no generate: section")
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(decoders["source"], tmp_path / "decoder.onnx")
+    base = ("edgebuild: 1\nname: tiny\nsource: {model: decoder.onnx}\n"
+            "target: {backend: coreml, deployment_target: iOS18}\ngenerate: {max_context: 64, query_lengths: [1, 8]}\n")
+    (tmp_path / "recipe.yaml").write_text(base + "validate: {samples: 2}\n")
+    with pytest.raises(RecipeError, match=r"recipe.yaml:6:1 validate: a generative recipe \(generate:\) is validated "
+                                          r"by generation, and validate.generation is missing"):
+        load_variants(["recipe.yaml"], None, get_registry())
+    (tmp_path / "recipe.yaml").write_text(base + "validate: {generation: {prompts: [[1, 2]], new_tokens: 4}}\n")
+    [variant] = load_variants(["recipe.yaml"], None, get_registry())
+    assert variant.recipe.validate_.generation.new_tokens == 4

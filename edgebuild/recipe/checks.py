@@ -192,11 +192,15 @@ def _check_validation(check: _Checker, variant, graph_inputs) -> None:
 
 
 def _check_generation(check: _Checker, variant, section) -> None:
-    """``validate.generation`` belongs to a generative recipe, and its tokenizer file exists."""
+    """A generative recipe is validated by generation, only it is, and the tokenizer file exists."""
     generation = section.generation
-    if generation is None:
-        return
     generative = getattr(variant.recipe, "generate", None) or (variant.data or {}).get("generate")
+    if generation is None:
+        if generative:
+            check.fail(("validate",), "a generative recipe (generate:) is validated by generation, and "
+                       "validate.generation is missing", key=True,
+                       hint="add validate.generation: {prompts: [[token ids], ...], new_tokens: 16}")
+        return
     if not generative:
         check.fail(("validate", "generation"), "validation by generation needs a generative recipe",
                    key=True, hint="add a generate: section (max_context, query_lengths), or remove validate.generation")
