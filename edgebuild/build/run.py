@@ -27,7 +27,8 @@ def _validation_failures(build: Build) -> list[dict]:
     result = build.job.results.get("validate")
     runtimes = (result.info.get("runtimes") or {}) if result is not None else {}
     return [{"output": f.get("output"), "runtime": runtime, "metric": f.get("metric"), "value": f.get("value"),
-             "limit": f.get("limit"), "statistic": f.get("statistic", "worst"), "message": f.get("message", "")}
+             "limit": f.get("limit"), "statistic": f.get("statistic", "worst"), "message": f.get("message", ""),
+             **{k: f[k] for k in ("prompt", "step") if k in f}}  # generation validation: where it failed
             for runtime, record in runtimes.items() for f in record.get("failures") or []]
 
 

@@ -266,3 +266,98 @@ def save(out: Path, record: dict) -> dict:
 
     (out / "validation.json").write_text(json.dumps(to_jsonable(record), indent=1))
     return to_jsonable(record)
+
+
+# -- generative recipes (generate:): validation by greedy generation, see verify/generation.py --
+
+def generate_section(variant) -> dict | None:
+    """The recipe's ``generate:`` section as a dict, or None for a recipe that does not generate."""
+    section = getattr(variant.recipe, "generate", None)
+    if section is None:
+        section = (variant.data or {}).get("generate")
+    if hasattr(section, "model_dump"):
+        section = section.model_dump(mode="json")
+    return section or None
+
+
+def source_generator(registry, variant, source_path: Path):
+    """``(generator, name)`` of the source: the source format's frontend's ``generator`` (PyTorch: the
+    eager module with its own cache), else for ONNX onnxruntime with the explicit cache."""
+    fmt = source_format(variant.recipe.source)
+    frontend = registry.get("frontends", fmt) if registry is not None else None
+    if frontend is not None:
+        generator = frontend.generator(source_path, variant.section(f"{fmt}:source.options"), variant.base_dir)
+        if generator is not None:
+            return generator, f"{fmt} (eager)"
+    if fmt == "onnx":
+        from edgebuild.verify.source_generation import OnnxGenerator
+
+        cache = (generate_section(variant) or {}).get("cache")
+        pairs = [(pair["input"], pair["output"]) for pair in cache] if isinstance(cache, list) else None
+        return OnnxGenerator(source_path, cache=pairs), "onnxruntime"
+    raise BuildError(f"validate.generation: the {fmt} frontend offers no generator for its source, so the artifact's "
+                     "generation has nothing to be compared with",
+                     hint=f"update the plugin that reads {fmt} sources, or remove validate.generation")
+
+
+def validate_generation(variant, registry, source_path: Path, sessions: Mapping[str, Callable[[], object]], *,
+                        source: tuple | None = None) -> dict:
+    """The ``validation`` record of a generative recipe: each runtime's session (``sessions``: runtime
+    name -> a function opening the artifact's ``InferenceSession``) and the source generate greedily
+    from ``validate.generation.prompts``; tokens and per-step logits are compared and held to
+    ``token_agreement_min`` / ``step_cosine_min``. ``source``: ``(generator, name)`` instead of
+    ``source_generator``'s."""
+    from edgebuild.dag.progress import report
+    from edgebuild.verify.generation import (
+        SessionGenerator,
+        check_generation,
+        compare_generation,
+        generation_limits,
+        generation_record,
+        prompt_ids,
+    )
+
+    section = variant.recipe.validate_
+    generation = section.generation if section is not None else None
+    if generation is None:
+        raise BuildError("validate: a generative recipe (generate:) is validated by generation, and "
+                         "validate.generation is missing",
+                         hint="add validate.generation: {prompts: [[token ids], ...], new_tokens: 16}")
+    prompts, texts = prompt_ids(generation, variant.base_dir)
+    _check_context(prompts, generation.new_tokens, generate_section(variant) or {})
+    source, source_name = source or source_generator(registry, variant, source_path)
+    source = _Remembered(source)  # every runtime is compared with the same source generations
+    limits = generation_limits(section.thresholds)
+    record: dict = {"samples": len(prompts), "reference": f"{source_name}, greedy generation", "runtimes": {},
+                    "failures": []}
+    for runtime, open_session in sessions.items():
+        compared = compare_generation(SessionGenerator(open_session()), source, prompts, generation.new_tokens,
+                                      texts=texts,
+                                      on_done=lambda n, r=runtime: report(f"prompts generated ({r})", n, len(prompts)))
+        failures = check_generation(compared, limits)
+        record["runtimes"][runtime] = generation_record(compared, limits, failures)
+        record["failures"] += [{"runtime": runtime, **f} for f in failures]
+    return record
+
+
+def _check_context(prompts: list[list[int]], new_tokens: int, generate: dict) -> None:
+    max_context = generate.get("max_context")
+    longest = max(len(p) for p in prompts)
+    if isinstance(max_context, int) and longest + new_tokens > max_context:
+        raise BuildError(f"validate.generation: the longest prompt ({longest} tokens) plus new_tokens ({new_tokens}) "
+                         f"exceeds generate.max_context ({max_context})",
+                         hint="shorten the prompts, lower validate.generation.new_tokens or raise generate.max_context")
+
+
+class _Remembered:
+    """A generator that answers a repeated prompt from memory (the source is deterministic)."""
+
+    def __init__(self, generator):
+        self.generator = generator
+        self._seen: dict = {}
+
+    def generate(self, prompt_ids: list[int], new_tokens: int):
+        key = (tuple(prompt_ids), new_tokens)
+        if key not in self._seen:
+            self._seen[key] = self.generator.generate(list(prompt_ids), new_tokens)
+        return self._seen[key]

@@ -175,6 +175,7 @@ def _check_validation(check: _Checker, variant, graph_inputs) -> None:
     section = variant.recipe.validate_
     if section is None:
         return
+    _check_generation(check, variant, section)
     names = [i.name for i in graph_inputs] if graph_inputs is not None else None
     for name, source in section.inputs.items():
         path = ("validate", "inputs", name)
@@ -207,3 +208,21 @@ def _check_generate(check: _Checker, variant, graph_inputs) -> None:
         check_generate(variant.recipe, inputs, outputs)
     except RecipeError as exc:
         check.fail(exc.path, exc.message, hint=exc.hint)
+
+def _check_generation(check: _Checker, variant, section) -> None:
+    """A generative recipe is validated by generation, only it is, and the tokenizer file exists."""
+    generation = section.generation
+    generative = getattr(variant.recipe, "generate", None) or (variant.data or {}).get("generate")
+    if generation is None:
+        if generative:
+            check.fail(("validate",), "a generative recipe (generate:) is validated by generation, and "
+                       "validate.generation is missing", key=True,
+                       hint="add validate.generation: {prompts: [[token ids], ...], new_tokens: 16}")
+        return
+    if not generative:
+        check.fail(("validate", "generation"), "validation by generation needs a generative recipe",
+                   key=True, hint="add a generate: section (max_context, query_lengths), or remove validate.generation")
+    prompts = generation.prompts
+    if not isinstance(prompts, list) and not (variant.base_dir / prompts.tokenizer).is_file():
+        check.fail(("validate", "generation", "prompts", "tokenizer"),
+                   f"no such file ({prompts.tokenizer!r}, relative to the recipe)")

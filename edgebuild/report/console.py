@@ -52,10 +52,35 @@ def renaming_lines(label: str, result) -> list[str]:
     return lines
 
 
+def generation_lines(result) -> list[str]:
+    """The validate stage of a generative recipe: per runtime, how far the artifact's greedy tokens
+    followed the source's."""
+    lines = []
+    for runtime, record in ((result.info or {}).get("runtimes") or {}).items():
+        generation = record.get("generation") if isinstance(record, dict) else None
+        if isinstance(generation, dict):
+            lines.append(f"[dim]generation ({escape(runtime)}):[/] {escape(generation_summary(generation))}")
+    return lines
+
+
+def generation_summary(generation: dict) -> str:
+    """``2 prompts x 16 tokens, token agreement 100.0%, worst step 1 − cosine 2.1e-06, no divergence``
+    (1 − cosine: the distance from identical logits a limit like 0.9999 is about)."""
+    prompts = generation.get("prompts") or []
+    agreement, cosine = generation.get("mean_agreement"), generation.get("worst_step_cosine")
+    divergence = generation.get("first_divergence")
+    return ", ".join([
+        f"{len(prompts)} prompt{'' if len(prompts) == 1 else 's'} x {generation.get('new_tokens')} tokens",
+        f"token agreement {agreement:.1%}" if isinstance(agreement, float) else f"token agreement {agreement}",
+        f"worst step 1 − cosine {1.0 - cosine:.2g}" if isinstance(cosine, float) else f"worst step cosine {cosine}",
+        "no divergence" if divergence is None else f"first divergence at step {divergence}",
+    ])
+
+
 def detail_lines(result) -> list[str]:
-    """What to say under a finished stage: its warnings, and what the optimise stage did with a
-    quantised source (weight-only or not)."""
-    lines = warning_lines(result)
+    """What to say under a finished stage: its warnings, what the optimise stage did with a
+    quantised source (weight-only or not), and how generation validation went."""
+    lines = warning_lines(result) + generation_lines(result)
     record = (result.info or {}).get("quantization")
     if isinstance(record, dict):
         from edgebuild.report.schema import Quantization

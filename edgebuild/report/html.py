@@ -46,17 +46,25 @@ td.num { text-align: right; }
 .chart .axis { stroke: var(--muted); } .chart .grid { stroke: #eceff4; } .chart .frame { fill: none; stroke: var(--line); }
 .chart .bar { fill: var(--after); } .chart .before { fill: var(--before); } .chart .after { fill: var(--after); }
 .chart .pass { fill: var(--pass); } .chart .fail { fill: var(--fail); }
+.chart .series { fill: none; stroke-width: 1.5; } .chart circle.series { stroke: none; }
+.chart .s0 { stroke: #2f6fdd; } .chart .s1 { stroke: #d97706; } .chart .s2 { stroke: #7c3aed; }
+.chart .s3 { stroke: #0f9d8a; } .chart .s4 { stroke: #db2777; } .chart .s5 { stroke: #5b6575; }
+.chart circle.s0 { fill: #2f6fdd; } .chart circle.s1 { fill: #d97706; } .chart circle.s2 { fill: #7c3aed; }
+.chart circle.s3 { fill: #0f9d8a; } .chart circle.s4 { fill: #db2777; } .chart circle.s5 { fill: #5b6575; }
+.chart .divergence { fill: none; stroke: var(--fail); stroke-width: 2; }
 code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
 """
 
 
 LOWER_IS_BETTER = ("max_abs", "mean_abs", "p90_abs", "p99_abs", "max_rel", "nonfinite", "noise_ratio",
                    "fp32_reference_max_abs")
-COSINES = ("cosine", "fp32_reference_cosine")  # shown as 1 − cosine
+COSINES = ("cosine", "fp32_reference_cosine", "step_cosine")  # shown as 1 − cosine
 # metrics measured on the fp32 reference rather than the candidate (validate.reference: float64)
 LABELS = {"fp32_reference_cosine": "1 − cosine, onnxruntime fp32 vs float64",
           "fp32_reference_max_abs": "max_abs, onnxruntime fp32 vs float64",
-          "noise_ratio": "noise ratio (max_abs / onnxruntime's)"}
+          "noise_ratio": "noise ratio (max_abs / onnxruntime's)",
+          "step_cosine": "1 − cosine of a step's logits (generation)",
+          "token_agreement": "greedy token agreement (per prompt)"}
 
 
 def render_report(data: Report | Mapping[str, Any]) -> str:
@@ -203,7 +211,9 @@ def _compression(compression: Compression | None) -> str:
 def _numerics(validation: Validation | None) -> str:
     if validation is None or not validation.runtimes:
         return ""
-    intro = ", ".join(x for x in (f"{validation.samples} samples" if validation.samples else "",
+    generative = any(runtime.generation is not None for runtime in validation.runtimes.values())
+    unit = "prompts" if generative else "samples"
+    intro = ", ".join(x for x in (f"{validation.samples} {unit}" if validation.samples else "",
                                   f"reference: {validation.reference}" if validation.reference else "") if x)
     html = [f"<h2>Numerics</h2><p class=sub>{escape(intro)}</p>" if intro else "<h2>Numerics</h2>"]
     html.append(_shape_sets(validation))
@@ -216,6 +226,8 @@ def _numerics(validation: Validation | None) -> str:
             html.append('<ul class="failures">' + "".join(f"<li>{escape(f.message or f.metric)}</li>" for f in runtime.failures) + "</ul>")
         if runtime.float64_check is not None:
             html.append(_float64_check(runtime.float64_check))
+        if runtime.generation is not None:
+            html.append(_generation(runtime.generation))
         for output, metrics in runtime.metrics.items():
             html.append(f"<h3>output <code>{escape(output)}</code></h3>")
             html.append('<div class="grid-2">' + _metric_table(runtime, output, metrics))
@@ -240,6 +252,42 @@ def _shape_sets(validation: Validation) -> str:
         rows.append(f"<tr><td><code>{escape(shapes)}</code></td><td>{entry.samples}</td>"
                     + "".join(f"<td>{'' if w is None else _one_minus(w)}</td>" for w in worst) + "</tr>")
     return f"<h3>shapes validated</h3><table>{head}{''.join(rows)}</table>"
+
+
+def _generation(generation) -> str:
+    """Greedy generation, artifact against source: a row per prompt and the per-step logits cosine."""
+    rows = []
+    for i, p in enumerate(generation.prompts):
+        prompt = p.text if p.text is not None else " ".join(map(str, p.prompt))
+        divergence = "none" if p.first_divergence is None else str(p.first_divergence)
+        verdict = "ok" if p.first_divergence is None else "bad"
+        worst = min(p.step_cosine, default=None, key=lambda c: c if c == c else -math.inf)
+        rows.append(f"<tr><td>{i}</td><td><code>{escape(_clip_text(prompt))}</code></td>"
+                    f"<td class=num>{p.agreement:.1%}</td><td class=\"num {verdict}\">{divergence}</td>"
+                    f"<td class=num>{_one_minus(worst)}</td>"
+                    f"<td><code>{escape(_tokens(p.artifact_tokens))}</code></td>"
+                    f"<td><code>{escape(_tokens(p.source_tokens))}</code></td></tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("#", "prompt", "token agreement", "first divergence",
+                                              "1 − cosine, worst step", "artifact tokens", "source tokens"))
+    chart = svg.step_gaps([(f"prompt {i}", p.step_cosine, p.first_divergence) for i, p in enumerate(generation.prompts)],
+                          steps=generation.new_tokens)
+    divergence = ("no divergence" if generation.first_divergence is None
+                  else f"first divergence at step {generation.first_divergence}")
+    intro = (f"Both sides continue each prompt by {generation.new_tokens} greedy tokens; {len(generation.prompts)} "
+             f"prompt(s), mean token agreement {generation.mean_agreement:.1%}, worst step 1 − cosine "
+             f"{_one_minus(generation.worst_step_cosine)}, {divergence}. Logits are compared up to and including "
+             "a prompt's first divergent token (after it, the two contexts differ).")
+    return (f'<section class="generation"><h3>generation</h3><p class=sub>{escape(intro)}</p>'
+            f"<table><tr>{head}</tr>{''.join(rows)}</table>{chart}</section>")
+
+
+def _clip_text(text: str, length: int = 60) -> str:
+    return text if len(text) <= length else text[:length - 1] + "…"
+
+
+def _tokens(tokens: list[int], shown: int = 16) -> str:
+    text = " ".join(map(str, tokens[:shown]))
+    return text + (f" … (+{len(tokens) - shown})" if len(tokens) > shown else "")
 
 
 def _float64_check(check) -> str:
@@ -283,7 +331,7 @@ def _metric_table(runtime: RuntimeRecord, output: str, metrics: Mapping[str, Map
         elif limit is None:
             limit_text, held, value, verdict = "—", "", None, ""
         else:
-            bound = ("≤ " + _one_minus(limit)) if metric == "cosine" else f"{'≥' if side == 'min' else '≤'} {_num(limit)}"
+            bound = ("≤ " + _one_minus(limit)) if metric in ("cosine", "step_cosine") else f"{'≥' if side == 'min' else '≤'} {_num(limit)}"
             limit_text, held, verdict = bound, statistic, "bad" if metric in failed else "ok"
             value = stats.get(statistic_key(statistic, side))
         result = {"ok": "pass", "bad": "FAIL"}.get(verdict, "")

@@ -126,6 +126,8 @@ class Failure(_Section):
     runtime: Optional[str] = None
     statistic: str = "worst"
     message: str = ""
+    prompt: Optional[int] = None  # generation validation: which prompt (its index) ...
+    step: Optional[int] = None  # ... and at which generated step
 
 
 class Histogram(_Section):
@@ -156,6 +158,28 @@ class Float64Check(_Section):
     skipped: Optional[str] = None
 
 
+class PromptGeneration(_Section):
+    """One prompt continued greedily by the artifact and by the source."""
+
+    prompt: list[int]
+    text: Optional[str] = None  # the prompt as written, when a tokenizer made the ids
+    artifact_tokens: list[int]
+    source_tokens: list[int]
+    step_cosine: list[float]  # logits cosine per step, up to and including the first divergence
+    first_divergence: Optional[int] = None  # None: every token agrees
+    agreement: float  # share of steps with equal tokens
+
+
+class Generation(_Section):
+    """Validation by generation (generative recipes): per prompt, and the figures over all prompts."""
+
+    new_tokens: int
+    worst_step_cosine: float
+    mean_agreement: float
+    first_divergence: Optional[int] = None
+    prompts: list[PromptGeneration]
+
+
 class RuntimeRecord(_Section):
     """One candidate runtime's comparison with the reference, or why it was skipped."""
 
@@ -165,6 +189,7 @@ class RuntimeRecord(_Section):
     aggregation: dict[str, dict[str, str]] = {}  # output -> metric -> statistic its limit is held against
     histograms: dict[str, Histogram] = {}
     float64_check: Optional[Float64Check] = None
+    generation: Optional[Generation] = None
     skipped: Optional[str] = None
 
 

@@ -116,6 +116,66 @@ def scatter(points: Sequence[tuple[str, float, float, bool]], *, x_label: str, y
     return "".join(parts)
 
 
+def step_gaps(series: Sequence[tuple[str, Sequence[float], int | None]], *, steps: int | None = None,
+              x_label: str = "generated step", y_label: str = "1 − cosine of the step's logits",
+              width: int = 640, height: int = 300) -> str:
+    """One line per ``(label, cosines per step, marked step)`` series, plotting 1 − cosine on a log axis
+    (an exact 1 sits a decade below the smallest gap); the marked step (a first divergence) is a ring.
+    ``steps``: the x axis' length (default: the longest series), so a series cut short shows as such."""
+    lines = [(label, [1.0 - c if c == c else math.nan for c in cosines], mark) for label, cosines, mark in series]
+    gaps = [g for _, values, _ in lines for g in values if g == g]
+    if not gaps:
+        return ""
+    left, bottom, top, right = 64, 40, 16, 150
+    plot_w, plot_h = width - left - right, height - top - bottom
+    positive = [g for g in gaps if g > 0]
+    floor = min(positive) / 10 if positive else 1e-12
+    logs = [math.log10(max(g, floor)) for g in gaps]
+    y_lo, y_hi = math.floor(min(logs)), math.ceil(max(logs))
+    if y_hi == y_lo:
+        y_hi += 1
+    steps = max([len(values) for _, values, _ in lines] + [steps or 0])
+    x_hi = max(steps - 1, 1)
+
+    def px(step):
+        return left + plot_w * step / x_hi
+
+    def py(gap):
+        return top + plot_h * (1 - (math.log10(max(gap, floor)) - y_lo) / (y_hi - y_lo))
+
+    parts = [_open(width, height, f"{y_label} per {x_label}")]
+    parts.append(f'<rect class="frame" x="{left}" y="{top}" width="{plot_w}" height="{plot_h}"/>')
+    for tick in _ticks(0, x_hi):
+        if tick == int(tick):
+            parts.append(f'<line class="grid" x1="{px(tick):.1f}" y1="{top}" x2="{px(tick):.1f}" y2="{top + plot_h}"/>')
+            parts.append(_text(px(tick), top + plot_h + 14, f"{tick:g}", anchor="middle", size=FONT - 2))
+    for tick in range(y_lo, y_hi + 1):
+        y = top + plot_h * (1 - (tick - y_lo) / (y_hi - y_lo))
+        parts.append(f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}"/>')
+        parts.append(_text(left - 4, y + 4, f"1e{tick}", anchor="end", size=FONT - 2))
+    for i, (label, values, mark) in enumerate(lines):
+        cls = f"series s{i % SERIES_COLOURS}"
+        points = " ".join(f"{px(step):.1f},{py(gap):.1f}" for step, gap in enumerate(values) if gap == gap)
+        parts.append(f'<polyline class="{cls}" points="{points}"><title>{escape(label)}</title></polyline>')
+        for step, gap in enumerate(values):
+            if gap == gap:
+                parts.append(f'<circle class="{cls}" cx="{px(step):.1f}" cy="{py(gap):.1f}" r="2.5">'
+                             f"<title>{escape(label)}, step {step}: 1 − cosine {gap:.3e}</title></circle>")
+        if mark is not None and mark < len(values) and values[mark] == values[mark]:
+            parts.append(f'<circle class="divergence" cx="{px(mark):.1f}" cy="{py(values[mark]):.1f}" r="6">'
+                         f"<title>{escape(label)}: first divergent token at step {mark}</title></circle>")
+        ly = top + 12 + 16 * i
+        parts.append(f'<line class="{cls}" x1="{left + plot_w + 10}" y1="{ly - 4}" x2="{left + plot_w + 26}" y2="{ly - 4}"/>')
+        parts.append(_text(left + plot_w + 30, ly, _clip(label, 18), title=label))
+    parts.append(_text(left + plot_w / 2, height - 6, x_label, anchor="middle"))
+    parts.append(f'<text class="label" font-size="{FONT}" transform="translate(14 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">{escape(y_label)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+SERIES_COLOURS = 6  # CSS classes s0..s5 in html.py
+
+
 def _open(width: int, height: int, title: str) -> str:
     return f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img"><title>{escape(title)}</title>'
 

@@ -17,6 +17,8 @@ MAX_SAMPLES = 10_000
 MAX_TOKENS = 1_000_000  # token sequence length
 MAX_VOCAB = 2**31  # token ids are int32 on the device
 MAX_IMAGE_SIDE = 16_384
+MAX_PROMPTS = 1_000
+MAX_NEW_TOKENS = 100_000
 
 
 class _Strict(BaseModel):
@@ -118,6 +120,35 @@ class InputSource(_Strict):
         return next(kind for kind in INPUT_KINDS if getattr(self, kind) is not None)
 
 
+class TokenizerPrompts(_Strict):
+    """Prompts as text, turned into token ids by a Hugging Face ``tokenizer.json`` shipped beside the
+    model (read with the ``tokenizers`` library)."""
+
+    tokenizer: str = Field(description="a tokenizer.json file, relative to the recipe")
+    texts: list[str] = Field(min_length=1, max_length=MAX_PROMPTS, description="one prompt per text")
+    add_special_tokens: bool = Field(default=True, description="let the tokenizer add its BOS/EOS tokens")
+
+
+TokenIds = Annotated[list[Annotated[int, Field(ge=0, lt=MAX_VOCAB)]], Field(min_length=1, max_length=MAX_TOKENS)]
+
+
+class GenerationValidation(_Strict):
+    """``validate.generation``: how a generative (``generate:``) recipe is validated. Artifact and source
+    each generate ``new_tokens`` greedily from every prompt; the tokens and each step's logits are compared
+    (``thresholds.token_agreement_min``, ``thresholds.step_cosine_min``)."""
+
+    prompts: list[TokenIds] | TokenizerPrompts = Field(
+        description="token id lists, or {tokenizer: FILE, texts: [...]}")
+    new_tokens: int = Field(default=16, ge=1, le=MAX_NEW_TOKENS, description="tokens each side generates per prompt")
+
+    @field_validator("prompts")
+    @classmethod
+    def _some(cls, value):
+        if isinstance(value, list) and not 1 <= len(value) <= MAX_PROMPTS:
+            raise ValueError(f"give between 1 and {MAX_PROMPTS} prompts")
+        return value
+
+
 # -- which statistic over the samples a limit is held against (see thresholds.py) -----------
 Aggregation = Literal["worst", "mean", "median", "p1", "p10", "p90", "p99"]
 LimitedMetric = Literal["cosine", "max_abs", "mean_abs", "p99_abs", "max_rel", "snr_db", "top1_agreement", "top5_agreement",
@@ -150,6 +181,12 @@ class Thresholds(_Strict):
     noise_ratio_max: Optional[float] = Field(
         default=None, gt=0.0, description="with reference: float64, the artifact's max abs error from the float64 "
         "answer over onnxruntime fp32's own (2.0: at most twice as far from the exact answer as onnxruntime is)")
+    token_agreement_min: Optional[float] = Field(
+        default=None, ge=0.0, le=1.0, description="generation (validate.generation): the share of the artifact's "
+        "greedy tokens equal to the source's, held for every prompt (default 1.0)")
+    step_cosine_min: Optional[float] = Field(
+        default=None, ge=-1.0, le=1.0, description="generation (validate.generation): the lowest cosine between the "
+        "artifact's and the source's logits at one step, up to the first divergent token (default: cosine_min)")
     aggregate: Optional[dict[LimitedMetric, Aggregation]] = Field(
         default=None, description="per metric, the statistic over the samples its limit is held against: "
         "worst (default; mean for top1/top5_agreement), mean, median or a percentile p1, p10, p90, p99")
@@ -162,6 +199,9 @@ class Thresholds(_Strict):
         if "aggregate" in update:
             update["aggregate"] = {**(self.aggregate or {}), **(override.aggregate or {})}
         return self.model_copy(update=update)
+
+
+GENERATION_LIMITS = ("token_agreement_min", "step_cosine_min")  # held by verify.generation, not per output
 
 
 class OutputOverride(_Strict):
@@ -193,6 +233,8 @@ class ValidateSection(_Strict):
     fp16_emulation: Literal["auto", "on", "off"] = Field(
         default="auto", description="round interpreter activations to fp16 (auto: when the artifact is fp16)"
     )
+    generation: Optional[GenerationValidation] = Field(
+        default=None, description="generative recipes (generate:): prompts both sides continue greedily, and how far")
 
     @field_validator("fp16_emulation", mode="before")
     @classmethod
@@ -210,6 +252,17 @@ class ValidateSection(_Strict):
         if self.reference != "float64" and any(t.noise_ratio_max is not None for t in limited):
             raise ValueError("noise_ratio_max compares with a float64 evaluation of the source: "
                              "set validate.reference: float64")
+        return self
+
+    @model_validator(mode="after")
+    def _generation_limits_need_generation(self):
+        limited = [("thresholds", self.thresholds),
+                   *((f"per_output.{name}.thresholds", o.thresholds) for name, o in self.per_output.items())]
+        for where, limits in limited:
+            for name in GENERATION_LIMITS:
+                if getattr(limits, name) is not None and (self.generation is None or where != "thresholds"):
+                    raise ValueError(f"{where}.{name} limits generation validation: set it in validate.thresholds "
+                                     "of a recipe with validate.generation")
         return self
 
     def thresholds_for(self, output: str) -> Thresholds:

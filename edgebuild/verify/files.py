@@ -18,7 +18,8 @@ def image_files(folder: Path) -> list[Path]:
 
 
 def input_paths(section, base_dir: Path) -> list[Path]:
-    """Files and image folders named by ``validate.inputs`` (a folder is listed before its images)."""
+    """Files and image folders named by ``validate.inputs`` (a folder is listed before its images), and the
+    tokenizer file of ``validate.generation``."""
     paths: list[Path] = []
     for source in (section.inputs.values() if section is not None else ()):
         if source.file is not None:
@@ -28,6 +29,9 @@ def input_paths(section, base_dir: Path) -> list[Path]:
             paths.append(folder)
             if folder.is_dir():
                 paths.extend(image_files(folder))
+    generation = getattr(section, "generation", None)
+    if generation is not None and not isinstance(generation.prompts, list):  # prompts as texts
+        paths.append(Path(base_dir) / generation.prompts.tokenizer)
     return paths
 
 

@@ -92,11 +92,14 @@ class CoreMLBackend(Backend):
             runtimes = section.runtimes or self.validation_runtimes
 
             def validate(results, out: Path) -> dict:
-                from edgebuild.dag.validate import merge_runtime, reference_for, save
+                from edgebuild.dag.validate import generate_section, merge_runtime, reference_for, save
                 from edgebuild.dag.validate import validate as run_validation
                 from edgebuild_coreml import coreml_runtime
 
                 artifact, lowered = results["package"].path / ARTIFACT, results["lower"].info
+                if generate_section(variant) is not None:  # a stateful decoder: validated by generation
+                    return save(out, self.validate_generation(variant, registry, artifact, results["resolve"].path,
+                                                              runtimes))
                 reference, specs, name = reference_for(registry, variant, results["resolve"].path)
                 candidates = {}
                 if "interpreter" in runtimes:
@@ -120,6 +123,23 @@ class CoreMLBackend(Backend):
             stages.append(Stage("validate", validate_params, ["package", "resolve", "lower"], plugins, produce=validate,
                                 extra=dict(serial)))
         return stages
+
+    @staticmethod
+    def validate_generation(variant, registry, artifact: Path, source: Path, runtimes) -> dict:
+        """Greedy generation of the artifact, in each runtime of ``runtimes`` this machine has, against the source's."""
+        from edgebuild.bundle.session import InferenceSession
+        from edgebuild.dag.validate import validate_generation
+        from edgebuild_coreml import coreml_runtime
+
+        sessions = {}
+        if "interpreter" in runtimes:
+            sessions["interpreter"] = lambda: InferenceSession(artifact, registry=registry, native=False)
+        if "coreml" in runtimes and coreml_runtime.available():
+            sessions["coreml"] = lambda: InferenceSession(artifact, registry=registry)
+        record = validate_generation(variant, registry, source, sessions)
+        if "coreml" in runtimes and not coreml_runtime.available():
+            record["runtimes"]["coreml"] = {"skipped": coreml_runtime.SKIPPED}
+        return record
 
     @staticmethod
     def check_recipe(recipe) -> None:
