@@ -9,6 +9,9 @@ changed, so a caller can plan before and after (``plan.plan_program``) and show 
   matmul -> [scale] -> softmax -> matmul chain) is computed per head, as ml-ane-transformers does.
 - ``clamp_norm_epsilon``: norm epsilons that underflow in fp16 are raised to 1e-5. It changes the
   numbers slightly, so it runs only when asked for.
+- ``ane_layout``: both layout rewrites, in the order Apple's reference applies them: linears as
+  1x1 convs on (B, C, 1, S) (linears reading one tensor share its channels-first copy), then
+  attention per head (grouped-query attention included). For a lowered decoder; outputs unchanged.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ def _np_dtype(var):
 # --- linear -> 1x1 conv -----------------------------------------------------------------------
 
 
-def _linear_to_conv_site(op) -> bool:
+def _linear_to_conv_site(op, channels_first: dict) -> bool:
+    """``channels_first``: (B, C, 1, S) copies already made, by input var, for linears sharing one."""
     x, weight = op.inputs["x"], op.inputs["weight"]
     bias = op.inputs.get("bias")
     if len(mil_view.shape_of(x)) != 3 or any_symbolic(mil_view.shape_of(x)[-1:]):
@@ -48,8 +52,10 @@ def _linear_to_conv_site(op) -> bool:
     out_features, in_features = weight.val.shape
     kernel = weight.val.reshape(out_features, in_features, 1, 1)
     with op.enclosing_block:
-        channels_first = mb.transpose(x=x, perm=[0, 2, 1], before_op=op, name=f"{op.name}_to_bcs")
-        bc1s = mb.expand_dims(x=channels_first, axes=[2], before_op=op, name=f"{op.name}_to_bc1s")
+        bc1s = channels_first.get(x)
+        if bc1s is None:
+            bcs = mb.transpose(x=x, perm=[0, 2, 1], before_op=op, name=f"{op.name}_to_bcs")
+            bc1s = channels_first[x] = mb.expand_dims(x=bcs, axes=[2], before_op=op, name=f"{op.name}_to_bc1s")
         conv_args = dict(x=bc1s, weight=kernel, before_op=op, name=f"{op.name}_conv1x1")
         if bias is not None:
             conv_args["bias"] = bias.val
@@ -64,7 +70,8 @@ def linear_to_conv(prog) -> int:
     """Rewrite every linear on a rank-3 input as transpose/expand -> 1x1 conv -> squeeze/transpose."""
     function = mil_view.main_function(prog)
     targets = [op for op in list(function.operations) if op.op_type == "linear"]
-    return sum(_linear_to_conv_site(op) for op in targets)
+    channels_first: dict = {}
+    return sum(_linear_to_conv_site(op, channels_first) for op in targets)
 
 
 # --- norm epsilon clamp -----------------------------------------------------------------------
@@ -103,21 +110,31 @@ def _split_heads(var, heads: int, op, name: str) -> list:
     return list(mb.split(x=var, num_splits=heads, axis=1, before_op=op, name=name))
 
 
+def _kv_heads(var) -> int | None:
+    shape = mil_view.shape_of(var)
+    if len(shape) != 4 or any_symbolic(shape[1:2]):
+        return None
+    return int(shape[1])
+
+
 def _split_sdpa(op) -> bool:
     query, key, value = (op.inputs[n] for n in ("query", "key", "value"))
-    heads = _head_count(query)
-    if heads is None or _head_count(key) != heads or _head_count(value) != heads:
+    heads, kv_heads = _head_count(query), _kv_heads(key)
+    # grouped-query attention: query head h reads key/value head h // (heads / kv_heads)
+    if heads is None or kv_heads is None or _kv_heads(value) != kv_heads or heads % kv_heads:
         return False
+    group = heads // kv_heads
     mask = op.inputs.get("attn_mask")
     mask_per_head = mask is not None and _head_count(mask) == heads
     with op.enclosing_block:
         qs = _split_heads(query, heads, op, f"{op.name}_q_heads")
-        ks = _split_heads(key, heads, op, f"{op.name}_k_heads")
-        vs = _split_heads(value, heads, op, f"{op.name}_v_heads")
+        ks = _split_heads(key, kv_heads, op, f"{op.name}_k_heads") if kv_heads > 1 else [key]
+        vs = _split_heads(value, kv_heads, op, f"{op.name}_v_heads") if kv_heads > 1 else [value]
         masks = _split_heads(mask, heads, op, f"{op.name}_mask_heads") if mask_per_head else None
         outputs = []
         for h in range(heads):
-            args = dict(query=qs[h], key=ks[h], value=vs[h], before_op=op, name=f"{op.name}_head{h}")
+            args = dict(query=qs[h], key=ks[h // group], value=vs[h // group], before_op=op,
+                        name=f"{op.name}_head{h}")
             if mask is not None:
                 args["attn_mask"] = masks[h] if mask_per_head else mask
             outputs.append(mb.scaled_dot_product_attention(**args))
@@ -204,10 +221,16 @@ def split_attention_heads(prog) -> int:
     return count
 
 
+def ane_layout(prog) -> int:
+    """``linear_to_conv`` then ``split_attention_heads``: Apple's ANE layout for a transformer."""
+    return linear_to_conv(prog) + split_attention_heads(prog)
+
+
 REWRITES = {
     "linear_to_conv": linear_to_conv,
     "split_attention_heads": split_attention_heads,
     "clamp_norm_epsilon": clamp_norm_epsilon,
+    "ane_layout": ane_layout,
 }
 
 

@@ -1,0 +1,268 @@
+"""The compute plan of stateful decoders: state, cache-write, attention, int4-weight and int32
+rules; the plan per query length; the ANE layout rewrite (outputs equal, plan before/after)."""
+
+from __future__ import annotations
+
+import io
+
+import coremltools as ct
+import numpy as np
+import pytest
+from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil import types
+from decoder_programs import (
+    SMOLLM2_135M,
+    DecoderConfig,
+    decoder_inputs,
+    decoder_layer_program,
+)
+from edgebuild_coreml.ane import cost as cost_model
+from edgebuild_coreml.ane.chips import get_chip
+from edgebuild_coreml.ane.per_shape import plan_per_shape, specialise
+from edgebuild_coreml.ane.plan import plan_program
+from edgebuild_coreml.ane.rewrites import REWRITES, ane_layout
+from edgebuild_coreml.ane.rules import eligibility, gpu_eligibility
+from rich.console import Console
+
+QUERY_LENGTHS = (1, 64)
+CHOICES = [{"hidden_states": (1, q, SMOLLM2_135M.hidden)} for q in QUERY_LENGTHS]
+
+
+def _ops(prog):
+    return {op.name: op for op in prog.functions["main"].operations}
+
+
+def _rules(op, chip="m3"):
+    return [r.rule for r in eligibility(op, chip)]
+
+
+def _cosine(a, b) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+# --- rules --------------------------------------------------------------------------------------
+
+
+def test_fp16_kv_cache_state_ops_are_ane_eligible():
+    ops = _ops(decoder_layer_program(query_length=1))
+    for name in ("key_cache_read", "key_cache_update", "value_cache_read", "value_cache_update"):
+        assert _rules(ops[name]) == [], name
+        assert gpu_eligibility(ops[name]) == []
+
+
+def test_fp32_state_and_unaligned_head_dim_keep_the_cache_off_the_ane():
+    fp32 = _ops(decoder_layer_program(query_length=1, dtype=types.fp32))
+    reasons = eligibility(fp32["key_cache_read"], "m3")
+    assert "state" in [r.rule for r in reasons]
+    state = next(r for r in reasons if r.rule == "state")
+    assert "key_cache" in state.message and "fp32" in state.message and "coremltools/issues/2631" in state.source
+    # head_dim 48 (hidden 432 / 9 heads): the state's last dimension is not a multiple of 32
+    unaligned = _ops(decoder_layer_program(DecoderConfig(hidden=432), query_length=1))
+    assert "state" in _rules(unaligned["value_cache_update"])
+
+
+def test_cache_write_is_ane_eligible_for_one_token_not_for_64():
+    one = _ops(decoder_layer_program(query_length=1))
+    assert _rules(one["key_cache_write"]) == []
+    many = _ops(decoder_layer_program(query_length=64))
+    reasons = [r for r in eligibility(many["key_cache_write"], "m3") if r.rule == "slice_update"]
+    assert len(reasons) == 1 and reasons[0].blocking
+    assert "writes 64 positions along axis 2" in reasons[0].message and "at most 32" in reasons[0].message
+    assert "Anemll" in reasons[0].source
+    assert gpu_eligibility(many["key_cache_write"]) == []
+
+
+def test_int32_position_arithmetic_runs_on_the_cpu():
+    prog = decoder_layer_program(query_length=64)
+    ops = _ops(prog)
+    for name in ("positions", "cache_end", "cache_begin", "visible"):
+        assert "int_arithmetic" in _rules(ops[name]), name
+        assert "dtype" not in _rules(ops[name])  # one reason, the one that says why
+    plan = plan_program(prog)
+    assert all(plan.unit_of(name) == "cpu" for name in ("positions", "cache_end", "cache_begin", "visible"))
+
+
+def test_multi_head_sdpa_is_a_hint_that_the_layout_rewrite_clears():
+    prog = decoder_layer_program(query_length=64)
+    reasons = eligibility(_ops(prog)["sdpa"], "m3")
+    assert [r.rule for r in reasons] == ["attention_heads"] and not reasons[0].blocking
+    assert "9 heads" in reasons[0].message and "ane_layout" in reasons[0].fix
+    ane_layout(prog)
+    heads = [op for op in prog.functions["main"].operations if op.op_type == "scaled_dot_product_attention"]
+    assert len(heads) == 9 and all(_rules(op) == [] for op in heads)
+
+
+def _blockwise_linear_program():
+    """A 4-bit per-block linear, as coremltools' per_block int4 quantization writes it (block 32),
+    at one token: memory bound, where reading fewer weight bytes shows."""
+    rng = np.random.default_rng(0)
+    out_features, in_features, block = 256, 512, 32
+    data = rng.integers(-8, 8, (out_features, in_features)).astype(np.int8)
+    scale = (rng.random((out_features, in_features // block)) * 0.01).astype(np.float16)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 1, in_features), dtype=types.fp16)],
+                opset_version=ct.target.iOS18)
+    def prog(x):
+        weight = mb.constexpr_blockwise_shift_scale(data=mb.const(val=data.astype(types.np_int4_dtype)),
+                                                    scale=scale, name="weight_int4")
+        return mb.linear(x=x, weight=weight, name="proj")
+
+    return prog
+
+
+def test_int4_blockwise_weights_are_read_compressed_on_the_gpu_only():
+    prog = _blockwise_linear_program()
+    proj = _ops(prog)["proj"]
+    reasons = eligibility(proj, "m3")
+    hint = next(r for r in reasons if r.rule == "blockwise_weights")
+    assert not hint.blocking and "weight_int4" in hint.message and "GPU" in hint.message
+    cost = cost_model.op_cost(proj)
+    dense = 256 * 512 * 2
+    stored = 256 * 512 / 2 + 256 * 16 * 2  # int4 data + fp16 scales
+    assert cost.bytes_on("ane") == pytest.approx(cost.bytes)
+    assert cost.bytes - cost.bytes_on("gpu") == pytest.approx(dense - stored)
+    chip = get_chip("m3")
+    assert cost_model.unit_time_ms(cost, "gpu", chip) < cost_model.unit_time_ms(
+        cost_model.OpCost(cost.flops, cost.bytes), "gpu", chip)
+
+
+# --- per query length ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def flexible_decoder():
+    return decoder_layer_program()  # query length Q symbolic, as the artifact enumerates it
+
+
+def test_plan_per_query_length_has_one_row_each(flexible_decoder):
+    before = [op.name for op in flexible_decoder.functions["main"].operations]
+    rows = plan_per_shape(flexible_decoder, CHOICES, chip="m3")
+    assert [r["query_length"] for r in rows] == list(QUERY_LENGTHS)
+    for row in rows:
+        assert row["ops"] > 60 and 0 <= row["ane_ops"] <= row["ops"]
+        assert row["ane_op_share"] == pytest.approx(100.0 * row["ane_ops"] / row["ops"], abs=0.1)
+        assert row["ane_time_share"] == pytest.approx(row["breakdown"]["ane"], abs=0.2)
+    one, many = rows
+    # Prefill (64 tokens) is compute enough to pay for the ANE; a single-token step, with its
+    # switches around the CPU-only ops, is not in this estimate.
+    assert many["ane_time_share"] > 50.0 > one["ane_time_share"]
+    # the source program is left as it was: same ops, symbolic query length, no weight ids
+    main = flexible_decoder.functions["main"]
+    assert [op.name for op in main.operations] == before
+    assert all(op.weight_id is None for op in main.operations if op.op_type == "const")
+
+
+def test_specialised_program_fixes_every_shape_and_keeps_the_states(flexible_decoder):
+    fixed = specialise(flexible_decoder, CHOICES[1])
+    main = fixed.functions["main"]
+    assert types.is_state(main.inputs["key_cache"].sym_type)
+    write = _ops(fixed)["key_cache_write"]
+    assert tuple(write.inputs["update"].shape) == (1, 3, 64, 64)
+    assert tuple(main.outputs[0].shape) == (1, 64, SMOLLM2_135M.hidden)
+    plan = plan_program(fixed)
+    assert plan.unit_of("key_cache_write") != "ane"
+
+
+def test_report_and_cli_show_one_row_per_query_length(flexible_decoder):
+    from edgebuild.report.compute_plan import render
+
+    plan = plan_program(flexible_decoder)
+    data = {**plan.to_json(), "policy": plan.policy, "per_shape": plan_per_shape(flexible_decoder, CHOICES)}
+    console = Console(file=io.StringIO(), width=220, record=True)
+    render(data, console)
+    text = console.export_text()
+    assert "per enumerated shape" in text and "Q=1" in text and "Q=64" in text
+
+
+# --- the ANE layout rewrite ------------------------------------------------------------------
+
+
+def test_ane_layout_is_a_named_rewrite():
+    from edgebuild_coreml.compute import REWRITE_NAMES
+
+    assert "ane_layout" in REWRITES and "ane_layout" in REWRITE_NAMES
+
+
+@pytest.mark.parametrize("query_length, position", [(1, 17), (64, 5)])
+def test_ane_layout_keeps_the_decoder_layer_outputs(query_length, position):
+    interpreter = pytest.importorskip("edgebuild_coreml.interpreter")
+    prog = decoder_layer_program(dtype=types.fp32)
+    feeds = decoder_inputs(SMOLLM2_135M, query_length, position)
+    written = {}
+
+    def record(op, outputs):
+        if op.op_type == "coreml_update_state":
+            written[op.name] = outputs[0]
+
+    reference = interpreter.run_program(prog, feeds, observer=record)["output"]
+    cache_reference = dict(written)
+    assert ane_layout(prog) == 8  # 7 linears, 1 attention
+    op_types = {op.op_type for op in prog.functions["main"].operations}
+    assert "linear" not in op_types and "conv" in op_types
+    conv = _ops(prog)["q_proj_conv1x1"]
+    assert tuple(conv.inputs["x"].shape)[:3] == (1, SMOLLM2_135M.hidden, 1)  # (B, C, 1, S)
+    # q, k and v read one channels-first copy of the normalised input
+    assert conv.inputs["x"] is _ops(prog)["k_proj_conv1x1"].inputs["x"]
+    written.clear()
+    result = interpreter.run_program(prog, feeds, observer=record)["output"]
+    assert _cosine(result, reference) >= 0.9999
+    np.testing.assert_allclose(result, reference, rtol=1e-4, atol=1e-4)
+    for name, cache in cache_reference.items():
+        np.testing.assert_allclose(written[name], cache, rtol=1e-5, atol=1e-5)
+
+
+def test_decoder_layer_matches_a_numpy_reference():
+    """The test program is the layer it claims to be (llama attention with a KV cache)."""
+    interpreter = pytest.importorskip("edgebuild_coreml.interpreter")
+    from decoder_programs import _rope_tables, _weights
+
+    config, q_len, position = SMOLLM2_135M, 3, 6
+    feeds = decoder_inputs(config, q_len, position)
+    got = interpreter.run_program(decoder_layer_program(dtype=types.fp32), feeds)["output"]
+    w = _weights(config, 0)
+    cos, sin = _rope_tables(config)
+    heads, kv_heads, d = config.heads, config.kv_heads, config.head_dim
+
+    def rms(x, weight):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + config.rms_eps) * weight
+
+    def rope(x, pos):  # x [H, Q, D]
+        rotated = np.concatenate([-x[..., d // 2:], x[..., : d // 2]], -1)
+        return x * cos[pos] + rotated * sin[pos]
+
+    x = feeds["hidden_states"][0]
+    pos = np.arange(position, position + q_len)
+    xn = rms(x, w["input_norm"])
+    q = rope((xn @ w["q_proj"].T).reshape(q_len, heads, d).transpose(1, 0, 2), pos)
+    k = rope((xn @ w["k_proj"].T).reshape(q_len, kv_heads, d).transpose(1, 0, 2), pos)
+    v = (xn @ w["v_proj"].T).reshape(q_len, kv_heads, d).transpose(1, 0, 2)
+    keys, values = feeds["key_cache"][0].copy(), feeds["value_cache"][0].copy()
+    keys[:, position:position + q_len], values[:, position:position + q_len] = k, v
+    keys, values = np.repeat(keys, heads // kv_heads, 0), np.repeat(values, heads // kv_heads, 0)
+    scores = q @ keys.transpose(0, 2, 1) / np.sqrt(d)
+    scores = np.where(np.arange(config.max_context)[None, :] <= pos[:, None], scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    attn = (weights / weights.sum(-1, keepdims=True)) @ values
+    h = x + attn.transpose(1, 0, 2).reshape(q_len, -1) @ w["o_proj"].T
+    y = rms(h, w["post_norm"])
+    gate = y @ w["gate_proj"].T
+    expected = h + ((gate / (1 + np.exp(-gate))) * (y @ w["up_proj"].T)) @ w["down_proj"].T
+    assert _cosine(got[0], expected) >= 0.9999
+    np.testing.assert_allclose(got[0], expected, rtol=1e-3, atol=1e-3)
+
+
+def test_ane_layout_plan_before_and_after_per_query_length():
+    before_prog = decoder_layer_program()
+    before = plan_per_shape(before_prog, CHOICES)
+    after_prog = decoder_layer_program()
+    ane_layout(after_prog)
+    after = plan_per_shape(after_prog, CHOICES)
+    for old, new in zip(before, after):
+        assert new["query_length"] == old["query_length"]
+        assert new["ops"] > old["ops"]  # per-head attention and the layout transposes
+    # at prefill the convs and per-head attention put more of the layer's ops on the ANE
+    assert after[1]["ane_ops"] > before[1]["ane_ops"]
+    hints = {r["rule"] for op in plan_program(specialise(after_prog, CHOICES[1])).to_json()["ops"]
+             for r in op["reasons"]}
+    assert not hints & {"linear_rank3", "attention_heads"}
