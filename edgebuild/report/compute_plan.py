@@ -136,9 +136,12 @@ def render(plan: Mapping[str, Any], console, *, title: str = "Compute plan", ops
 
 
 def shape_label(row: Mapping[str, Any]) -> str:
-    """``Q=64`` for a query length, else the inputs' shapes: ``x [1, 3, 224, 224]``."""
+    """``Q=64`` for a query length, ``x[0]=4`` for another varying dim, else the inputs' shapes."""
     if row.get("query_length") is not None:
         return f"Q={row['query_length']}"
+    varying = row.get("varying")
+    if varying:
+        return f"{varying['input']}[{varying['axis']}]={varying['size']}"
     return ", ".join(f"{name} {list(shape)}" for name, shape in (row.get("inputs") or {}).items())
 
 

@@ -137,7 +137,7 @@ def flexible_decoder():
 
 def test_plan_per_query_length_has_one_row_each(flexible_decoder):
     before = [op.name for op in flexible_decoder.functions["main"].operations]
-    rows = plan_per_shape(flexible_decoder, CHOICES, chip="m3")
+    rows = plan_per_shape(flexible_decoder, CHOICES, chip="m3", query_input="hidden_states")
     assert [r["query_length"] for r in rows] == list(QUERY_LENGTHS)
     for row in rows:
         assert row["ops"] > 60 and 0 <= row["ane_ops"] <= row["ops"]
@@ -168,11 +168,29 @@ def test_report_and_cli_show_one_row_per_query_length(flexible_decoder):
     from edgebuild.report.compute_plan import render
 
     plan = plan_program(flexible_decoder)
-    data = {**plan.to_json(), "policy": plan.policy, "per_shape": plan_per_shape(flexible_decoder, CHOICES)}
+    rows = plan_per_shape(flexible_decoder, CHOICES, query_input="hidden_states")
+    data = {**plan.to_json(), "policy": plan.policy, "per_shape": rows}
     console = Console(file=io.StringIO(), width=220, record=True)
     render(data, console)
     text = console.export_text()
     assert "per enumerated shape" in text and "Q=1" in text and "Q=64" in text
+
+
+def test_recipe_enumerated_shapes_give_the_plan_rows(flexible_decoder):
+    from edgebuild_coreml.compute import enumerated_choices, per_shape_plans
+
+    recipe_inputs = {
+        "hidden_states": {"shape": [1, {"enumerated": list(QUERY_LENGTHS)}, SMOLLM2_135M.hidden],
+                          "dtype": "float16", "value": None},
+        "position": {"shape": [1], "dtype": "int32", "value": None},
+    }
+    choices = enumerated_choices(recipe_inputs, {})
+    assert choices == CHOICES
+    rows = per_shape_plans(flexible_decoder, {"policy": "cpu_and_ne", "chip": "m4"}, choices)["per_shape"]
+    assert [r["varying"] for r in rows] == [{"input": "hidden_states", "axis": 1, "size": q} for q in QUERY_LENGTHS]
+    assert "query_length" not in rows[0]  # only the contract's input_ids is a query length by name
+    assert per_shape_plans(flexible_decoder, {}, []) == {}
+    assert "per_shape_error" in per_shape_plans(flexible_decoder, {}, [{"hidden_states": (1, 1, 7)}])
 
 
 # --- the ANE layout rewrite ------------------------------------------------------------------
@@ -254,10 +272,10 @@ def test_decoder_layer_matches_a_numpy_reference():
 
 def test_ane_layout_plan_before_and_after_per_query_length():
     before_prog = decoder_layer_program()
-    before = plan_per_shape(before_prog, CHOICES)
+    before = plan_per_shape(before_prog, CHOICES, query_input="hidden_states")
     after_prog = decoder_layer_program()
     ane_layout(after_prog)
-    after = plan_per_shape(after_prog, CHOICES)
+    after = plan_per_shape(after_prog, CHOICES, query_input="hidden_states")
     for old, new in zip(before, after):
         assert new["query_length"] == old["query_length"]
         assert new["ops"] > old["ops"]  # per-head attention and the layout transposes

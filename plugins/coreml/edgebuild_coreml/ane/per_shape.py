@@ -16,6 +16,8 @@ from edgebuild_coreml.ane import mil_view
 from edgebuild_coreml.ane.plan import Plan, plan_program
 
 _SCRATCH_FUNCTION = "edgebuild_fixed_shapes"
+# A stateful decoder's token input (the artifact contract): its varying dim is the query length.
+QUERY_INPUT = "input_ids"
 
 
 def specialise(prog, shapes: Mapping[str, Sequence[int]]):
@@ -76,9 +78,11 @@ def _varying_dim(choices: Sequence[Mapping[str, Sequence[int]]]) -> tuple[str, i
     return next(iter(varying)) if len(varying) == 1 else None
 
 
-def plan_per_shape(prog, choices: Sequence[Mapping[str, Sequence[int]]], **plan_kwargs) -> list[dict]:
-    """One row per shape choice ({input: shape}): the shapes, the query length when one dim varies,
-    and ``summary`` of the plan of the program fixed to those shapes."""
+def plan_per_shape(prog, choices: Sequence[Mapping[str, Sequence[int]]], *, query_input: str = QUERY_INPUT,
+                   **plan_kwargs) -> list[dict]:
+    """One row per shape choice ({input: shape}): the shapes, the dim that varies (when one does:
+    ``varying``, and ``query_length`` when it is ``query_input``'s) and ``summary`` of the plan of
+    the program fixed to those shapes."""
     if not choices:
         return []
     varying = _varying_dim(choices)
@@ -88,6 +92,10 @@ def plan_per_shape(prog, choices: Sequence[Mapping[str, Sequence[int]]], **plan_
         plan = plan_program(specialise(prog, choice), **plan_kwargs)
         row = {"inputs": {name: [int(d) for d in shape] for name, shape in choice.items()}}
         if varying is not None:
-            row["query_length"] = int(tuple(choice[varying[0]])[varying[1]])
+            name, axis = varying
+            size = int(tuple(choice[name])[axis])
+            row["varying"] = {"input": name, "axis": axis, "size": size}
+            if name == query_input:
+                row["query_length"] = size
         rows.append({**row, **summary(plan)})
     return rows
