@@ -95,6 +95,9 @@ def render(plan: Mapping[str, Any], console, *, title: str = "Compute plan", ops
     per_shape = plan.get("per_shape") or []
     if per_shape:
         render_per_shape(per_shape, console)
+    preview = plan.get("ane_layout_preview") or {}
+    if preview.get("before"):
+        console.print(escape(ane_layout_line(preview)))
     fallback = plan.get("range_fallback") or []
     if fallback:  # a backend lists the ops its range-flexible inputs keep off the Neural Engine
         console.print(f"[yellow]range-flexible input shapes keep {len(fallback)} of {len(all_ops)} op(s) off the "
@@ -154,6 +157,18 @@ def per_shape_cells(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
              f"{float(row.get('ane_op_share') or 0.0):.1f}%", f"{float(row.get('ane_ms') or 0.0):.4f}",
              f"{float(row.get('total_ms') or 0.0):.4f}", f"{float(row.get('ane_time_share') or 0.0):.1f}%"]
             for row in rows]
+
+
+def ane_layout_line(preview: Mapping[str, Any]) -> str:
+    """What ``compute.rewrites.ane_layout`` would change: the Neural Engine's share before -> after."""
+    def change(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+        return (f"ANE share of time {float(before['ane_time_share']):.1f}% -> {float(after['ane_time_share']):.1f}%, "
+                f"of ops {float(before['ane_op_share']):.1f}% -> {float(after['ane_op_share']):.1f}%, "
+                f"est. {float(before['total_ms']):.4f} -> {float(after['total_ms']):.4f} ms")
+
+    parts = [change(preview["before"], preview["after"])]
+    parts += [f"{shape_label(row['after'])}: {change(row['before'], row['after'])}" for row in preview.get("per_shape") or []]
+    return (f"compute.rewrites.ane_layout would rewrite {preview.get('sites')} site(s): " + "; ".join(parts))
 
 
 def render_per_shape(rows: Sequence[Mapping[str, Any]], console) -> None:

@@ -343,6 +343,7 @@ class CoreMLBackend(Backend):
                     policy.ane_absence_warning(plan, build.job.label)]
         data = plan.to_json()
         data.update(policy.per_shape_plans(lowered.program, compute, lowered.enumerated, chip=chip))
+        data.update(policy.ane_layout_preview(lowered.program, compute, lowered.enumerated, chip=chip))
         data["policy"] = plan.policy
         if any(warnings):
             data["warnings"] = [w for w in warnings if w]

@@ -147,6 +147,33 @@ def per_shape_plans(program, compute: Mapping[str, Any], choices: list[dict], *,
     return {"per_shape": rows}
 
 
+def ane_layout_preview(program, compute: Mapping[str, Any], choices: list[dict], *, chip: str | None = None) -> dict:
+    """``{"ane_layout_preview": {...}}``: when ``compute.rewrites.ane_layout`` is off, the policy allows
+    the Neural Engine and the rewrite would change the program, the plan summary without and with
+    it (whole program, and per enumerated shape); ``{}`` otherwise. ``program`` is not touched."""
+    if (compute.get("rewrites") or {}).get("ane_layout"):
+        return {}
+    if POLICY_COMPUTE_UNITS.get(compute.get("policy") or "auto") not in ("ALL", "CPU_AND_NE"):
+        return {}
+    from edgebuild_coreml.ane.per_shape import specialise, summary
+    from edgebuild_coreml.ane.rewrites import ane_layout
+
+    try:
+        rewritten = specialise(program, {})
+    except Exception as exc:  # noqa: BLE001 - as in per_shape_plans: no preview, the plan stands
+        return {"ane_layout_preview": {"error": f"{type(exc).__name__}: {exc}"}}
+    sites = ane_layout(rewritten)
+    if not sites:
+        return {}
+    preview = {"sites": sites, "before": summary(plan_for(program, compute, chip=chip)),
+               "after": summary(plan_for(rewritten, compute, chip=chip))}
+    before_rows = per_shape_plans(program, compute, choices, chip=chip).get("per_shape")
+    after_rows = per_shape_plans(rewritten, compute, choices, chip=chip).get("per_shape")
+    if before_rows and after_rows:
+        preview["per_shape"] = [{"before": b, "after": a} for b, a in zip(before_rows, after_rows)]
+    return {"ane_layout_preview": preview}
+
+
 # -- rewrites, plan, strict policies ----------------------------------------------------------
 
 

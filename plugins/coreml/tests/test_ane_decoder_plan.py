@@ -230,6 +230,22 @@ def test_ane_layout_keeps_the_decoder_layer_outputs(query_length, position):
         np.testing.assert_allclose(written[name], cache, rtol=1e-5, atol=1e-5)
 
 
+def test_plan_previews_the_ane_layout_when_it_is_off(flexible_decoder):
+    from edgebuild.report.compute_plan import ane_layout_line
+    from edgebuild_coreml.compute import ane_layout_preview
+
+    before = [op.name for op in flexible_decoder.functions["main"].operations]
+    preview = ane_layout_preview(flexible_decoder, {"policy": "auto"}, CHOICES)["ane_layout_preview"]
+    assert preview["sites"] == 8 and preview["after"]["ops"] > preview["before"]["ops"]
+    assert [row["after"]["varying"]["size"] for row in preview["per_shape"]] == list(QUERY_LENGTHS)
+    assert [op.name for op in flexible_decoder.functions["main"].operations] == before  # untouched
+    line = ane_layout_line(preview)
+    assert line.startswith("compute.rewrites.ane_layout would rewrite 8 site(s): ANE share of time")
+    assert "hidden_states[1]=64:" in line
+    assert ane_layout_preview(flexible_decoder, {"policy": "auto", "rewrites": {"ane_layout": True}}, []) == {}
+    assert ane_layout_preview(flexible_decoder, {"policy": "cpu_and_gpu"}, []) == {}
+
+
 def test_decoder_layer_matches_a_numpy_reference():
     """The test program is the layer it claims to be (llama attention with a KV cache)."""
     interpreter = pytest.importorskip("edgebuild_coreml.interpreter")

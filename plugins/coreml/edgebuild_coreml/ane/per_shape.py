@@ -9,7 +9,9 @@ each, and returns one summary row per choice.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 
 from edgebuild.errors import BuildError
 from edgebuild_coreml.ane import mil_view
@@ -20,8 +22,21 @@ _SCRATCH_FUNCTION = "edgebuild_fixed_shapes"
 QUERY_INPUT = "input_ids"
 
 
+@contextmanager
+def _quiet_coremltools():
+    """The pass warns for every input left flexible; a copy leaves them all so on purpose."""
+    log = logging.getLogger("coremltools")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def specialise(prog, shapes: Mapping[str, Sequence[int]]):
-    """A new Program whose main function is ``prog``'s main with ``shapes`` for the named inputs.
+    """A new Program whose main function is ``prog``'s main with ``shapes`` for the named inputs
+    (``{}``: an unchanged copy, e.g. to rewrite without touching ``prog``).
 
     ``prog`` is left as it was (the pass names the constants it copies; those names are undone).
     """
@@ -43,7 +58,8 @@ def specialise(prog, shapes: Mapping[str, Sequence[int]]):
     source = "main" if "main" in prog.functions else next(iter(prog.functions))
     materialize.source_function_name = source
     try:
-        materialize.apply(prog)
+        with _quiet_coremltools():
+            materialize.apply(prog)
         fixed = prog.functions.pop(_SCRATCH_FUNCTION)
     finally:
         prog.functions.pop(_SCRATCH_FUNCTION, None)
