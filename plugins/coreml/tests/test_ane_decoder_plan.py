@@ -93,19 +93,41 @@ def test_multi_head_sdpa_is_a_hint_that_the_layout_rewrite_clears():
     assert len(heads) == 9 and all(_rules(op) == [] for op in heads)
 
 
-def _blockwise_linear_program():
-    """A 4-bit per-block linear, as coremltools' per_block int4 quantization writes it (block 32),
-    at one token: memory bound, where reading fewer weight bytes shows."""
+def _blockwise_linear_program(dtype=types.fp16, tokens=1, offset=False):
+    """A 4-bit per-block linear, as coremltools' per_block int4 quantization writes it (block 32);
+    at one token it is memory bound, where reading fewer weight bytes shows."""
+    np_dtype = np.float16 if dtype == types.fp16 else np.float32
     rng = np.random.default_rng(0)
     out_features, in_features, block = 256, 512, 32
-    data = rng.integers(-8, 8, (out_features, in_features)).astype(np.int8)
-    scale = (rng.random((out_features, in_features // block)) * 0.01).astype(np.float16)
+    scale = (rng.random((out_features, in_features // block)) * 0.01).astype(np_dtype)
+    if offset:  # unsigned codes with a zero point, as MatMulNBits with zero_points lowers
+        data = rng.integers(0, 16, (out_features, in_features)).astype(types.np_uint4_dtype)
+        zero = rng.integers(0, 16, scale.shape).astype(types.np_uint4_dtype)
+        extra = {"offset": zero}
+    else:
+        data = rng.integers(-8, 8, (out_features, in_features)).astype(np.int8).astype(types.np_int4_dtype)
+        extra = {}
 
-    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 1, in_features), dtype=types.fp16)],
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, tokens, in_features), dtype=dtype)],
                 opset_version=ct.target.iOS18)
     def prog(x):
-        weight = mb.constexpr_blockwise_shift_scale(data=mb.const(val=data.astype(types.np_int4_dtype)),
-                                                    scale=scale, name="weight_int4")
+        weight = mb.constexpr_blockwise_shift_scale(data=data, scale=scale, name="weight_int4", **extra)
+        return mb.linear(x=x, weight=weight, name="proj")
+
+    return prog
+
+
+def _palettized_linear_program():
+    """A 4-bit palettized linear (one 16-entry table per group of 32 output channels), iOS18 form."""
+    rng = np.random.default_rng(1)
+    out_features, in_features, group = 64, 96, 32
+    indices = rng.integers(0, 16, (out_features, in_features)).astype(types.np_uint4_dtype)
+    lut = rng.standard_normal((out_features // group, 1, 16, 1)).astype(np.float32) * 0.1
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 5, in_features), dtype=types.fp32)],
+                opset_version=ct.target.iOS18)
+    def prog(x):
+        weight = mb.constexpr_lut_to_dense(indices=indices, lut=lut, name="weight_lut")
         return mb.linear(x=x, weight=weight, name="proj")
 
     return prog
@@ -244,6 +266,41 @@ def test_plan_previews_the_ane_layout_when_it_is_off(flexible_decoder):
     assert "hidden_states[1]=64:" in line
     assert ane_layout_preview(flexible_decoder, {"policy": "auto", "rewrites": {"ane_layout": True}}, []) == {}
     assert ane_layout_preview(flexible_decoder, {"policy": "cpu_and_gpu"}, []) == {}
+
+
+@pytest.mark.parametrize("build", [
+    lambda: _blockwise_linear_program(types.fp32, tokens=7),
+    lambda: _blockwise_linear_program(types.fp32, tokens=7, offset=True),
+    _palettized_linear_program,
+], ids=["int4_blockwise", "uint4_blockwise_offset", "palettized"])
+def test_compressed_linears_become_compressed_convs(build):
+    interpreter = pytest.importorskip("edgebuild_coreml.interpreter")
+    prog = build()
+    x = np.random.default_rng(2).standard_normal(tuple(prog.functions["main"].inputs["x"].shape)).astype(np.float32)
+    reference = interpreter.run_program(prog, {"x": x})["proj"]
+    assert ane_layout(prog) == 1
+    conv = next(op for op in prog.functions["main"].operations if op.op_type == "conv")
+    assert conv.inputs["weight"].op.op_type.startswith("constexpr_")  # still compressed
+    assert tuple(conv.inputs["weight"].shape)[2:] == (1, 1)
+    result = interpreter.run_program(prog, {"x": x})["proj"]
+    assert _cosine(result, reference) >= 0.9999
+    np.testing.assert_allclose(result, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_compressed_conv_survives_coremltools_passes(tmp_path):
+    """compose_conv1d folds expand_dims -> conv -> squeeze into a conv1d, squeezing the kernel at
+    run time; the rewrite's (B, O, 1, S) -> (B, S, O) exit keeps the kernel a constexpr."""
+    from edgebuild_coreml.interpreter import load_mlpackage
+
+    prog = _blockwise_linear_program(types.fp16, tokens=7)
+    ane_layout(prog)
+    model = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS18,
+                       skip_model_load=True)
+    model.save(str(tmp_path / "m.mlpackage"))
+    saved = load_mlpackage(tmp_path / "m.mlpackage")
+    conv = next(op for op in saved.functions["main"].operations if op.op_type == "conv")
+    assert conv.inputs["weight"].op.op_type == "constexpr_blockwise_shift_scale"
+    assert tuple(conv.outputs[0].shape) == (1, 256, 1, 7)
 
 
 def test_decoder_layer_matches_a_numpy_reference():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 from coremltools.converters.mil import Builder as mb
-from coremltools.converters.mil.mil.types.symbolic import any_symbolic
+from coremltools.converters.mil.mil.types.symbolic import any_symbolic, is_symbolic
 
 from edgebuild.errors import UsageError
 
@@ -28,9 +28,11 @@ FP16_UNDERFLOW = 6.0e-8  # below the smallest fp16 subnormal (~5.96e-8) epsilon 
 NORM_OPS = ("layer_norm", "instance_norm", "batch_norm", "l2_norm")
 
 
-def _replace(op, new_var) -> None:
+def _replace(op, new_var, *, force: bool = False) -> None:
+    """``force``: the old output hangs off a constexpr weight the caller replaces too (pymil
+    refuses otherwise, guarding compressed weights)."""
     block = op.enclosing_block
-    block.replace_uses_of_var_after_op(anchor_op=op, old_var=op.outputs[0], new_var=new_var)
+    block.replace_uses_of_var_after_op(anchor_op=op, old_var=op.outputs[0], new_var=new_var, force_replace=force)
     block.remove_ops([op])
 
 
@@ -41,28 +43,66 @@ def _np_dtype(var):
 # --- linear -> 1x1 conv -----------------------------------------------------------------------
 
 
+def _compressed_kernel(weight, op):
+    """A [O, I] compressed weight rebuilt as a [O, I, 1, 1] conv kernel, still compressed; None if
+    its constexpr is not one this knows (the linear then keeps its form)."""
+    producer = weight.op
+    kind = producer.op_type if producer is not None else None
+    name = f"{op.name}_kernel"
+    if kind == "constexpr_blockwise_shift_scale":
+        arrays = {key: producer.inputs[key].val for key in ("data", "scale", "offset") if key in producer.inputs}
+        if any(value is None for value in arrays.values()):
+            return None
+        return mb.constexpr_blockwise_shift_scale(
+            **{key: value.reshape(*value.shape, 1, 1) for key, value in arrays.items()}, before_op=op, name=name)
+    if kind == "constexpr_lut_to_dense" and "vector_axis" not in producer.inputs:
+        indices, lut = producer.inputs["indices"].val, producer.inputs["lut"].val
+        if indices is None or lut is None or indices.ndim != 2:
+            return None
+        # the table's rank is the indices' + 2: two more unit axes before the palette
+        return mb.constexpr_lut_to_dense(indices=indices.reshape(*indices.shape, 1, 1),
+                                         lut=lut.reshape(*lut.shape[:2], 1, 1, *lut.shape[2:]),
+                                         before_op=op, name=name)
+    return None
+
+
 def _linear_to_conv_site(op, channels_first: dict) -> bool:
     """``channels_first``: (B, C, 1, S) copies already made, by input var, for linears sharing one."""
     x, weight = op.inputs["x"], op.inputs["weight"]
     bias = op.inputs.get("bias")
     if len(mil_view.shape_of(x)) != 3 or any_symbolic(mil_view.shape_of(x)[-1:]):
         return False
-    if weight.val is None or (bias is not None and bias.val is None):
-        return False  # compressed (constexpr) weights keep their linear form
-    out_features, in_features = weight.val.shape
-    kernel = weight.val.reshape(out_features, in_features, 1, 1)
+    if bias is not None and bias.val is None:
+        return False
     with op.enclosing_block:
+        if weight.val is not None:
+            out_features, in_features = weight.val.shape
+            kernel = weight.val.reshape(out_features, in_features, 1, 1)
+        else:
+            kernel = _compressed_kernel(weight, op)
+            if kernel is None:
+                return False
         bc1s = channels_first.get(x)
         if bc1s is None:
             bcs = mb.transpose(x=x, perm=[0, 2, 1], before_op=op, name=f"{op.name}_to_bcs")
             bc1s = channels_first[x] = mb.expand_dims(x=bcs, axes=[2], before_op=op, name=f"{op.name}_to_bc1s")
-        conv_args = dict(x=bc1s, weight=kernel, before_op=op, name=f"{op.name}_conv1x1")
+        conv_args = {"x": bc1s, "weight": kernel, "before_op": op, "name": f"{op.name}_conv1x1"}
         if bias is not None:
             conv_args["bias"] = bias.val
         conv = mb.conv(**conv_args)
-        squeezed = mb.squeeze(x=conv, axes=[2], before_op=op, name=f"{op.name}_from_bc1s")
-        result = mb.transpose(x=squeezed, perm=[0, 2, 1], before_op=op, name=op.name)
-    _replace(op, result)
+        # (B, O, 1, S) -> (B, 1, S, O) -> (B, S, O); not squeeze + transpose, which coremltools'
+        # compose_conv1d would fold into a conv1d, squeezing a compressed kernel at run time
+        out_shape = [int(d) if not is_symbolic(d) else -1 for d in mil_view.shape_of(op.outputs[0])]
+        if out_shape.count(-1) <= 1:
+            tokens_last = mb.transpose(x=conv, perm=[0, 2, 3, 1], before_op=op, name=f"{op.name}_from_bc1s")
+            result = mb.reshape(x=tokens_last, shape=out_shape, before_op=op, name=op.name)
+        else:  # two flexible dims: no reshape can say both
+            squeezed = mb.squeeze(x=conv, axes=[2], before_op=op, name=f"{op.name}_from_bc1s")
+            result = mb.transpose(x=squeezed, perm=[0, 2, 1], before_op=op, name=op.name)
+    _replace(op, result, force=weight.val is None)
+    producer = weight.op
+    if producer is not None and producer.op_type.startswith("constexpr_") and not weight.child_ops:
+        producer.enclosing_block.remove_ops([producer])  # its [O, I, 1, 1] copy replaced it
     return True
 
 
