@@ -357,3 +357,65 @@ def test_ane_layout_plan_before_and_after_per_query_length():
     hints = {r["rule"] for op in plan_program(specialise(after_prog, CHOICES[1])).to_json()["ops"]
              for r in op["reasons"]}
     assert not hints & {"linear_rank3", "attention_heads"}
+
+
+# --- through a build ------------------------------------------------------------------------
+
+
+def _sequence_linear_onnx(path):
+    """y = x @ w + b on a [1, S, 16] sequence with S flexible: a projection at each query length."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"], name="proj"),
+         helper.make_node("Add", ["m", "b"], ["y"], name="bias")],
+        "sequence_linear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "S", 8])],
+        [numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, path)
+
+
+def _recipe(path, compute: str):
+    path.write_text(
+        "edgebuild: 1\n"
+        f"name: {path.stem}\n"
+        "source:\n  model: sequence_linear.onnx\n"
+        "  inputs: {x: {shape: [1, {enumerated: [1, 8]}, 16], dtype: float32}}\n"
+        "target: {backend: coreml, precision: float16}\n"
+        f"compute: {compute}\n"
+        "validate: {samples: 1, thresholds: {cosine_min: 0.999}}\n"
+        f"outputs: {{dir: out_{path.stem}}}\n")
+    return path
+
+
+def test_build_and_plan_carry_per_shape_rows_and_the_ane_layout(tmp_path, capsys):
+    import json
+
+    from rich.console import Console
+
+    from edgebuild.build.run import run_recipes
+    from edgebuild.cli.plan import plan_recipe
+
+    cache = tmp_path / "cache"
+    _sequence_linear_onnx(tmp_path / "sequence_linear.onnx")
+    planned = _recipe(tmp_path / "planned.yaml", "{policy: auto}")
+    plan_recipe(str(planned), cache_dir=str(cache), as_json=True)
+    data = json.loads(capsys.readouterr().out)
+    assert [row["varying"] for row in data["per_shape"]] == [
+        {"input": "x", "axis": 1, "size": size} for size in (1, 8)]
+    assert data["ane_layout_preview"]["sites"] == 1
+
+    built = _recipe(tmp_path / "built.yaml", "{policy: auto, rewrites: {ane_layout: true}}")
+    code = run_recipes([str(built)], cache_dir=str(cache), console=Console(file=io.StringIO(), width=200))
+    assert code == 0
+    report = json.loads((tmp_path / "out_built" / "default" / "report.json").read_text())
+    assert report["lower"]["rewrites"] == {"ane_layout": 1}
+    assert [row["varying"]["size"] for row in report["lower"]["plan"]["per_shape"]] == [1, 8]
+    html = (tmp_path / "out_built" / "default" / "report.html").read_text()
+    assert "per enumerated shape" in html and "x[1]=8" in html
