@@ -62,11 +62,25 @@ def _rope_tables(config: DecoderConfig) -> tuple[np.ndarray, np.ndarray]:
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
+INT4_BLOCK = 32  # coremltools' per_block int4 default granularity for LLM weights
+
+
+def quantize_int4_blockwise(weight: np.ndarray, block: int = INT4_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric 4-bit codes and per-block scales ([O, I/block]) of a [O, I] weight."""
+    blocks = weight.reshape(weight.shape[0], -1, block)
+    scale = np.abs(blocks).max(-1) / 7.0
+    codes = np.clip(np.round(blocks / scale[..., None]), -8, 7).reshape(weight.shape)
+    return codes.astype(np.int8), scale
+
+
 def decoder_layer_program(config: DecoderConfig = SMOLLM2_135M, *, dtype=types.fp16, query_length=None,
-                          seed: int = 0):
-    """The layer as a pymil Program; ``query_length=None`` leaves Q symbolic."""
+                          seed: int = 0, int4_weights: bool = False):
+    """The layer as a pymil Program; ``query_length=None`` leaves Q symbolic. ``int4_weights``:
+    the seven projections as 4-bit per-block weights (``constexpr_blockwise_shift_scale``)."""
     np_dtype = np.float16 if dtype == types.fp16 else np.float32
     w = {k: v.astype(np_dtype) for k, v in _weights(config, seed).items()}
+    projections = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    int4 = {name: quantize_int4_blockwise(w[name].astype(np.float32)) for name in projections} if int4_weights else {}
     cos_table, sin_table = (t.astype(np_dtype) for t in _rope_tables(config))
     heads, kv_heads, head_dim, hidden = config.heads, config.kv_heads, config.head_dim, config.hidden
     q_len = get_new_symbol() if query_length is None else query_length
@@ -114,6 +128,14 @@ def decoder_layer_program(config: DecoderConfig = SMOLLM2_135M, *, dtype=types.f
         tiled = mb.tile(x=expanded, reps=[1, 1, groups, 1, 1], name=f"{name}_tiled")
         return mb.reshape(x=tiled, shape=[1, heads, config.max_context, head_dim], name=f"{name}_repeated")
 
+    def linear(x, name):
+        if name not in int4:
+            return mb.linear(x=x, weight=w[name], name=name)
+        codes, scale = int4[name]
+        weight = mb.constexpr_blockwise_shift_scale(data=codes.astype(types.np_int4_dtype),
+                                                    scale=scale.astype(np_dtype), name=f"{name}_weight")
+        return mb.linear(x=x, weight=weight, name=name)
+
     @mb.program(input_specs=specs, opset_version=ct.target.iOS18)
     def prog(hidden_states, position, key_cache, value_cache):
         # int32 position arithmetic: positions = position + arange(Q), begin/end of the cache write
@@ -137,20 +159,20 @@ def decoder_layer_program(config: DecoderConfig = SMOLLM2_135M, *, dtype=types.f
         mask = mb.expand_dims(x=mask, axes=[0, 1], name="causal_mask")
 
         x = rms_norm(hidden_states, w["input_norm"], "input_norm")
-        q = rotate(split_heads(mb.linear(x=x, weight=w["q_proj"], name="q_proj"), heads, "q"), cos, sin, "q_rope")
-        k = rotate(split_heads(mb.linear(x=x, weight=w["k_proj"], name="k_proj"), kv_heads, "k"), cos, sin, "k_rope")
-        v = split_heads(mb.linear(x=x, weight=w["v_proj"], name="v_proj"), kv_heads, "v")
+        q = rotate(split_heads(linear(x, "q_proj"), heads, "q"), cos, sin, "q_rope")
+        k = rotate(split_heads(linear(x, "k_proj"), kv_heads, "k"), cos, sin, "k_rope")
+        v = split_heads(linear(x, "v_proj"), kv_heads, "v")
         keys = repeat_kv(write_cache(key_cache, k, begin, end, "key_cache"), "keys")
         values = repeat_kv(write_cache(value_cache, v, begin, end, "value_cache"), "values")
         attn = mb.scaled_dot_product_attention(query=q, key=keys, value=values, attn_mask=mask, name="sdpa")
         merged = mb.reshape(x=mb.transpose(x=attn, perm=[0, 2, 1, 3], name="attn_tokens"), shape=[1, -1, hidden],
                             name="attn_merged")
-        h = mb.add(x=hidden_states, y=mb.linear(x=merged, weight=w["o_proj"], name="o_proj"), name="attn_residual")
+        h = mb.add(x=hidden_states, y=linear(merged, "o_proj"), name="attn_residual")
 
         y = rms_norm(h, w["post_norm"], "post_norm")
-        gate = mb.silu(x=mb.linear(x=y, weight=w["gate_proj"], name="gate_proj"), name="gate_act")
-        up = mb.linear(x=y, weight=w["up_proj"], name="up_proj")
-        down = mb.linear(x=mb.mul(x=gate, y=up, name="swiglu"), weight=w["down_proj"], name="down_proj")
+        gate = mb.silu(x=linear(y, "gate_proj"), name="gate_act")
+        up = linear(y, "up_proj")
+        down = linear(mb.mul(x=gate, y=up, name="swiglu"), "down_proj")
         return mb.add(x=h, y=down, name="output")
 
     return prog

@@ -149,6 +149,24 @@ def test_int4_blockwise_weights_are_read_compressed_on_the_gpu_only():
         cost_model.OpCost(cost.flops, cost.bytes), "gpu", chip)
 
 
+def test_int4_decoder_layer_decode_step_is_cheaper_on_the_gpu():
+    """At one token the layer is weight-bandwidth bound: 4-bit weights cut the GPU's estimate,
+    not the ANE's (which reads them as fp16), and each projection carries the hint."""
+    dense = plan_program(decoder_layer_program(query_length=1), policy="cpu_and_gpu", chip="m3")
+    int4_prog = decoder_layer_program(query_length=1, int4_weights=True)
+    int4 = plan_program(int4_prog, policy="cpu_and_gpu", chip="m3")
+    projections = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    for name in projections:
+        assert "blockwise_weights" in _rules(_ops(int4_prog)[name])
+    ms = {op.name: op.unit_ms for op in int4.ops}
+    dense_ms = {op.name: op.unit_ms for op in dense.ops}
+    assert all(ms[name]["gpu"] < dense_ms[name]["gpu"] for name in ("gate_proj", "up_proj", "down_proj"))
+    ane_int4 = plan_program(int4_prog, policy="cpu_and_ne", chip="m3")
+    ane_dense = plan_program(decoder_layer_program(query_length=1), policy="cpu_and_ne", chip="m3")
+    assert {op.name: op.unit_ms.get("ane") for op in ane_int4.ops}["gate_proj"] == pytest.approx(
+        {op.name: op.unit_ms.get("ane") for op in ane_dense.ops}["gate_proj"])
+
+
 # --- per query length ---------------------------------------------------------------------------
 
 
@@ -224,10 +242,11 @@ def test_ane_layout_is_a_named_rewrite():
     assert "ane_layout" in REWRITES and "ane_layout" in REWRITE_NAMES
 
 
-@pytest.mark.parametrize("query_length, position", [(1, 17), (64, 5)])
-def test_ane_layout_keeps_the_decoder_layer_outputs(query_length, position):
+@pytest.mark.parametrize("query_length, position, int4", [(1, 17, False), (64, 5, False), (64, 5, True)],
+                         ids=["decode", "prefill", "prefill_int4"])
+def test_ane_layout_keeps_the_decoder_layer_outputs(query_length, position, int4):
     interpreter = pytest.importorskip("edgebuild_coreml.interpreter")
-    prog = decoder_layer_program(dtype=types.fp32)
+    prog = decoder_layer_program(dtype=types.fp32, int4_weights=int4)
     feeds = decoder_inputs(SMOLLM2_135M, query_length, position)
     written = {}
 
@@ -242,6 +261,7 @@ def test_ane_layout_keeps_the_decoder_layer_outputs(query_length, position):
     assert "linear" not in op_types and "conv" in op_types
     conv = _ops(prog)["q_proj_conv1x1"]
     assert tuple(conv.inputs["x"].shape)[:3] == (1, SMOLLM2_135M.hidden, 1)  # (B, C, 1, S)
+    assert (conv.inputs["weight"].op.op_type == "constexpr_blockwise_shift_scale") == int4
     # q, k and v read one channels-first copy of the normalised input
     assert conv.inputs["x"] is _ops(prog)["k_proj_conv1x1"].inputs["x"]
     written.clear()
