@@ -156,8 +156,10 @@ def ane_layout_preview(program, compute: Mapping[str, Any], choices: list[dict],
     if POLICY_COMPUTE_UNITS.get(compute.get("policy") or "auto") not in ("ALL", "CPU_AND_NE"):
         return {}
     from edgebuild_coreml.ane.per_shape import specialise, summary
-    from edgebuild_coreml.ane.rewrites import ane_layout
+    from edgebuild_coreml.ane.rewrites import ane_layout, may_change_layout
 
+    if not may_change_layout(program):
+        return {}  # no copy of a model the rewrite cannot touch (most vision models)
     try:
         rewritten = specialise(program, {})
     except Exception as exc:  # noqa: BLE001 - as in per_shape_plans: no preview, the plan stands

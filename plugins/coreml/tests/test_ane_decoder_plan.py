@@ -287,6 +287,12 @@ def test_plan_previews_the_ane_layout_when_it_is_off(flexible_decoder):
     assert ane_layout_preview(flexible_decoder, {"policy": "auto", "rewrites": {"ane_layout": True}}, []) == {}
     assert ane_layout_preview(flexible_decoder, {"policy": "cpu_and_gpu"}, []) == {}
 
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 3, 32, 32), dtype=types.fp16)], opset_version=ct.target.iOS18)
+    def cnn(x):
+        return mb.relu(x=mb.conv(x=x, weight=np.ones((8, 3, 3, 3), np.float16), name="conv"), name="act")
+
+    assert ane_layout_preview(cnn, {"policy": "auto"}, []) == {}  # nothing to rewrite, nothing copied
+
 
 @pytest.mark.parametrize("build", [
     lambda: _blockwise_linear_program(types.fp32, tokens=7),

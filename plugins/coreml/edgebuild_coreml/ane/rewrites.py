@@ -261,6 +261,19 @@ def split_attention_heads(prog) -> int:
     return count
 
 
+def may_change_layout(prog) -> bool:
+    """A cheap look for what ``ane_layout`` rewrites: a linear on a rank-3 input, an attention
+    op, or a matmul with a rank-4 output (the start of an attention chain)."""
+    for op in mil_view.main_function(prog).operations:
+        if op.op_type == "linear" and len(mil_view.shape_of(op.inputs["x"])) == 3:
+            return True
+        if op.op_type == "scaled_dot_product_attention":
+            return True
+        if op.op_type == "matmul" and len(mil_view.shape_of(op.outputs[0])) == 4:
+            return True
+    return False
+
+
 def ane_layout(prog) -> int:
     """``linear_to_conv`` then ``split_attention_heads``: Apple's ANE layout for a transformer."""
     return linear_to_conv(prog) + split_attention_heads(prog)
