@@ -264,6 +264,9 @@ def test_ane_layout_keeps_the_decoder_layer_outputs(query_length, position, int4
     assert (conv.inputs["weight"].op.op_type == "constexpr_blockwise_shift_scale") == int4
     # q, k and v read one channels-first copy of the normalised input
     assert conv.inputs["x"] is _ops(prog)["k_proj_conv1x1"].inputs["x"]
+    # the SwiGLU MLP stays channels-first: silu(gate) * up feeds the down projection's conv directly
+    swiglu = _ops(prog)["down_proj_conv1x1"].inputs["x"].op
+    assert swiglu.op_type == "mul" and {v.op.op_type for v in (swiglu.inputs["x"], swiglu.inputs["y"])} == {"silu", "conv"}
     written.clear()
     result = interpreter.run_program(prog, feeds, observer=record)["output"]
     assert _cosine(result, reference) >= 0.9999

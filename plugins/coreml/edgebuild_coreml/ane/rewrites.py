@@ -16,6 +16,8 @@ changed, so a caller can plan before and after (``plan.plan_program``) and show 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil.types.symbolic import any_symbolic, is_symbolic
@@ -66,8 +68,27 @@ def _compressed_kernel(weight, op):
     return None
 
 
-def _linear_to_conv_site(op, channels_first: dict) -> bool:
-    """``channels_first``: (B, C, 1, S) copies already made, by input var, for linears sharing one."""
+@dataclass
+class _Layout:
+    """What the (B, C, 1, S) rewrite has made so far in one function."""
+
+    entries: dict = field(default_factory=dict)  # [B, S, C] var -> its (B, C, 1, S) copy
+    exits: dict = field(default_factory=dict)  # [B, S, C] var rebuilt from a (B, C, 1, S) one -> that one
+
+
+def _exit(bc1s, op, shape) -> object:
+    """(B, O, 1, S) -> (B, 1, S, O) -> (B, S, O), named as ``op``'s output. Not squeeze + transpose,
+    which coremltools' compose_conv1d would fold into a conv1d, squeezing a compressed kernel at
+    run time."""
+    out_shape = [int(d) if not is_symbolic(d) else -1 for d in shape]
+    if out_shape.count(-1) <= 1:
+        tokens_last = mb.transpose(x=bc1s, perm=[0, 2, 3, 1], before_op=op, name=f"{op.name}_from_bc1s")
+        return mb.reshape(x=tokens_last, shape=out_shape, before_op=op, name=op.name)
+    squeezed = mb.squeeze(x=bc1s, axes=[2], before_op=op, name=f"{op.name}_from_bc1s")  # two flexible dims
+    return mb.transpose(x=squeezed, perm=[0, 2, 1], before_op=op, name=op.name)
+
+
+def _linear_to_conv_site(op, layout: _Layout) -> bool:
     x, weight = op.inputs["x"], op.inputs["weight"]
     bias = op.inputs.get("bias")
     if len(mil_view.shape_of(x)) != 3 or any_symbolic(mil_view.shape_of(x)[-1:]):
@@ -82,23 +103,18 @@ def _linear_to_conv_site(op, channels_first: dict) -> bool:
             kernel = _compressed_kernel(weight, op)
             if kernel is None:
                 return False
-        bc1s = channels_first.get(x)
+        # linears reading one tensor share its channels-first copy; one made channels-first
+        # by an earlier rewrite is read as it was
+        bc1s = layout.exits.get(x) or layout.entries.get(x)
         if bc1s is None:
             bcs = mb.transpose(x=x, perm=[0, 2, 1], before_op=op, name=f"{op.name}_to_bcs")
-            bc1s = channels_first[x] = mb.expand_dims(x=bcs, axes=[2], before_op=op, name=f"{op.name}_to_bc1s")
+            bc1s = layout.entries[x] = mb.expand_dims(x=bcs, axes=[2], before_op=op, name=f"{op.name}_to_bc1s")
         conv_args = {"x": bc1s, "weight": kernel, "before_op": op, "name": f"{op.name}_conv1x1"}
         if bias is not None:
             conv_args["bias"] = bias.val
         conv = mb.conv(**conv_args)
-        # (B, O, 1, S) -> (B, 1, S, O) -> (B, S, O); not squeeze + transpose, which coremltools'
-        # compose_conv1d would fold into a conv1d, squeezing a compressed kernel at run time
-        out_shape = [int(d) if not is_symbolic(d) else -1 for d in mil_view.shape_of(op.outputs[0])]
-        if out_shape.count(-1) <= 1:
-            tokens_last = mb.transpose(x=conv, perm=[0, 2, 3, 1], before_op=op, name=f"{op.name}_from_bc1s")
-            result = mb.reshape(x=tokens_last, shape=out_shape, before_op=op, name=op.name)
-        else:  # two flexible dims: no reshape can say both
-            squeezed = mb.squeeze(x=conv, axes=[2], before_op=op, name=f"{op.name}_from_bc1s")
-            result = mb.transpose(x=squeezed, perm=[0, 2, 1], before_op=op, name=op.name)
+        result = _exit(conv, op, mil_view.shape_of(op.outputs[0]))
+    layout.exits[result] = conv
     _replace(op, result, force=weight.val is None)
     producer = weight.op
     if producer is not None and producer.op_type.startswith("constexpr_") and not weight.child_ops:
@@ -106,12 +122,72 @@ def _linear_to_conv_site(op, channels_first: dict) -> bool:
     return True
 
 
-def linear_to_conv(prog) -> int:
-    """Rewrite every linear on a rank-3 input as transpose/expand -> 1x1 conv -> squeeze/transpose."""
+# elementwise ops computed on the channels-first tensors when every tensor they read has one
+# (SwiGLU's silu(gate) * up between two convs), as Apple's reference keeps the MLP in (B, C, 1, S)
+_SINKABLE = {"silu": ("x",), "relu": ("x",), "gelu": ("x",), "sigmoid": ("x",), "tanh": ("x",),
+             "add": ("x", "y"), "mul": ("x", "y"), "sub": ("x", "y")}
+
+
+def _same_shape(a, b) -> bool:
+    """Equal static dims, flexible where the other is flexible (a reshape back from (B, C, 1, S)
+    names the query length afresh): no operand broadcasts against another."""
+    return len(a) == len(b) and all(
+        (is_symbolic(x) and is_symbolic(y)) or (not is_symbolic(x) and not is_symbolic(y) and int(x) == int(y))
+        for x, y in zip(a, b))
+
+
+def _sink_elementwise_site(op, layout: _Layout) -> bool:
+    operands = _SINKABLE.get(op.op_type)
+    if operands is None:
+        return False
+    shape = mil_view.shape_of(op.outputs[0])
+    args = dict(op.inputs)
+    for name in operands:
+        var = op.inputs[name]
+        if var in layout.exits and _same_shape(mil_view.shape_of(var), shape):
+            args[name] = layout.exits[var]
+        elif var.val is None or np.size(var.val) != 1:
+            return False  # a tensor with no channels-first copy, or one that broadcasts
+    if not any(op.inputs[name] in layout.exits for name in operands):
+        return False
+    with op.enclosing_block:
+        bc1s = getattr(mb, op.op_type)(**args, before_op=op, name=f"{op.name}_bc1s")
+        result = _exit(bc1s, op, shape)
+    layout.exits[result] = bc1s
+    _replace(op, result)
+    return True
+
+
+def _drop_unused_exits(function, layout: _Layout) -> None:
+    outputs = set(function.outputs)
+    for var in list(layout.exits):
+        if var.child_ops or var in outputs or var.op is None or var.op.enclosing_block is None:
+            continue
+        ops = [var.op]
+        inner = var.op.inputs["x"]
+        if len(inner.child_ops) == 1 and inner.op is not None:
+            ops.append(inner.op)
+        function.remove_ops(ops)
+
+
+def _to_channels_first(prog, *, sink_elementwise: bool) -> int:
     function = mil_view.main_function(prog)
-    targets = [op for op in list(function.operations) if op.op_type == "linear"]
-    channels_first: dict = {}
-    return sum(_linear_to_conv_site(op, channels_first) for op in targets)
+    layout = _Layout()
+    count = 0
+    for op in list(function.operations):
+        if op.enclosing_block is None:
+            continue
+        if op.op_type == "linear":
+            count += _linear_to_conv_site(op, layout)
+        elif sink_elementwise:
+            _sink_elementwise_site(op, layout)
+    _drop_unused_exits(function, layout)
+    return count
+
+
+def linear_to_conv(prog) -> int:
+    """Rewrite every linear on a rank-3 input as transpose/expand -> 1x1 conv -> transpose/reshape."""
+    return _to_channels_first(prog, sink_elementwise=False)
 
 
 # --- norm epsilon clamp -----------------------------------------------------------------------
@@ -275,8 +351,10 @@ def may_change_layout(prog) -> bool:
 
 
 def ane_layout(prog) -> int:
-    """``linear_to_conv`` then ``split_attention_heads``: Apple's ANE layout for a transformer."""
-    return linear_to_conv(prog) + split_attention_heads(prog)
+    """Linears as 1x1 convs with the elementwise ops between them kept channels-first, then
+    ``split_attention_heads``: Apple's ANE layout for a transformer. Returns the sites changed
+    (linears and attentions)."""
+    return _to_channels_first(prog, sink_elementwise=True) + split_attention_heads(prog)
 
 
 REWRITES = {
