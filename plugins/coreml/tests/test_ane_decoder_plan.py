@@ -93,6 +93,15 @@ def test_multi_head_sdpa_is_a_hint_that_the_layout_rewrite_clears():
     assert len(heads) == 9 and all(_rules(op) == [] for op in heads)
 
 
+def test_a_range_query_length_keeps_the_layer_off_the_ane(flexible_decoder):
+    """Query lengths as a range (not enumerated): every op its shape reaches falls back."""
+    plan = plan_program(flexible_decoder, shapes_dynamic={"hidden_states"})
+    fallback = set(plan.range_fallback())
+    assert {"q_proj", "sdpa", "key_cache_write", "down_proj"} <= fallback
+    assert not any(op.unit == "ane" for op in plan.ops if op.name in fallback)
+    assert "key_cache_read" not in fallback  # the state's own shape is fixed
+
+
 def _blockwise_linear_program(dtype=types.fp16, tokens=1, offset=False):
     """A 4-bit per-block linear, as coremltools' per_block int4 quantization writes it (block 32);
     at one token it is memory bound, where reading fewer weight bytes shows."""
