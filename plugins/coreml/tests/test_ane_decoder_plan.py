@@ -285,8 +285,9 @@ def test_ane_layout_keeps_the_decoder_layer_outputs(query_length, position, int4
 
 
 def test_plan_previews_the_ane_layout_when_it_is_off(flexible_decoder):
-    from edgebuild.report.compute_plan import ane_layout_line
     from edgebuild_coreml.compute import ane_layout_preview
+
+    from edgebuild.report.compute_plan import ane_layout_line
 
     before = [op.name for op in flexible_decoder.functions["main"].operations]
     preview = ane_layout_preview(flexible_decoder, {"policy": "auto"}, CHOICES)["ane_layout_preview"]
