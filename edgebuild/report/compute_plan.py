@@ -92,6 +92,12 @@ def render(plan: Mapping[str, Any], console, *, title: str = "Compute plan", ops
         summary.add_row(_unit(share.unit), str(share.ops), f"{share.op_share:.1f}%", f"{share.ms:.4f}",
                         f"{share.time_share:.1f}%")
     console.print(summary)
+    per_shape = plan.get("per_shape") or []
+    if per_shape:
+        render_per_shape(per_shape, console)
+    preview = plan.get("ane_layout_preview") or {}
+    if preview.get("before"):
+        console.print(escape(ane_layout_line(preview)))
     fallback = plan.get("range_fallback") or []
     if fallback:  # a backend lists the ops its range-flexible inputs keep off the Neural Engine
         console.print(f"[yellow]range-flexible input shapes keep {len(fallback)} of {len(all_ops)} op(s) off the "
@@ -130,6 +136,51 @@ def render(plan: Mapping[str, Any], console, *, title: str = "Compute plan", ops
                       f"{measured['agreement']:.0%} ({measured['cost_weighted_agreement']:.0%} by cost)")
     if plan.get("note"):
         console.print(f"[dim]{escape(str(plan['note']))}[/]")
+
+
+def shape_label(row: Mapping[str, Any]) -> str:
+    """``Q=64`` for a query length, ``x[0]=4`` for another varying dim, else the inputs' shapes."""
+    if row.get("query_length") is not None:
+        return f"Q={row['query_length']}"
+    varying = row.get("varying")
+    if varying:
+        return f"{varying['input']}[{varying['axis']}]={varying['size']}"
+    return ", ".join(f"{name} {list(shape)}" for name, shape in (row.get("inputs") or {}).items())
+
+
+PER_SHAPE_HEADERS = ("shape", "ops", "ANE ops", "ANE share of ops", "ANE est ms", "total est ms", "ANE share of time")
+
+
+def per_shape_cells(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """The per-shape rows of a plan (``plan["per_shape"]``) as text cells under ``PER_SHAPE_HEADERS``."""
+    return [[shape_label(row), str(row.get("ops", "")), str(row.get("ane_ops", "")),
+             f"{float(row.get('ane_op_share') or 0.0):.1f}%", f"{float(row.get('ane_ms') or 0.0):.4f}",
+             f"{float(row.get('total_ms') or 0.0):.4f}", f"{float(row.get('ane_time_share') or 0.0):.1f}%"]
+            for row in rows]
+
+
+def ane_layout_line(preview: Mapping[str, Any]) -> str:
+    """What ``compute.rewrites.ane_layout`` would change: the Neural Engine's share before -> after."""
+    def change(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+        return (f"ANE share of time {float(before['ane_time_share']):.1f}% -> {float(after['ane_time_share']):.1f}%, "
+                f"of ops {float(before['ane_op_share']):.1f}% -> {float(after['ane_op_share']):.1f}%, "
+                f"est. {float(before['total_ms']):.4f} -> {float(after['total_ms']):.4f} ms")
+
+    parts = [change(preview["before"], preview["after"])]
+    parts += [f"{shape_label(row['after'])}: {change(row['before'], row['after'])}" for row in preview.get("per_shape") or []]
+    return (f"compute.rewrites.ane_layout would rewrite {preview.get('sites')} site(s): " + "; ".join(parts))
+
+
+def render_per_shape(rows: Sequence[Mapping[str, Any]], console) -> None:
+    """One row per enumerated input shape (per query length for a decoder): the Neural Engine's
+    share of the ops and of the estimated time at that shape."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(*PER_SHAPE_HEADERS, title="per enumerated shape (Core ML compiles each on its own)")
+    for cells in per_shape_cells(rows):
+        table.add_row(*(escape(c) for c in cells))
+    console.print(table)
 
 
 def _unit(unit: str) -> str:

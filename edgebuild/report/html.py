@@ -347,7 +347,7 @@ def _metric_table(runtime: RuntimeRecord, output: str, metrics: Mapping[str, Map
 def _plan(plan) -> str:
     if plan is None:
         return ""
-    from edgebuild.report.compute_plan import op_groups, unit_shares
+    from edgebuild.report.compute_plan import PER_SHAPE_HEADERS, op_groups, per_shape_cells, unit_shares
 
     html = ["<h2>Compute plan</h2>"]
     if plan.total_ms is not None:
@@ -356,6 +356,9 @@ def _plan(plan) -> str:
     if plan.ops:
         rows = [[s.unit, str(s.ops), f"{s.op_share:.1f}%", _num(s.ms), f"{s.time_share:.1f}%"] for s in unit_shares(plan.ops)]
         html.append("<h3>by unit</h3>" + _table(["unit", "ops", "share of ops", "est ms", "share of time"], rows))
+        if plan.model_extra.get("per_shape"):
+            html.append("<h3>per enumerated shape</h3>"
+                        + _table(list(PER_SHAPE_HEADERS), per_shape_cells(plan.model_extra["per_shape"])))
         groups = op_groups(plan.ops)
         rows = [[*(["; ".join(g.reasons) or "—", "; ".join(g.fixes)] if i == 0 or groups[i - 1].reasons != g.reasons
                    else ["", ""]), g.unit, g.op, str(g.count), _num(g.ms)]

@@ -262,6 +262,8 @@ class CoreMLBackend(Backend):
                     policy.ane_absence_warning(plan, where or model_path.name)]
         if any(warnings):
             info["warnings"] = [w for w in warnings if w]
+        plan_json = {**plan.to_json(), **policy.per_shape_plans(
+            program, compute, policy.enumerated_choices(params["inputs"], result.input_names))}
         return {
             "op_counts": result.op_counts,
             "renamed_inputs": renamed_inputs,
@@ -269,7 +271,7 @@ class CoreMLBackend(Backend):
             "renamings": renamings(result.input_names, result.output_names),
             "compute_units": units.name,
             "rewrites": rewrites,
-            "plan": plan.to_json(),
+            "plan": plan_json,
             **info,
         }
 
@@ -366,6 +368,8 @@ class CoreMLBackend(Backend):
         warnings = [policy.range_fallback_warning(plan, build.job.label),
                     policy.ane_absence_warning(plan, build.job.label)]
         data = plan.to_json()
+        data.update(policy.per_shape_plans(lowered.program, compute, lowered.enumerated, chip=chip))
+        data.update(policy.ane_layout_preview(lowered.program, compute, lowered.enumerated, chip=chip))
         data["policy"] = plan.policy
         if any(warnings):
             data["warnings"] = [w for w in warnings if w]

@@ -15,7 +15,11 @@ from edgebuild.recipe.shapes import has_range, whole_shapes
 
 COMPUTE_UNITS_KEY = "com.edgebuild.compute_units"
 # the keys of ane.rewrites.REWRITES, here so a recipe check need not import coremltools
-REWRITE_NAMES = ("linear_to_conv", "split_attention_heads", "clamp_norm_epsilon")
+REWRITE_NAMES = ("linear_to_conv", "split_attention_heads", "clamp_norm_epsilon", "ane_layout")
+
+# Enumerated shapes are planned one by one (a decoder's query lengths); past this many
+# combinations the plan keeps to the flexible program alone.
+MAX_PLANNED_SHAPES = 16
 
 # The fp16 guard runs the interpreter once per sample, on at most this many of the validation
 # inputs; here (not in fp16_guard) so the lower stage's cache key can say so without its imports.
@@ -111,6 +115,65 @@ def range_inputs(recipe_inputs: Mapping[str, Mapping[str, Any]], renamed: Mappin
         if has_range(spec.get("shape")):
             names.add(renamed.get(name, name))
     return names
+
+
+def enumerated_choices(recipe_inputs: Mapping[str, Mapping[str, Any]], renamed: Mapping[str, str]) -> list[dict]:
+    """Every combination of the inputs' enumerated shapes, as {MIL input name: shape}; [] when no
+    input is enumerated or there are more than ``MAX_PLANNED_SHAPES`` combinations."""
+    specs = shape_specs(recipe_inputs)
+    enumerated = {renamed.get(name, name): spec["shapes"] for name, spec in specs.items()
+                  if isinstance(spec, Mapping) and len(spec.get("shapes") or []) > 1}
+    if not enumerated:
+        return []
+    names = list(enumerated)
+    combos = list(itertools.islice(itertools.product(*(enumerated[n] for n in names)), MAX_PLANNED_SHAPES + 1))
+    if len(combos) > MAX_PLANNED_SHAPES:
+        return []
+    return [{name: tuple(shape) for name, shape in zip(names, combo)} for combo in combos]
+
+
+def per_shape_plans(program, compute: Mapping[str, Any], choices: list[dict], *, chip: str | None = None) -> dict:
+    """``{"per_shape": rows}`` (one compute-plan summary per enumerated shape), ``{}`` without
+    choices, or ``{"per_shape_error": why}`` when the program cannot be fixed to them."""
+    if not choices:
+        return {}
+    from edgebuild_coreml.ane.per_shape import plan_per_shape
+
+    try:
+        rows = plan_per_shape(program, choices, chip=chip or compute.get("chip") or "m3",
+                              policy=compute.get("policy") or "auto", overrides=compute.get("overrides") or [])
+    except Exception as exc:  # noqa: BLE001 - coremltools' materialisation refuses some programs; the plan stands without
+        return {"per_shape_error": f"{type(exc).__name__}: {exc}"}
+    return {"per_shape": rows}
+
+
+def ane_layout_preview(program, compute: Mapping[str, Any], choices: list[dict], *, chip: str | None = None) -> dict:
+    """``{"ane_layout_preview": {...}}``: when ``compute.rewrites.ane_layout`` is off, the policy allows
+    the Neural Engine and the rewrite would change the program, the plan summary without and with
+    it (whole program, and per enumerated shape); ``{}`` otherwise. ``program`` is not touched."""
+    if (compute.get("rewrites") or {}).get("ane_layout"):
+        return {}
+    if POLICY_COMPUTE_UNITS.get(compute.get("policy") or "auto") not in ("ALL", "CPU_AND_NE"):
+        return {}
+    from edgebuild_coreml.ane.per_shape import specialise, summary
+    from edgebuild_coreml.ane.rewrites import ane_layout, may_change_layout
+
+    if not may_change_layout(program):
+        return {}  # no copy of a model the rewrite cannot touch (most vision models)
+    try:
+        rewritten = specialise(program, {})
+    except Exception as exc:  # noqa: BLE001 - as in per_shape_plans: no preview, the plan stands
+        return {"ane_layout_preview": {"error": f"{type(exc).__name__}: {exc}"}}
+    sites = ane_layout(rewritten)
+    if not sites:
+        return {}
+    preview = {"sites": sites, "before": summary(plan_for(program, compute, chip=chip)),
+               "after": summary(plan_for(rewritten, compute, chip=chip))}
+    before_rows = per_shape_plans(program, compute, choices, chip=chip).get("per_shape")
+    after_rows = per_shape_plans(rewritten, compute, choices, chip=chip).get("per_shape")
+    if before_rows and after_rows:
+        preview["per_shape"] = [{"before": b, "after": a} for b, a in zip(before_rows, after_rows)]
+    return {"ane_layout_preview": preview}
 
 
 # -- rewrites, plan, strict policies ----------------------------------------------------------

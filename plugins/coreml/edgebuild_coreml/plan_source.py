@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgebuild.dag.executor import Executor, Job
@@ -28,6 +28,7 @@ class Lowered:
     shapes_dynamic: set[str]  # MIL names of the inputs with a range dim
     error: Exception | None  # the strict-policy error the lower stage raised, if any
     artifact: Path | None  # the lowered package (None when the lower stage failed); valid inside the block
+    enumerated: list[dict] = field(default_factory=list)  # {MIL input: shape} per enumerated-shape choice
 
 
 def _reading_copy(package: Path, scratch: Path) -> Path:
@@ -64,10 +65,12 @@ def lowered_program(build, store, artifact: str):
             lowered = job.results[LOWER]
             renamed = lowered.info.get("renamed_inputs", {})
             package = _reading_copy(lowered.path / artifact, Path(scratch))
-            yield Lowered(load_mlpackage(package), policy.range_inputs(recipe_inputs, renamed), None, package)
+            yield Lowered(load_mlpackage(package), policy.range_inputs(recipe_inputs, renamed), None, package,
+                          policy.enumerated_choices(recipe_inputs, renamed))
             return
         error = job.error
         if isinstance(error, policy.PolicyViolation) and error.program is not None:
-            yield Lowered(error.program, policy.range_inputs(recipe_inputs, error.renamed_inputs), error, None)
+            yield Lowered(error.program, policy.range_inputs(recipe_inputs, error.renamed_inputs), error, None,
+                          policy.enumerated_choices(recipe_inputs, error.renamed_inputs))
             return
         raise error

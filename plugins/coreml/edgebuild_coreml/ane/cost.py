@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from edgebuild_coreml.ane import mil_view
 from edgebuild_coreml.ane.chips import ChipProfile
+from edgebuild_coreml.ane.rules import compressed_weight_units
 
 UNITS = ("ane", "gpu", "cpu")
 
@@ -52,6 +53,11 @@ _REDUCTIONS_PREFIX = "reduce_"
 class OpCost:
     flops: float
     bytes: float
+    # unit -> bytes not read there because it reads compressed weights (see rules.yaml)
+    saved: tuple[tuple[str, float], ...] = ()
+
+    def bytes_on(self, unit: str) -> float:
+        return self.bytes - dict(self.saved).get(unit, 0.0)
 
 
 def _numel(var) -> int:
@@ -63,6 +69,27 @@ def _io_bytes(op) -> int:
     read = sum(mil_view.nbytes(v) for _, v in mil_view.input_vars(op) if mil_view.is_tensor_like(v))
     written = sum(mil_view.nbytes(v) for v in mil_view.tensor_outputs(op))
     return read + written
+
+
+def _stored_bytes(var) -> float:
+    """Bytes a constant takes as stored: int4 and other sub-byte types count their bits."""
+    name = mil_view.dtype_name(var)
+    bits = int("".join(ch for ch in name if ch.isdigit()) or 8)
+    return mil_view.static_numel(var) * bits / 8.0
+
+
+def _compressed_savings(op) -> tuple[tuple[str, float], ...]:
+    """Per unit, the dense bytes minus the stored bytes of the compressed weights ``op`` reads there."""
+    table = compressed_weight_units()
+    saved: dict[str, float] = {}
+    for _, var in mil_view.input_vars(op):
+        producer = var.op
+        if producer is None or producer.op_type not in table or not mil_view.is_tensor_like(var):
+            continue
+        stored = sum(_stored_bytes(v) for _, v in mil_view.input_vars(producer) if mil_view.is_tensor_like(v))
+        for unit in table[producer.op_type]:
+            saved[unit] = saved.get(unit, 0.0) + max(0.0, mil_view.nbytes(var) - stored)
+    return tuple(sorted(saved.items()))
 
 
 def _conv_flops(op) -> float:
@@ -145,7 +172,7 @@ def op_cost(op) -> OpCost:
         flops = op_flops(op)
     except (KeyError, IndexError, TypeError, ValueError):
         flops = 0.0  # unusual signature: fall back to bytes only
-    return OpCost(flops=flops, bytes=float(_io_bytes(op)))
+    return OpCost(flops=flops, bytes=float(_io_bytes(op)), saved=_compressed_savings(op))
 
 
 def peak_flops(chip: ChipProfile, unit: str, *, dtype: str = "fp16", int8: bool = False) -> float:
@@ -164,7 +191,7 @@ def unit_time_ms(
 ) -> float:
     """Roofline time of one op on ``unit``, in milliseconds, dispatch overhead included."""
     compute_s = cost.flops / (peak_flops(chip, unit, dtype=dtype, int8=int8) * SUSTAINED_COMPUTE[unit])
-    memory_s = cost.bytes / (chip.bandwidth_gbs.value * 1e9 * SUSTAINED_BANDWIDTH[unit])
+    memory_s = cost.bytes_on(unit) / (chip.bandwidth_gbs.value * 1e9 * SUSTAINED_BANDWIDTH[unit])
     return max(compute_s, memory_s) * 1e3 + DISPATCH_MS[unit]
 
 

@@ -237,7 +237,7 @@ def _has_int8(op) -> bool:
 def _node_times(members, chip: ChipProfile, ane_factor: float) -> dict[str, float]:
     host = members[0]
     costs = [cost_model.op_cost(op) for op in members]
-    fused = cost_model.OpCost(flops=sum(c.flops for c in costs), bytes=costs[0].bytes)
+    fused = cost_model.OpCost(flops=sum(c.flops for c in costs), bytes=costs[0].bytes, saved=costs[0].saved)
     times = {
         unit: cost_model.unit_time_ms(fused, unit, chip, dtype=_compute_dtype(host), int8=_has_int8(host))
         for unit in cost_model.UNITS

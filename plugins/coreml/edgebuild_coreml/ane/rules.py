@@ -56,6 +56,8 @@ class RuleBook:
     constant_ops: frozenset
     ane: list
     gpu: list
+    # constexpr op type -> units that read its weight compressed (see cost.weight_bytes)
+    compressed_weights: dict = field(default_factory=dict)
 
 
 @functools.lru_cache(maxsize=1)
@@ -67,7 +69,13 @@ def load_rules() -> RuleBook:
         constant_ops=frozenset(data["constant_ops"]),
         ane=data["ane"],
         gpu=data["gpu"],
+        compressed_weights={op: tuple(entry["units"]) for op, entry in data.get("compressed_weights", {}).items()},
     )
+
+
+def compressed_weight_units() -> dict:
+    """constexpr op type -> the units that read its weights compressed."""
+    return load_rules().compressed_weights
 
 
 def constant_op_types() -> frozenset:
@@ -82,9 +90,17 @@ def _activations(op) -> list:
     return mil_view.data_inputs(op) + mil_view.tensor_outputs(op)
 
 
+def _is_integer_op(op) -> bool:
+    """Shape/position arithmetic and comparisons: every output is an integer or bool."""
+    outputs = {mil_view.dtype_name(v) for v in mil_view.tensor_outputs(op)}
+    return bool(outputs) and not any(d.startswith("fp") for d in outputs)
+
+
 def _check_dtype(op, params, ctx) -> list[dict]:
     allowed = set(params["compute_dtypes"])
     ignored = set(params.get("ignore_dtypes", ["int8", "uint8"]))
+    if params.get("skip_integer") and _is_integer_op(op):
+        return []
     if op.op_type == "cast":
         ends = {mil_view.dtype_name(v) for v in _activations(op)}
         if ends <= set(params["boundary_casts"]):
@@ -97,6 +113,72 @@ def _check_dtype(op, params, ctx) -> list[dict]:
     }
     bad = sorted(seen - allowed - ignored)
     return [{"dtype": ", ".join(bad)}] if bad else []
+
+
+def _check_int_arithmetic(op, params, ctx) -> list[dict]:
+    if not _is_integer_op(op):
+        return []
+    seen = sorted({mil_view.dtype_name(v) for v in _activations(op)} & set(params["int_dtypes"]))
+    return [{"dtype": ", ".join(seen)}] if seen else []
+
+
+def _state_var(op):
+    """The state an op reads or writes (read_state's input, coreml_update_state's state)."""
+    return op.inputs.get("input") if op.op_type == "read_state" else op.inputs.get("state")
+
+
+def _check_state(op, params, ctx) -> list[dict]:
+    if op.op_type not in params["ops"]:
+        return []
+    state = _state_var(op)
+    tensor = op.outputs[0]  # both ops return the state's tensor value
+    shape = mil_view.shape_of(tensor)
+    dtype = mil_view.dtype_name(tensor)
+    last = shape[-1] if shape else None
+    aligned = last is not None and not is_symbolic(last) and int(last) % params["multiple_of"] == 0
+    if dtype in params["state_dtypes"] and aligned:
+        return []
+    described = f"{dtype} {[int(d) if not is_symbolic(d) else str(d) for d in shape]}"
+    name = state.name if state is not None else "?"
+    return [{"state": f"'{name}' ({described})"}]
+
+
+def _written_extent(op) -> tuple[int, int] | None:
+    """(axis, length) of the axis a slice_update writes part of: where update and target sizes differ."""
+    target, update = mil_view.shape_of(op.inputs["x"]), mil_view.shape_of(op.inputs["update"])
+    for axis, (whole, part) in enumerate(zip(target, update)):
+        if is_symbolic(part):
+            return axis, -1
+        if is_symbolic(whole) or int(part) != int(whole):
+            return axis, int(part)
+    return None
+
+
+def _check_slice_update(op, params, ctx) -> list[dict]:
+    if op.op_type not in params["ops"]:
+        return []
+    extent = _written_extent(op)
+    if extent is None:
+        return []
+    axis, length = extent
+    if 0 <= length <= params["max_update"]:
+        return []
+    return [{"axis": axis, "length": "an unknown number of" if length < 0 else length}]
+
+
+def _check_attention_heads(op, params, ctx) -> list[dict]:
+    if op.op_type not in params["ops"]:
+        return []
+    shape = mil_view.shape_of(op.inputs["query"])
+    if len(shape) < 4 or is_symbolic(shape[1]) or int(shape[1]) < 2:
+        return []
+    return [{"heads": int(shape[1])}]
+
+
+def _check_compressed_input(op, params, ctx) -> list[dict]:
+    producers = set(params["producers"])
+    weights = [var.name for _, var in mil_view.input_vars(op) if var.op is not None and var.op.op_type in producers]
+    return [{"weight": ", ".join(weights)}] if weights else []
 
 
 def _check_int8(op, params, ctx) -> list[dict]:
@@ -210,6 +292,11 @@ CHECKS: dict[str, Callable] = {
     "dilated_conv": _check_dilated,
     "norm_epsilon": _check_norm_epsilon,
     "linear_rank3": _check_linear_rank3,
+    "int_arithmetic": _check_int_arithmetic,
+    "state": _check_state,
+    "slice_update": _check_slice_update,
+    "attention_heads": _check_attention_heads,
+    "blockwise_weights": _check_compressed_input,
 }
 
 
