@@ -225,3 +225,55 @@ def test_generative_recipes_calibrate_on_their_prompts(tmp_path):
     assert all(s["attention_mask"].tolist() == [[1] * 5] for s in samples)
     params = compress_stage_params({"auto": {"max_size_mb": 1}}, "iOS18", {"generation": {"prompts": [[1, 2]]}})
     assert params["calibration"]["generation"] == {"prompts": [[1, 2]]}
+
+
+@pytest.fixture(scope="module")
+def embed_and_project(tmp_path_factory) -> Path:
+    """An iOS18 fp16 program shaped like a decoder's ends: an embedding gather and a projection."""
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+
+    rng = np.random.default_rng(0)
+    table = (rng.standard_normal((256, 64)) * 0.02).astype(np.float32)
+    weight = (rng.standard_normal((128, 64)) * 0.02).astype(np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 8), dtype=ct.converters.mil.mil.types.int32)],
+                opset_version=ct.target.iOS18)
+    def program(ids):
+        hidden = mb.gather(x=table, indices=ids, axis=0, name="embed")
+        return mb.linear(x=hidden, weight=weight, name="proj")
+
+    model = ct.convert(program, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS18,
+                       compute_precision=ct.precision.FLOAT16, skip_model_load=True)
+    path = tmp_path_factory.mktemp("ends") / "ends.mlpackage"
+    model.save(str(path))
+    return path
+
+
+@pytest.mark.parametrize("config", [
+    {"mode": "linear", "dtype": "int4", "granularity": "per_block", "block_size": 32},
+    {"mode": "linear", "dtype": "uint4", "granularity": "per_block", "block_size": 16, "symmetric": False},
+    {"mode": "linear", "dtype": "int8", "granularity": "per_channel"},
+])
+def test_streamed_linear_quantisation_matches_coremltools(embed_and_project, tmp_path, monkeypatch, config):
+    """The tensor-at-a-time path stores what coremltools' pass stores and computes the same outputs."""
+    from edgebuild_coreml.compress import apply
+    from edgebuild_coreml.compress.config import validate_compression
+    from edgebuild_coreml.interpreter import run_mlpackage
+
+    section = validate_compression({"weights": config}, target="iOS18")
+    streamed = apply.compress_mlpackage(embed_and_project, tmp_path / "streamed.mlpackage", section)
+    monkeypatch.setattr(apply, "linear_only", lambda section: False)
+    reference = apply.compress_mlpackage(embed_and_project, tmp_path / "coremltools.mlpackage", section)
+    assert streamed["bytes_after"] == reference["bytes_after"] < streamed["bytes_before"] / 1.8
+    assert {w["name"]: w["mode"] for w in streamed["weights"]} == {w["name"]: w["mode"] for w in reference["weights"]}
+    assert _ops(tmp_path / "streamed.mlpackage")["constexpr_blockwise_shift_scale"] == 2
+    ids = {"ids": np.arange(8, dtype=np.int32).reshape(1, 8) * 31}
+    ours = next(iter(run_mlpackage(tmp_path / "streamed.mlpackage", ids).values())).astype(np.float64)
+    theirs = next(iter(run_mlpackage(tmp_path / "coremltools.mlpackage", ids).values())).astype(np.float64)
+    exact = next(iter(run_mlpackage(embed_and_project, ids).values())).astype(np.float64)
+    cosine = lambda a, b: float(a.ravel() @ b.ravel() / np.linalg.norm(a) / np.linalg.norm(b))  # noqa: E731
+    assert cosine(ours, exact) >= cosine(theirs, exact) - 1e-3
+    if config["dtype"].endswith("4"):  # two codes a byte in the weight file: under 0.8 bytes a weight
+        stored = (tmp_path / "streamed.mlpackage" / WEIGHTS).stat().st_size
+        assert stored < (256 * 64 + 128 * 64) * 0.8
