@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,9 +77,11 @@ class _Job:
     block_sizes: list[int]
 
 
-def quantize_package(src: Path, dst: Path, section: CompressionSection, *, weight_threshold: int) -> tuple[dict, dict]:
-    """Quantise ``src`` into ``dst`` (atomically) as the linear-only ``section`` says; returns the
-    weight uses before and after. Weights of more than ``weight_threshold`` elements are compressed."""
+def quantize_package(src: Path, dst: Path, section: CompressionSection | Mapping[str, LinearWeights], *,
+                     weight_threshold: int) -> tuple[dict, dict]:
+    """Quantise ``src`` into ``dst`` (atomically) as the linear-only ``section`` says, or as a mapping
+    of const op names to their configs (auto mode's per-layer choices); returns the weight uses
+    before and after. Weights of more than ``weight_threshold`` elements are compressed."""
     src, dst = Path(src), Path(dst)
     model = _read_spec(src)
     program = model.mlProgram
@@ -112,7 +115,7 @@ def quantize_package(src: Path, dst: Path, section: CompressionSection, *, weigh
 # -- which consts, with which config -----------------------------------------------------------
 
 
-def _find_jobs(program, section: CompressionSection, weight_threshold: int) -> list[_Job]:
+def _find_jobs(program, section, weight_threshold: int) -> list[_Job]:
     jobs = []
     for opset, block in main_blocks(program):
         if _opset_version(opset) < 8:
@@ -133,7 +136,10 @@ def _find_jobs(program, section: CompressionSection, weight_threshold: int) -> l
                 continue
             if any(u.type.startswith("constexpr_") for u, _ in uses):
                 raise NotEditable(f"{op_name(op)} feeds another constexpr (joint compression)")
-            config = _config_for(section, uses)
+            if isinstance(section, CompressionSection):
+                config = _config_for(section, uses)
+            else:
+                config = section.get(op_name(op))
             if config is None or len(shape) < 2:
                 continue  # rank 1 would get a scale per element: larger than the weight
             axes = _channel_axes(uses, len(shape), consts)
