@@ -277,3 +277,38 @@ def test_streamed_linear_quantisation_matches_coremltools(embed_and_project, tmp
     if config["dtype"].endswith("4"):  # two codes a byte in the weight file: under 0.8 bytes a weight
         stored = (tmp_path / "streamed.mlpackage" / WEIGHTS).stat().st_size
         assert stored < (256 * 64 + 128 * 64) * 0.8
+
+
+def test_linear_quantisation_holds_one_tensor_at_a_time(tmp_path):
+    """Sixteen 1024x1024 fp16 projections (32 MB): quantising them never holds the model twice —
+    numpy's peak (traced) stays near one tensor's float32 copy (4 MB)."""
+    import tracemalloc
+
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+
+    from edgebuild_coreml.compress.apply import compress_mlpackage
+    from edgebuild_coreml.compress.config import validate_compression
+
+    width, layers = 1024, 16
+    rng = np.random.default_rng(0)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, width))], opset_version=ct.target.iOS18)
+    def program(x):
+        for i in range(layers):
+            x = mb.linear(x=x, weight=(rng.standard_normal((width, width)) * 0.02).astype(np.float16), name=f"fc{i}")
+        return x
+
+    src = tmp_path / "deep.mlpackage"
+    ct.convert(program, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS18,
+               compute_precision=ct.precision.FLOAT16, skip_model_load=True).save(str(src))
+    section = validate_compression({"weights": MODES["int4_b32"][0]["weights"]}, target="iOS18")
+    tracemalloc.start()
+    try:
+        report = compress_mlpackage(src, tmp_path / "int4.mlpackage", section)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    model_bytes = layers * width * width * 2
+    assert report["bytes_after"] < model_bytes * 0.3
+    assert peak < 3 * width * width * 4 < model_bytes / 2, peak

@@ -116,18 +116,19 @@ def sensitivity_method(auto: AutoCompression, layer_count: int) -> str:
 
 
 def _measurer(method, program, layers, calibration, reference, metric):
-    """``measure(dense by layer name, whole-model error) -> error by layer name`` for one candidate."""
+    """``measure(layer names, dense(name), whole-model error) -> error by layer name`` for one candidate."""
     by_name = {layer.name: layer for layer in layers}
+    # ``dense(name)`` decompresses one layer when asked, so one layer's floats exist at a time.
     if method == "forward":
-        def measure(dense, _measured):
-            return {name: measure_sensitivity(program, by_name[name], value, calibration, reference, metric)
-                    for name, value in dense.items()}
+        def measure(names, dense, _measured):
+            return {name: measure_sensitivity(program, by_name[name], dense(name), calibration, reference, metric)
+                    for name in names}
         return measure
 
     captured = capture_layer_inputs(program, layers, calibration)
 
-    def measure(dense, measured):
-        powers = {name: local_noise_power(program, by_name[name], value, captured) for name, value in dense.items()}
+    def measure(names, dense, measured):
+        powers = {name: local_noise_power(program, by_name[name], dense(name), captured) for name in names}
         return to_metric(powers, measured, metric)
     return measure
 
@@ -155,9 +156,8 @@ def _try_candidates(src, scratch, auto, layers, weight_threshold, calibration, r
         size = package_bytes(out)
         extra = size - base_overhead - sum(use.bytes for use in uses.values())
         error = output_error(reference, run_samples(compressed, calibration), auto.metric)
-        dense = {name: dense_value(variables[name]) for name in compressed_layers}
-        errors = measure(dense, error)
-        del dense, compressed
+        errors = measure(compressed_layers, lambda name: dense_value(variables[name]), error)
+        del compressed, variables
         trials.append(CandidateTrial(
             bytes={layer.name: uses[layer.name].bytes for layer in layers if layer.name in uses},
             errors=errors,

@@ -232,7 +232,7 @@ def quantize_blockwise(weight: np.ndarray, config: LinearWeights, block_sizes: l
             blocked_shape.append(dim)
             scale_shape.append(1)
             reduce_axes.append(len(blocked_shape) - 1)
-    values = np.asarray(weight, dtype=np.float32).reshape(blocked_shape)
+    values = np.array(weight, dtype=np.float32).reshape(blocked_shape)  # a copy: the map is read-only
     low_q, high_q = quant_range(config.dtype, config.symmetric)
     low = np.min(values, axis=tuple(reduce_axes), keepdims=True)
     high = np.max(values, axis=tuple(reduce_axes), keepdims=True)
@@ -248,10 +248,11 @@ def quantize_blockwise(weight: np.ndarray, config: LinearWeights, block_sizes: l
         offset = np.full(scale.shape, (high_q + 1) // 2, dtype=np.float32)
     elif not config.symmetric:
         offset = np.clip(np.round(low_q - low / scale), low_q, high_q)
-    data = np.round(values / scale)
+    data = np.divide(values, scale, out=values)  # in place: one float32 copy of the tensor at a time
+    np.round(data, out=data)
     if offset is not None:
         data += offset
-    data = np.clip(data, low_q, high_q)
+    np.clip(data, low_q, high_q, out=data)
     int_type = np.uint8 if config.dtype.startswith("u") else np.int8
     data = data.astype(int_type).reshape(weight.shape)
     scale = scale.astype(weight.dtype).reshape(scale_shape)
