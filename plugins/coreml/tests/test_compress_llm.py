@@ -36,7 +36,7 @@ MODES = {
         "weights": {"mode": "linear", "dtype": "int4", "granularity": "per_block", "block_size": 32},
         "overrides": [
             {"match": {"op_type": "gather"}, "weights": {"mode": "linear", "dtype": "int8", "granularity": "per_channel"}},
-            {"match": {"op_type": "linear", "name": "LM_HEAD.*"},  # the head's node name, found per model below
+            {"match": {"op_type": "linear", "name": "LM_HEAD.*"},  # the head's op name, read from a first build below
              "weights": {"mode": "linear", "dtype": "int8", "granularity": "per_channel"}},
         ],
     }, 0.96),
@@ -83,17 +83,18 @@ AUTO = {"auto": {"max_size_mb": AUTO_BUDGET_MB, "sensitivity": "activations", "s
 def built(decoder) -> dict:
     variants = {name: ({"compression": section} if section else {}) for name, (section, _) in MODES.items()}
     variants["auto"] = {"compression": AUTO}
-    head = lm_head_node(decoder)
-    variants["int4_embed_head_int8"] = json.loads(json.dumps(variants["int4_embed_head_int8"]).replace("LM_HEAD", f"(?i){head}"))
-    return run(decoder.parent, recipe_for(decoder, variants))
+    # As a user would: build once, read the LM head's op name, then name it in an override.
+    built = run(decoder.parent, recipe_for(decoder, {"fp16": variants.pop("fp16")}))
+    head = lm_head_op(Path(built["fp16"]["artifacts"][0]))
+    variants["int4_embed_head_int8"] = json.loads(json.dumps(variants["int4_embed_head_int8"]).replace("LM_HEAD", head))
+    return {**built, **run(decoder.parent, recipe_for(decoder, variants))}
 
 
-def lm_head_node(model: Path) -> str:
-    """The ONNX name of the MatMul computing the logits (MIL op names start with it)."""
-    import onnx
-
-    graph = onnx.load(str(model), load_external_data=False).graph
-    return [node.name for node in graph.node if node.op_type == "MatMul"][-1]
+def lm_head_op(package: Path) -> str:
+    """The name of the linear op whose weight has a row per vocabulary entry."""
+    [head] = [use.name.rsplit(".", 1)[0] for use in _weight_uses(package).values()
+              if use.op_type == "linear" and use.shape == (VOCAB, HIDDEN)]
+    return head
 
 
 def _ops(package: Path) -> dict[str, int]:

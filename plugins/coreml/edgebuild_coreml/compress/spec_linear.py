@@ -40,6 +40,7 @@ from .spec_palettize import (
     _SPEC,
     NotEditable,
     _blob_values,
+    _bool_input,
     _consumers,
     _op_blob_values,
     _opset_version,
@@ -157,18 +158,11 @@ def _config_for(section: CompressionSection, uses) -> LinearWeights | None:
     op type, then global, later overrides winning), which must agree."""
     configs = []
     for op, _ in uses:
-        name, chosen, by_type = op_name(op), section.weights, None
-        by_name_hit = False
-        for override in section.overrides:
-            match = override.match
-            if match.name is None:
-                if match.op_type == op.type:
-                    by_type = (override.weights,)
-            elif re.fullmatch(match.name, name) and match.op_type in (None, op.type):
-                chosen, by_name_hit = override.weights, True
-        if not by_name_hit and by_type is not None:
-            chosen = by_type[0]
-        configs.append(chosen)
+        name = op_name(op)
+        by_name = [o.weights for o in section.overrides
+                   if o.match.name is not None and re.fullmatch(o.match.name, name) and o.match.op_type in (None, op.type)]
+        by_type = [o.weights for o in section.overrides if o.match.name is None and o.match.op_type == op.type]
+        configs.append((by_name or by_type or [section.weights])[-1])
     if any(c != configs[0] for c in configs):
         raise NotEditable("ops sharing a weight have different compression configs")
     return configs[0]
@@ -176,8 +170,6 @@ def _config_for(section: CompressionSection, uses) -> LinearWeights | None:
 
 def _channel_axes(uses, rank: int, consts: dict) -> tuple[int, int] | None:
     """(output, input) channel axes by coremltools' rule, or None when consumers disagree."""
-    from .spec_palettize import _bool_input
-
     found = set()
     for op, input_name in uses:
         out_axis, in_axis = 0, 1
