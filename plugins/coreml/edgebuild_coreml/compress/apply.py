@@ -3,7 +3,8 @@
 Activation quantisation runs first, then the weight passes (:mod:`.passes`: prune, linear,
 palettise) on one :class:`~.working.WorkingModel`. When scalar k-means palettisation is the
 whole section, :mod:`.spec_palettize` edits the package's protobuf and weight file instead
-and no MIL program is built at all.
+and no MIL program is built at all; when every mode is linear on an iOS18 program,
+:mod:`.spec_linear` does the same, streaming one tensor at a time.
 
 The section comes validated, and checked against the deployment target, from the recipe's
 load (or from ``config.validate_compression``); nothing here parses or checks it again.
@@ -23,6 +24,7 @@ from .noop import check_something_changed
 from .passes import plan_weight_passes
 from .program import weight_uses
 from .report import weight_report
+from .spec_linear import handles_section as linear_only, quantize_package
 from .spec_palettize import NotEditable, palettize_package
 from .working import WorkingModel
 
@@ -43,6 +45,12 @@ def compress_mlpackage(
             return _checked_report(section, before, after)
         except NotEditable:
             pass  # an unusual package: the MIL program path below handles it
+    elif linear_only(section):
+        try:  # one tensor at a time, never the whole model in memory
+            before, after = quantize_package(src, dst, section, weight_threshold=max(section.weight_threshold - 1, 0))
+            return _checked_report(section, before, after)
+        except NotEditable:
+            pass  # before iOS18, or a weight coremltools' pass must decide
 
     working = WorkingModel(ct.models.MLModel(str(src), skip_model_load=True))
     before = weight_uses(working.program)

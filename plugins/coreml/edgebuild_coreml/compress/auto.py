@@ -3,8 +3,12 @@
 1. Every candidate mode is applied to the whole model once, through the same
    ``compress_mlpackage`` the plain modes use. That gives each (layer, mode) its real stored
    bytes and its decompressed weight, and a uniform allocation's measured size and error.
-2. Sensitivity: for each (layer, mode) the decompressed weight is swapped into the loaded
-   uncompressed program and the calibration inputs are run (see ``sensitivity``).
+2. Sensitivity, measured while each candidate's package is at hand (so decompressed weights
+   are never all held at once): ``forward`` swaps each layer's decompressed weight into the
+   loaded uncompressed program and runs the calibration inputs (see ``sensitivity``), one
+   forward per (layer, mode, sample); ``activations`` evaluates only the ops reading that
+   weight on inputs captured in one forward (see ``local_sensitivity``), for models with many
+   layers. ``auto`` picks forward while layers x modes is at most ``FORWARD_TRIALS_MAX``.
 3. Allocation: per-layer errors are summed as an additive proxy (squared first for rel_l2,
    since independent noise adds in power) and a knapsack picks one mode per layer.
 4. Verification: the allocation is compressed for real (by const, see ``mixed``) and its package
@@ -30,18 +34,20 @@ from . import allocate
 from .apply import compress_mlpackage
 from .config import AutoCompression, CompressionSection, KeepWeights, LinearWeights, PalettizeWeights
 from .mixed import compress_per_const
+from .local_sensitivity import capture_layer_inputs, local_noise_power, to_metric
 from .sensitivity import (
     Layer,
     compressible_layers,
     dense_value,
+    measure_sensitivity,
     output_error,
     run_samples,
-    sensitivity_table,
     weight_vars,
 )
 
 MEGABYTE = 1_000_000
 MAX_VERIFY_ROUNDS = 4
+FORWARD_TRIALS_MAX = 64  # whole-model forwards per sample that ``sensitivity: auto`` still pays for
 
 
 def auto_compress(
@@ -71,17 +77,15 @@ def auto_compress(
     reference = run_samples(program, calibration)
     base_size = package_bytes(src)
 
+    method = sensitivity_method(auto, len(layers))
+    measure = _measurer(method, program, layers, calibration, reference, auto.metric)
+
     dst.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".auto.", dir=dst.parent))
     try:
-        trials = _try_candidates(src, scratch, auto, layers, weight_threshold, calibration, reference)
-        replacements = {
-            (layer.name, index): trial.dense[layer.name]
-            for index, trial in enumerate(trials) if trial is not None
-            for layer in layers if layer.name in trial.dense
-        }
-        errors = sensitivity_table(program, layers, replacements, calibration, reference, auto.metric)
-        table = _option_table(layers, auto, trials, errors, base_size)
+        trials = _try_candidates(src, scratch, auto, layers, weight_threshold, calibration, reference, measure)
+        table = _option_table(layers, auto, trials, base_size)
+        table.method = method
         points = [{"size_mb": base_size / MEGABYTE, "error": 0.0, "label": "uncompressed", "measured": True}]
         points += [trial.point for trial in trials if trial is not None]
         return _allocate_and_verify(src, dst, scratch, auto, table, points, calibration, reference,
@@ -95,15 +99,41 @@ def auto_compress(
 
 @dataclass
 class CandidateTrial:
-    """One candidate applied to every layer: per-layer stored bytes and decompressed weights."""
+    """One candidate applied to every layer: per-layer stored bytes and measured errors."""
 
     bytes: dict[str, int]
-    dense: dict[str, np.ndarray]  # only layers the candidate actually compressed
+    errors: dict[str, float]  # only layers the candidate actually compressed
     overhead_per_layer: float  # package bytes beyond the weights, per compressed layer
     point: dict
 
 
-def _try_candidates(src, scratch, auto, layers, weight_threshold, calibration, reference):
+def sensitivity_method(auto: AutoCompression, layer_count: int) -> str:
+    """``forward`` or ``activations``: the recipe's choice, or by the forwards it would cost."""
+    if auto.sensitivity != "auto":
+        return auto.sensitivity
+    trials = layer_count * sum(not isinstance(c, KeepWeights) for c in auto.candidates)
+    return "forward" if trials <= FORWARD_TRIALS_MAX else "activations"
+
+
+def _measurer(method, program, layers, calibration, reference, metric):
+    """``measure(layer names, dense(name), whole-model error) -> error by layer name`` for one candidate."""
+    by_name = {layer.name: layer for layer in layers}
+    # ``dense(name)`` decompresses one layer when asked, so one layer's floats exist at a time.
+    if method == "forward":
+        def measure(names, dense, _measured):
+            return {name: measure_sensitivity(program, by_name[name], dense(name), calibration, reference, metric)
+                    for name in names}
+        return measure
+
+    captured = capture_layer_inputs(program, layers, calibration)
+
+    def measure(names, dense, measured):
+        powers = {name: local_noise_power(program, by_name[name], dense(name), captured) for name in names}
+        return to_metric(powers, measured, metric)
+    return measure
+
+
+def _try_candidates(src, scratch, auto, layers, weight_threshold, calibration, reference, measure):
     from edgebuild_coreml.interpreter import load_mlpackage
 
     from .program import weight_uses
@@ -121,15 +151,17 @@ def _try_candidates(src, scratch, auto, layers, weight_threshold, calibration, r
         compressed = load_mlpackage(out)
         uses = weight_uses(compressed)
         variables = weight_vars(compressed, [layer.name for layer in layers])
-        dense = {layer.name: dense_value(variables[layer.name]) for layer in layers
-                 if layer.name in variables and uses[layer.name].mode != "none"}
+        compressed_layers = [layer.name for layer in layers
+                             if layer.name in variables and uses[layer.name].mode != "none"]
         size = package_bytes(out)
         extra = size - base_overhead - sum(use.bytes for use in uses.values())
         error = output_error(reference, run_samples(compressed, calibration), auto.metric)
+        errors = measure(compressed_layers, lambda name: dense_value(variables[name]), error)
+        del compressed, variables
         trials.append(CandidateTrial(
             bytes={layer.name: uses[layer.name].bytes for layer in layers if layer.name in uses},
-            dense=dense,
-            overhead_per_layer=max(extra, 0) / max(len(dense), 1),
+            errors=errors,
+            overhead_per_layer=max(extra, 0) / max(len(compressed_layers), 1),
             point={"size_mb": size / MEGABYTE, "error": error, "label": f"all {candidate_label(candidate)}",
                    "measured": True},
         ))
@@ -161,23 +193,24 @@ class OptionTable:
     bytes: list[list[int]]
     errors: list[list[float]]
     fixed_bytes: int  # package bytes that no candidate changes
+    method: str = "forward"  # how the errors were measured (``sensitivity_method``)
 
     def options(self, metric: str) -> list[list[allocate.Option]]:
         return [[allocate.Option(b, additive_cost(e, metric)) for b, e in zip(row_b, row_e)]
                 for row_b, row_e in zip(self.bytes, self.errors)]
 
 
-def _option_table(layers, auto, trials, errors, base_size) -> OptionTable:
+def _option_table(layers, auto, trials, base_size) -> OptionTable:
     sizes, errs = [], []
     for layer in layers:
         row_b, row_e = [], []
-        for index, trial in enumerate(trials):
+        for trial in trials:
             if trial is None:  # mode none: the weight as stored, no error
                 row_b.append(layer.bytes)
                 row_e.append(0.0)
-            elif layer.name in trial.dense:
+            elif layer.name in trial.errors:
                 row_b.append(int(round(trial.bytes[layer.name] + trial.overhead_per_layer)))
-                row_e.append(errors[(layer.name, index)])
+                row_e.append(trial.errors[layer.name])
             else:
                 row_b.append(layer.bytes)
                 row_e.append(math.inf)
@@ -297,6 +330,7 @@ def _auto_report(table: OptionTable, picked, points, auto, met, size, error) -> 
         "sensitivity": sensitivity,
         "points": points,
         "budget": budget,
+        "sensitivity_method": table.method,
         "met": bool(met),
         "size_mb": size / MEGABYTE,
         "error": error,

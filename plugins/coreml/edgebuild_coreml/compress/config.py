@@ -152,6 +152,11 @@ class AutoCompression(_Strict):
     metric: Literal["cosine_distance", "rel_l2", "max_abs"] = "cosine_distance"
     candidates: list[AutoCandidate] = Field(default_factory=_default_candidates, min_length=1)
     samples: int = Field(4, ge=1, description="calibration samples from the validate inputs")
+    sensitivity: Literal["auto", "forward", "activations"] = Field(
+        "auto",
+        description="forward: the whole model run per layer and candidate; activations: each layer's own op "
+        "on inputs captured in one run (for models of many layers); auto: forward while layers x candidates <= 64",
+    )
 
     @model_validator(mode="after")
     def _one_budget_and_supported_candidates(self) -> AutoCompression:

@@ -13,10 +13,13 @@ from pathlib import Path
 
 import coremltools as ct
 
+from .config import LinearWeights
 from .passes import PASS_ORDER, WeightPass, pass_weights
 from .program import load_program, weight_uses
 from .report import weight_report
 from .selection import WeightSelection
+from .spec_linear import quantize_package
+from .spec_palettize import NotEditable
 
 
 def compress_per_const(src: Path, dst: Path, modes: Mapping[str, object], *, weight_threshold: int) -> dict:
@@ -25,6 +28,12 @@ def compress_per_const(src: Path, dst: Path, modes: Mapping[str, object], *, wei
     ``modes`` maps const op names to PalettizeWeights / LinearWeights; every other weight stays
     as stored. Returns the same report as ``compress_mlpackage``.
     """
+    if modes and all(isinstance(weights, LinearWeights) for weights in modes.values()):
+        try:  # streamed, one tensor at a time
+            before, after = quantize_package(src, dst, modes, weight_threshold=max(weight_threshold - 1, 0))
+            return weight_report(before, after)
+        except NotEditable:
+            pass  # before iOS18, or a weight coremltools' pass must decide
     model = ct.models.MLModel(str(src), skip_model_load=True)
     before = weight_uses(load_program(model))
     threshold = max(weight_threshold - 1, 0)  # coremltools compresses sizes > threshold

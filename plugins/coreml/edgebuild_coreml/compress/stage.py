@@ -41,6 +41,8 @@ def compress_stage_params(compression: dict, deployment_target: str, validate: M
     if compression and (compression.get("auto") is not None or compression.get("activations") is not None):
         validate = validate or {}
         params["calibration"] = {"samples": validate.get("samples"), "inputs": validate.get("inputs")}
+        if validate.get("generation") is not None:  # a generative recipe calibrates on its prompts
+            params["calibration"]["generation"] = validate["generation"]
     return params
 
 
@@ -64,11 +66,16 @@ def calibration_inputs(
 
     specs = {name: spec for name, spec in onnx_input_specs(onnx_path, dict(recipe_inputs)).items()
              if "value" not in spec}
+    renamed = (lowered_info or {}).get("renamed_inputs", {})
+    prompts = _generation_prompts(validate_section)
+    if prompts and TOKEN_INPUT in specs:
+        chosen = prompts[: samples or len(prompts)]
+        return [{renamed.get(name, name): value for name, value in sample.items()}
+                for sample in prompt_samples(chosen, specs)]
     if validate_section is None:
         validate_section = ValidateSection(samples=samples or 4)
     if samples is not None:
         validate_section = validate_section.model_copy(update={"samples": min(validate_section.samples, samples)})
-    renamed = (lowered_info or {}).get("renamed_inputs", {})
     return [{renamed.get(name, name): value for name, value in sample.items() if name in specs}
             for sample in generate_inputs(validate_section, specs, base_dir)]
 
@@ -77,3 +84,38 @@ def _materialise(calibration: Calibration, count: int | None) -> Samples | None:
     if callable(calibration):
         return calibration(count)
     return calibration if calibration is None or count is None else calibration[:count]
+
+
+TOKEN_INPUT = "input_ids"
+
+
+def _generation_prompts(validate_section) -> list[list[int]]:
+    """The token-id prompts of a generative recipe's ``validate.generation`` (none otherwise)."""
+    generation = getattr(validate_section, "generation", None)
+    prompts = getattr(generation, "prompts", None)
+    return [list(p) for p in prompts] if isinstance(prompts, (list, tuple)) else []
+
+
+def prompt_samples(prompts: list[list[int]], specs: Mapping[str, dict]) -> Samples:
+    """One sample per prompt for a decoder with fixed input shapes: ``input_ids`` is the prompt,
+    repeated or cut to the input's length (real token statistics, not random floats); an
+    ``attention_mask`` is all ones and ``position_ids`` count from 0. Other inputs (a cache)
+    start empty: zeros of their shape."""
+    samples = []
+    for prompt in prompts:
+        length = specs[TOKEN_INPUT]["shape"][-1]
+        ids = np.resize(np.asarray(prompt or [0], dtype=np.int64), length)
+        sample = {}
+        for name, spec in specs.items():
+            shape, dtype = spec["shape"], np.dtype(spec["dtype"])
+            if name == TOKEN_INPUT:
+                value = ids.reshape(shape)
+            elif name == "attention_mask":
+                value = np.ones(shape)
+            elif name == "position_ids":
+                value = np.broadcast_to(np.arange(shape[-1]), shape)
+            else:
+                value = np.zeros(shape)
+            sample[name] = np.ascontiguousarray(value, dtype=dtype)
+        samples.append(sample)
+    return samples
