@@ -41,6 +41,52 @@ def repeat_heads(x, repeats: int):
     return mb.reshape(x=tiled, shape=[batch, heads * repeats, length, size])
 
 
+def group_query_heads(ctx, node, q, mask, kv_heads: int):
+    """Grouped-query attention without repeated K/V: (B, H, S, D) Q -> (B, Hkv, G*S, D), so each
+    K/V head serves its G query heads as G times as many query rows.
+
+    Returns the regrouped Q, the mask regrouped to match (tiled over the group when it is
+    shared by all heads: a mask is small, K/V are not), and a function that turns the
+    (B, Hkv, G*S, Dv) result back into (B, H, S, Dv)."""
+    batch, heads, length, size = shape_of(q)
+    if not all(is_static(d) for d in shape_of(q)):
+        ctx.fail(node, "grouped-query attention needs a static query shape", hint="pin the input shapes in the recipe")
+    if heads % kv_heads:
+        ctx.fail(node, f"{heads} query heads cannot share {kv_heads} key/value heads evenly")
+    group = heads // kv_heads
+    grouped_q = mb.reshape(x=q, shape=[batch, kv_heads, group * length, size])
+    if mask is not None:
+        mask = _group_mask(ctx, node, mask, heads, kv_heads, length)
+
+    def restore(y):
+        return mb.reshape(x=y, shape=[batch, heads, length, shape_of(y)[-1]])
+
+    return grouped_q, mask, restore
+
+
+def _group_mask(ctx, node, mask, heads: int, kv_heads: int, length: int):
+    """An additive mask broadcastable to (B, H, S, T) as one broadcastable to (B, Hkv, G*S, T)."""
+    group = heads // kv_heads
+    shape = list(shape_of(mask))
+    if len(shape) > 4 or not all(is_static(d) for d in shape):
+        ctx.fail(node, f"the attention mask must be static and at most 4-D; got shape {shape}")
+    shape = [1] * (4 - len(shape)) + shape
+    mask_heads, rows, keys = shape[1], shape[2], shape[3]
+    constant = isinstance(mask, np.ndarray)
+    if mask_heads == 1:
+        if rows == 1:
+            return mask.reshape(shape) if constant else mb.reshape(x=mask, shape=shape)
+        flat = mask.reshape(shape) if constant else mb.reshape(x=mask, shape=shape)
+        return np.tile(flat, (1, 1, group, 1)) if constant else mb.tile(x=flat, reps=[1, 1, group, 1])
+    full = [shape[0], heads, length, keys]
+    grouped = [shape[0], kv_heads, group * length, keys]
+    if constant:
+        return np.ascontiguousarray(np.broadcast_to(mask.reshape(shape), full)).reshape(grouped)
+    if rows != length:
+        mask = mb.tile(x=mb.reshape(x=mask, shape=shape), reps=[1, 1, length, 1])
+    return mb.reshape(x=mask, shape=grouped)
+
+
 def hidden_bias(mask_or_allowed, dtype):
     """0 where allowed (true), -inf elsewhere, in ``dtype``."""
     zero, minus_inf = np.array(0, dtype), np.array(-np.inf, dtype)
