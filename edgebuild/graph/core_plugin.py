@@ -36,6 +36,7 @@ PASSES = {
     "fuse_rms_norm": (True, False),
     "fuse_rotary": (True, False),
     "fuse_grouped_query_attention": (True, False),
+    "share_tied_embeddings": (True, True),
     "fuse_gated_mlp": (True, False),
 }
 

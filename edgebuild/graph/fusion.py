@@ -26,6 +26,7 @@ from edgebuild.graph.fusion_rules import (
     layer_norm,
     rms_norm,
     rotary,
+    tied_embeddings,
 )
 
 MAX_ROUNDS = 8
@@ -136,6 +137,14 @@ PASSES: dict[str, GraphPass] = {
             "attention over K/V repeated to the query head count (repeat_kv) -> "
             "edgebuild::ScaledDotProductAttention on the shared K/V heads",
             grouped_query.rules,
+        ),
+        GraphPass(
+            "share_tied_embeddings",
+            "LM head MatMul(h, Transpose(E)) of the embedding table E -> edgebuild::Linear whose "
+            "[out, in] layout is E itself, so the artifact stores the table once",
+            tied_embeddings.rules,
+            before_folding=True,  # folding would turn the Transpose into a second copy first
+            commute=False,
         ),
         GraphPass(
             "fuse_gated_mlp",

@@ -97,3 +97,24 @@ def test_decoder_fusions(family, tmp_path):
             assert "tile" not in ops  # K/V are never repeated to the query head count
         actual = next(iter(lower_and_run(proto, {"input_ids": ids}, target=target).values()))
         assert _cosine(actual, expected) >= 0.9999, target
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["gpt2", "gemma2"])
+def test_tied_embedding_table_is_stored_once(family, tmp_path):
+    """The LM head reads the embedding table: the package's weights hold about one copy of it."""
+    import onnx
+
+    from edgebuild.graph.optimize import optimize
+    from edgebuild_coreml.lowering.package import save_mlpackage
+
+    source = tmp_path / "model.onnx"
+    _export(family, source)
+    report = optimize(source, tmp_path / "optimized")
+    assert report["rules"]["share_tied_embeddings"] == 1
+    result = lower(onnx.load(tmp_path / "optimized" / "model.onnx"), target="iOS18")
+    save_mlpackage(result, tmp_path / "model.mlpackage", target="iOS18", precision="float32", metadata={}, consume=True)
+    weights = next((tmp_path / "model.mlpackage").rglob("weight.bin")).stat().st_size
+    source_bytes = sum(int(np.prod(t.dims)) * 4 for t in onnx.load(source).graph.initializer)
+    table_bytes = VOCAB * 64 * 4
+    assert weights < source_bytes + table_bytes / 2, (weights, source_bytes)
