@@ -118,3 +118,76 @@ def test_tied_embedding_table_is_stored_once(family, tmp_path):
     source_bytes = sum(int(np.prod(t.dims)) * 4 for t in onnx.load(source).graph.initializer)
     table_bytes = VOCAB * 64 * 4
     assert weights < source_bytes + table_bytes / 2, (weights, source_bytes)
+
+
+PAST, QUERY, KV_HEADS, HEAD_SIZE = 8, 4, 2, 16
+
+
+class _WithCache(torch.nn.Module):
+    """The optimum layout: input_ids, attention_mask, past_key_values.{i}.key/value ->
+    logits, present.{i}.key/value (past concatenated with the new K/V)."""
+
+    def __init__(self, model, config):
+        super().__init__()
+        self.model, self.config = model, config
+
+    def forward(self, input_ids, attention_mask, *past):
+        cache = transformers.DynamicCache(config=self.config)
+        for layer in range(len(past) // 2):
+            cache.update(past[2 * layer], past[2 * layer + 1], layer)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+        present = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
+        return (out.logits, *present)
+
+
+def _cache_names(prefix: str) -> list[str]:
+    return [f"{prefix}.{i}.{kv}" for i in range(2) for kv in ("key", "value")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_decoder_fusions_with_past_cache(family, tmp_path):
+    """Attention after a KV cache (Concat of past and new K/V) fuses the same way; the
+    program tiles at most the small mask over a query group, never K/V."""
+    import onnx
+    import onnxruntime as ort
+
+    from edgebuild.graph import fused_reference
+    from edgebuild.graph.optimize import optimize
+
+    torch.manual_seed(0)
+    config = FAMILIES[family][0]()
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    past = [torch.randn(1, KV_HEADS, PAST, HEAD_SIZE) for _ in range(4)]
+    example = (torch.zeros(1, QUERY, dtype=torch.int64), torch.ones(1, PAST + QUERY, dtype=torch.int64), *past)
+    source = tmp_path / "model.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(_WithCache(model, config), example, dynamo=True, opset_version=18, optimize=True,
+                                    verbose=False, input_names=["input_ids", "attention_mask", *_cache_names("past_key_values")],
+                                    output_names=["logits", *_cache_names("present")])
+    program.save(str(source))
+    report = optimize(source, tmp_path / "optimized")
+    for name, count in FAMILIES[family][1].items():
+        assert report["rules"][name] == count, (name, report["rules"])
+
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, VOCAB, (1, QUERY)), "attention_mask": np.ones((1, PAST + QUERY), np.int64)}
+    feeds.update({name: rng.standard_normal((1, KV_HEADS, PAST, HEAD_SIZE)).astype(np.float32)
+                  for name in _cache_names("past_key_values")})
+    session = ort.InferenceSession(str(source))
+    names = [o.name for o in session.get_outputs()]
+    expected = dict(zip(names, session.run(None, feeds)))
+    fused_path = tmp_path / "optimized" / "model.onnx"
+    fused = fused_reference.run_reference(fused_path, feeds)
+    for name in names:
+        assert _cosine(fused[name], expected[name]) >= 0.99999, name
+
+    proto = onnx.load(fused_path)
+    for target in ("iOS18", "iOS17"):
+        operations = lower(proto, target=target).program.functions["main"].operations
+        assert [op.op_type for op in operations].count("scaled_dot_product_attention") == (2 if target == "iOS18" else 0)
+        assert not [op for op in operations if op.op_type == "tile" and op.inputs["x"].shape[-1] == HEAD_SIZE]
+        actual = lower_and_run(proto, feeds, target=target)
+        for name in names:
+            assert _cosine(actual[name], expected[name]) >= 0.9999, (target, name)
