@@ -30,9 +30,10 @@ FAMILIES = {
     "qwen2": (lambda: transformers.Qwen2Config(num_key_value_heads=2, **COMMON),
               {"fuse_rms_norm": 5, "fuse_rotary": 4, "fuse_attention": 2, "fuse_grouped_query_attention": 2,
                "fuse_gated_mlp": 2}),
-    # Phi-3 fuses gate and up into one projection (Split): the gated MLP is not recognised there.
+    # Phi-3 projects gate and up at once and splits them
     "phi3": (lambda: transformers.Phi3Config(num_key_value_heads=2, pad_token_id=0, **COMMON),
-             {"fuse_rms_norm": 5, "fuse_rotary": 4, "fuse_attention": 2, "fuse_grouped_query_attention": 2}),
+             {"fuse_rms_norm": 5, "fuse_rotary": 4, "fuse_attention": 2, "fuse_grouped_query_attention": 2,
+              "fuse_gated_mlp": 2}),
     # Gemma-2 soft-caps its attention logits (tanh), which the attention pattern does not cover.
     "gemma2": (lambda: transformers.Gemma2Config(num_key_value_heads=2, head_dim=16, **COMMON),
                {"fuse_rms_norm": 9, "fuse_rotary": 4}),
