@@ -8,6 +8,12 @@ K/V head for its group of query heads before attending (``repeat_kv``), exported
 The rule hands the shared heads to ``edgebuild::ScaledDotProductAttention`` directly (the op
 lets query head ``h`` use K/V head ``h // G``), so no backend materialises the repeated K/V.
 It runs after ``fuse_attention``, which produced the op.
+
+Attention the fused op does not cover (Gemma-2 soft-caps its logits with a tanh) keeps its
+explicit MatMuls; there the repeat goes too, the query heads are grouped instead:
+``MatMul(a, [Transpose](repeat(kv)))`` with ``a`` (B, H, S, X) becomes
+``Reshape(MatMul(Reshape(a, (B, Hkv, G*S, X)), [Transpose](kv)), (B, H, S, Y))`` — plain ONNX,
+each K/V head multiplied once by the rows of all its query heads.
 """
 
 from __future__ import annotations
@@ -65,8 +71,43 @@ def _replacement(masked: bool):
     return replacement
 
 
+def _matmul_target(transposed: bool):
+    def target(op, a, kv, axes, expanded_shape, shape):
+        repeated = _repeated(op, kv, axes, expanded_shape, shape)
+        if transposed:
+            repeated = op.Transpose(repeated, _allow_other_attributes=True, _outputs=["swapped"])
+        return op.MatMul(a, repeated)
+
+    return target
+
+
+def _matmul_replacement(transposed: bool):
+    def replacement(op, a, kv, axes, expanded_shape, shape, swapped=None):
+        if a.shape is None or len(a.shape) != 4 or not all(isinstance(d, int) for d in a.shape):
+            return None
+        batch, heads, rows, inner = a.shape
+        if not _repeats(kv, axes, expanded_shape, shape, heads) or not all(isinstance(d, int) for d in kv.shape):
+            return None
+        kv_heads, length, size = kv.shape[1], kv.shape[2], kv.shape[3]
+        columns = size
+        if transposed:
+            perm = swapped.producer().attributes.get("perm")
+            if perm is None or list(perm.as_ints()) != [0, 1, 3, 2]:
+                return None
+            kv, columns = op.Transpose(kv, perm=[0, 1, 3, 2]), length
+        group = heads // kv_heads
+        grouped = op.Reshape(a, op.Constant(value_ints=[batch, kv_heads, group * rows, inner]))
+        return op.Reshape(op.MatMul(grouped, kv), op.Constant(value_ints=[batch, heads, rows, columns]))
+
+    return replacement
+
+
 def rules() -> list[pattern.RewriteRule]:
     return [
         pattern.RewriteRule(_target(masked), _replacement(masked), name=f"grouped_query{'_mask' * masked}")
         for masked in (True, False)
+    ] + [
+        pattern.RewriteRule(_matmul_target(transposed), _matmul_replacement(transposed),
+                            name=f"grouped_query_matmul{'_transposed' * transposed}")
+        for transposed in (True, False)
     ]
