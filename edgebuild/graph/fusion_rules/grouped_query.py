@@ -20,7 +20,11 @@ from __future__ import annotations
 
 from onnxscript.rewriter import pattern
 
-from edgebuild.graph.fusion_rules._values import EDGEBUILD_DOMAIN, const_array, float_attr
+from edgebuild.graph.fusion_rules._values import (
+    EDGEBUILD_DOMAIN,
+    const_array,
+    float_attr,
+)
 
 
 def _repeated(op, kv, axes, expanded_shape, shape):

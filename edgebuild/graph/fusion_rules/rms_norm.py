@@ -13,6 +13,8 @@ from onnxscript.rewriter import pattern
 
 
 def rules() -> list[pattern.RewriteRule]:
-    from onnxscript.rewriter.ort_fusions.rms_normalization import rms_normalization_rules
+    from onnxscript.rewriter.ort_fusions.rms_normalization import (
+        rms_normalization_rules,
+    )
 
     return list(rms_normalization_rules)

@@ -24,7 +24,12 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from edgebuild.graph.fusion_rules._values import const_array, int_attr, new_initializer, rank
+from edgebuild.graph.fusion_rules._values import (
+    const_array,
+    int_attr,
+    new_initializer,
+    rank,
+)
 
 MIN_OPSET = 23
 # Ops that act on each element alone: a repeated table stays repeated through them.

@@ -13,7 +13,11 @@ from __future__ import annotations
 import numpy as np
 from onnxscript.rewriter import pattern
 
-from edgebuild.graph.fusion_rules._values import EDGEBUILD_DOMAIN, const_array, new_initializer
+from edgebuild.graph.fusion_rules._values import (
+    EDGEBUILD_DOMAIN,
+    const_array,
+    new_initializer,
+)
 
 
 def _target(op, x, table):

@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 SEQUENCE, VOCAB = 16, 256
-COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-              vocab_size=VOCAB, max_position_embeddings=64)
+COMMON = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "vocab_size": VOCAB, "max_position_embeddings": 64}
 
 # family -> (config, the fusion counts the optimise stage must report)
 FAMILIES = {
