@@ -57,7 +57,7 @@ def scaled_dot_product(ctx, node, q, k, v, mask, scale: float | None, *, name: s
     com.microsoft attention lowerings (contrib_attention.py). K/V with fewer heads than Q
     (grouped-query attention) are attended per K/V head, never repeated.
     """
-    if len(shape_of(q)) == 4 and len(shape_of(k)) == 4 and shape_of(k)[1] not in (1, shape_of(q)[1]):
+    if len(shape_of(q)) == 4 and len(shape_of(k)) == 4 and shape_of(k)[1] != shape_of(q)[1]:
         grouped_q, grouped_mask, restore = group_query_heads(ctx, node, q, mask, shape_of(k)[1])
         if grouped_mask is not None and isinstance(grouped_mask, np.ndarray):
             grouped_mask = grouped_mask.astype(float_np(q))
