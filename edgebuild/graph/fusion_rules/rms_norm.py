@@ -13,8 +13,8 @@ from onnxscript.rewriter import pattern
 
 
 def rules() -> list[pattern.RewriteRule]:
-    from onnxscript.rewriter.ort_fusions.rms_normalization import (
-        rms_normalization_rules,
-    )
+    # New rule objects per run: the library's module-level ones would hold the last graph matched.
+    from onnxscript.rewriter.ort_fusions.rms_normalization import RmsNormFusion
 
-    return list(rms_normalization_rules)
+    return [RmsNormFusion.rule(f"rms_norm_{'scale_last' if order else 'scale_first'}", _mul_order=order)
+            for order in (False, True)]
