@@ -33,6 +33,11 @@ PASSES = {
     "fuse_activations": (True, False),
     "fuse_layer_norm": (True, False),
     "fuse_attention": (True, False),
+    "fuse_rms_norm": (True, False),
+    "fuse_rotary": (True, False),
+    "fuse_grouped_query_attention": (True, False),
+    "share_tied_embeddings": (True, True),
+    "fuse_gated_mlp": (True, False),
 }
 
 

@@ -12,6 +12,12 @@ Op definitions (domain ``edgebuild``, version 1):
 - ``Gelu(X, approximate="none"|"tanh")``: exact erf form or the tanh approximation.
 - ``ScaledDotProductAttention(Q, K, V, mask?, scale: float)``:
   ``softmax(Q @ swapaxes(K, -1, -2) * scale + mask, axis=-1) @ V``; ``K`` is ``[..., Lk, D]``.
+  K/V may have fewer heads (axis -3) than Q, a divisor ``Hkv`` of its ``H``: query head ``h``
+  then uses K/V head ``h // (H / Hkv)`` (grouped-query attention, no repeated copies).
+- ``SwiGLU(gate, up)``: ``silu(gate) * up`` (the gated MLP's activation).
+
+onnxruntime's ``SimplifiedLayerNormalization`` (RMS normalisation, ONNX domain) has a reference
+here too: onnx's evaluator does not know it.
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 from edgebuild.reference import activations
-from edgebuild.reference.activations import silu
+from edgebuild.reference.activations import silu, swiglu
 from edgebuild.reference.attention import scaled_dot_product_attention
+from edgebuild.reference.normalization import rms_normalization
 
 DOMAIN = "edgebuild"
 
@@ -73,6 +80,21 @@ class ScaledDotProductAttention(OpRun):
         return (scaled_dot_product_attention(q, k, v, mask, scale),)
 
 
+class SwiGLU(OpRun):
+    op_domain = DOMAIN
+
+    def _run(self, gate, up, **_):  # onnx knows a SwiGLU schema elsewhere and links its attributes
+        return (swiglu(gate, up),)
+
+
+class SimplifiedLayerNormalization(OpRun):
+    op_domain = ""
+
+    def _run(self, x, scale, axis=-1, epsilon=1e-5, stash_type=1):
+        y, inverse_rms = rms_normalization(x, scale, axis, epsilon)
+        return y, inverse_rms
+
+
 class DequantizeLinear(OpRun):
     """ai.onnx DequantizeLinear for opsets 13-18, which onnx's evaluator only has from 19."""
 
@@ -87,7 +109,8 @@ class DequantizeLinear(OpRun):
         return (((x.astype(np.float32) - zp.astype(np.float32)) * scale).astype(scale.dtype),)
 
 
-REFERENCE_OPS: list[type[OpRun]] = [Linear, Silu, Gelu, ScaledDotProductAttention, DequantizeLinear]
+REFERENCE_OPS: list[type[OpRun]] = [Linear, Silu, Gelu, ScaledDotProductAttention, SwiGLU,
+                                    SimplifiedLayerNormalization, DequantizeLinear]
 
 
 def run_reference(

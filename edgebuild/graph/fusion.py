@@ -21,7 +21,12 @@ from edgebuild.graph.fusion_rules import (
     bias,
     conv_bn,
     dequant,
+    gated_mlp,
+    grouped_query,
     layer_norm,
+    rms_norm,
+    rotary,
+    tied_embeddings,
 )
 
 MAX_ROUNDS = 8
@@ -114,6 +119,37 @@ PASSES: dict[str, GraphPass] = {
             "fuse_attention",
             "softmax(Q @ K^T * scale + mask) @ V -> edgebuild::ScaledDotProductAttention",
             attention.rules,
+        ),
+        GraphPass(
+            "fuse_rms_norm",
+            "x * 1/sqrt(mean(x^2) + eps) * w (casts included) -> SimplifiedLayerNormalization",
+            rms_norm.rules,
+            commute=False,  # onnxscript's rules list their operand orders themselves
+        ),
+        GraphPass(
+            "fuse_rotary",
+            "x * cos + rotate_half(x) * sin (half-split or interleaved pairs) -> RotaryEmbedding (opset 23)",
+            rotary.rules,
+            min_opset=rotary.MIN_OPSET,
+        ),
+        GraphPass(
+            "fuse_grouped_query_attention",
+            "attention over K/V repeated to the query head count (repeat_kv) -> "
+            "edgebuild::ScaledDotProductAttention on the shared K/V heads",
+            grouped_query.rules,
+        ),
+        GraphPass(
+            "share_tied_embeddings",
+            "LM head MatMul(h, Transpose(E)) of the embedding table E -> edgebuild::Linear whose "
+            "[out, in] layout is E itself, so the artifact stores the table once",
+            tied_embeddings.rules,
+            before_folding=True,  # folding would turn the Transpose into a second copy first
+            commute=False,
+        ),
+        GraphPass(
+            "fuse_gated_mlp",
+            "silu(x @ W_gate) * (x @ W_up) -> edgebuild::SwiGLU(gate, up)",
+            gated_mlp.rules,
         ),
     )
 }

@@ -85,3 +85,8 @@ def softplus(x) -> np.ndarray:
     """``log(1 + exp(x))`` without overflow, in ``x``'s float type."""
     x = np.asarray(x)
     return np.logaddexp(0, x).astype(float_type(x), copy=False)
+
+
+def swiglu(gate, up) -> np.ndarray:
+    """``silu(gate) * up``: the SiLU-gated MLP's activation (Llama's ``act(gate_proj(x)) * up_proj(x)``)."""
+    return silu(np.asarray(gate)) * up

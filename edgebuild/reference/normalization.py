@@ -26,3 +26,15 @@ def scale_and_shift(y: np.ndarray, scale=None, bias=None) -> np.ndarray:
     if bias is not None:
         y = y + bias
     return y
+
+
+def rms_normalization(x: np.ndarray, scale, axis: int, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """``x / sqrt(mean(x^2 over axis..last) + epsilon) * scale`` and the inverse RMS (kept dims).
+
+    Statistics in float32 at least, as onnxruntime's SimplifiedLayerNormalization keeps them.
+    """
+    axis = axis % x.ndim
+    wide = x.astype(np.promote_types(x.dtype, np.float32))
+    inverse_rms = 1.0 / np.sqrt(np.mean(wide * wide, axis=tuple(range(axis, x.ndim)), keepdims=True) + epsilon)
+    y = (wide * inverse_rms).astype(x.dtype) * scale
+    return y.astype(np.result_type(x.dtype, np.asarray(scale).dtype)), inverse_rms.astype(np.float32)

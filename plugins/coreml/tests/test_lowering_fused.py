@@ -59,3 +59,29 @@ def test_fused_attention(target, scale, with_mask):
     actual = lower_and_run(model, {"q": q, "k": k, "v": v}, target=target)["y"]
     expected = _attention_reference(q, k, v, mask, 1 / np.sqrt(8) if scale is None else scale)
     assert_matches(actual, expected, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("target", ["iOS17", "iOS18"])
+@pytest.mark.parametrize("mask_shape", [None, (4, 5), (1, 1, 4, 5), (2, 6, 4, 5)])
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_grouped_query_attention_shares_kv_heads(target, mask_shape, kv_heads):
+    """6 query heads on 2 K/V heads (or 1: multi-query): no tile/repeat of K/V in the program,
+    numbers as with repeated K/V."""
+    q, k, v = rand(2, 6, 4, 8), rand(2, kv_heads, 5, 8, seed=1), rand(2, kv_heads, 5, 8, seed=2)
+    mask = None if mask_shape is None else rand(*mask_shape, seed=3)
+    model = _fused_model("ScaledDotProductAttention", {"q": q, "k": k, "v": v, "mask": mask},
+                         attrs={"scale": 0.3}, initializers=("mask",))
+    ops = _program_ops(lower(model, target=target))
+    assert "tile" not in ops or mask_shape in ((4, 5), (1, 1, 4, 5))  # only the small mask may be tiled
+    assert ("scaled_dot_product_attention" in ops) == (target == "iOS18")
+    actual = lower_and_run(model, {"q": q, "k": k, "v": v}, target=target)["y"]
+    repeated_k, repeated_v = np.repeat(k, 6 // kv_heads, axis=1), np.repeat(v, 6 // kv_heads, axis=1)
+    assert_matches(actual, _attention_reference(q, repeated_k, repeated_v, mask, 0.3), rtol=RTOL, atol=ATOL)
+
+
+def test_swiglu():
+    gate, up = rand(2, 3, 8), rand(2, 3, 8, seed=1)
+    model = _fused_model("SwiGLU", {"gate": gate, "up": up})
+    assert _program_ops(lower(model)).count("silu") == 1
+    expected = gate / (1 + np.exp(-gate)) * up
+    assert_matches(lower_and_run(model, {"gate": gate, "up": up})["y"], expected, rtol=RTOL, atol=ATOL)

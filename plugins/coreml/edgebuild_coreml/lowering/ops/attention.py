@@ -1,5 +1,8 @@
 """ONNX Attention (opsets 23-25) as matmul + additive bias + masked softmax + matmul.
 
+With fewer K/V heads than query heads the matmuls group the query heads per K/V head
+(:func:`grouped_matmul`) rather than repeating K/V.
+
 The bias gathers everything that hides keys: ``attn_mask`` (boolean: keep where true;
 float: added), the causal frontier (bottom-right aligned after a KV cache), the sliding
 window and the per-batch ``nonpad_kv_seqlen`` padding, each as 0 / -inf. Query rows whose
@@ -39,6 +42,65 @@ def repeat_heads(x, repeats: int):
     batch, heads, length, size = shape_of(x)
     tiled = mb.tile(x=mb.expand_dims(x=x, axes=[2]), reps=[1, 1, repeats, 1, 1])
     return mb.reshape(x=tiled, shape=[batch, heads * repeats, length, size])
+
+
+def group_query_heads(ctx, node, q, mask, kv_heads: int):
+    """Grouped-query attention without repeated K/V: (B, H, S, D) Q -> (B, Hkv, G*S, D), so each
+    K/V head serves its G query heads as G times as many query rows.
+
+    Returns the regrouped Q, the mask regrouped to match (tiled over the group when it is
+    shared by all heads: a mask is small, K/V are not), and a function that turns the
+    (B, Hkv, G*S, Dv) result back into (B, H, S, Dv)."""
+    batch, heads, length, size = shape_of(q)
+    if not all(is_static(d) for d in shape_of(q)):
+        ctx.fail(node, "grouped-query attention needs a static query shape", hint="pin the input shapes in the recipe")
+    if heads % kv_heads:
+        ctx.fail(node, f"{heads} query heads cannot share {kv_heads} key/value heads evenly")
+    group = heads // kv_heads
+    grouped_q = mb.reshape(x=q, shape=[batch, kv_heads, group * length, size])
+    if mask is not None:
+        mask = _group_mask(ctx, node, mask, heads, kv_heads, length)
+
+    def restore(y):
+        return mb.reshape(x=y, shape=[batch, heads, length, shape_of(y)[-1]])
+
+    return grouped_q, mask, restore
+
+
+def _group_mask(ctx, node, mask, heads: int, kv_heads: int, length: int):
+    """An additive mask broadcastable to (B, H, S, T) as one broadcastable to (B, Hkv, G*S, T)."""
+    group = heads // kv_heads
+    shape = list(shape_of(mask))
+    if len(shape) > 4 or not all(is_static(d) for d in shape):
+        ctx.fail(node, f"the attention mask must be static and at most 4-D; got shape {shape}")
+    shape = [1] * (4 - len(shape)) + shape
+    mask_heads, rows, keys = shape[1], shape[2], shape[3]
+    constant = isinstance(mask, np.ndarray)
+    if mask_heads == 1:
+        if rows == 1:
+            return mask.reshape(shape) if constant else mb.reshape(x=mask, shape=shape)
+        flat = mask.reshape(shape) if constant else mb.reshape(x=mask, shape=shape)
+        return np.tile(flat, (1, 1, group, 1)) if constant else mb.tile(x=flat, reps=[1, 1, group, 1])
+    full = [shape[0], heads, length, keys]
+    grouped = [shape[0], kv_heads, group * length, keys]
+    if constant:
+        return np.ascontiguousarray(np.broadcast_to(mask.reshape(shape), full)).reshape(grouped)
+    if rows != length:
+        mask = mb.tile(x=mb.reshape(x=mask, shape=shape), reps=[1, 1, length, 1])
+    return mb.reshape(x=mask, shape=grouped)
+
+
+def grouped_matmul(a, kv, *, transpose_y: bool = False):
+    """``a`` (B, H, S, X) times each query head's K/V head from ``kv`` (B, Hkv, ., .), Hkv
+    dividing H: the G query heads of a K/V head become G*S rows of one matmul, so K/V are
+    never repeated."""
+    batch, heads, length, inner = shape_of(a)
+    kv_heads = shape_of(kv)[1]
+    if kv_heads in (1, heads):
+        return mb.matmul(x=a, y=kv, transpose_y=transpose_y)
+    group = heads // kv_heads
+    product = mb.matmul(x=mb.reshape(x=a, shape=[batch, kv_heads, group * length, inner]), y=kv, transpose_y=transpose_y)
+    return mb.reshape(x=product, shape=[batch, heads, length, shape_of(product)[-1]])
 
 
 def hidden_bias(mask_or_allowed, dtype):
@@ -116,7 +178,7 @@ def scaled_scores(q, k, scale: float, softcap: float = 0.0):
     keeps fp16 products in range), then soft-capped (cap * tanh(s / cap)) when softcap > 0."""
     dtype = numpy_dtype(dtype_of(q))
     root = np.array(np.sqrt(scale), dtype)
-    scores = mb.matmul(x=mb.mul(x=q, y=root), y=mb.mul(x=k, y=root), transpose_y=True)
+    scores = grouped_matmul(mb.mul(x=q, y=root), mb.mul(x=k, y=root), transpose_y=True)
     if softcap > 0:
         cap = np.array(softcap, dtype)
         scores = mb.mul(x=mb.tanh(x=mb.real_div(x=scores, y=cap)), y=cap)
@@ -147,11 +209,10 @@ def attention(ctx, node):
     q_length, kv_length = shape_of(q)[2], shape_of(k)[2]
     if shape_of(q)[1] % shape_of(k)[1]:
         ctx.fail(node, f"{shape_of(q)[1]} query heads cannot share {shape_of(k)[1]} key/value heads evenly")
-    repeats = shape_of(q)[1] // shape_of(k)[1]
 
     scale = ctx.attr(node, "scale")
     scale = float(scale) if scale is not None else 1.0 / np.sqrt(shape_of(q)[3])
-    scores = scaled_scores(q, repeat_heads(k, repeats), scale, float(ctx.attr(node, "softcap", 0.0) or 0.0))
+    scores = scaled_scores(q, k, scale, float(ctx.attr(node, "softcap", 0.0) or 0.0))
 
     # Where query i sits among the keys: after the cache, or (external cache) at
     # nonpad_kv_seqlen - q_length per batch.
@@ -171,7 +232,7 @@ def attention(ctx, node):
 
     biased = add_bias(scores, bias) if bias is not None else scores
     probabilities = masked_softmax(biased, dtype) if bias is not None else mb.softmax(x=scores, axis=-1)
-    y = mb.matmul(x=probabilities, y=repeat_heads(v, repeats))
+    y = grouped_matmul(probabilities, v)
     if rank_of(q_in) == 3:
         y = merge_heads(y)
     outputs = [mb.identity(x=y, name=ctx.name(node))]

@@ -27,8 +27,8 @@ from edgebuild_coreml.lowering.ops._util import (
 from edgebuild_coreml.lowering.ops.attention import (
     add_bias,
     merge_heads,
+    grouped_matmul,
     position_bias,
-    repeat_heads,
     scaled_scores,
     split_heads,
 )
@@ -50,7 +50,7 @@ def attend(ctx, node, q, k, v, *, scale: float | None, bias=None, softcap: float
     heads, kv_heads = shape_of(q)[1], shape_of(k)[1]
     if heads % kv_heads:
         ctx.fail(node, f"{heads} query heads cannot share {kv_heads} key/value heads evenly")
-    k, v = repeat_heads(k, heads // kv_heads), repeat_heads(v, heads // kv_heads)
+    # K/V stay at N_kv heads: the matmuls group the query heads per K/V head (no repeated copies)
     scale = 1.0 / np.sqrt(shape_of(q)[-1]) if scale is None else float(scale)
     if not softcap and sink is None and not keep:
         return scaled_dot_product(ctx, node, q, k, v, bias, scale, name=ctx.name(node, "attention")), None
@@ -64,7 +64,7 @@ def attend(ctx, node, q, k, v, *, scale: float | None, bias=None, softcap: float
         column = np.broadcast_to(np.asarray(sink, dtype).reshape(1, -1, 1, 1), (batch, heads, length, 1))
         widened = mb.softmax(x=mb.concat(values=[biased, np.ascontiguousarray(column)], axis=-1), axis=-1)
         probabilities = mb.slice_by_index(x=widened, begin=[0, 0, 0, 0], end=list(shape_of(biased)))
-    return mb.matmul(x=probabilities, y=v), (scores, biased, probabilities)
+    return grouped_matmul(probabilities, v), (scores, biased, probabilities)
 
 
 def _require_static(ctx, node, *values):

@@ -9,6 +9,7 @@ from coremltools.converters.mil import Builder as mb
 
 from edgebuild_coreml.lowering.context import target_index
 from edgebuild_coreml.lowering.ops._nn_util import as_float, fconst, float_np, shape_of
+from edgebuild_coreml.lowering.ops.attention import group_query_heads
 from edgebuild_coreml.lowering.registry import lowers
 
 DOMAIN = "edgebuild"
@@ -53,8 +54,16 @@ def scaled_dot_product(ctx, node, q, k, v, mask, scale: float | None, *, name: s
     """softmax(Q K^T * scale + mask) V: the fused iOS18 op, or matmul/softmax before that.
 
     ``mask`` is additive (or None); ``scale`` None means 1/sqrt(head size). Shared with the
-    com.microsoft attention lowerings (contrib_attention.py).
+    com.microsoft attention lowerings (contrib_attention.py). K/V with fewer heads than Q
+    (grouped-query attention) are attended per K/V head, never repeated.
     """
+    if len(shape_of(q)) == 4 and len(shape_of(k)) == 4 and shape_of(k)[1] != shape_of(q)[1]:
+        grouped_q, grouped_mask, restore = group_query_heads(ctx, node, q, mask, shape_of(k)[1])
+        if grouped_mask is not None and isinstance(grouped_mask, np.ndarray):
+            grouped_mask = grouped_mask.astype(float_np(q))
+        scale = 1.0 / math.sqrt(shape_of(q)[-1]) if scale is None else scale
+        y = scaled_dot_product(ctx, node, grouped_q, k, v, grouped_mask, scale, name=ctx.name_for(name, "grouped"))
+        return mb.identity(x=restore(y), name=name)
     depth = shape_of(q)[-1]
     default_scale = 1.0 / math.sqrt(depth) if isinstance(depth, (int, np.integer)) else None
     scale = default_scale if scale is None else scale
