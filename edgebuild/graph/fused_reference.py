@@ -10,10 +10,11 @@ Op definitions (domain ``edgebuild``, version 1):
 - ``Linear(X, W, B?)``: ``X @ W + B``; ``W`` is ``[in, out]`` (MatMul layout), ``B`` is ``[out]``.
 - ``Silu(X)``: ``X * sigmoid(X)``.
 - ``Gelu(X, approximate="none"|"tanh")``: exact erf form or the tanh approximation.
-- ``ScaledDotProductAttention(Q, K, V, mask?, scale: float)``:
+- ``ScaledDotProductAttention(Q, K, V, mask?, scale: float, q_heads?: int, kv_heads?: int)``:
   ``softmax(Q @ swapaxes(K, -1, -2) * scale + mask, axis=-1) @ V``; ``K`` is ``[..., Lk, D]``.
   K/V may have fewer heads (axis -3) than Q, a divisor ``Hkv`` of its ``H``: query head ``h``
-  then uses K/V head ``h // (H / Hkv)`` (grouped-query attention, no repeated copies).
+  then uses K/V head ``h // (H / Hkv)`` (grouped-query attention, no repeated copies);
+  ``q_heads`` / ``kv_heads`` state H and Hkv for backends that cannot infer them.
 - ``SwiGLU(gate, up)``: ``silu(gate) * up`` (the gated MLP's activation).
 
 onnxruntime's ``SimplifiedLayerNormalization`` (RMS normalisation, ONNX domain) has a reference
@@ -76,7 +77,7 @@ class Gelu(OpRun):
 class ScaledDotProductAttention(OpRun):
     op_domain = DOMAIN
 
-    def _run(self, q, k, v, mask=None, scale=1.0):
+    def _run(self, q, k, v, mask=None, scale=1.0, q_heads=None, kv_heads=None):
         return (scaled_dot_product_attention(q, k, v, mask, scale),)
 
 

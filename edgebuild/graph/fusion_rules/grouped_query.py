@@ -70,7 +70,9 @@ def _replacement(masked: bool):
             return None
         scale = float_attr(attended.producer(), "scale", 1.0)
         inputs = [q, k, v] + ([mask] if masked else [])
-        return op.ScaledDotProductAttention(*inputs, scale=scale, _domain=EDGEBUILD_DOMAIN)
+        # The head counts ride along: with dynamic lengths a backend may no longer infer them.
+        return op.ScaledDotProductAttention(*inputs, scale=scale, q_heads=heads, kv_heads=k.shape[1],
+                                            _domain=EDGEBUILD_DOMAIN)
 
     return replacement
 

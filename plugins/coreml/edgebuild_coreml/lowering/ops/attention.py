@@ -44,63 +44,94 @@ def repeat_heads(x, repeats: int):
     return mb.reshape(x=tiled, shape=[batch, heads * repeats, length, size])
 
 
-def group_query_heads(ctx, node, q, mask, kv_heads: int):
+def _dim(x, axis: int):
+    """Axis ``axis`` of ``x``: an int when static, else a 1-element int32 tensor read at run time."""
+    size = shape_of(x)[axis]
+    if is_static(size):
+        return int(size)
+    return mb.slice_by_index(x=mb.shape(x=x), begin=[axis % rank_of(x)], end=[axis % rank_of(x) + 1])
+
+
+def _times(size, factor: int):
+    return size * factor if isinstance(size, int) else mb.mul(x=size, y=np.int32(factor))
+
+
+def _reshape(x, dims: list):
+    """mb.reshape to ``dims`` (ints, or run-time sizes from :func:`_dim`): one unknown size becomes
+    -1, several a shape tensor; a decoder's query and key lengths are both unknown."""
+    unknown = [i for i, size in enumerate(dims) if not isinstance(size, int)]
+    if len(unknown) <= 1:
+        return mb.reshape(x=x, shape=[-1 if i in unknown else size for i, size in enumerate(dims)])
+    parts = [size if i in unknown else np.array([size], np.int32) for i, size in enumerate(dims)]
+    return mb.reshape(x=x, shape=mb.concat(values=parts, axis=0))
+
+
+def group_query_heads(ctx, node, q, mask, kv_heads: int, *, heads: int | None = None):
     """Grouped-query attention without repeated K/V: (B, H, S, D) Q -> (B, Hkv, G*S, D), so each
     K/V head serves its G query heads as G times as many query rows.
 
     Returns the regrouped Q, the mask regrouped to match (tiled over the group when it is
     shared by all heads: a mask is small, K/V are not), and a function that turns the
-    (B, Hkv, G*S, Dv) result back into (B, H, S, Dv)."""
-    batch, heads, length, size = shape_of(q)
-    if not all(is_static(d) for d in shape_of(q)):
-        ctx.fail(node, "grouped-query attention needs a static query shape", hint="pin the input shapes in the recipe")
+    (B, Hkv, G*S, Dv) result back into (B, H, S, Dv). Only the head count must be known (from
+    the shape, or ``heads``)."""
+    heads = shape_of(q)[1] if heads is None else heads
+    if not is_static(heads):
+        ctx.fail(node, f"grouped-query attention needs a static head count; got Q of shape {shape_of(q)}")
+    batch, size = _dim(q, 0), _dim(q, 3)
     if heads % kv_heads:
         ctx.fail(node, f"{heads} query heads cannot share {kv_heads} key/value heads evenly")
     group = heads // kv_heads
-    grouped_q = mb.reshape(x=q, shape=[batch, kv_heads, group * length, size])
+    length = _dim(q, 2)
+    grouped_q = _reshape(q, [batch, kv_heads, _times(length, group), size])
     if mask is not None:
         mask = _group_mask(ctx, node, mask, heads, kv_heads, length)
 
     def restore(y):
-        return mb.reshape(x=y, shape=[batch, heads, length, shape_of(y)[-1]])
+        return _reshape(y, [batch, heads, length, _dim(y, -1)])
 
     return grouped_q, mask, restore
 
 
-def _group_mask(ctx, node, mask, heads: int, kv_heads: int, length: int):
+def _group_mask(ctx, node, mask, heads: int, kv_heads: int, length):
     """An additive mask broadcastable to (B, H, S, T) as one broadcastable to (B, Hkv, G*S, T)."""
     group = heads // kv_heads
     shape = list(shape_of(mask))
-    if len(shape) > 4 or not all(is_static(d) for d in shape):
-        ctx.fail(node, f"the attention mask must be static and at most 4-D; got shape {shape}")
-    shape = [1] * (4 - len(shape)) + shape
-    mask_heads, rows, keys = shape[1], shape[2], shape[3]
+    if len(shape) > 4 or not is_static(([1] * (4 - len(shape)) + shape)[1]):
+        ctx.fail(node, f"the attention mask must be at most 4-D with a static head dim; got shape {shape}")
     constant = isinstance(mask, np.ndarray)
+    if len(shape) < 4:
+        padding = list(range(4 - len(shape)))
+        mask = mask.reshape([1] * len(padding) + shape) if constant else mb.expand_dims(x=mask, axes=padding)
+        shape = [1] * len(padding) + shape
+    mask_heads, rows = shape[1], shape[2]
     if mask_heads == 1:
         if rows == 1:
-            return mask.reshape(shape) if constant else mb.reshape(x=mask, shape=shape)
-        flat = mask.reshape(shape) if constant else mb.reshape(x=mask, shape=shape)
-        return np.tile(flat, (1, 1, group, 1)) if constant else mb.tile(x=flat, reps=[1, 1, group, 1])
-    full = [shape[0], heads, length, keys]
-    grouped = [shape[0], kv_heads, group * length, keys]
+            return mask
+        return np.tile(mask, (1, 1, group, 1)) if constant else mb.tile(x=mask, reps=[1, 1, group, 1])
     if constant:
-        return np.ascontiguousarray(np.broadcast_to(mask.reshape(shape), full)).reshape(grouped)
+        full = [shape[0], heads, length, shape[3]]
+        return np.ascontiguousarray(np.broadcast_to(mask, full)).reshape([shape[0], kv_heads, group * length, shape[3]])
     if rows != length:
-        mask = mb.tile(x=mb.reshape(x=mask, shape=shape), reps=[1, 1, length, 1])
-    return mb.reshape(x=mask, shape=grouped)
+        if not isinstance(length, int):
+            ctx.fail(node, "a per-head attention mask broadcast over a dynamic query length is not supported",
+                     hint="pin the query length in the recipe")
+        mask = mb.tile(x=mask, reps=[1, 1, length, 1])
+    return _reshape(mask, [_dim(mask, 0), kv_heads, _times(_dim(mask, 2), group), _dim(mask, 3)])
 
 
 def grouped_matmul(a, kv, *, transpose_y: bool = False):
     """``a`` (B, H, S, X) times each query head's K/V head from ``kv`` (B, Hkv, ., .), Hkv
     dividing H: the G query heads of a K/V head become G*S rows of one matmul, so K/V are
     never repeated."""
-    batch, heads, length, inner = shape_of(a)
-    kv_heads = shape_of(kv)[1]
+    heads, kv_heads = shape_of(a)[1], shape_of(kv)[1]
     if kv_heads in (1, heads):
         return mb.matmul(x=a, y=kv, transpose_y=transpose_y)
     group = heads // kv_heads
-    product = mb.matmul(x=mb.reshape(x=a, shape=[batch, kv_heads, group * length, inner]), y=kv, transpose_y=transpose_y)
-    return mb.reshape(x=product, shape=[batch, heads, length, shape_of(product)[-1]])
+    batch = _dim(a, 0)
+    length = _dim(a, 2)
+    grouped = _reshape(a, [batch, kv_heads, _times(length, group), _dim(a, 3)])
+    product = mb.matmul(x=grouped, y=kv, transpose_y=transpose_y)
+    return _reshape(product, [batch, heads, length, _dim(product, -1)])
 
 
 def hidden_bias(mask_or_allowed, dtype):

@@ -10,6 +10,7 @@ from coremltools.converters.mil import Builder as mb
 from edgebuild_coreml.lowering.context import target_index
 from edgebuild_coreml.lowering.ops._nn_util import as_float, fconst, float_np, shape_of
 from edgebuild_coreml.lowering.ops.attention import group_query_heads
+from edgebuild_coreml.lowering.ops._util import is_static
 from edgebuild_coreml.lowering.registry import lowers
 
 DOMAIN = "edgebuild"
@@ -47,18 +48,25 @@ def gelu(ctx, node):
 def scaled_dot_product_attention(ctx, node):
     q, k, v = (as_float(ctx.input(node, i)) for i in range(3))
     mask = as_float(ctx.input(node, 3, optional=True))
-    return scaled_dot_product(ctx, node, q, k, v, mask, ctx.attr(node, "scale"), name=ctx.name(node))
+    heads = ctx.attr(node, "q_heads"), ctx.attr(node, "kv_heads")
+    return scaled_dot_product(ctx, node, q, k, v, mask, ctx.attr(node, "scale"), name=ctx.name(node),
+                              heads=heads if None not in heads else None)
 
 
-def scaled_dot_product(ctx, node, q, k, v, mask, scale: float | None, *, name: str):
+def scaled_dot_product(ctx, node, q, k, v, mask, scale: float | None, *, name: str,
+                       heads: tuple[int, int] | None = None):
     """softmax(Q K^T * scale + mask) V: the fused iOS18 op, or matmul/softmax before that.
 
     ``mask`` is additive (or None); ``scale`` None means 1/sqrt(head size). Shared with the
     com.microsoft attention lowerings (contrib_attention.py). K/V with fewer heads than Q
-    (grouped-query attention) are attended per K/V head, never repeated.
+    (grouped-query attention) are attended per K/V head, never repeated; ``heads`` (query, K/V
+    head counts) when the shapes do not tell them.
     """
-    if len(shape_of(q)) == 4 and len(shape_of(k)) == 4 and shape_of(k)[1] != shape_of(q)[1]:
-        grouped_q, grouped_mask, restore = group_query_heads(ctx, node, q, mask, shape_of(k)[1])
+    if heads is None and len(shape_of(q)) == 4 and len(shape_of(k)) == 4:
+        heads = shape_of(q)[1], shape_of(k)[1]
+        heads = heads if all(is_static(h) for h in heads) else None
+    if heads is not None and heads[0] != heads[1]:
+        grouped_q, grouped_mask, restore = group_query_heads(ctx, node, q, mask, heads[1], heads=heads[0])
         if grouped_mask is not None and isinstance(grouped_mask, np.ndarray):
             grouped_mask = grouped_mask.astype(float_np(q))
         scale = 1.0 / math.sqrt(shape_of(q)[-1]) if scale is None else scale
