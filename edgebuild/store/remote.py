@@ -295,7 +295,7 @@ def classify(exc: BaseException) -> str:
     names = " ".join(type(e).__name__ for e in seen)
     text = " ".join(str(e) for e in seen)
     if any(isinstance(e, PermissionError) for e in seen) or re.search(
-            r"AccessDenied|Forbidden|InvalidAccessKeyId|SignatureDoesNotMatch|\b403\b|\b401\b", names + " " + text):
+            r"AccessDenied|Forbidden|InvalidAccessKeyId|SignatureDoesNotMatch|NoCredentials|locate credentials|\b403\b|\b401\b", names + " " + text):
         return "denied"
     if re.search(r"SlowDown|Throttl|TooManyRequests|RequestLimitExceeded|\b429\b|\b503\b", names + " " + text):
         return "throttled"
