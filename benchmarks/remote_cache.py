@@ -29,6 +29,15 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["ppocr_cls", "orientation", "facenet_pnet", "facenet_rnet", "silero_vad", "example_ops"]
 
 
+def _local_source(recipe: str) -> str:
+    """A shipped recipe's local model, named by its absolute path (relative ones are read from the
+    extending recipe's folder)."""
+    import yaml
+
+    model = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())["source"]["model"]
+    return "" if ":" in model else f"source: {{model: {ROOT / 'recipes' / model}}}\n"
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -84,7 +93,7 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for recipe in names:
             (folder / f"{recipe}.yaml").write_text(f"extends: {ROOT / 'recipes' / recipe}.yaml\n"
-                                                   f"outputs: {{dir: out/{recipe}}}\n")
+                                                   + _local_source(recipe) + f"outputs: {{dir: out/{recipe}}}\n")
         machines[name] = (folder, {**base_env, "EDGEBUILD_CACHE_DIR": str(folder / "cache")})
     files = [f"{r}.yaml" for r in names]
     run = ["run", *files, "--json", "-q", "-j", str(args.jobs)]
