@@ -13,7 +13,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer  # noqa: E402
 
-from edgebuild.cli.cache_remote import add_remote_commands
+from edgebuild.cli.cache_remote import add_remote_commands, run_remote
 from edgebuild.cli.plugin_commands import WithPluginCommands
 from edgebuild.errors import EdgebuildError
 
@@ -77,7 +77,6 @@ def run(
     check_recipe_paths(recipes)
     check_depfile(depfile)
     check_cache_dir(cache_dir)
-    from edgebuild.cli.cache_remote import run_remote
 
     code = run_recipes([str(r) for r in recipes], variants=variant, jobs=jobs, cache_dir=cache_dir,
                        no_cache=no_cache, force=force, as_json=as_json, depfile=depfile,
