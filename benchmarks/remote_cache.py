@@ -38,6 +38,17 @@ def _local_source(recipe: str) -> str:
     return "" if ":" in model else f"source: {{model: {ROOT / 'recipes' / model}}}\n"
 
 
+def fetch_sources(recipes: list[Path], cache: Path) -> None:
+    """Resolve every recipe's source into ``cache`` as ``run`` would, without building anything."""
+    from edgebuild.build.jobs import load_variants, source_resolver
+    from edgebuild.registry import get_registry
+    from edgebuild.store.location import open_store
+
+    registry, store = get_registry(), open_store(cache)
+    for variant in load_variants([str(r) for r in recipes], None, registry):
+        source_resolver(variant, registry, store)()
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -99,9 +110,7 @@ def main() -> None:
     run = ["run", *files, "--json", "-q", "-j", str(args.jobs)]
     try:
         (a, env_a), (b, env_b) = machines["a"], machines["b"]
-        for recipe in files:  # fetch the sources once, outside the clock, and give both machines a copy
-            edgebuild(["plan", recipe], a, env_a)
-        shutil.rmtree(a / "cache" / "objects", ignore_errors=True)
+        fetch_sources([a / f for f in files], a / "cache")  # outside the clock; both machines get a copy
         shutil.copytree(a / "cache" / "sources", b / "cache" / "sources", dirs_exist_ok=True)
 
         first_s, first = edgebuild(run, a, env_a)
