@@ -52,6 +52,7 @@ def test_two_machines_share_one_bucket(project, tmp_path, s3):
     no_secrets(first.stdout, first.stderr, second.stdout, second.stderr, folder=tmp_path / "out")
 
 
+@pytest.mark.slow  # ~25 s; test_remote_file.py has a cheap counterpart
 def test_server_killed_mid_upload_leaves_the_entry_invisible_and_the_next_push_completes_it(
         project, tmp_path, s3, monkeypatch, cli):
     from edgebuild.store.remote import RemoteStore
@@ -88,6 +89,7 @@ def test_server_killed_mid_upload_leaves_the_entry_invisible_and_the_next_push_c
     assert statuses(second)["lower"] == "pulled" and "ran" not in statuses(second).values()
 
 
+@pytest.mark.slow  # ~25 s; test_remote_file.py has a cheap counterpart
 def test_corrupted_object_is_reported_not_installed_and_built_locally(project, tmp_path, s3):
     remote = s3.make_bucket("team")
     recipe = project()
@@ -107,6 +109,7 @@ def test_corrupted_object_is_reported_not_installed_and_built_locally(project, t
     assert client.get_object(Bucket="team", Key=name)["Body"].read() == good  # replaced by the local build
 
 
+@pytest.mark.slow  # ~25 s; test_remote_file.py has a cheap counterpart
 def test_denied_write_warns_once_and_builds_locally(project, tmp_path, s3, monkeypatch):
     """A reader's credentials (IAM: s3:GetObject and s3:ListBucket only) on a bucket that lacks entries."""
     from moto import settings
@@ -161,3 +164,24 @@ def test_unreachable_endpoint_warns_once(project, tmp_path, s3):
                      env=machine(tmp_path, "a", AWS_ENDPOINT_URL=f"http://127.0.0.1:{free_port()}"))
     assert set(statuses(done).values()) == {"ran", "cached"}
     assert done.stderr.count("warning") == 1 and "unreachable" in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_two_machines_share_a_shipped_recipe(tmp_path, s3, monkeypatch):
+    """recipes/example_ops.yaml (a real bundle: Core ML, a Metal kernel, Core ML; validated against
+    onnxruntime) built on one machine; the second pulls every stage and builds nothing."""
+    pytest.importorskip("edgebuild_example_ops")
+    pytest.importorskip("edgebuild_coreml")
+    root = Path(__file__).resolve().parents[1]
+    recipe = tmp_path / "example_ops.yaml"
+    recipe.write_text(f"extends: {root / 'recipes' / 'example_ops.yaml'}\n"
+                      f"source: {{model: {root / 'recipes' / 'models' / 'example_ops.onnx'}}}\n"
+                      "outputs: {dir: out}\n")
+    monkeypatch.chdir(tmp_path)
+    remote = s3.make_bucket("team")
+    first = edgebuild("run", recipe, "--json", "--remote", remote, env=machine(tmp_path, "a"), check=0)
+    assert "ran" in statuses(first).values()
+    second = edgebuild("run", recipe, "--json", "--remote", remote, env=machine(tmp_path, "b"), check=0)
+    assert statuses(second) == {n: "cached" if n == "resolve" else "pulled" for n in statuses(first)}
+    (variant,) = json.loads(second.stdout)["variants"]
+    assert variant["status"] == "built" and not variant["validation"]["failures"]
