@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild_testplugin.cli_runner import edgebuild, log_lines
-from remote_support import ACCESS_KEY, SECRET_KEY, remote_env, s3  # noqa: F401  (s3 is a fixture)
+from remote_support import ACCESS_KEY, SECRET_KEY, s3  # noqa: F401  (s3 is a fixture)
 
 
 def statuses(done) -> dict[str, str]:
