@@ -31,7 +31,7 @@ RecipeLike = Union[str, os.PathLike, Mapping[str, Any], "LoadedRecipe"]
 class StageStatus:
     name: str
     key: str
-    status: Literal["ran", "cached"]
+    status: Literal["ran", "cached", "pulled"]  # pulled: taken from the remote cache
     seconds: float
 
 

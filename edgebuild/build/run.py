@@ -148,14 +148,19 @@ def _size(build: Build, results) -> int:
 
 
 def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=False, force=False,
-                as_json=False, depfile=None, verbose=False, console) -> int:
+                as_json=False, depfile=None, verbose=False, console, remote=None) -> int:
+    """``remote``: the run's remote cache settings (edgebuild.store.config.RemoteSettings) or None."""
     from edgebuild.registry import get_registry
+    from edgebuild.store.remote_policy import open_remote
 
     display = as_printer(console, verbose=verbose)
     registry = get_registry()
     store = open_store(cache_dir)
     builds = plan_jobs(load_variants(recipes, variants, registry), registry, store)
-    executor = Executor(None if no_cache else store, jobs=jobs, force=force, on_event=display.on_event)
+    shared = open_remote(None if no_cache else store, remote,
+                         warn=lambda text: display.print(f"[yellow]warning[/] {escape(text)}"))
+    executor = Executor(None if no_cache else store, jobs=jobs, force=force, on_event=display.on_event,
+                        remote=shared)
     try:
         executor.run([b.job for b in builds])
     finally:

@@ -13,6 +13,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer  # noqa: E402
 
+from edgebuild.cli.cache_remote import add_remote_commands, run_remote
 from edgebuild.cli.plugin_commands import WithPluginCommands
 from edgebuild.errors import EdgebuildError
 
@@ -20,6 +21,7 @@ app = typer.Typer(cls=WithPluginCommands, add_completion=False, no_args_is_help=
                   help="Compile trained models into artifacts that run on Apple Silicon.")
 cache_app = typer.Typer(no_args_is_help=True, help="Inspect and prune the content-addressed store.")
 app.add_typer(cache_app, name="cache")
+add_remote_commands(cache_app)  # cache push|pull|status
 
 _state = {"debug": False}
 
@@ -56,6 +58,9 @@ def run(
     depfile: Optional[Path] = typer.Option(None, "--depfile", help="write Make dependencies here"),
     verbose: bool = typer.Option(False, "-v", "--verbose"),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="print errors and unmet thresholds only"),
+    remote: Optional[str] = typer.Option(None, "--remote", help="shared cache URL (s3://, gs://, file://, http(s)://)"),
+    no_remote: bool = typer.Option(False, "--no-remote", help="use no remote cache (work offline)"),
+    remote_required: bool = typer.Option(False, "--remote-required", help="fail, not warn, when the remote errs"),
 ):
     """Build every variant of RECIPE... into its output directory."""
     from edgebuild.build.run import run_recipes
@@ -75,7 +80,8 @@ def run(
 
     code = run_recipes([str(r) for r in recipes], variants=variant, jobs=jobs, cache_dir=cache_dir,
                        no_cache=no_cache, force=force, as_json=as_json, depfile=depfile,
-                       verbose=verbose, console=printer_for(quiet=quiet, verbose=verbose))
+                       verbose=verbose, console=printer_for(quiet=quiet, verbose=verbose),
+                       remote=run_remote(remote, no_remote=no_remote, required=remote_required))
     raise typer.Exit(code)
 
 

@@ -44,8 +44,11 @@ class Job:
 class Executor:
     def __init__(self, store: Store | None, *, jobs: int = 1, force: bool = False,
                  on_event: Callable[[str, str, Result | None], None] | None = None,
-                 scratch: Path | None = None):
+                 scratch: Path | None = None, remote=None):
         self.store = store  # None: --no-cache, build into temporaries
+        # a shared cache behind the store (edgebuild.store.remote_policy.RemoteCache): pull(key) on a
+        # local miss, push(key) after a build
+        self.remote = remote
         # Read-only use of the store (``edgebuild plan``): entries are taken from it, misses are
         # built into temporaries under ``scratch`` (the caller removes it), nothing is written.
         self.scratch = scratch
@@ -175,11 +178,19 @@ class Executor:
                           round(time.perf_counter() - start, 3))
         if self.force:
             self.store.evict(key)
+        pulled = False
+        if self.remote is not None and not self.force and self.store.lookup(key) is None:
+            with self._interrupts.stage_body():  # a download is stopped by Ctrl-C like a stage body
+                pulled = self.remote.pull(key)
         entry, built = self.store.build(key, stage.name, lambda out: self._produce(stage, inputs, out))
+        if built and self.remote is not None:
+            with self._interrupts.stage_body():  # an upload stopped halfway stays invisible remotely
+                self.remote.push(key)
         if not built:
             self.store.touch(entry)
         seconds = entry.meta.get("seconds", 0.0) if built else round(time.perf_counter() - start, 3)
-        return Result(stage.name, key, entry.digest, entry.out, entry.info, "ran" if built else "cached", seconds)
+        status = "ran" if built else "pulled" if pulled else "cached"
+        return Result(stage.name, key, entry.digest, entry.out, entry.info, status, seconds)
 
     def _produce(self, stage: Stage, inputs: dict[str, Result], out: Path) -> dict:
         with self._exclusive(stage.extra.get("exclusive")), self._interrupts.stage_body():

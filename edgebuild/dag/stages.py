@@ -30,7 +30,7 @@ class Result:
     digest: str
     path: Path  # output directory (a file for ``resolve``)
     info: dict
-    status: str  # "ran" | "cached"
+    status: str  # "ran" | "cached" | "pulled" (from the remote cache)
     seconds: float
 
 
