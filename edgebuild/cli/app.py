@@ -56,6 +56,9 @@ def run(
     depfile: Optional[Path] = typer.Option(None, "--depfile", help="write Make dependencies here"),
     verbose: bool = typer.Option(False, "-v", "--verbose"),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="print errors and unmet thresholds only"),
+    matrix: Optional[List[str]] = typer.Option(None, "--matrix", metavar="AXIS=V1,V2",
+                                               help="set or narrow a matrix axis, e.g. chips=m1,m3 (repeatable)"),
+    report_file: Optional[Path] = typer.Option(None, "--report", help="write the page comparing every variant here"),
 ):
     """Build every variant of RECIPE... into its output directory."""
     from edgebuild.build.run import run_recipes
@@ -73,9 +76,12 @@ def run(
     check_depfile(depfile)
     check_cache_dir(cache_dir)
 
+    from edgebuild.recipe.matrix import parse_axes
+
     code = run_recipes([str(r) for r in recipes], variants=variant, jobs=jobs, cache_dir=cache_dir,
                        no_cache=no_cache, force=force, as_json=as_json, depfile=depfile,
-                       verbose=verbose, console=printer_for(quiet=quiet, verbose=verbose))
+                       verbose=verbose, console=printer_for(quiet=quiet, verbose=verbose),
+                       matrix=parse_axes(matrix), report_file=report_file)
     raise typer.Exit(code)
 
 
