@@ -166,11 +166,12 @@ VALIDATION = {
 
 
 def test_worst_metric_is_the_one_closest_to_its_limit():
-    assert worst_metric(VALIDATION) == "cosine 0.99995 (limit 0.9999)"  # half its room used; max_abs a fifth
+    # 1 − cosine: half its room used; max_abs a fifth
+    assert worst_metric(VALIDATION) == "1 − cosine 5e-05 (limit 0.0001)"
     failed = {**VALIDATION, "failures": [{"metric": "max_abs", "value": 0.5, "limit": 0.01}]}
     assert worst_metric(failed) == "max_abs 0.5 (limit 0.01, missed)"
     unlimited = {"runtimes": {"r": {"metrics": VALIDATION["runtimes"]["interpreter"]["metrics"]}}}
-    assert worst_metric(unlimited) == "cosine 0.99995"
+    assert worst_metric(unlimited) == "1 − cosine 5e-05"
     assert worst_metric({}) == ""
 
 
@@ -185,5 +186,5 @@ def test_summary_lines_hold_a_row_per_variant():
     lines = plain_lines(rows(records))
     assert lines[0].split() == ["variant", "status", "size", "worst", "metric", "seconds", "cached/ran"]
     assert lines[1].split()[:2] == ["demo:fp16-m1", "built"]
-    assert "cosine 0.99995 (limit 0.9999)" in lines[1] and lines[1].endswith("1/1")
+    assert "1 − cosine 5e-05 (limit 0.0001)" in lines[1] and lines[1].endswith("1/1")
     assert lines[2].split()[:2] == ["demo:fp32-m1", "error"] and lines[2].endswith("0/0")

@@ -54,7 +54,7 @@ def worst_metric(validation: dict) -> str:
     failures = validation.get("failures") or []
     if failures:
         first = failures[0]
-        return f"{first.get('metric')} {_number(first.get('value'))} (limit {_number(first.get('limit'))}, missed)"
+        return _shown(first.get("metric"), first.get("value"), first.get("limit"), missed=True)
     closest = None  # (share of the limit used, metric, value, limit)
     unlimited: dict[str, float] = {}
     for record in (validation.get("runtimes") or {}).values():
@@ -75,11 +75,23 @@ def worst_metric(validation: dict) -> str:
                     unlimited[metric] = value
     if closest is not None:
         _, metric, value, limit = closest
-        return f"{metric} {_number(value)} (limit {_number(limit)})"
+        return _shown(metric, value, limit)
     for metric in ("cosine", "max_abs"):
         if metric in unlimited:
-            return f"{metric} {_number(unlimited[metric])}"
+            return _shown(metric, unlimited[metric])
     return ""
+
+
+def _shown(metric, value, limit=None, *, missed: bool = False) -> str:
+    """``max_abs 0.002 (limit 0.01)``; a cosine as 1 − cosine, as the report pages show it
+    (0.9999998 would print as 1)."""
+    if metric in COSINES and isinstance(value, (int, float)):
+        metric, value = f"1 − {metric}", 1.0 - value
+        limit = 1.0 - limit if isinstance(limit, (int, float)) else limit
+    text = f"{metric} {_number(value)}"
+    if limit is not None:
+        text += f" (limit {_number(limit)}{', missed' if missed else ''})"
+    return text
 
 
 def _worst(stats, side: str):
@@ -103,7 +115,7 @@ def _share(metric: str, side: str, value, limit) -> float | None:
 
 
 def _number(value) -> str:
-    return f"{value:.6g}" if isinstance(value, (int, float)) else str(value)
+    return f"{value:.3g}" if isinstance(value, (int, float)) else str(value)
 
 
 def plain_lines(table: list[Row]) -> list[str]:
