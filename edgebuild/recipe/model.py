@@ -204,7 +204,7 @@ class Outputs(Strict):
 
 class Matrix(BaseModel):
     """Axes of choices; every combination becomes a variant named by its values (``fp16-m3-int8``).
-    Any other axis maps value names to overrides of the whole recipe. See docs/matrix.md."""
+    Any other axis maps value names to overrides of the whole recipe (see Matrix builds)."""
 
     model_config = ConfigDict(extra="allow")
 
