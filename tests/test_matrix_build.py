@@ -87,7 +87,7 @@ def test_a_two_by_two_matrix_builds_four_variants_sharing_import_and_optimize(bu
 
 @pytest.mark.slow
 def test_the_run_ends_with_a_row_per_variant(built):
-    _, _, run, stderr = built
+    stderr = built[3]
     header = next(i for i, line in enumerate(stderr.splitlines()) if line.split()[:2] == ["variant", "status"])
     table = stderr.splitlines()[header + 1:header + 5]
     assert sorted(line.split()[0] for line in table) == sorted(f"ppocr_cls:{n}" for n in NAMES)
@@ -130,3 +130,30 @@ def test_a_command_over_two_output_folders_writes_one_page_where_they_meet(built
     for variant in ("fp16-m3", "fp32-m3"):
         link = os.path.relpath(work / "sets" / "a" / variant / "report.html", elsewhere.parent)
         assert f'href="{Path(link).as_posix()}"' in elsewhere.read_text()
+
+
+def test_a_repeat_answered_without_building_shows_the_table_again(project, cli):
+    path = project("matrix: {precision: [float16, float32]}")
+    first = cli("run", path)
+    again = cli("run", path)
+    assert first[0] == again[0] == 0
+    rows = [line for line in again[2].splitlines() if line.startswith("tiny:fp") and line.endswith("/0")]
+    assert [row.split()[0] for row in rows] == ["tiny:fp16", "tiny:fp32"]
+
+
+def test_on_a_terminal_the_table_is_drawn_with_rich():
+    import io
+
+    from rich.console import Console
+
+    from edgebuild.build.summary import print_summary
+    from edgebuild.report.console import LivePrinter
+
+    out = io.StringIO()
+    display = LivePrinter(console=Console(file=out, force_terminal=True, width=140))
+    records = [{"recipe": "r", "variant": name, "status": "built", "artifact_sizes": {"a": 1000},
+                "stages": [{"status": "ran", "seconds": 1.5}], "validation": {}} for name in ("fp16", "fp32")]
+    print_summary(display, records)
+    text = out.getvalue()
+    assert "r:fp16" in text and "r:fp32" in text and "cached/ran" in text
+    assert "┃" in text or "│" in text  # a drawn table, not plain columns

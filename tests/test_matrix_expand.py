@@ -133,8 +133,8 @@ ERRORS = [
     ("matrix:\n  chips: [m1, 'm/3']\n", "recipe.yaml:8:3 matrix: variant m/3: 'm/3' is not a valid variant name"),
     ("matrix:\n  a: {x-y: {}, x: {}}\n  b: {z: {}, y-z: {}}\n", "recipe.yaml:8:3 matrix: two combinations are both named 'x-y-z'"),
     ("variants:\n  fp16-m1: {}\nmatrix:\n  chips: [m1]\n  precision: [float16]\n",
-     "recipe.yaml:10:3 matrix: makes a variant named 'fp16-m1' (precision=float16, chips=m1), which variants: "
-     "defines too (at recipe.yaml:8:3)"),
+     ("recipe.yaml:10:3 matrix: makes a variant named 'fp16-m1' (precision=float16, chips=m1), which variants: "
+      "defines too (at recipe.yaml:8:3)")),
     ("matrix:\n  size: {big: {variants: {}}}\n", "matrix.size.big: a matrix value cannot set variants"),
 ]
 
