@@ -99,6 +99,9 @@ matrix:
     assert [v.name for v in variants(tmp_path, "", matrix={"chips": ["m1", "a17"]})] == ["m1", "a17"]
     with pytest.raises(UsageError, match="has no value 'int4'.*int8, pal4"):
         variants(tmp_path, text, matrix={"compression": ["int4"]})
+    assert [v.name for v in variants(tmp_path, text, matrix={"precision": ["fp16"]})] == ["fp16-int8", "fp16-pal4"]
+    with pytest.raises(UsageError, match="'half' is not a precision"):
+        variants(tmp_path, text, matrix={"precision": ["half"]})
     with pytest.raises(UsageError, match="no matrix axis 'size'"):
         variants(tmp_path, text, matrix={"size": ["small"]})
     for bad in ("chips", "chips=", "=m1", "exclude=x"):
@@ -154,6 +157,12 @@ def test_an_error_in_a_value_points_into_the_matrix(tmp_path, monkeypatch):
         variants(tmp_path, "matrix:\n  size:\n    big: {target: {precision: half}}\n")
     assert "recipe.yaml:9:31 target.precision: must be one of float16, float32" in str(error.value)
     assert "(in variant 'big')" in str(error.value)
+    # an error of the recipe itself still points at the recipe, not into the matrix
+    path = tmp_path / "recipe.yaml"
+    path.write_text(BASE.replace("name: demo\n", "") + "matrix: {size: {small: null}}\n")
+    with pytest.raises(RecipeError) as error:
+        load_recipe(path)
+    assert "recipe.yaml:1:1 name: required key is missing" in str(error.value)
 
 
 VALIDATION = {

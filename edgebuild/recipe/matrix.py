@@ -37,6 +37,7 @@ LIST_AXES = {
     "chips": ("compute", "chip"),
 }
 SHORT_NAMES = {"float16": "fp16", "float32": "fp32"}
+LONG_NAMES = {short: long for long, short in SHORT_NAMES.items()}
 # axes whose values are named, each the whole section at this path (null: the section left out)
 SECTION_AXES = {"compression": ("compression",)}
 AXIS_ORDER = ("precision", "deployment_targets", "chips", "compression")
@@ -165,7 +166,8 @@ def _values(axis, spec, locations: dict, where) -> list[_Value]:
         source = ("matrix", axis, name)
         found = {prefix + p[len(source):]: loc for p, loc in locations.items()
                  if p[:len(source)] == source and p != source + ("<key>",)}
-        found[prefix] = locate(locations, source) or value_at
+        if prefix:  # (the root's location stays the recipe's)
+            found[prefix] = locate(locations, source) or value_at
         values.append(_Value(name, name, _nest(prefix, override) if prefix else dict(override or {}), found))
     return _unique(axis, values, at)
 
@@ -190,6 +192,12 @@ def _apply_given(axes: dict, given: dict[str, list[str]], display: str) -> dict:
     axes = dict(axes)
     for axis, wanted in given.items():
         if axis in LIST_AXES:
+            if axis == "precision":
+                wanted = [LONG_NAMES.get(item, item) for item in wanted]
+                unknown = [item for item in wanted if item not in SHORT_NAMES]
+                if unknown:
+                    raise UsageError(f"--matrix precision=: {unknown[0]!r} is not a precision; "
+                                     "give float16 (fp16) or float32 (fp32)")
             axes[axis] = [_list_value(axis, item, None) for item in wanted]
             continue
         if axis not in axes:
