@@ -151,7 +151,7 @@ def _size(build: Build, results) -> int:
 def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=False, force=False,
                 as_json=False, depfile=None, verbose=False, console, matrix=None, report_file=None) -> int:
     """``matrix``: axes from ``--matrix`` (``{"chips": ["m1", "m3"]}``); ``report_file``: where to
-    write the page comparing every variant of the command (default: see ``_combined_page``)."""
+    write the page comparing every variant of the command (default: see ``_write_combined``)."""
     from edgebuild.registry import get_registry
 
     display = as_printer(console, verbose=verbose)
