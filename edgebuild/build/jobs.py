@@ -22,10 +22,12 @@ def validate_sections(variant: Variant, registry) -> None:
     validate_plugin_sections(variant, registry)
 
 
-def load_variants(paths: list[str], only: list[str] | None, registry) -> list[Variant]:
+def load_variants(paths: list[str], only: list[str] | None, registry, matrix: dict | None = None) -> list[Variant]:
+    """Every variant of every recipe (``only``: these names; ``matrix``: axes set by ``--matrix``)."""
     variants = []
     for path in paths:
-        variants.extend(load_recipe(path, only=only or None, sections=lambda v: validate_sections(v, registry)))
+        variants.extend(load_recipe(path, only=only or None, sections=lambda v: validate_sections(v, registry),
+                                    matrix=matrix))
     return variants
 
 

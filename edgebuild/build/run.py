@@ -11,6 +11,7 @@ from edgebuild.build.depfile import write_depfile
 from edgebuild.build.jobs import Build, load_variants, local_inputs, plan_jobs
 from edgebuild.build.lockfile import stage_renamings
 from edgebuild.build.outputs import materialise, settle_artifact
+from edgebuild.build.summary import plain_lines, print_summary, rows
 from edgebuild.dag.executor import Executor
 from edgebuild.errors import ValidationFailed
 from edgebuild.report.console import as_printer, detail_lines, escape, renaming_lines, stage_line
@@ -148,15 +149,19 @@ def _size(build: Build, results) -> int:
 
 
 def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=False, force=False,
-                as_json=False, depfile=None, verbose=False, console, remote=None) -> int:
-    """``remote``: the run's remote cache settings (edgebuild.store.config.RemoteSettings) or None."""
+                as_json=False, depfile=None, verbose=False, console, remote=None, matrix=None, report_file=None) -> int:
+    """``remote``: the run's remote cache settings (edgebuild.store.config.RemoteSettings) or None;
+    ``matrix``: axes from ``--matrix`` (``{"chips": ["m1", "m3"]}``); ``report_file``: where to
+    write the page comparing every variant of the command (default: see ``_write_combined``)."""
     from edgebuild.registry import get_registry
     from edgebuild.store.remote_policy import open_remote
 
     display = as_printer(console, verbose=verbose)
     registry = get_registry()
     store = open_store(cache_dir)
-    builds = plan_jobs(load_variants(recipes, variants, registry), registry, store)
+    builds = plan_jobs(load_variants(recipes, variants, registry, matrix=matrix), registry, store)
+    if report_file is not None:
+        check_report_file(Path(report_file), builds)
     shared = open_remote(None if no_cache else store, remote,
                          warn=lambda text: display.print(f"[yellow]warning[/] {escape(text)}"))
     executor = Executor(None if no_cache else store, jobs=jobs, force=force, on_event=display.on_event,
@@ -179,20 +184,26 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
         if failures:
             code = max(code, ValidationFailed.exit_code) if code != 1 else code
     comparisons = _write_comparisons(builds, display)
+    combined = _write_combined(builds, report_file, comparisons, display)
     for build in builds:
         if build.job.error is None:
             display.print(_done_line(build))
     for page in comparisons:
         display.print(f"comparison of the variants: {escape(_relative(page))}")
+    if combined is not None:
+        display.print(f"combined report: {escape(_relative(combined))}")
+    if len(builds) > 1:
+        print_summary(display, [_variant_json(b) for b in builds])
     dependencies = write_depfile(Path(depfile), builds) if depfile else None
     if as_json:
         sys.stdout.write(_run_json(builds))
     if code == 0 and not no_cache:
-        _stamp(builds, as_json, (Path(depfile), dependencies) if depfile else None, quiet=display.quiet)
+        _stamp(builds, as_json, (Path(depfile), dependencies) if depfile else None, quiet=display.quiet,
+               combined=combined)
     return code
 
 
-def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False) -> None:
+def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False, combined: Path | None = None) -> None:
     """Let an identical repeat of this successful run answer without building (edgebuild.store.uptodate)."""
     from edgebuild.store import uptodate
 
@@ -212,6 +223,11 @@ def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False) 
     lines += [_done_line(build) for build in builds]
     lines += [f"comparison of the variants: {escape(_relative(p))}" for p in sorted({_comparison(b) for b in builds})
               if p.exists()]
+    if combined is not None:
+        files.append(combined)
+        lines.append(f"combined report: {escape(_relative(combined))}")
+    if len(builds) > 1:
+        lines += [escape(line) for line in plain_lines(rows([_variant_json(b, as_cached=True) for b in builds]))]
     stdout = _run_json(builds, as_cached=True) if as_json else ""
     uptodate.record(files=files, touch=touch, stderr=[] if quiet else lines, stdout=stdout, depfile=depfile)
 
@@ -226,6 +242,59 @@ def _write_comparisons(builds: list[Build], display) -> list[Path]:
 
     roots = sorted({build.output_dir.parent for build in builds if build.job.error is None})
     return [write_combined(root, on_skip=skipped) for root in roots]
+
+
+def check_report_file(page: Path, builds: list[Build]) -> None:
+    """``--report FILE``: a file edgebuild may write (a new one, or a page it wrote), outside
+    every variant's output directory (those are replaced whole)."""
+    from edgebuild.errors import UsageError
+    from edgebuild.report.write import made_by_edgebuild
+
+    if page.is_dir():
+        raise UsageError(f"--report {page}: is a directory; give the path of an .html file to write",
+                         hint=f"e.g. --report {page / INDEX_HTML}")
+    if not page.parent.is_dir():
+        raise UsageError(f"--report {page}: the directory {page.parent} does not exist")
+    if page.exists() and not made_by_edgebuild(page):
+        raise UsageError(f"--report {page}: the file exists and edgebuild did not write it; it would be replaced",
+                         hint="remove it (after saving what you need), or give another path")
+    for build in builds:
+        out = build.output_dir.resolve()
+        if out in page.resolve().parents:
+            raise UsageError(f"--report {page}: inside {_relative(out)}, which edgebuild replaces on every build",
+                             hint="write it beside the variants, e.g. in outputs.dir")
+
+
+def _write_combined(builds: list[Build], report_file, comparisons: list[Path], display) -> Path | None:
+    """The page comparing every variant this command built: ``report_file`` if given; else, when
+    the variants sit under several output roots, ``index.html`` in the folder they share (one
+    root's own comparison page already is the command's page). An HTML file edgebuild did not
+    write is never replaced."""
+    import os
+
+    from edgebuild.report.write import made_by_edgebuild, write_combined_page
+
+    built = [b.output_dir for b in builds if b.job.error is None and (b.output_dir / REPORT_JSON).exists()]
+    if not built:
+        return None
+    if report_file is not None:
+        page = Path(report_file)
+    else:
+        roots = sorted({d.parent for d in built})
+        if len(roots) < 2:
+            return None
+        common = Path(os.path.commonpath(roots))
+        page = common / INDEX_HTML
+        if common.parent == common or (page.exists() and not made_by_edgebuild(page)) or page in comparisons:
+            display.print(f"[yellow]warning[/] no combined report for the {len(built)} variants: "
+                          f"{escape(_relative(page))} is another page (not edgebuild's, or a recipe's comparison); "
+                          "give --report FILE")
+            return None
+
+    def skipped(path: Path, why: str) -> None:
+        display.print(f"[yellow]warning[/] combined report leaves out {escape(_relative(path))}: {escape(why)}")
+
+    return write_combined_page(page, built, on_skip=skipped)
 
 
 def _relative(path: Path) -> str:

@@ -61,6 +61,9 @@ def run(
     remote: Optional[str] = typer.Option(None, "--remote", help="shared cache URL (s3://, gs://, file://, http(s)://)"),
     no_remote: bool = typer.Option(False, "--no-remote", help="use no remote cache (work offline)"),
     remote_required: bool = typer.Option(False, "--remote-required", help="fail, not warn, when the remote errs"),
+    matrix: Optional[List[str]] = typer.Option(None, "--matrix", metavar="AXIS=V1,V2",
+                                               help="set or narrow a matrix axis, e.g. chips=m1,m3 (repeatable)"),
+    report_file: Optional[Path] = typer.Option(None, "--report", help="write the page comparing every variant here"),
 ):
     """Build every variant of RECIPE... into its output directory."""
     from edgebuild.build.run import run_recipes
@@ -78,10 +81,13 @@ def run(
     check_depfile(depfile)
     check_cache_dir(cache_dir)
 
+    from edgebuild.recipe.matrix import parse_axes
+
     code = run_recipes([str(r) for r in recipes], variants=variant, jobs=jobs, cache_dir=cache_dir,
                        no_cache=no_cache, force=force, as_json=as_json, depfile=depfile,
                        verbose=verbose, console=printer_for(quiet=quiet, verbose=verbose),
-                       remote=run_remote(remote, no_remote=no_remote, required=remote_required))
+                       remote=run_remote(remote, no_remote=no_remote, required=remote_required),
+                       matrix=parse_axes(matrix), report_file=report_file)
     raise typer.Exit(code)
 
 

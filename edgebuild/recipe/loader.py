@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from edgebuild.errors import RecipeError
 from edgebuild.recipe.errors import format_errors
 from edgebuild.recipe.locations import load_yaml, locate
+from edgebuild.recipe.matrix import expand as expand_matrix
 from edgebuild.recipe.merge import deep_merge, merge_locations
 from edgebuild.recipe.model import Recipe
 from edgebuild.recipe.sections import recipe_params, typed_section
@@ -103,8 +104,10 @@ def _variant_locations(locations: dict, name: str) -> dict:
     return merge_locations(base, override)
 
 
-def load_recipe(path: Path | str, *, only: list[str] | None = None, sections=None) -> list[Variant]:
-    """Every variant of the recipe at ``path`` (or just ``only``), validated.
+def load_recipe(path: Path | str, *, only: list[str] | None = None, sections=None,
+                matrix: dict[str, list[str]] | None = None) -> list[Variant]:
+    """Every variant of the recipe at ``path`` (or just ``only``), validated: the named
+    ``variants:`` and those its ``matrix:`` makes (``matrix``: axes narrowed by ``--matrix``).
 
     ``sections`` validates plugin-owned sections: ``sections(variant)`` raises RecipeError.
     """
@@ -113,20 +116,35 @@ def load_recipe(path: Path | str, *, only: list[str] | None = None, sections=Non
     variants = data.get("variants") or {}
     if not isinstance(variants, dict):
         raise RecipeError(f"{locate(locations, ('variants',))} variants: must map variant names to overrides")
-    names = list(variants) or [DEFAULT_VARIANT]
     for name in variants:
         _check_variant_name(name, locations)
+    cells = {cell.name: cell for cell in expand_matrix(data.get("matrix"), locations, given=matrix,
+                                                        explicit=variants, display=_display(path))}
+    for name in cells:
+        _check_variant_name(name, locations, where=locate(locations, ("matrix",)))
+    names = list(variants) + list(cells) or [DEFAULT_VARIANT]
     for name in only or []:
         if name not in names:
             raise RecipeError(
                 f"{_display(path)}: no variant {name!r}; the recipe has {', '.join(names)}"
             )
     # validate the base once, so an error in it is reported once with its own location
-    base = {k: v for k, v in data.items() if k != "variants"}
-    base_locations = {p: l for p, l in locations.items() if p[:1] != ("variants",)}
-    _validate(dict(base, variants={}), base_locations)
+    matrix_data = data.get("matrix")
+    base = {k: v for k, v in data.items() if k not in ("variants", "matrix")}
+    base_locations = {p: l for p, l in locations.items() if p[:1] not in (("variants",), ("matrix",))}
+    _validate(dict(base, variants={}, matrix=matrix_data), {**base_locations, **_matrix_locations(locations)})
     result = []
     for name in only or names:
+        if name in cells:
+            merged = deep_merge(base, cells[name].override)
+            merged_locations = merge_locations(base_locations, cells[name].locations)
+            recipe = _validate(dict(merged, variants=variants, matrix=matrix_data), merged_locations,
+                               prefix_variant=name)
+            variant = Variant(name, recipe, path.resolve(), merged, merged_locations, includes)
+            if sections is not None:
+                sections(variant)
+            result.append(variant)
+            continue
         override = variants.get(name) or {}
         if not isinstance(override, dict):
             raise RecipeError(f"{locate(locations, ('variants', name))} variants.{name}: must be a mapping of overrides")
@@ -142,14 +160,19 @@ def load_recipe(path: Path | str, *, only: list[str] | None = None, sections=Non
     return result
 
 
-def _check_variant_name(name, locations: dict) -> None:
-    where = locate(locations, ("variants", str(name)), key=True) or locate(locations, ("variants",))
+def _matrix_locations(locations: dict) -> dict:
+    return {p: l for p, l in locations.items() if p[:1] == ("matrix",)}
+
+
+def _check_variant_name(name, locations: dict, where=None) -> None:
+    label = f"matrix: variant {name}" if where else f"variants.{name}"
+    where = where or locate(locations, ("variants", str(name)), key=True) or locate(locations, ("variants",))
     if not isinstance(name, str):
-        raise RecipeError(f"{where} variants.{name}: a variant name is text; YAML read this one as "
+        raise RecipeError(f"{where} {label}: a variant name is text; YAML read this one as "
                           f"{type(name).__name__} {name!r}", hint=f"quote it: '{name}'")
     if not VARIANT_NAME.fullmatch(name):
         raise RecipeError(
-            f"{where} variants.{name}: {name!r} is not a valid variant name: use letters, digits, '_', '-' "
+            f"{where} {label}: {name!r} is not a valid variant name: use letters, digits, '_', '-' "
             f"and '.', starting with a letter, digit or '_' (at most 100 characters)",
             hint="the name becomes a directory under outputs.dir, so it cannot contain '/' or be '.' or '..'")
 

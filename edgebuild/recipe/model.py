@@ -202,6 +202,24 @@ class Outputs(Strict):
     dir: Optional[str] = Field(default=None, description="default: build/<name>, relative to the recipe")
 
 
+class Matrix(BaseModel):
+    """Axes of choices; every combination becomes a variant named by its values (``fp16-m3-int8``).
+    Any other axis maps value names to overrides of the whole recipe (see Matrix builds)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    precision: Optional[list[Literal["float16", "float32"]]] = Field(
+        default=None, min_length=1, description="target.precision values; named fp16, fp32")
+    deployment_targets: Optional[list[Literal[DEPLOYMENT_TARGETS]]] = Field(
+        default=None, min_length=1, description="target.deployment_target values; named in lower case (ios17)")
+    chips: Optional[list[str]] = Field(default=None, min_length=1, description="compute.chip values")
+    compression: Optional[dict[str, Optional[dict[str, Any]]]] = Field(
+        default=None, min_length=1, description="named compression sections (null: no compression)")
+    exclude: list[dict[str, str]] = Field(
+        default=[], description="combinations to leave out, e.g. {precision: float32, chips: a17}")
+    __pydantic_extra__: dict[str, dict[str, Optional[dict[str, Any]]]]
+
+
 class Recipe(Strict):
     """One buildable recipe (a variant, after merging)."""
 
@@ -221,6 +239,8 @@ class Recipe(Strict):
         default={}, description="named partial overrides, deep-merged onto the base; a name is letters, digits, "
                                 "'_', '-' and '.' (starting with a letter, digit or '_'), not '.' or '..'",
         json_schema_extra={"propertyNames": {"pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"}})
+    matrix: Optional[Matrix] = Field(default=None, description="axes expanded into one variant per combination, "
+                                                                "beside any named variants")
     outputs: Outputs = Outputs()
     metadata: Metadata = Metadata()
 

@@ -416,8 +416,11 @@ def _notes(notes) -> str:
 
 # -- helpers ------------------------------------------------------------------------------
 
+GENERATOR_META = '<meta name="generator" content="edgebuild">'  # marks pages edgebuild may replace
+
+
 def _page(title: str, body: str) -> str:
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">{GENERATOR_META}<title>{escape(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head>'
             f"<body>{body}</body></html>\n")
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from edgebuild.errors import BuildError, UsageError
-from edgebuild.report.html import render_combined, render_report
+from edgebuild.report.html import GENERATOR_META, render_combined, render_report
 from edgebuild.report.schema import Report
 from edgebuild.store.atomic import write_text_atomic
 
@@ -55,8 +56,18 @@ def write_combined(root: Path, *, recursive: bool = False, on_skip: Callable[[Pa
     if not found:
         raise UsageError(f"{root}: no variant reports (*/{REPORT_JSON}) below this directory",
                          hint="give a recipe's outputs.dir, or a folder above several")
+    return write_combined_page(root / INDEX_HTML, [p.parent for p in found], on_skip=on_skip)
+
+
+def write_combined_page(page: Path, variant_dirs: Sequence[Path], *,
+                        on_skip: Callable[[Path, str], None] | None = None) -> Path:
+    """Write ``page`` comparing the variants whose reports are in ``variant_dirs`` (one command's
+    builds, say), each row linking the variant's report relative to the page; unreadable reports
+    as in ``write_combined``."""
+    page = Path(page)
     reports = []
-    for path in found:
+    for folder in variant_dirs:
+        path = Path(folder) / REPORT_JSON
         try:
             report = _validated(json.loads(path.read_text(encoding="utf-8")), str(path))
         except (OSError, ValueError, BuildError) as exc:
@@ -65,11 +76,21 @@ def write_combined(root: Path, *, recursive: bool = False, on_skip: Callable[[Pa
                                  hint="rebuild that variant to rewrite its report") from None
             on_skip(path, str(exc).splitlines()[0])
             continue
-        reports.append((path.parent.relative_to(root).joinpath(REPORT_HTML).as_posix(), report))
+        link = Path(os.path.relpath(path.parent.resolve() / REPORT_HTML, page.parent.resolve())).as_posix()
+        reports.append((link, report))
     if not reports:
-        raise UsageError(f"{root}: none of the {len(found)} variant reports below this directory is readable",
+        raise UsageError(f"{page.parent}: none of the {len(variant_dirs)} variant reports for this page is readable",
                          hint="rebuild the variants with this edgebuild to rewrite their reports")
-    return _write_atomic(root / INDEX_HTML, render_combined(reports))
+    return _write_atomic(page, render_combined(reports))
+
+
+def made_by_edgebuild(page: Path) -> bool:
+    """Whether the HTML file ``page`` is a page edgebuild wrote (and may replace)."""
+    try:
+        with open(page, encoding="utf-8", errors="replace") as f:
+            return GENERATOR_META in f.read(4096)
+    except OSError:
+        return False
 
 
 def _validated(data, where: str) -> Report:
