@@ -188,12 +188,13 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
     for build in builds:
         if build.job.error is None:
             display.print(_done_line(build))
+    if len(builds) > 1:
+        print_summary(display, [_variant_json(b) for b in builds])
+    # where to look comes last
     for page in comparisons:
         display.print(f"comparison of the variants: {escape(_relative(page))}")
     if combined is not None:
         display.print(f"combined report: {escape(_relative(combined))}")
-    if len(builds) > 1:
-        print_summary(display, [_variant_json(b) for b in builds])
     dependencies = write_depfile(Path(depfile), builds) if depfile else None
     if as_json:
         sys.stdout.write(_run_json(builds))
