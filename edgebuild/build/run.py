@@ -12,7 +12,7 @@ from edgebuild.build.jobs import Build, load_variants, local_inputs, plan_jobs
 from edgebuild.build.lockfile import stage_renamings
 from edgebuild.build.outputs import materialise, settle_artifact
 from edgebuild.dag.executor import Executor
-from edgebuild.errors import ValidationFailed
+from edgebuild.errors import UsageError, ValidationFailed
 from edgebuild.report.console import as_printer, detail_lines, escape, renaming_lines, stage_line
 from edgebuild.report.html import human_bytes
 from edgebuild.report.write import INDEX_HTML, REPORT_HTML, REPORT_JSON
@@ -148,14 +148,14 @@ def _size(build: Build, results) -> int:
 
 
 def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=False, force=False,
-                as_json=False, depfile=None, verbose=False, console) -> int:
+                as_json=False, depfile=None, verbose=False, console, executor="local") -> int:
     from edgebuild.registry import get_registry
 
     display = as_printer(console, verbose=verbose)
     registry = get_registry()
     store = open_store(cache_dir)
     builds = plan_jobs(load_variants(recipes, variants, registry), registry, store)
-    executor = Executor(None if no_cache else store, jobs=jobs, force=force, on_event=display.on_event)
+    executor = _executor(executor, builds, store, no_cache=no_cache, jobs=jobs, force=force, on_event=display.on_event)
     try:
         executor.run([b.job for b in builds])
     finally:
@@ -185,6 +185,20 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
     if code == 0 and not no_cache:
         _stamp(builds, as_json, (Path(depfile), dependencies) if depfile else None, quiet=display.quiet)
     return code
+
+
+def _executor(spec: str, builds: list[Build], store, *, no_cache: bool, jobs: int, force: bool, on_event):
+    """``--executor``: local threads (``-j N``), or the stage graph on a Dask cluster (``dask://HOST:PORT``)."""
+    if spec == "local":
+        return Executor(None if no_cache else store, jobs=jobs, force=force, on_event=on_event)
+    from edgebuild.dag.dask_executor import DaskExecutor, scheduler_address
+
+    address = scheduler_address(spec)
+    if no_cache:
+        raise UsageError("--no-cache with --executor dask://: the workers hand their results over through the store",
+                         hint="leave out --no-cache (or use --executor local)")
+    return DaskExecutor(address, store, variants={b.job.label: b.variant for b in builds}, force=force,
+                        on_event=on_event)
 
 
 def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False) -> None:

@@ -56,6 +56,8 @@ def run(
     depfile: Optional[Path] = typer.Option(None, "--depfile", help="write Make dependencies here"),
     verbose: bool = typer.Option(False, "-v", "--verbose"),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="print errors and unmet thresholds only"),
+    executor: str = typer.Option("local", "--executor",
+                                 help="local (threads, -j N) or dask://HOST:PORT (a Dask scheduler's workers)"),
 ):
     """Build every variant of RECIPE... into its output directory."""
     from edgebuild.build.run import run_recipes
@@ -75,7 +77,7 @@ def run(
 
     code = run_recipes([str(r) for r in recipes], variants=variant, jobs=jobs, cache_dir=cache_dir,
                        no_cache=no_cache, force=force, as_json=as_json, depfile=depfile,
-                       verbose=verbose, console=printer_for(quiet=quiet, verbose=verbose))
+                       verbose=verbose, console=printer_for(quiet=quiet, verbose=verbose), executor=executor)
     raise typer.Exit(code)
 
 
