@@ -9,7 +9,7 @@ executor's claims, decided before anything runs.
 Stage bodies are closures and do not travel: a task carries the variant (plain data) and the
 stage's name, and the worker rebuilds that variant's pipeline with its own registry. Workers
 build through the store they are given (the client's store directory, shared on one machine,
-and a remote cache when one is configured: :func:`worker_remote`); the client gets back
+and a remote cache when one is configured: :func:`remote_cache`); the client gets back
 Results (key, digest, path, info), never the files.
 
 A worker killed mid-stage leaves at most a store temporary (an entry is published by one
@@ -33,6 +33,7 @@ from edgebuild.dag import progress
 from edgebuild.dag.executor import Executor, Job
 from edgebuild.dag.keys import canonical
 from edgebuild.dag.stages import Result, Stage
+from edgebuild.dag.versions import edgebuild_version
 from edgebuild.errors import BuildError, EdgebuildError, UsageError
 from edgebuild.store.local import Store
 
@@ -63,6 +64,7 @@ class StageTask:
     stage: str
     deps: tuple[str, ...]
     plugins: dict  # the client's versions of the producing plugins, checked on the worker
+    edgebuild: str  # the client's edgebuild key version (a working copy's carries its source digest)
     cache_dir: str
     force: bool
     topic: str  # where the worker sends this run's progress events
@@ -121,10 +123,13 @@ def _build(task: StageTask, inputs: dict[str, Result]) -> Result:
     send("start", None)
     if stage.resolve is not None:
         return stage.resolve()
-    if stage.plugins != task.plugins:
-        raise BuildError(f"stage {task.stage}: this worker's plugins {stage.plugins} differ from the client's "
-                         f"{task.plugins}", hint="install the same edgebuild and plugin versions on every worker")
-    remote = worker_remote(store, task.remote)
+    mine = {"edgebuild": edgebuild_version(), **stage.plugins}
+    theirs = {"edgebuild": task.edgebuild, **task.plugins}
+    if mine != theirs:  # the keys would differ from the client's: same recipe, other entries
+        raise BuildError(f"stage {task.stage}: the worker runs {_versions(mine)}, the client {_versions(theirs)}",
+                         hint="install the same edgebuild and plugins on every worker, and restart the workers "
+                              "after changing a working copy (a worker reads its code's digest once)")
+    remote = remote_cache(store, task.remote)
     inputs = {name: localised(result, store, remote, stages[0]) for name, result in inputs.items()}
     executor = Executor(store, force=task.force)
     executor.remote = remote  # pulls a missing entry before building, pushes what it built
@@ -132,10 +137,15 @@ def _build(task: StageTask, inputs: dict[str, Result]) -> Result:
         return executor.build_one(stage, inputs)
 
 
-def worker_remote(store: Store, settings):
-    """The remote cache a worker pulls missing inputs from and pushes its results to: an object
-    with ``pull(key) -> bool`` and ``push(key)``, or None without a remote (``settings`` None).
-    Wired to the remote store's ``open_remote(store, settings, ...)`` where that is merged."""
+def _versions(versions: dict) -> str:
+    return ", ".join(f"{name} {version}" for name, version in versions.items())
+
+
+def remote_cache(store: Store, settings):
+    """The remote cache a worker pulls missing inputs from and pushes its results to (and the
+    client pulls the entries it materialises from): an object with ``pull(key) -> bool`` and
+    ``push(key)``, or None without a remote (``settings`` None). Wired to the remote store's
+    ``open_remote(store, settings, ...)`` where that is merged."""
     return None
 
 
@@ -227,6 +237,7 @@ class DaskExecutor:
         self.variants = variants  # job label -> Variant
         self.force = force
         self.remote = remote  # the remote cache's settings, handed to the workers
+        self._remote = remote_cache(store, remote)
         self.on_event = on_event or (lambda *a: None)
         self._finished: set[tuple[str, str]] = set()  # (label, stage): late progress is dropped
         self._lock = threading.Lock()
@@ -257,7 +268,7 @@ class DaskExecutor:
                 future = tasks.get(key)
                 if future is None:
                     task = StageTask(job.label, shipped, stage.name, tuple(stage.deps), stage.plugins,
-                                     str(self.store.root), self.force, topic, self.remote)
+                                     edgebuild_version(), str(self.store.root), self.force, topic, self.remote)
                     depends = [tasks[planned[d]] for d in stage.deps]
                     future = tasks[key] = client.submit(build_on_worker, task, *depends, pure=False, retries=RETRIES,
                                                         key=f"{stage.name}-{key[:16]}-{run_id}")
@@ -294,7 +305,7 @@ class DaskExecutor:
             return
         result = outcome if use.owner else Result(use.stage, outcome.key, outcome.digest, outcome.path,
                                                   outcome.info, "cached", 0.0)
-        result = localised(result, self.store, None, next(s for s in job.stages if s.name == "resolve"))
+        result = localised(result, self.store, self._remote, next(s for s in job.stages if s.name == "resolve"))
         job.results[use.stage] = result
         with self._lock:
             self._finished.add((job.label, use.stage))
