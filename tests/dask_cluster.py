@@ -84,7 +84,7 @@ def interrupt(process: subprocess.Popen) -> None:
     process.send_signal(signal.SIGINT)
 
 
-def summary(done: subprocess.CompletedProcess) -> dict[str, dict]:
+def summary(done: subprocess.CompletedProcess, normalise=None) -> dict[str, dict]:
     """What ``run --json`` built, read at once (the next run replaces the output folders): per
     variant its stages' names and keys and statuses, and its artifacts' digests."""
     assert done.returncode == 0, done.stderr
@@ -92,18 +92,19 @@ def summary(done: subprocess.CompletedProcess) -> dict[str, dict]:
     return {f"{v['recipe']}:{v['variant']}": {
         "keys": [(s["name"], s["key"]) for s in v["stages"]],
         "statuses": [s["status"] for s in v["stages"]],
-        "artifacts": [tree_digest(a) for a in v["artifacts"]],
+        "artifacts": [tree_digest(a, normalise) for a in v["artifacts"]],
     } for v in variants}
 
 
-def tree_digest(path) -> str:
-    """sha256 over a file's or folder's relative paths and contents."""
+def tree_digest(path, normalise=None) -> str:
+    """sha256 over a file's or folder's relative paths and contents (``normalise(file) -> bytes``,
+    if given, reads a file)."""
     path = Path(path)
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     digest = hashlib.sha256()
     for file in files:
         digest.update(str(file.relative_to(path) if file != path else file.name).encode() + b"\0")
-        digest.update(hashlib.sha256(file.read_bytes()).digest())
+        digest.update(hashlib.sha256(normalise(file) if normalise else file.read_bytes()).digest())
     return digest.hexdigest()
 
 
@@ -111,7 +112,8 @@ def same_builds(local: dict[str, dict], distributed: dict[str, dict]) -> None:
     """The two runs built the same variants: same stage keys, same artifacts byte for byte."""
     assert sorted(local) == sorted(distributed)
     for label, want in local.items():
-        assert distributed[label]["keys"] == want["keys"], label
+        differ = [(w[0], w[1][:12], g[1][:12]) for w, g in zip(want["keys"], distributed[label]["keys"]) if w != g]
+        assert distributed[label]["keys"] == want["keys"], f"{label}: stage, local key, cluster key: {differ}"
         assert distributed[label]["artifacts"] == want["artifacts"], label
         assert want["artifacts"], label
 
