@@ -66,6 +66,16 @@ def test_cluster_builds_what_the_local_executor_builds(project, cluster, tmp_pat
     assert any(" started" in line for line in progress_lines(on_cluster.stderr))
 
 
+def test_a_failing_stage_fails_its_variant_as_locally(project, cluster, tmp_path):
+    recipe = project()
+    (tmp_path / "tiny.onnx").write_bytes(b"not an ONNX model")
+    local = edgebuild("run", recipe, cwd=tmp_path, cache=tmp_path / "local-store")
+    on_cluster = edgebuild("run", recipe, "--executor", cluster.executor, cwd=tmp_path, cache=tmp_path / "cluster-store")
+    assert on_cluster.returncode == local.returncode != 0
+    errors = [[line for line in run.stderr.splitlines() if line.startswith(("error", "  hint"))] for run in (local, on_cluster)]
+    assert errors[0] and errors[1] == errors[0]
+
+
 def test_a_worker_killed_mid_stage_is_replaced_and_the_build_succeeds(project, cluster, gate, tmp_path):
     from edgebuild.store.local import Store
 
