@@ -59,7 +59,7 @@ def test_extras_name_the_first_party_plugin_distributions():
         [req] = [Requirement(r) for r in extras[extra]]
         assert req.name == dist and req.url is None
         assert req.specifier.contains(plugins[dist]), f"[{extra}] does not admit the tree's {dist} {plugins[dist]}"
-    assert Requirement(extras["all"][0]).extras == {"coreml", "pytorch", "bundle", "remote"}
+    assert Requirement(extras["all"][0]).extras == {"coreml", "pytorch", "bundle", "remote", "dask"}
     # every plugin accepts the core version of this tree
     core_version = Version(__version__)
     for owner, req in runtime_requirements():

@@ -13,7 +13,7 @@ from edgebuild.build.lockfile import stage_renamings
 from edgebuild.build.outputs import materialise, settle_artifact
 from edgebuild.build.summary import plain_lines, print_summary, rows
 from edgebuild.dag.executor import Executor
-from edgebuild.errors import ValidationFailed
+from edgebuild.errors import UsageError, ValidationFailed
 from edgebuild.report.console import as_printer, detail_lines, escape, renaming_lines, stage_line
 from edgebuild.report.html import human_bytes
 from edgebuild.report.write import INDEX_HTML, REPORT_HTML, REPORT_JSON
@@ -149,10 +149,11 @@ def _size(build: Build, results) -> int:
 
 
 def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=False, force=False,
-                as_json=False, depfile=None, verbose=False, console, remote=None, matrix=None, report_file=None) -> int:
+                as_json=False, depfile=None, verbose=False, console, remote=None, matrix=None, report_file=None,
+                executor="local") -> int:
     """``remote``: the run's remote cache settings (edgebuild.store.config.RemoteSettings) or None;
     ``matrix``: axes from ``--matrix`` (``{"chips": ["m1", "m3"]}``); ``report_file``: where to
-    write the page comparing every variant of the command (default: see ``_write_combined``)."""
+    write the page comparing every variant of the command (default: see ``_write_combined``); ``executor``: ``local`` or ``dask://HOST:PORT``."""
     from edgebuild.registry import get_registry
     from edgebuild.store.remote_policy import open_remote
 
@@ -164,8 +165,8 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
         check_report_file(Path(report_file), builds)
     shared = open_remote(None if no_cache else store, remote,
                          warn=lambda text: display.print(f"[yellow]warning[/] {escape(text)}"))
-    executor = Executor(None if no_cache else store, jobs=jobs, force=force, on_event=display.on_event,
-                        remote=shared)
+    executor = _executor(executor, builds, store, no_cache=no_cache, jobs=jobs, force=force,
+                         on_event=display.on_event, remote=shared, remote_settings=remote)
     try:
         executor.run([b.job for b in builds])
     finally:
@@ -202,6 +203,22 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
         _stamp(builds, as_json, (Path(depfile), dependencies) if depfile else None, quiet=display.quiet,
                combined=combined)
     return code
+
+
+def _executor(spec: str, builds: list[Build], store, *, no_cache: bool, jobs: int, force: bool, on_event,
+              remote=None, remote_settings=None):
+    """``--executor``: local threads (``-j N``), or the stage graph on a Dask cluster (``dask://HOST:PORT``),
+    whose workers open the remote cache from its settings themselves."""
+    if spec == "local":
+        return Executor(None if no_cache else store, jobs=jobs, force=force, on_event=on_event, remote=remote)
+    from edgebuild.dag.dask_executor import DaskExecutor, scheduler_address
+
+    address = scheduler_address(spec)
+    if no_cache:
+        raise UsageError("--no-cache with --executor dask://: the workers hand their results over through the store",
+                         hint="leave out --no-cache (or use --executor local)")
+    return DaskExecutor(address, store, variants={b.job.label: b.variant for b in builds}, force=force,
+                        on_event=on_event, remote=remote_settings)
 
 
 def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False, combined: Path | None = None) -> None:

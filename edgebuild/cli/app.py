@@ -64,6 +64,8 @@ def run(
     matrix: Optional[List[str]] = typer.Option(None, "--matrix", metavar="AXIS=V1,V2",
                                                help="set or narrow a matrix axis, e.g. chips=m1,m3 (repeatable)"),
     report_file: Optional[Path] = typer.Option(None, "--report", help="write the page comparing every variant here"),
+    executor: str = typer.Option("local", "--executor",
+                                 help="local (threads, -j N) or dask://HOST:PORT (a Dask scheduler's workers)"),
 ):
     """Build every variant of RECIPE... into its output directory."""
     from edgebuild.build.run import run_recipes
@@ -87,7 +89,7 @@ def run(
                        no_cache=no_cache, force=force, as_json=as_json, depfile=depfile,
                        verbose=verbose, console=printer_for(quiet=quiet, verbose=verbose),
                        remote=run_remote(remote, no_remote=no_remote, required=remote_required),
-                       matrix=parse_axes(matrix), report_file=report_file)
+                       matrix=parse_axes(matrix), report_file=report_file, executor=executor)
     raise typer.Exit(code)
 
 

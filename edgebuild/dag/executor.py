@@ -150,6 +150,11 @@ class Executor:
                 raise
             raise BuildError(f"stage {stage.name} failed: {type(exc).__name__}: {exc}") from exc
 
+    def build_one(self, stage: Stage, inputs: dict[str, Result]) -> Result:
+        """Build one stage from its inputs' Results (or take it from the store), with no claims or
+        events: what a worker of a distributed build runs (edgebuild.dag.dask_executor)."""
+        return self._build(stage, self.key_of(stage, inputs), inputs)
+
     def _progress_events(self, label: str, stage: str) -> progress.Reporter:
         """A running stage's ``progress.report`` calls, as ``<stage>:progress`` events."""
         return lambda step, done, total: self.on_event(label, f"{stage}:progress", progress.Step(step, done, total))

@@ -3,6 +3,9 @@ a runtime that runs what it built (the copied ONNX model) for ``edgebuild verify
 
 ``EDGEBUILD_TEST_LOG`` names a file that gets one line per stage body actually run, so
 tests can count builds; ``EDGEBUILD_TEST_SLEEP`` makes ``lower`` slow enough to interrupt.
+``EDGEBUILD_TEST_GATE`` names a folder that holds the ``test_noop`` pass while a file ``armed``
+is in it: the pass writes ``running-<pid>`` there and waits until ``open`` appears, so a test
+can find (and kill) the process running a stage at a moment it chooses.
 """
 
 from __future__ import annotations
@@ -94,7 +97,17 @@ class NoopPass(GraphPass):
     description = "does nothing (tests switching passes on)"
 
     def apply(self, model) -> int:
+        _wait_at_gate()
         return 0
+
+
+def _wait_at_gate() -> None:
+    gate = os.environ.get("EDGEBUILD_TEST_GATE")
+    if not gate or not (Path(gate) / "armed").exists():
+        return
+    (Path(gate) / f"running-{os.getpid()}").touch()
+    while not (Path(gate) / "open").exists():
+        time.sleep(0.05)
 
 
 @hookimpl

@@ -1,0 +1,324 @@
+"""Runs the stages of every variant as one Dask task graph (``--executor dask://HOST:PORT``).
+
+The local executor learns a stage's key only as its inputs finish. Here the whole graph is
+submitted at once, one task per distinct stage whose arguments are its inputs' tasks, so the
+scheduler starts a stage once its inputs exist. Stages of two variants with the same name,
+parameters, plugins and inputs would get the same key, so they are one task: the local
+executor's claims, decided before anything runs.
+
+Stage bodies are closures and do not travel: a task carries the variant (plain data) and the
+stage's name, and the worker rebuilds that variant's pipeline with its own registry. Workers
+build through the store they are given (the client's store directory, shared on one machine,
+and a remote cache when one is configured: :func:`remote_cache`); the client gets back
+Results (key, digest, path, info), never the files.
+
+A worker killed mid-stage leaves at most a store temporary (an entry is published by one
+rename, see ``Store.build``) and the scheduler runs the task again on another worker. Ctrl-C on
+the client cancels every task; a stage body already running on a worker finishes there
+(Dask cannot interrupt a thread) and its entry serves the next run.
+
+``distributed`` is imported only here, and only when a dask executor runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from edgebuild.dag import progress
+from edgebuild.dag.executor import Executor, Job
+from edgebuild.dag.keys import canonical
+from edgebuild.dag.stages import Result, Stage
+from edgebuild.dag.versions import edgebuild_version
+from edgebuild.errors import BuildError, EdgebuildError, UsageError
+from edgebuild.store.local import Store
+
+SCHEME = "dask://"
+CONNECT_SECONDS = 10
+# A task whose worker died is rescheduled by the scheduler itself (``distributed.scheduler.
+# allowed-failures``); ``retries`` covers an exception raised outside the stage body (a worker
+# that cannot open the store, say). A stage's own error comes back as a value, not retried.
+RETRIES = 2
+PROGRESS_SECONDS = 0.2  # a worker sends a stage's sub-step counts at most this often
+
+
+def scheduler_address(spec: str) -> str:
+    """``dask://HOST:PORT`` as the scheduler's ``tcp://HOST:PORT``."""
+    host, sep, port = spec[len(SCHEME):].rpartition(":")
+    if not spec.startswith(SCHEME) or not sep or not host or not port.isdigit():
+        raise UsageError(f"--executor {spec!r}: expected `local` or `dask://HOST:PORT`",
+                         hint="e.g. --executor dask://127.0.0.1:8786 (`make cluster` starts a scheduler there)")
+    return f"tcp://{host}:{port}"
+
+
+@dataclass(frozen=True)
+class StageTask:
+    """What a worker needs to build one stage."""
+
+    label: str  # the first variant using it, for progress lines
+    variant: object  # edgebuild.recipe.Variant
+    stage: str
+    deps: tuple[str, ...]
+    plugins: dict  # the client's versions of the producing plugins, checked on the worker
+    edgebuild: str  # the client's edgebuild key version (a working copy's carries its source digest)
+    cache_dir: str
+    force: bool
+    topic: str  # where the worker sends this run's progress events
+    remote: object = None  # the remote cache's settings, when one is configured
+
+
+@dataclass
+class Failed:
+    """A stage's EdgebuildError as a value: handed past dependents to the client, never retried.
+
+    Kept as class, message and attributes because an EdgebuildError's keyword arguments (hint)
+    do not survive pickling."""
+
+    kind: type
+    message: str
+    state: dict
+
+    @classmethod
+    def of(cls, exc: EdgebuildError) -> "Failed":
+        return cls(type(exc), exc.message, dict(vars(exc)))
+
+    def error(self) -> EdgebuildError:
+        exc = self.kind.__new__(self.kind)
+        Exception.__init__(exc, self.message)
+        exc.__dict__.update(self.state)
+        return exc
+
+
+# -- the worker side ---------------------------------------------------------------------
+
+
+def build_on_worker(task: StageTask, *inputs):
+    """The Dask task: build ``task.stage`` from its inputs' Results; a Result or a Failed."""
+    failed = next((i for i in inputs if isinstance(i, Failed)), None)
+    if failed is not None:
+        return failed
+    try:
+        return _build(task, dict(zip(task.deps, inputs)))
+    except EdgebuildError as exc:
+        return Failed.of(exc)
+    except Exception as exc:  # worded as the local executor words it
+        return Failed.of(BuildError(f"stage {task.stage} failed: {type(exc).__name__}: {exc}"))
+
+
+def _build(task: StageTask, inputs: dict[str, Result]) -> Result:
+    from edgebuild.build.jobs import source_resolver
+    from edgebuild.dag.stages import pipeline
+    from edgebuild.registry import get_registry
+    from edgebuild.store.location import open_store
+
+    store = open_store(task.cache_dir)
+    registry = get_registry()
+    stages = pipeline(task.variant, registry, source_resolver(task.variant, registry, store))
+    stage = next(s for s in stages if s.name == task.stage)
+    send = _sender(task)
+    send("start", None)
+    if stage.resolve is not None:
+        return stage.resolve()
+    mine = {"edgebuild": edgebuild_version(), **stage.plugins}
+    theirs = {"edgebuild": task.edgebuild, **task.plugins}
+    if mine != theirs:  # the keys would differ from the client's: same recipe, other entries
+        raise BuildError(f"stage {task.stage}: the worker runs {_versions(mine)}, the client {_versions(theirs)}",
+                         hint="install the same edgebuild and plugins on every worker, and restart the workers "
+                              "after changing a working copy (a worker reads its code's digest once)")
+    remote = remote_cache(store, task.remote)
+    inputs = {name: localised(result, store, remote, stages[0]) for name, result in inputs.items()}
+    executor = Executor(store, force=task.force)
+    executor.remote = remote  # pulls a missing entry before building, pushes what it built
+    with progress.reporting(lambda step, done, total: send("progress", (step, done, total))):
+        return executor.build_one(stage, inputs)
+
+
+def _versions(versions: dict) -> str:
+    return ", ".join(f"{name} {version}" for name, version in versions.items())
+
+
+def remote_cache(store: Store, settings):
+    """The remote cache a worker pulls missing inputs from and pushes its results to (and the
+    client pulls the entries it materialises from): an object with ``pull(key) -> bool`` and
+    ``push(key)``, or None without a remote (``settings`` None)."""
+    from edgebuild.store.remote_policy import open_remote
+
+    return open_remote(store, settings, warn=lambda text: print(f"warning: {text}", file=sys.stderr))
+
+
+def localised(result: Result, store: Store, remote, resolve: Stage) -> Result:
+    """``result`` with a path on this machine: another machine's store entry is taken from the
+    local store or pulled from the remote, another machine's source resolved here again."""
+    if result.path.exists():
+        return result
+    if result.name == "resolve":
+        return resolve.resolve()  # downloaded into this machine's store, checked against the recipe's sha256
+    entry = store.lookup(result.key)
+    if entry is None and remote is not None and remote.pull(result.key):
+        entry = store.lookup(result.key)
+    if entry is None:
+        raise BuildError(f"stage {result.name}: entry {result.key[:12]} is not in the store at {store.root}",
+                         hint="workers on other machines share entries through a remote cache (cache.remote)")
+    return replace(result, path=entry.out)
+
+
+def _sender(task: StageTask) -> Callable[[str, object], None]:
+    """Send this stage's events to the client (progress at most every PROGRESS_SECONDS, but
+    the STARTED sub-step and a finished count always)."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    last = [0.0]
+
+    def send(what: str, payload) -> None:
+        now = time.monotonic()
+        if what == "progress":
+            step, done, total = payload
+            if step != progress.STARTED and done != total and now - last[0] < PROGRESS_SECONDS:
+                return
+            last[0] = now
+        worker.log_event(task.topic, {"label": task.label, "stage": task.stage, "what": what, "payload": payload})
+
+    return send
+
+
+# -- the client side ---------------------------------------------------------------------
+
+
+def connect(address: str):
+    """A client of the scheduler at ``address``, which has at least one worker; exit 1 otherwise."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UsageError("--executor dask:// needs Dask's distributed package, which is not installed",
+                         hint="pip install 'edgebuild[dask]'") from None
+    hint = "start one with `make cluster` (or `dask scheduler` and `dask worker`), or correct HOST:PORT"
+    try:
+        client = Client(address, timeout=CONNECT_SECONDS, set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        raise BuildError(f"cannot reach the Dask scheduler at {address}: {exc}", hint=hint) from None
+    try:
+        client.wait_for_workers(1, timeout=CONNECT_SECONDS)
+    except (OSError, TimeoutError):
+        client.close()
+        raise BuildError(f"the Dask scheduler at {address} has no workers", hint=hint) from None
+    return client
+
+
+def plan_key(stage: Stage, variant, deps: dict[str, str]) -> str:
+    """What makes two variants' stages one task: the cache key's parts, with inputs named by
+    their own plan keys (their digests are not known yet). A local source is named with its folder."""
+    if stage.resolve is not None:
+        model = variant.recipe.source.model
+        local = ":" not in model or model.startswith("file:")
+        what = {"resolve": stage.params, "base_dir": str(variant.base_dir) if local else None}
+    else:
+        what = {"stage": stage.name, "params": stage.params, "plugins": stage.plugins, "inputs": deps}
+    return hashlib.sha256(canonical(what).encode()).hexdigest()
+
+
+@dataclass
+class _Use:
+    job: Job
+    stage: str
+    owner: bool  # the first variant using the task; the others report it "cached", as locally
+
+
+class DaskExecutor:
+    """The executor interface of :class:`Executor` (``run(jobs)`` fills results and errors) on a cluster."""
+
+    def __init__(self, address: str, store: Store, *, variants: dict, force: bool = False,
+                 on_event: Callable[[str, str, Result | None], None] | None = None, remote=None):
+        self.address = address
+        self.store = store
+        self.variants = variants  # job label -> Variant
+        self.force = force
+        self.remote = remote  # the remote cache's settings, handed to the workers
+        self._remote = remote_cache(store, remote)
+        self.on_event = on_event or (lambda *a: None)
+        self._finished: set[tuple[str, str]] = set()  # (label, stage): late progress is dropped
+        self._lock = threading.Lock()
+
+    def run(self, jobs: list[Job]) -> list[Job]:
+        client = connect(self.address)
+        topic = f"edgebuild-{uuid.uuid4().hex}"
+        try:
+            client.subscribe_topic(topic, self._on_worker_event)
+            uses = self._submit(client, jobs, topic)
+            self._gather(client, uses)
+        finally:
+            client.close()
+        return jobs
+
+    def _submit(self, client, jobs: list[Job], topic: str) -> dict:
+        """One task per distinct stage, in dependency order; its future -> the variants' uses of it."""
+        tasks: dict[str, object] = {}  # plan key -> future
+        uses: dict[str, tuple[object, list[_Use]]] = {}  # Dask key -> (future, uses)
+        run_id = topic[-8:]
+        for job in jobs:
+            variant = self.variants[job.label]
+            # the workers' working directories are not the client's
+            shipped = replace(variant, path=variant.path.absolute(), includes=[p.absolute() for p in variant.includes])
+            planned: dict[str, str] = {}
+            for stage in job.stages:
+                key = planned[stage.name] = plan_key(stage, shipped, {d: planned[d] for d in stage.deps})
+                future = tasks.get(key)
+                if future is None:
+                    task = StageTask(job.label, shipped, stage.name, tuple(stage.deps), stage.plugins,
+                                     edgebuild_version(), str(self.store.root), self.force, topic, self.remote)
+                    depends = [tasks[planned[d]] for d in stage.deps]
+                    future = tasks[key] = client.submit(build_on_worker, task, *depends, pure=False, retries=RETRIES,
+                                                        key=f"{stage.name}-{key[:16]}-{run_id}")
+                users = uses.setdefault(future.key, (future, []))[1]
+                users.append(_Use(job, stage.name, owner=not users))
+        return uses
+
+    def _gather(self, client, uses: dict) -> None:
+        from distributed import as_completed
+
+        futures = [future for future, _ in uses.values()]
+        try:
+            for future in as_completed(futures, loop=client.loop):
+                users = uses[future.key][1]
+                outcome = self._outcome(future, users[0].stage)
+                for use in users:
+                    self._settle(use, outcome)
+        except KeyboardInterrupt:
+            client.cancel(futures, force=True)
+            raise
+
+    @staticmethod
+    def _outcome(future, stage: str):
+        try:
+            return future.result()
+        except Exception as exc:  # the task itself failed: a worker died too often, or the cluster went away
+            return Failed.of(BuildError(f"stage {stage} failed on the cluster: {type(exc).__name__}: {exc}"))
+
+    def _settle(self, use: _Use, outcome) -> None:
+        job = use.job
+        if isinstance(outcome, Failed):
+            if job.error is None:  # the first failure of the chain; its dependents carry it on
+                job.error = outcome.error()
+            return
+        result = outcome if use.owner else Result(use.stage, outcome.key, outcome.digest, outcome.path,
+                                                  outcome.info, "cached", 0.0)
+        result = localised(result, self.store, self._remote, next(s for s in job.stages if s.name == "resolve"))
+        job.results[use.stage] = result
+        with self._lock:
+            self._finished.add((job.label, use.stage))
+        self.on_event(job.label, f"{use.stage}:done", result)
+
+    def _on_worker_event(self, event) -> None:
+        """A worker's ``start`` / ``progress`` event (on the client's event loop thread)."""
+        _, message = event
+        label, stage = message["label"], message["stage"]
+        with self._lock:
+            if (label, stage) in self._finished:
+                return
+        payload = progress.Step(*message["payload"]) if message["what"] == "progress" else None
+        self.on_event(label, f"{stage}:{message['what']}", payload)
