@@ -4,6 +4,7 @@ executor, a killed worker's stage run again elsewhere, Ctrl-C, an unreachable sc
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import time
@@ -45,9 +46,11 @@ def wait_for(condition, what: str, seconds: float = 120.0):
 
 
 def progress_lines(stderr: str) -> list[str]:
-    """The per-stage lines, timings taken out, in a stable order (stages of different variants interleave)."""
+    """The per-stage lines, timings taken out, in a stable order (stages of different variants interleave);
+    the summary table's rows (a variant, then its status) are not progress."""
     lines = [re.sub(r"\d+(\.\d+)?\s*m?s\b", "T", line).rstrip() for line in stderr.splitlines()]
-    return sorted(line for line in lines if line.startswith(("tiny:", "other:")))
+    return sorted(line for line in lines if line.startswith(("tiny:", "other:"))
+                  and not re.match(r"\S+\s+(built|failed)\s", line))
 
 
 def test_cluster_builds_what_the_local_executor_builds(project, cluster, tmp_path):
@@ -144,3 +147,21 @@ def test_a_malformed_executor_is_a_usage_error(project, tmp_path, spec):
     done = edgebuild("run", project(), "--executor", spec, cwd=tmp_path, cache=tmp_path / "store")
     assert done.returncode == 2, done.stderr
     assert "expected `local` or `dask://HOST:PORT`" in done.stderr
+
+
+def test_cluster_workers_push_to_the_remote_and_another_machine_builds_nothing(project, cluster, tmp_path):
+    """Workers write through the shared remote: a second machine (its own store, no cluster) pulls every
+    entry the cluster built and runs no stage."""
+    import json
+
+    recipe = project(VARIANTS)
+    shared = (tmp_path / "shared").as_uri()
+    on_cluster = edgebuild("run", recipe, "--executor", cluster.executor, "--remote", shared, "--json",
+                           cwd=tmp_path, cache=tmp_path / "cluster-store")
+    built = summary(on_cluster)
+    keys = {key for variant in built.values() for name, key in variant["keys"] if name != "resolve"}
+    assert {p.parent.name for p in (tmp_path / "shared" / "objects").glob("*/*/meta.json")} == keys
+    elsewhere = edgebuild("run", recipe, "--remote", shared, "--json", cwd=tmp_path, cache=tmp_path / "other-store")
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    statuses = {s["status"] for v in json.loads(elsewhere.stdout)["variants"] for s in v["stages"] if s["name"] != "resolve"}
+    assert "pulled" in statuses and statuses <= {"pulled", "cached"}  # a stage two variants share: pulled once
