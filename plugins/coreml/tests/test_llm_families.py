@@ -175,3 +175,14 @@ def test_onnxruntime_genai_decoder_builds_and_generates(family, precision, tmp_p
     assert cosine >= limits[1]
     if precision == "fp32":
         assert agreement == 1.0 and divergence == [None, None]
+
+
+def test_the_plan_has_a_row_per_query_length():
+    """A generative recipe's enumerated query lengths are the plan's shape choices (input_ids
+    is the stateful artifact's only flexible input); a range plans the flexible program only."""
+    from edgebuild_coreml.compute import shape_choices
+
+    assert shape_choices({}, {}, {"max_context": 128, "query_lengths": [16, 1]}) == [
+        {"input_ids": (1, 1)}, {"input_ids": (1, 16)}]
+    assert shape_choices({}, {}, {"max_context": 128, "query_lengths": {"range": [1, 64]}}) == []
+    assert shape_choices({}, {}, None) == []
