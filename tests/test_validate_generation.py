@@ -1,11 +1,11 @@
-"""Validation by generation: a tiny random-weight Llama exported from transformers with an explicit KV
-cache, run greedily by onnxruntime, compared with itself and with altered copies of its weights."""
+"""Validation by generation: the test plugin's tiny random-weight Llama (llm_families), exported by the
+PyTorch plugin with an explicit KV cache, run greedily by onnxruntime (OnnxGenerator), compared with
+itself and with altered copies of its weights."""
 
 from __future__ import annotations
 
 import json
 import re
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,82 +23,23 @@ from edgebuild.verify.generation import (
     generation_record,
     prompt_ids,
 )
+from edgebuild.verify.source_generation import OnnxGenerator
+from edgebuild_testplugin.llm_families import CONFIGS
 
-LAYERS, HIDDEN, HEADS, KV_HEADS, VOCAB = 2, 64, 4, 2, 256
-HEAD_DIM = HIDDEN // HEADS
 PROMPTS = [[1, 15, 200, 7], [1, 90]]
+VOCAB = CONFIGS["llama"]["vocab_size"]
 NEW_TOKENS = 12
-PAST = [f"past_key_values.{i}.{kind}" for i in range(LAYERS) for kind in ("key", "value")]
-PRESENT = [f"present.{i}.{kind}" for i in range(LAYERS) for kind in ("key", "value")]
 
 
-# -- a tiny decoder and onnxruntime greedy generation with the explicit cache ------------------
-# (a local exporter; a shared test helper will take its place)
+# -- the tiny Llama of the test plugin's families, exported by the PyTorch plugin ----------------
 
-def tiny_llama(seed: int = 0):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=256,
-        attn_implementation="eager")
-    return transformers.LlamaForCausalLM(config).eval()
+def tiny_llama():
+    """The random-weight Llama the exported decoder holds (torch and transformers needed)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from edgebuild_testplugin import llm_families
 
-
-def export_decoder(model, path: Path) -> Path:
-    """The model as ONNX in the optimum layout: input_ids, attention_mask, position_ids and past
-    key/values in; logits and present key/values out; past and query lengths dynamic."""
-    import torch
-    from transformers.cache_utils import DynamicCache
-
-    class ExplicitCache(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids, attention_mask, position_ids, *past):
-            cache = DynamicCache(ddp_cache_data=[(past[2 * i], past[2 * i + 1]) for i in range(LAYERS)],
-                                 config=self.inner.config)
-            out = self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             past_key_values=cache, use_cache=True)
-            return (out.logits, *[t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)])
-
-    past_length, query = 3, 2
-    example = (torch.zeros(1, query, dtype=torch.long), torch.ones(1, past_length + query, dtype=torch.long),
-               torch.arange(past_length, past_length + query)[None],
-               *[torch.zeros(1, KV_HEADS, past_length, HEAD_DIM) for _ in PAST])
-    dynamic = {"input_ids": {1: "Q"}, "attention_mask": {1: "PQ"}, "position_ids": {1: "Q"}, "logits": {1: "Q"},
-               **{name: {2: "P"} for name in PAST}, **{name: {2: "PQ"} for name in PRESENT}}
-    with warnings.catch_warnings():  # the tracer's notes on transformers' cache code
-        warnings.simplefilter("ignore")
-        torch.onnx.export(ExplicitCache(model), example, str(path), input_names=["input_ids", "attention_mask",
-                          "position_ids", *PAST], output_names=["logits", *PRESENT], dynamic_axes=dynamic,
-                          dynamo=False, opset_version=17)
-    return path
-
-
-class OrtGenerator:
-    """Greedy generation with onnxruntime, feeding each step's present key/values back as the past."""
-
-    def __init__(self, path: Path):
-        import onnxruntime as ort
-
-        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-
-    def generate(self, prompt_ids, new_tokens):
-        past = {name: np.zeros((1, KV_HEADS, 0, HEAD_DIM), np.float32) for name in PAST}
-        feed_ids, done, tokens, logits = list(prompt_ids), 0, [], []
-        for _ in range(new_tokens):
-            total = done + len(feed_ids)
-            out = self.session.run(None, {
-                "input_ids": np.asarray([feed_ids], np.int64), "attention_mask": np.ones((1, total), np.int64),
-                "position_ids": np.arange(done, total, dtype=np.int64)[None], **past})
-            step = out[0][0, -1]
-            tokens.append(int(np.argmax(step)))
-            logits.append(step)
-            past, done, feed_ids = dict(zip(PAST, out[1:])), total, [tokens[-1]]
-        return tokens, np.stack(logits)
+    return llm_families.model("llama")
 
 
 class Session:
@@ -129,11 +70,25 @@ def with_weights(source: Path, path: Path, change) -> Path:
     return path
 
 
+def copy_decoder(source: Path, path: Path) -> Path:
+    """The decoder at ``path``, its weights file (named in the graph) beside it."""
+    import shutil
+
+    shutil.copy(source, path)
+    for data in source.parent.glob(source.name + ".data"):
+        shutil.copy(data, path.parent / data.name)
+    return path
+
+
 @pytest.fixture(scope="module")
 def decoders(tmp_path_factory):
     """The source decoder; its weights rounded through float16; a copy with perturbed weights."""
+    for needed in ("torch", "transformers", "onnxruntime", "edgebuild_pytorch"):
+        pytest.importorskip(needed)
+    from edgebuild_testplugin import llm_families
+
     folder = tmp_path_factory.mktemp("decoders")
-    source = export_decoder(tiny_llama(), folder / "source.onnx")
+    source = llm_families.onnx_decoder("llama")
     noise = np.random.default_rng(1)
     return {"source": source,
             "fp16_rounded": with_weights(source, folder / "fp16_rounded.onnx", lambda w: w.astype(np.float16)),
@@ -144,7 +99,7 @@ def decoders(tmp_path_factory):
 # -- compare_generation ------------------------------------------------------------------------
 
 def test_a_decoder_against_itself_agrees_on_every_token(decoders):
-    result = compare_generation(OrtGenerator(decoders["source"]), OrtGenerator(decoders["source"]), PROMPTS, NEW_TOKENS)
+    result = compare_generation(OnnxGenerator(decoders["source"]), OnnxGenerator(decoders["source"]), PROMPTS, NEW_TOKENS)
     assert result.mean_agreement == 1.0 and result.first_divergence is None
     assert result.worst_step_cosine > 0.999999
     for prompt in result.prompts:
@@ -159,7 +114,7 @@ def test_onnxruntime_generation_follows_the_eager_model(decoders):
 
     model = tiny_llama()
     prompt = PROMPTS[0]
-    tokens, logits = OrtGenerator(decoders["source"]).generate(prompt, 6)
+    tokens, logits = OnnxGenerator(decoders["source"]).generate(prompt, 6)
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False, output_logits=True,
                              return_dict_in_generate=True, pad_token_id=0)
@@ -169,7 +124,7 @@ def test_onnxruntime_generation_follows_the_eager_model(decoders):
 
 
 def test_float16_rounded_weights_stay_close_until_they_diverge(decoders):
-    result = compare_generation(OrtGenerator(decoders["fp16_rounded"]), OrtGenerator(decoders["source"]), PROMPTS,
+    result = compare_generation(OnnxGenerator(decoders["fp16_rounded"]), OnnxGenerator(decoders["source"]), PROMPTS,
                                 NEW_TOKENS)
     assert result.worst_step_cosine > 0.999  # weights rounded to fp16: close logits at every compared step
     for prompt in result.prompts:
@@ -178,7 +133,7 @@ def test_float16_rounded_weights_stay_close_until_they_diverge(decoders):
 
 
 def test_a_perturbed_copy_diverges_and_fails_naming_metric_prompt_and_step(decoders):
-    result = compare_generation(OrtGenerator(decoders["perturbed"]), OrtGenerator(decoders["source"]), PROMPTS,
+    result = compare_generation(OnnxGenerator(decoders["perturbed"]), OnnxGenerator(decoders["source"]), PROMPTS,
                                 NEW_TOKENS)
     assert result.first_divergence is not None and result.mean_agreement < 1.0
     diverged = [p for p in result.prompts if p.first_divergence is not None]
@@ -220,7 +175,7 @@ def test_a_generator_returning_the_wrong_length_is_a_clear_error(decoders):
             return [0], np.zeros((1, VOCAB), np.float32)
 
     with pytest.raises(BuildError, match=r"the artifact generated 1 tokens .* expected 4 tokens"):
-        compare_generation(Short(), OrtGenerator(decoders["source"]), [[1, 2]], 4)
+        compare_generation(Short(), OnnxGenerator(decoders["source"]), [[1, 2]], 4)
 
 
 # -- the recipe --------------------------------------------------------------------------------
@@ -304,9 +259,9 @@ def test_validate_stage_record_with_tokenizer_prompts_passes(decoders, tmp_path)
     variant = _variant(tmp_path, {"generation": {"prompts": {"tokenizer": "tokenizer.json",
                                                              "texts": ["the cat sat", "a dog"]}, "new_tokens": 6},
                                   "thresholds": {"cosine_min": 0.9999}})
-    session = Session(OrtGenerator(decoders["source"]))
+    session = Session(OnnxGenerator(decoders["source"]))
     record = validate_generation(variant, None, decoders["source"], {"interpreter": lambda: session},
-                                 source=(OrtGenerator(decoders["source"]), "onnxruntime"))
+                                 source=(OnnxGenerator(decoders["source"]), "onnxruntime"))
     assert session.resets == 2  # each prompt starts from an empty cache
     assert record["failures"] == [] and record["samples"] == 2
     runtime = record["runtimes"]["interpreter"]
@@ -326,8 +281,8 @@ def test_validate_stage_failure_reaches_the_report_and_its_plot(decoders, tmp_pa
 
     variant = _variant(tmp_path, {"generation": {"prompts": PROMPTS, "new_tokens": NEW_TOKENS}})
     record = validate_generation(variant, None, decoders["source"],
-                                 {"interpreter": lambda: Session(OrtGenerator(decoders["perturbed"]))},
-                                 source=(OrtGenerator(decoders["source"]), "onnxruntime"))
+                                 {"interpreter": lambda: Session(OnnxGenerator(decoders["perturbed"]))},
+                                 source=(OnnxGenerator(decoders["source"]), "onnxruntime"))
     failures = record["failures"]
     assert failures and failures[0]["runtime"] == "interpreter" and failures[0]["metric"] == "token_agreement"
     assert {"prompt", "step"} <= set(failures[0])
@@ -355,7 +310,7 @@ def test_validate_stage_failure_reaches_the_report_and_its_plot(decoders, tmp_pa
 def test_missing_generation_section_and_context_overflow_are_clear(decoders, tmp_path):
     from edgebuild.dag.validate import validate_generation
 
-    source = (OrtGenerator(decoders["source"]), "onnxruntime")
+    source = (OnnxGenerator(decoders["source"]), "onnxruntime")
     plain = _variant(tmp_path, {"samples": 2})
     with pytest.raises(BuildError, match="validate.generation is missing"):
         validate_generation(plain, None, decoders["source"], {}, source=source)
@@ -365,7 +320,7 @@ def test_missing_generation_section_and_context_overflow_are_clear(decoders, tmp
 
 
 def test_record_statistics_from_a_comparison(decoders):
-    result = compare_generation(OrtGenerator(decoders["source"]), OrtGenerator(decoders["source"]), PROMPTS[:1], 3)
+    result = compare_generation(OnnxGenerator(decoders["source"]), OnnxGenerator(decoders["source"]), PROMPTS[:1], 3)
     record = generation_record(result, GenerationLimits(), [])
     stats = record["metrics"]["logits"]
     assert stats["token_agreement"] == {"min": 1.0, "avg": 1.0, "max": 1.0}
@@ -381,7 +336,7 @@ def test_recipe_with_generation_but_no_generate_section_is_refused_at_load(decod
     from edgebuild.registry import get_registry
 
     monkeypatch.chdir(tmp_path)
-    shutil.copy(decoders["source"], tmp_path / "decoder.onnx")
+    copy_decoder(decoders["source"], tmp_path / "decoder.onnx")
     recipe = ("edgebuild: 1\nname: tiny\nsource: {model: decoder.onnx}\ntarget: {backend: testcopy}\n"
               "validate:\n  generation: {prompts: [[1, 2]], new_tokens: 4}\n")
     (tmp_path / "recipe.yaml").write_text(recipe)
@@ -419,17 +374,13 @@ def test_a_source_format_without_a_generator_is_a_clear_error(tmp_path):
 
 
 def test_onnx_sources_generate_with_onnxruntime_and_the_explicit_cache(decoders, tmp_path):
-    """With the shared ONNX source generator installed, the stage's reference for an ONNX source
-    generates as the local one here does."""
-    pytest.importorskip("edgebuild.verify.source_generation")
+    """The stage's reference for an ONNX source (no frontend generator) is onnxruntime on the source."""
     from edgebuild.dag.validate import source_generator
 
     variant = SimpleNamespace(recipe=SimpleNamespace(source=SimpleNamespace(format=None, model="decoder.onnx")),
                               data={"generate": {"max_context": 64}}, base_dir=tmp_path, section=lambda name: None)
     generator, name = source_generator(None, variant, decoders["source"])
-    assert name == "onnxruntime"
-    result = compare_generation(generator, OrtGenerator(decoders["source"]), PROMPTS, NEW_TOKENS)
-    assert result.mean_agreement == 1.0 and result.worst_step_cosine > 0.99999
+    assert name == "onnxruntime" and isinstance(generator, OnnxGenerator) and generator.path == decoders["source"]
 
 
 def test_a_generative_recipe_is_validated_by_generation(decoders, tmp_path, monkeypatch):
@@ -443,7 +394,7 @@ def test_a_generative_recipe_is_validated_by_generation(decoders, tmp_path, monk
     if "generate" not in Recipe.model_fields:
         pytest.skip("this edgebuild has no generate: section")
     monkeypatch.chdir(tmp_path)
-    shutil.copy(decoders["source"], tmp_path / "decoder.onnx")
+    copy_decoder(decoders["source"], tmp_path / "decoder.onnx")
     base = ("edgebuild: 1\nname: tiny\nsource: {model: decoder.onnx}\n"
             "target: {backend: coreml, deployment_target: iOS18}\ngenerate: {max_context: 64, query_lengths: [1, 8]}\n")
     (tmp_path / "recipe.yaml").write_text(base + "validate: {samples: 2}\n")

@@ -263,7 +263,7 @@ class CoreMLBackend(Backend):
         if any(warnings):
             info["warnings"] = [w for w in warnings if w]
         plan_json = {**plan.to_json(), **policy.per_shape_plans(
-            program, compute, policy.enumerated_choices(params["inputs"], result.input_names))}
+            program, compute, policy.shape_choices(params["inputs"], result.input_names, params.get("generate")))}
         return {
             "op_counts": result.op_counts,
             "renamed_inputs": renamed_inputs,

@@ -132,6 +132,16 @@ def enumerated_choices(recipe_inputs: Mapping[str, Mapping[str, Any]], renamed: 
     return [{name: tuple(shape) for name, shape in zip(names, combo)} for combo in combos]
 
 
+def shape_choices(recipe_inputs: Mapping[str, Mapping[str, Any]], renamed: Mapping[str, str],
+                  generate: Mapping[str, Any] | None = None) -> list[dict]:
+    """:func:`enumerated_choices`; for a generative recipe (``generate``), one choice per
+    enumerated query length of ``input_ids`` (the stateful artifact's only flexible input)."""
+    lengths = (generate or {}).get("query_lengths")
+    if isinstance(lengths, list) and len(lengths) > 1:
+        return [{"input_ids": (1, int(length))} for length in sorted(lengths)]
+    return enumerated_choices(recipe_inputs, renamed)
+
+
 def per_shape_plans(program, compute: Mapping[str, Any], choices: list[dict], *, chip: str | None = None) -> dict:
     """``{"per_shape": rows}`` (one compute-plan summary per enumerated shape), ``{}`` without
     choices, or ``{"per_shape_error": why}`` when the program cannot be fixed to them."""

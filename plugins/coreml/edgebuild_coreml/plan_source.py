@@ -58,6 +58,7 @@ def lowered_program(build, store, artifact: str):
     from edgebuild_coreml.interpreter import load_mlpackage
 
     recipe_inputs = build.variant.params["source"]["inputs"]
+    generate = build.variant.params.get("generate")
     with tempfile.TemporaryDirectory(prefix="edgebuild-plan-") as scratch:
         job = Job(f"{build.job.label} (plan)", _stages_through(build.job.stages, LOWER))
         Executor(store, scratch=Path(scratch)).run([job])
@@ -66,11 +67,11 @@ def lowered_program(build, store, artifact: str):
             renamed = lowered.info.get("renamed_inputs", {})
             package = _reading_copy(lowered.path / artifact, Path(scratch))
             yield Lowered(load_mlpackage(package), policy.range_inputs(recipe_inputs, renamed), None, package,
-                          policy.enumerated_choices(recipe_inputs, renamed))
+                          policy.shape_choices(recipe_inputs, renamed, generate))
             return
         error = job.error
         if isinstance(error, policy.PolicyViolation) and error.program is not None:
             yield Lowered(error.program, policy.range_inputs(recipe_inputs, error.renamed_inputs), error, None,
-                          policy.enumerated_choices(recipe_inputs, error.renamed_inputs))
+                          policy.shape_choices(recipe_inputs, error.renamed_inputs, generate))
             return
         raise error

@@ -92,12 +92,30 @@ def plan_for(graph: ir.Graph, section: GenerateSection | dict, taken: set[str]) 
     for past, _ in pairs:
         shape = by_name[past].shape
         dims = list(shape) if shape is not None else []
+        if len(dims) == 4 and not isinstance(dims[3], int):
+            dims[3] = gqa_head_size(by_name[past]) or dims[3]
         if len(dims) != 4 or not all(isinstance(d, int) for d in (dims[1], dims[3])):
             raise BuildError(f"cache input {past!r} has shape {dims or 'unknown'}; a KV cache input is "
                              "[batch, kv_heads, past, head_dim] with kv_heads and head_dim fixed")
         plan.shapes[past] = (1, int(dims[1]), section.max_context, int(dims[3]))
         plan.states[past] = sanitized(past, taken)
     return plan
+
+
+def gqa_head_size(past: ir.Value) -> int | None:
+    """The head size of a cache input that feeds GroupQueryAttention (onnxruntime-genai's graphs
+    leave the cache's last dim symbolic): the query width over the heads, packed QKV or not."""
+    for node, index in past.uses():
+        if node.op_type != "GroupQueryAttention" or index not in (3, 4):
+            continue
+        attributes = node.attributes
+        heads, kv_heads = attributes["num_heads"].as_int(), attributes["kv_num_heads"].as_int()
+        query = node.inputs[0]
+        packed = len(node.inputs) < 2 or node.inputs[1] is None
+        width = query.shape[-1] if query is not None and query.shape is not None else None
+        if isinstance(width, int):
+            return width // (heads + 2 * kv_heads) if packed else width // heads
+    return None
 
 
 def placeholders(plan: StatefulPlan) -> dict:
@@ -154,6 +172,8 @@ class StatefulWrapper:
         self.read[name] = whole
         end = mb.concat(values=[np.array([1, heads], np.int32), self.position, np.array([dim], np.int32)], axis=0)
         past = mb.slice_by_index(x=whole, begin=np.zeros(4, np.int32), end=end)
+        # A run-time end leaves every dim of the slice symbolic: only the past length is unknown.
+        past = mb.reshape(x=past, shape=[1, heads, -1, dim])
         dtype = "fp16" if value.dtype == ir.DataType.FLOAT16 else "fp32"
         return mb.cast(x=past, dtype=dtype, name=f"{self.plan.states[name]}_past")
 

@@ -18,6 +18,7 @@ from edgebuild_coreml.lowering.ops._util import (
     dtype_of,
     is_static,
     numpy_dtype,
+    dim,
     rank_of,
     select,
     shape_of,
@@ -304,8 +305,9 @@ def _gqa_positions(ctx, node, seqlens, *, batch: int, q_length: int, prompt: boo
 
 @lowers("GroupQueryAttention", domain=MS)
 def group_query_attention(ctx, node):
-    """Grouped-query self attention with a (B, N_kv, P, H) KV cache, static shapes only: the
-    present cache is past + new tokens, and each batch's past fills its past buffer."""
+    """Grouped-query self attention with a (B, N_kv, P, H) KV cache: the present cache is past +
+    new tokens, and each batch's past fills its past buffer. Static shapes, or (a stateful
+    decoder's) batch 1 with the query and past lengths known only at run time."""
     for index, name in ((12, "k_scale"), (13, "v_scale"), (14, "q_norm_weight"), (15, "k_norm_weight")):
         _refuse_input(ctx, node, index, name, "quantized KV caches and Q/K norms are not supported")
     for attribute in ("sliding_window_cache", "qk_output"):
@@ -315,9 +317,13 @@ def group_query_attention(ctx, node):
         kind = ctx.attr(node, attribute, "NONE")
         if (kind.decode() if isinstance(kind, bytes) else kind) not in ("NONE", ""):
             ctx.fail(node, f"{attribute}={kind!r} (a quantized KV cache) is not supported")
-    heads, kv_heads = int(ctx.attr(node, "num_heads")), int(ctx.attr(node, "kv_num_heads"))
     query, key, value = ctx.input(node, 0), ctx.input(node, 1, optional=True), ctx.input(node, 2, optional=True)
-    _require_static(ctx, node, query, key, value)
+    past_key, past_value = ctx.input(node, 3, optional=True), ctx.input(node, 4, optional=True)
+    if (past_key is None) != (past_value is None):
+        ctx.fail(node, "past_key and past_value must be given together")
+    if not all(is_static(d) for x in (query, key, value, past_key, past_value) if x is not None for d in shape_of(x)):
+        return _dynamic_group_query_attention(ctx, node, query, key, value, past_key, past_value)
+    heads, kv_heads = int(ctx.attr(node, "num_heads")), int(ctx.attr(node, "kv_num_heads"))
     dtype = numpy_dtype(dtype_of(query))
     batch, q_length, width = shape_of(query)
     if key is None:  # packed QKV: N*H + 2*N_kv*H columns
@@ -331,10 +337,6 @@ def group_query_attention(ctx, node):
     k, v = split_heads(ctx, node, key, kv_heads, "key"), split_heads(ctx, node, value, kv_heads, "value")
     size = shape_of(q)[-1]
 
-    past_key, past_value = ctx.input(node, 3, optional=True), ctx.input(node, 4, optional=True)
-    if (past_key is None) != (past_value is None):
-        ctx.fail(node, "past_key and past_value must be given together")
-    _require_static(ctx, node, past_key, past_value)
     past_length = shape_of(past_key)[2] if past_key is not None else 0
     total = past_length + q_length
     total_input = ctx.const_value(node.inputs[6]) if ctx.has_input(node, 6) else None
@@ -345,36 +347,129 @@ def group_query_attention(ctx, node):
     seqlens = _as_int32(ctx.input(node, 5))
     prompt = past_length == 0
     positions, offset = _gqa_positions(ctx, node, seqlens, batch=batch, q_length=q_length, prompt=prompt)
-
-    if int(ctx.attr(node, "do_rotary", 0) or 0):
-        cos, sin = _float_input(ctx, node, 7, dtype), _float_input(ctx, node, 8, dtype)
-        if cos is None or sin is None:
-            ctx.fail(node, "do_rotary=1 needs cos_cache and sin_cache")
-        rotary_dim = 2 * shape_of(cos)[-1]
-        if rotary_dim > size:
-            ctx.fail(node, f"cos_cache has {shape_of(cos)[-1]} columns, more than half the head size {size}")
-        cos, sin = gather_positions(cos, positions), gather_positions(sin, positions)  # (B, S, R/2)
-        cos, sin = (mb.expand_dims(x=to_var(c), axes=[1]) for c in (cos, sin))
-        interleaved = bool(ctx.attr(node, "rotary_interleaved", 0))
-        q = rotate(q, cos, sin, interleaved=interleaved, rotary_dim=rotary_dim)
-        k = rotate(k, cos, sin, interleaved=interleaved, rotary_dim=rotary_dim)
+    q, k = _gqa_rotary(ctx, node, q, k, positions, dtype, rotate)
     if past_key is not None:
         k, v = mb.concat(values=[past_key, k], axis=2), mb.concat(values=[past_value, v], axis=2)
 
     # Keys past each batch's length (seqlens_k + 1) are padding; causal / window by position.
     lengths = mb.reshape(x=mb.add(x=to_var(seqlens), y=np.int32(1)), shape=[batch, 1, 1, 1])
     bias_sum = _where_visible(mb.less(x=np.arange(total, dtype=np.int32), y=lengths), float("-inf"), dtype)
-    causal = bool(ctx.attr(node, "causal", 1))
-    window = int(ctx.attr(node, "local_window_size", -1))
-    # local_window_size counts the query token itself: key j is seen when i - j < window.
-    left = window - 1 if window > 0 else -1
+    causal, left = _gqa_window(ctx, node)
     bias_sum = add_bias(bias_sum, position_bias(node, q_length, total, offset, causal, left, -1, dtype))
     bias_sum = add_bias(bias_sum, _attention_bias(ctx, node, 10, dtype, q_length, total))
-    sink = None
-    if ctx.has_input(node, 11):
-        sink = ctx.const(node, 11, what="head_sink")
-    elif int(ctx.attr(node, "smooth_softmax", 0) or 0):
-        sink = 0.0
     y, _ = attend(ctx, node, q, k, v, scale=ctx.attr(node, "scale") or None, bias=bias_sum,
-                  softcap=float(ctx.attr(node, "softcap", 0.0) or 0.0), sink=sink)
+                  softcap=float(ctx.attr(node, "softcap", 0.0) or 0.0), sink=_gqa_sink(ctx, node))
     return _outputs(ctx, node, merge_heads(y), k, v)
+
+
+def _gqa_window(ctx, node) -> tuple[bool, int]:
+    """(causal, left window): local_window_size counts the query token itself, so key j is seen
+    when i - j < window."""
+    window = int(ctx.attr(node, "local_window_size", -1))
+    return bool(ctx.attr(node, "causal", 1)), (window - 1 if window > 0 else -1)
+
+
+def _gqa_sink(ctx, node):
+    if ctx.has_input(node, 11):
+        return ctx.const(node, 11, what="head_sink")
+    return 0.0 if int(ctx.attr(node, "smooth_softmax", 0) or 0) else None
+
+
+def _gqa_rotary(ctx, node, q, k, positions, dtype, rotate_fn):
+    """do_rotary=1: Q and K rotated at ``positions`` (B, S) with the cos/sin caches (inputs 7, 8)."""
+    if not int(ctx.attr(node, "do_rotary", 0) or 0):
+        return q, k
+    cos, sin = _float_input(ctx, node, 7, dtype), _float_input(ctx, node, 8, dtype)
+    if cos is None or sin is None:
+        ctx.fail(node, "do_rotary=1 needs cos_cache and sin_cache")
+    size, rotary_dim = shape_of(q)[-1], 2 * shape_of(cos)[-1]
+    if rotary_dim > size:
+        ctx.fail(node, f"cos_cache has {shape_of(cos)[-1]} columns, more than half the head size {size}")
+    cos, sin = gather_positions(cos, positions), gather_positions(sin, positions)  # (B, S, R/2)
+    cos, sin = (mb.expand_dims(x=to_var(c), axes=[1]) for c in (cos, sin))
+    interleaved = bool(ctx.attr(node, "rotary_interleaved", 0))
+    return (rotate_fn(q, cos, sin, interleaved=interleaved, rotary_dim=rotary_dim),
+            rotate_fn(k, cos, sin, interleaved=interleaved, rotary_dim=rotary_dim))
+
+
+# GroupQueryAttention with run-time lengths: a stateful decoder (generate:) feeds Q tokens after
+# a past read from its state, both lengths known only at run time. Batch 1; the sequence axis
+# is left to -1 / end masks wherever the static helpers above write it out.
+def _last_axis_slice(x, begin: int, end: int, stride: int = 1):
+    rank = rank_of(x)
+    begins, ends, strides = [0] * rank, [0] * rank, [1] * rank
+    begins[-1], ends[-1], strides[-1] = begin, end, stride
+    return mb.slice_by_index(x=x, begin=begins, end=ends, stride=strides,
+                             end_mask=[True] * (rank - 1) + [False])
+
+
+def _rotate_dynamic(x, cos, sin, *, interleaved: bool, rotary_dim: int):
+    """rotary.rotate for (B, N, S, D) with S known only at run time."""
+    size, half = shape_of(x)[-1], rotary_dim // 2
+    if interleaved:
+        x1, x2 = _last_axis_slice(x, 0, rotary_dim, 2), _last_axis_slice(x, 1, rotary_dim, 2)
+    else:
+        x1, x2 = _last_axis_slice(x, 0, half), _last_axis_slice(x, half, rotary_dim)
+    real = mb.sub(x=mb.mul(x=x1, y=cos), y=mb.mul(x=x2, y=sin))
+    imag = mb.add(x=mb.mul(x=x1, y=sin), y=mb.mul(x=x2, y=cos))
+    if interleaved:
+        batch, heads = shape_of(real)[:2]
+        out = mb.reshape(x=mb.stack(values=[real, imag], axis=-1), shape=[batch, heads, -1, rotary_dim])
+    else:
+        out = mb.concat(values=[real, imag], axis=-1)
+    if rotary_dim < size:
+        out = mb.concat(values=[out, _last_axis_slice(x, rotary_dim, size)], axis=-1)
+    return out
+
+
+def _split_heads_dynamic(x, heads: int):
+    """(1, S, N*H) -> (1, N, S, H)."""
+    width = shape_of(x)[-1]
+    return mb.transpose(x=mb.reshape(x=x, shape=[1, -1, heads, width // heads]), perm=[0, 2, 1, 3])
+
+
+def _dynamic_group_query_attention(ctx, node, query, key, value, past_key, past_value):
+    heads, kv_heads = int(ctx.attr(node, "num_heads")), int(ctx.attr(node, "kv_num_heads"))
+    batch, width = shape_of(query)[0], shape_of(query)[-1]
+    if batch != 1 or not is_static(width) or any(
+            x is not None and not is_static(shape_of(x)[-1]) for x in (key, value, past_key, past_value)):
+        ctx.fail(node, f"needs static input shapes, or batch 1 with static hidden sizes (query is {shape_of(query)})",
+                 hint="pin the input shapes in the recipe")
+    if ctx.has_input(node, 10) or _gqa_sink(ctx, node) is not None:
+        ctx.fail(node, "attention_bias, head_sink and smooth_softmax with run-time sequence lengths are not supported",
+                 hint="pin the input shapes in the recipe")
+    dtype = numpy_dtype(dtype_of(query))
+    if key is None:  # packed QKV: N*H + 2*N_kv*H columns
+        size = width // (heads + 2 * kv_heads)
+        columns = np.cumsum([0, heads * size, kv_heads * size, kv_heads * size]).tolist()
+        query, key, value = (mb.slice_by_index(x=query, begin=[0, 0, start], end=[0, 0, stop],
+                                               end_mask=[True, True, False])
+                             for start, stop in zip(columns, columns[1:]))
+    elif value is None:
+        ctx.fail(node, "value is required when key is given")
+    q = _split_heads_dynamic(query, heads)
+    k, v = _split_heads_dynamic(key, kv_heads), _split_heads_dynamic(value, kv_heads)
+
+    # Query token i sits at seqlens_k + 1 - S + i; key j is padding from seqlens_k + 1 on.
+    q_length = dim(q, 2)
+    seqlens = mb.reshape(x=to_var(_as_int32(ctx.input(node, 5))), shape=[1])
+    offset = mb.sub(x=mb.add(x=seqlens, y=np.int32(1)), y=q_length)  # (1,)
+    steps = mb.range_1d(start=np.int32(0), end=q_length, step=np.int32(1))
+    positions = mb.expand_dims(x=mb.add(x=offset, y=steps), axes=[0])  # (1, S)
+    q, k = _gqa_rotary(ctx, node, q, k, positions, dtype, _rotate_dynamic)
+    if past_key is not None:
+        k, v = mb.concat(values=[past_key, k], axis=2), mb.concat(values=[past_value, v], axis=2)
+
+    keys = mb.range_1d(start=np.int32(0), end=dim(k, 2), step=np.int32(1))  # (T,)
+    visible = mb.less(x=keys, y=mb.add(x=seqlens, y=np.int32(1)))
+    causal, left = _gqa_window(ctx, node)
+    diff = mb.sub(x=mb.expand_dims(x=positions, axes=[-1]), y=keys)  # (1, S, T): i - j in absolute positions
+    if causal:
+        visible = mb.logical_and(x=visible, y=mb.greater_equal(x=diff, y=np.int32(0)))
+    if left >= 0:
+        visible = mb.logical_and(x=visible, y=mb.less_equal(x=diff, y=np.int32(left)))
+    bias = mb.expand_dims(x=_where_visible(visible, float("-inf"), dtype), axes=[1])  # (1, 1, S or 1, T)
+    y, _ = attend(ctx, node, q, k, v, scale=ctx.attr(node, "scale") or None, bias=bias,
+                  softcap=float(ctx.attr(node, "softcap", 0.0) or 0.0))
+    merged = mb.reshape(x=mb.transpose(x=y, perm=[0, 2, 1, 3]), shape=[1, -1, heads * shape_of(y)[-1]])
+    return _outputs(ctx, node, merged, k, v)

@@ -78,8 +78,9 @@ def _runtime_target_shape(ctx, node, x, allow_zero: bool):
     if dtype_of(shape_var) != "int32":
         shape_var = mb.cast(x=shape_var, dtype="int32")
     if allow_zero:
-        ctx.fail(node, "with allowzero=1 the shape must be a constant (a 0 would make an empty tensor)",
-                 hint="make the shape an initializer")
+        # torch.export's views of dynamic dims (allowzero=1): the shape is taken as it is. A 0 at
+        # run time would ask for an empty tensor, which Core ML cannot hold in any case.
+        return shape_var
     length, rank = shape_of(shape_var)[0], rank_of(x)
     if not is_static(length):
         ctx.fail(node, "the shape operand needs a static length")
