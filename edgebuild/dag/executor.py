@@ -84,28 +84,32 @@ class Executor:
             pending.put(job)
         failures: list[BaseException] = []
 
-        def work() -> None:
-            while not self._interrupts.requested.is_set():
-                try:
-                    job = pending.get_nowait()
-                except queue.Empty:
-                    return
-                try:
-                    self._run_job(job)
-                except BaseException as exc:  # KeyboardInterrupt, or a bug: re-raised by the caller
-                    failures.append(exc)
+        def work(finished: threading.Event) -> None:
+            try:
+                while not self._interrupts.requested.is_set():
+                    try:
+                        job = pending.get_nowait()
+                    except queue.Empty:
+                        return
+                    try:
+                        self._run_job(job)
+                    except BaseException as exc:  # KeyboardInterrupt, or a bug: re-raised by the caller
+                        failures.append(exc)
+            finally:
+                finished.set()
 
-        threads = [threading.Thread(target=work, name=f"edgebuild-jobs-{i}", daemon=True)
-                   for i in range(min(self.jobs, len(jobs)))]
-        for thread in threads:
-            thread.start()
+        # Waited for through events, not Thread.join: a join that Ctrl-C interrupts marks a thread
+        # that is still running as stopped (CPython 3.11), and the next join would not wait.
+        finished = [threading.Event() for _ in range(min(self.jobs, len(jobs)))]
+        for i, event in enumerate(finished):
+            threading.Thread(target=work, args=(event,), name=f"edgebuild-jobs-{i}", daemon=True).start()
         try:
-            for thread in threads:
-                thread.join()
+            for event in finished:
+                event.wait()
         except KeyboardInterrupt:
             self._interrupts.request()
-            for thread in threads:  # a second Ctrl-C raises out of this wait
-                thread.join()
+            for event in finished:  # a second Ctrl-C raises out of this wait
+                event.wait()
             raise
         errors = [exc for exc in failures if not isinstance(exc, KeyboardInterrupt)]
         if errors:

@@ -58,8 +58,9 @@ def test_ctrl_c_interrupts_stages_running_on_worker_threads():
     handle SIGINT itself)."""
     done = subprocess.run([sys.executable, "-c", WORKER_THREADS_INTERRUPTED], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    stopped, seconds, handler_restored = json.loads(done.stdout)
+    stopped, alive, seconds, handler_restored = json.loads(done.stdout)
     assert sorted(stopped) == ["edgebuild-jobs-0", "edgebuild-jobs-1"]  # both workers, not the main thread
+    assert alive == []  # none runs on past the interrupt
     assert seconds < 30 and handler_restored  # well before the bodies' own 30 s of work
 
 
@@ -68,22 +69,18 @@ import json, os, signal, threading, time
 from edgebuild.dag.executor import Executor, Job
 from edgebuild.dag.stages import Stage
 
-stopped, running = set(), threading.Semaphore(0)
+started, finished, running = set(), set(), threading.Semaphore(0)
 
 def busy(results, out):
-    try:  # from the first line on: an interrupt may land as soon as this body is known to run
-        running.release()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # Python work: an interrupt reaches it between bytecodes
-            sum(range(1000))
-    except KeyboardInterrupt:
-        while True:  # the interrupt repeats every 0.1 s until the body is left: record it even so
-            try:
-                stopped.add(threading.current_thread().name)
-                break
-            except KeyboardInterrupt:
-                continue
-        raise
+    # A body that was stopped is one that started and never reached its end: nothing is recorded
+    # inside an except clause, where the interrupt repeated every 0.1 s could land again first.
+    name = threading.current_thread().name
+    started.add(name)
+    running.release()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # Python work: an interrupt reaches it between bytecodes
+        sum(range(1000))
+    finished.add(name)
     return {}
 
 def interrupt_once_both_run():  # not after a fixed delay: a loaded machine may start the second body late
@@ -98,5 +95,10 @@ try:
     raise SystemExit("the run was not interrupted")
 except KeyboardInterrupt:
     pass
-print(json.dumps([sorted(stopped), time.monotonic() - start, signal.getsignal(signal.SIGINT) is signal.default_int_handler]))
+workers = [t for t in threading.enumerate() if t.name.startswith("edgebuild-jobs")]
+for thread in workers:  # each has left its body and only ends its thread now
+    thread.join(timeout=10)
+alive = [t.name for t in workers if t.is_alive()]
+print(json.dumps([sorted(started - finished), alive, time.monotonic() - start,
+                  signal.getsignal(signal.SIGINT) is signal.default_int_handler]))
 """
