@@ -133,19 +133,3 @@ def _genai_head_size(model_path: Path) -> Optional[int]:
         return int(json.loads(config.read_text())["model"]["decoder"]["head_size"])
     except (KeyError, TypeError, ValueError):
         return None
-
-
-def source_generator(registry, variant, source_path: Path,
-                     cache: Optional[Sequence[tuple[str, str]]] = None) -> tuple[Generator, str]:
-    """The reference generator of a variant's source and its name: the frontend's own (PyTorch:
-    the eager model) when it has one, else onnxruntime on ``source_path`` (the source or
-    imported ONNX decoder)."""
-    from edgebuild.recipe.formats import source_format
-
-    fmt = source_format(variant.recipe.source)
-    frontend = registry.get("frontends", fmt) if registry is not None else None
-    if frontend is not None:
-        generator = frontend.generator(source_path, variant.section(f"{fmt}:source.options"), variant.base_dir)
-        if generator is not None:
-            return generator, f"{fmt} (eager)"
-    return OnnxGenerator(source_path, cache=cache), "onnxruntime"

@@ -194,13 +194,13 @@ def _variant(model: str, fmt: str | None, options: PyTorchOptions | None):
     from types import SimpleNamespace
 
     source = SimpleNamespace(model=model, format=fmt)
-    return SimpleNamespace(recipe=SimpleNamespace(source=source), base_dir=None,
+    return SimpleNamespace(recipe=SimpleNamespace(source=source, generate=None), base_dir=None, data={},
                            section=lambda name: options if name == "pytorch:source.options" else None)
 
 
 def test_the_source_generator_is_the_frontends_else_onnxruntime():
     from edgebuild.registry import get_registry
-    from edgebuild.verify.source_generation import source_generator
+    from edgebuild.dag.validate import source_generator
 
     weights = llm_families.checkpoint("llama") / "model.safetensors"
     variant = _variant(str(weights), "pytorch", PyTorchOptions(kind="causal_lm"))

@@ -21,10 +21,7 @@ coremltools' pass.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +34,6 @@ from .config import CompressionSection, LinearWeights
 from .packing import pack_indices
 from .spec_palettize import (
     _WEIGHTS,
-    _SPEC,
     NotEditable,
     _blob_values,
     _bool_input,
@@ -48,7 +44,7 @@ from .spec_palettize import (
     _rename_uses,
     _set_blob,
     _set_string,
-    _skip_rewritten,
+    write_edited_package,
 )
 from .spec_program import iter_block_ops, main_blocks, op_name, tensor_shape, weight_uses_from_spec
 
@@ -97,19 +93,7 @@ def quantize_package(src: Path, dst: Path, section: CompressionSection | Mapping
     except blob_file.BadBlob as error:
         raise NotEditable(f"{src}: {error}") from error
 
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
-    try:
-        written = staging / dst.name
-        shutil.copytree(src, written, ignore=_skip_rewritten(src))
-        (written / _WEIGHTS).parent.mkdir(parents=True, exist_ok=True)
-        _rewrite(program, jobs, reader, written / _WEIGHTS)
-        (written / _SPEC).write_bytes(model.SerializeToString())
-        if dst.exists():
-            os.replace(dst, staging / "previous")
-        os.replace(written, dst)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    write_edited_package(src, dst, model, lambda weights: _rewrite(program, jobs, reader, weights))
     return before, weight_uses_from_spec(program)
 
 

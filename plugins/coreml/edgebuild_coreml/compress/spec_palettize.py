@@ -77,20 +77,26 @@ def palettize_package(
         raise NotEditable(f"{src}: {error}") from error
     cluster_jobs(jobs, workers=workers, packed=True)
 
+    write_edited_package(src, dst, model, lambda weights: _rewrite(program, jobs, reader, weights))
+    return before, weight_uses_from_spec(program)
+
+
+def write_edited_package(src: Path, dst: Path, model, write_weights) -> None:
+    """``dst``: a copy of the package ``src`` with a new weight file (``write_weights(path)``) and
+    the edited ``model`` spec, staged beside ``dst`` and swapped in whole."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
     try:
         written = staging / dst.name
         shutil.copytree(src, written, ignore=_skip_rewritten(src))
         (written / _WEIGHTS).parent.mkdir(parents=True, exist_ok=True)
-        _rewrite(program, jobs, reader, written / _WEIGHTS)
+        write_weights(written / _WEIGHTS)
         (written / _SPEC).write_bytes(model.SerializeToString())
         if dst.exists():
             os.replace(dst, staging / "previous")
         os.replace(written, dst)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return before, weight_uses_from_spec(program)
 
 
 def _read_spec(src: Path) -> Model_pb2.Model:
