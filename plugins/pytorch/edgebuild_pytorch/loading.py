@@ -7,6 +7,7 @@ never runs pickled code; TorchScript and ExportedProgram archives hold no pickle
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 from dataclasses import dataclass
@@ -112,9 +113,15 @@ def _load_state_dict(path: Path, options: PyTorchOptions, base_dir: Path | None)
         kwargs["config"] = str(config)
         details["config"] = str(config.name)
 
+    # Read once: safetensors and torch.load(mmap=True) map the file, and every fresh module is
+    # built with its parameters on the meta device and then given these tensors, so a copy costs
+    # no weight memory (a billion-parameter model is never initialised at random, nor copied).
+    state = read_state_dict(path)
+
     def fresh():
-        module = build_module(options.factory, kwargs)
-        load_weights_into(module, read_state_dict(path), path.name, options.factory)
+        with parameters_on_meta():
+            module = build_module(options.factory, kwargs)
+        load_weights_into(module, state, path.name, options.factory)
         return module.eval()
 
     return LoadedSource("state_dict", fresh(), fresh, details)
@@ -164,7 +171,7 @@ def read_state_dict(path: Path) -> dict:
 
             state = load_file(str(path), device="cpu")
         else:
-            state = torch.load(str(path), map_location="cpu", weights_only=True)
+            state = _torch_load(path)
     except ImportError:
         raise BuildError(f"{path.name}: reading .safetensors needs the safetensors package: pip install safetensors") from None
     except Exception as exc:
@@ -177,6 +184,36 @@ def read_state_dict(path: Path) -> dict:
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise BuildError(f"{path.name}: expected a mapping of parameter names to tensors")
     return state
+
+
+def _torch_load(path: Path):
+    """``torch.load`` mapping the file when its format allows (the zip format does; legacy files not)."""
+    torch = require_torch()
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:
+        return torch.load(str(path), map_location="cpu", weights_only=True)
+
+
+@contextlib.contextmanager
+def parameters_on_meta():
+    """Modules built inside get their parameters on the meta device (no memory, no random init);
+    buffers stay real, since a module computes the non-persistent ones (rotary frequencies) itself
+    and a state_dict does not hold them. ``load_weights_into`` assigns the real parameters."""
+    torch = require_torch()
+    register = torch.nn.Module.register_parameter
+
+    def register_on_meta(module, name, param):
+        lazy = isinstance(param, torch.nn.parameter.UninitializedParameter)
+        if param is not None and not lazy and param.device.type != "meta":
+            param = type(param)(param.to("meta"), requires_grad=param.requires_grad)
+        register(module, name, param)
+
+    torch.nn.Module.register_parameter = register_on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
 
 
 def state_dict_mismatch(module_state: dict, loaded: dict) -> list[str]:
@@ -209,7 +246,15 @@ def load_weights_into(module, state: dict, file_name: str, factory: str) -> None
             f"{file_name} does not match the module from {factory!r}:\n  " + "\n  ".join(problems),
             hint="check that the factory builds the architecture these weights were saved from",
         )
-    module.load_state_dict(state, strict=True)
+    # assign: the module takes the file's tensors themselves (its own may be on the meta device)
+    module.load_state_dict(state, strict=True, assign=True)
+    left = [name for name, tensor in [*module.named_parameters(), *module.named_buffers()] if tensor.is_meta]
+    if left:
+        raise BuildError(
+            f"{file_name}: the module from {factory!r} keeps {len(left)} tensor(s) the file does not set, "
+            f"e.g. {', '.join(left[:MAX_KEYS_SHOWN])}",
+            hint="the factory must create its buffers from real values; parameters come from the file",
+        )
 
 
 def _first_line(exc: Exception) -> str:
