@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -195,25 +196,39 @@ def _torch_load(path: Path):
         return torch.load(str(path), map_location="cpu", weights_only=True)
 
 
+_ON_META = threading.local()  # set in the thread building a module inside parameters_on_meta()
+_PATCH_LOCK = threading.Lock()
+_PATCH_USERS = [0, None]  # threads inside parameters_on_meta(), torch's own register_parameter
+
+
 @contextlib.contextmanager
 def parameters_on_meta():
-    """Modules built inside get their parameters on the meta device (no memory, no random init);
-    buffers stay real, since a module computes the non-persistent ones (rotary frequencies) itself
-    and a state_dict does not hold them. ``load_weights_into`` assigns the real parameters."""
+    """Modules built inside, in this thread, get their parameters on the meta device (no memory,
+    no random init); buffers stay real, since a module computes the non-persistent ones (rotary
+    frequencies) itself and a state_dict does not hold them. ``load_weights_into`` assigns the
+    real parameters. Other threads building modules meanwhile are not affected."""
     torch = require_torch()
-    register = torch.nn.Module.register_parameter
+    with _PATCH_LOCK:
+        if _PATCH_USERS[0] == 0:
+            register = _PATCH_USERS[1] = torch.nn.Module.register_parameter
 
-    def register_on_meta(module, name, param):
-        lazy = isinstance(param, torch.nn.parameter.UninitializedParameter)
-        if param is not None and not lazy and param.device.type != "meta":
-            param = type(param)(param.to("meta"), requires_grad=param.requires_grad)
-        register(module, name, param)
+            def register_on_meta(module, name, param):
+                lazy = isinstance(param, torch.nn.parameter.UninitializedParameter)
+                if getattr(_ON_META, "on", False) and param is not None and not lazy and param.device.type != "meta":
+                    param = type(param)(param.to("meta"), requires_grad=param.requires_grad)
+                register(module, name, param)
 
-    torch.nn.Module.register_parameter = register_on_meta
+            torch.nn.Module.register_parameter = register_on_meta
+        _PATCH_USERS[0] += 1
+    _ON_META.on = True
     try:
         yield
     finally:
-        torch.nn.Module.register_parameter = register
+        _ON_META.on = False
+        with _PATCH_LOCK:
+            _PATCH_USERS[0] -= 1
+            if _PATCH_USERS[0] == 0:
+                torch.nn.Module.register_parameter = _PATCH_USERS[1]
 
 
 def state_dict_mismatch(module_state: dict, loaded: dict) -> list[str]:

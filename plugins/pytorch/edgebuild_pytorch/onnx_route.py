@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 from edgebuild.errors import BuildError
+from edgebuild_pytorch.weight_pages import drop_resident_pages
 
 
 def export_onnx(program, path: Path, *, opset: int, input_names: list[str], output_names: list[str]) -> None:
@@ -23,7 +24,12 @@ def export_onnx(program, path: Path, *, opset: int, input_names: list[str], outp
     # The exporter prints progress on stdout, which `run --json` reserves for its result.
     with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        onnx_program = torch.onnx.export(program, dynamo=True, opset_version=opset, optimize=True, verbose=False)
+        onnx_program = torch.onnx.export(program, dynamo=True, opset_version=opset, optimize=False, verbose=False)
+        # Its optimiser would fold every Transpose of a weight (nn.Linear's x @ W.T) into a new
+        # initializer at once: a second copy of all the weights. Those become lazy initializers
+        # first, each transposed only when the save writes it.
+        lazy_weight_transposes(onnx_program.model.graph)
+        onnx_program.optimize()
     model = onnx_program.model
     graph = model.graph
     if len(graph.inputs) != len(input_names) or len(graph.outputs) != len(output_names):
@@ -35,6 +41,58 @@ def export_onnx(program, path: Path, *, opset: int, input_names: list[str], outp
     _rename(graph, list(graph.inputs) + list(graph.outputs), input_names + output_names)
     path.parent.mkdir(parents=True, exist_ok=True)
     ir.save(model, path, external_data=path.name + ".data")
+    drop_resident_pages(_torch_tensors(graph))
+
+
+def _torch_tensors(graph) -> list:
+    """The torch tensors behind ``graph``'s initializers (the module's own, memory-mapped ones)."""
+    import torch
+
+    found = []
+    for value in graph.initializers.values():
+        raw = getattr(value.const_value, "raw", None)
+        if isinstance(raw, torch.Tensor):
+            found.append(raw)
+    return found
+
+
+def lazy_weight_transposes(graph, min_elements: int = 1024) -> int:
+    """Replace each 2-D ``Transpose`` of an initializer by an initializer computed when it is
+    written (and the source's mapped pages dropped then); returns how many were."""
+    import numpy as np
+    import onnx_ir as ir
+    import torch
+
+    count = 0
+    for node in list(graph):
+        if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 1:
+            continue
+        source, output = node.inputs[0], node.outputs[0]
+        tensor = source.const_value if source is not None and graph.initializers.get(source.name) is source else None
+        perm = node.attributes.get("perm")
+        if (tensor is None or len(tensor.shape) != 2 or tensor.size < min_elements or output.is_graph_output()
+                or (perm is not None and list(perm.as_ints()) != [1, 0])):
+            continue
+
+        def transposed(tensor=tensor):
+            array = np.ascontiguousarray(tensor.numpy().T)
+            raw = getattr(tensor, "raw", None)
+            if isinstance(raw, torch.Tensor):
+                drop_resident_pages([raw])
+            return array
+
+        rows, cols = tensor.shape
+        name = output.name
+        lazy = ir.LazyTensor(transposed, dtype=tensor.dtype, shape=ir.Shape([cols, rows]), name=name)
+        weight = ir.Value(name=f"{name}__weight", shape=ir.Shape([cols, rows]), type=ir.TensorType(tensor.dtype),
+                          const_value=lazy)
+        graph.register_initializer(weight)
+        ir.convenience.replace_all_uses_with(output, weight)
+        graph.remove(node, safe=True)
+        if not source.uses() and not source.is_graph_output() and not source.is_graph_input():
+            graph.initializers.pop(source.name)
+        count += 1
+    return count
 
 
 def _rename(graph, values, names: list[str]) -> None:

@@ -26,12 +26,15 @@ from coremltools.converters.mil.mil.passes.defs.quantization import add_fp16_cas
 from coremltools.converters.mil.mil.passes.graph_pass import AbstractGraphPass
 from coremltools.converters.mil.mil.passes.pass_registry import register_pass
 
+from edgebuild_coreml.memory import drop_mapped_pages
+
 FP16_CAST_PASS = "common::add_fp16_cast"
 # fp32 constants of this many elements or more are folded to fp16 as soon as they are cast
 FOLD_AT_ONCE_ELEMENTS = 4096
 COLLECT_EVERY_BYTES = 256 << 20
 GUARDED_FP16_CAST_PASS = "edgebuild::guarded_fp16_cast"
 COLLECT_GARBAGE_PASS = "edgebuild::collect_garbage"
+DROP_WEIGHT_PAGES_PASS = "edgebuild::drop_weight_pages"
 PIPELINES = ("lowering", "default")
 
 # Each pass once where one run settles it; coremltools' backend pipeline (run by ct.convert after
@@ -42,6 +45,7 @@ _BEFORE_CAST = [
     "common::const_elimination",  # shape arithmetic on static shapes
     "common::divide_to_multiply",  # Div by a constant -> Mul by its reciprocal
     "common::const_deduplication",  # weights an exporter stored twice
+    DROP_WEIGHT_PAGES_PASS,  # what the deduplication read of mapped weights
     "common::remove_symbolic_reshape",  # reshapes to flexible (RangeDim) shapes
     "common::loop_invariant_elimination",  # values a Loop body passes through unchanged
     "common::fuse_transpose_matmul",  # ONNX Transpose feeding MatMul -> matmul(transpose_y=True)
@@ -80,7 +84,11 @@ _FINISH = [
 def lowering_passes(precision: str) -> list[str]:
     """The curated pass list for ``precision`` (``float16`` adds the casts and their cleanup)."""
     if precision == "float16":
-        return _BEFORE_CAST + _FP16_CASTS + _AFTER_CAST + _FP16_CLEANUP + _FINISH
+        # Deduplicated by the backend pipeline after the casts instead, on fp16 values in memory:
+        # before them the lowered weights are views of their mapped file, and hashing a transposed
+        # view flattens it, which would read every weight (and keep its pages resident) at once.
+        before = [name for name in _BEFORE_CAST if name not in ("common::const_deduplication", DROP_WEIGHT_PAGES_PASS)]
+        return before + _FP16_CASTS + _AFTER_CAST + _FP16_CLEANUP + _FINISH
     return _BEFORE_CAST + _AFTER_CAST + _FINISH
 
 
@@ -162,9 +170,23 @@ def _fold_fp16_casts(var) -> int:
         folded = mb.const(val=out.val, name=out.name, before_op=cast)
         block.replace_uses_of_var_after_op(anchor_op=cast, old_var=out, new_var=folded)
         block.remove_ops([cast])
-    freed = int(np.asarray(var.val).nbytes)
+    value = var.val
+    freed = int(np.asarray(value).nbytes)
     block.remove_ops([const_op])
+    drop_mapped_pages([value])  # a lowered weight viewing its mapped initializer: read once, done
     return freed
+
+
+@register_pass(namespace="edgebuild")
+class drop_weight_pages(AbstractGraphPass):  # noqa: N801 - coremltools names a pass after its class
+    """Drops the resident pages of constants that view a mapped weight file, after a pass that read
+    them all (``const_deduplication`` flattens each weight to hash it, which reads a transposed
+    view in full); they are read again only where a later pass needs them."""
+
+    def apply(self, prog):
+        values = [op.outputs[0].val for function in prog.functions.values() for op in function.operations
+                  if op.op_type == "const"]
+        drop_mapped_pages(values)
 
 
 @register_pass(namespace="edgebuild")
