@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 import coremltools as ct
 import numpy as np
 from coremltools.converters.mil import Builder as mb
-from coremltools.converters.mil.mil import types
+from coremltools.converters.mil.mil import Var, types
 from coremltools.converters.mil.mil.passes.defs.quantization import add_fp16_cast
 from coremltools.converters.mil.mil.passes.graph_pass import AbstractGraphPass
 from coremltools.converters.mil.mil.passes.pass_registry import register_pass
@@ -173,6 +173,12 @@ def _fold_fp16_casts(var) -> int:
     value = var.val
     freed = int(np.asarray(value).nbytes)
     block.remove_ops([const_op])
+    # The cast pass iterates over a list of every op it started with, removed ones included, so
+    # the removed const would keep its fp32 value alive until the pass ends: let go of it here.
+    var._sym_val = None
+    for inner in const_op._input_vars.values():
+        if isinstance(inner, Var):
+            inner._sym_val = None
     drop_mapped_pages([value])  # a lowered weight viewing its mapped initializer: read once, done
     return freed
 
