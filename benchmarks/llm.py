@@ -86,6 +86,62 @@ def work_done(**extra) -> None:
     print(json.dumps({"work_seconds": time.perf_counter() - _STARTED[-1], **extra}), flush=True)
 
 
+class StagePeaks:
+    """Resident set size sampled in a thread (every 20 ms) and attributed to the stage running, with
+    its anonymous and file-backed parts at that stage's peak (``/proc/self/smaps_rollup``): the
+    stage that holds the peak and whether it is heap or mapped weights. ``on_event`` is the
+    executor's event hook."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.current = "start"
+        self.peaks: dict[str, dict] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def on_event(self, _label: str, event: str, _result) -> None:
+        stage, _, what = event.partition(":")
+        if what == "start":
+            self.current = stage
+        elif what == "done":
+            self._record()  # the stage's last state, then what follows is between stages
+            self.current = f"after {stage}"
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            self._record()
+
+    def _record(self) -> None:
+        rss = current_rss_mb()
+        best = self.peaks.get(self.current)
+        if rss is not None and (best is None or rss > best["rss_mb"]):
+            self.peaks[self.current] = {"rss_mb": round(rss), **_rollup_mb()}
+
+    def stop(self) -> dict[str, dict]:
+        self._stop.set()
+        self._thread.join()
+        return self.peaks
+
+
+def _rollup_mb() -> dict:
+    """Anonymous and file-backed resident MB (Linux; empty elsewhere)."""
+    found = {}
+    try:
+        with open("/proc/self/smaps_rollup") as rollup:
+            for line in rollup:
+                key, _, rest = line.partition(":")
+                if key in ("Anonymous", "Rss"):
+                    found[key] = int(rest.split()[0]) / 1024
+    except OSError:
+        return {}
+    if "Rss" not in found:
+        return {}
+    anonymous = found.get("Anonymous", 0.0)
+    return {"anonymous_mb": round(anonymous), "file_mb": round(found["Rss"] - anonymous)}
+
+
 def package_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
@@ -149,7 +205,12 @@ def work_edgebuild(row: str, source_json: str, scratch: str) -> None:
     [build] = plan_jobs(load_variants([str(recipe)], ["build"], registry), registry, store)
     imports_done()
     build.job.stages = [s for s in build.job.stages if s.name != "validate"]
-    Executor(None).run([build.job])
+    sampler = StagePeaks()
+    try:
+        # stage outputs in the row's scratch directory (removed after the row), not the system temp
+        Executor(None, on_event=sampler.on_event, scratch=Path(scratch)).run([build.job])
+    finally:
+        print(json.dumps({"stage_peaks": sampler.stop()}), flush=True)
     if build.job.error is not None:
         raise SystemExit(f"edgebuild failed: {build.job.error}")
     last = build.job.results[build.job.stages[-1].name]
@@ -260,7 +321,7 @@ def measure(row: str, source_json: str, scratch: str) -> dict:
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # Linux: kilobytes
     reported: dict = {}
     for line in done.stdout.splitlines():
-        if line.startswith(('{"after_imports_mb"', '{"work_seconds"')):
+        if line.startswith(('{"after_imports_mb"', '{"work_seconds"', '{"stage_peaks"')):
             reported.update(json.loads(line))
     if done.returncode != 0:
         return {"error": _error_line(done.stderr), "process_seconds": seconds}
@@ -295,7 +356,8 @@ def with_ratios(results: dict[str, dict], weight_mb: float) -> list[dict]:
         row = {"row": name, "seconds": run.get("work_seconds"), "process_seconds": run.get("process_seconds"),
                "peak_mb": run.get("peak_mb"), "after_imports_mb": run.get("after_imports_mb"),
                "peak_delta_mb": None, "memory_ratio": None, "package_mb": None, "peer": PEER_OF.get(name),
-               "time_vs_peer": None, "memory_vs_peer": None, "time_vs_floor": None, "error": run.get("error")}
+               "time_vs_peer": None, "memory_vs_peer": None, "time_vs_floor": None, "error": run.get("error"),
+               "stage_peaks": _stage_ratios(run, weight_mb)}
         if run.get("peak_mb") is not None and run.get("after_imports_mb") is not None:
             row["peak_delta_mb"] = run["peak_mb"] - run["after_imports_mb"]
             row["memory_ratio"] = row["peak_delta_mb"] / weight_mb
@@ -316,6 +378,15 @@ def with_ratios(results: dict[str, dict], weight_mb: float) -> list[dict]:
     return rows
 
 
+def _stage_ratios(run: dict, weight_mb: float) -> dict | None:
+    """An edgebuild row's per-stage peaks as (RSS - RSS after imports) / fp16 weight bytes, with the
+    anonymous and file-backed MB at that peak."""
+    peaks, base = run.get("stage_peaks"), run.get("after_imports_mb")
+    if not peaks or base is None:
+        return None
+    return {stage: {**peak, "ratio": round((peak["rss_mb"] - base) / weight_mb, 2)} for stage, peak in peaks.items()}
+
+
 def _cell(value, spec: str, width: int) -> str:
     return f"{value:>{width}{spec}}" if value is not None else f"{'-':>{width}}"
 
@@ -332,6 +403,11 @@ def print_table(rows: list[dict], weight_mb: float, parameters: int) -> None:
               f"{_cell(r['time_vs_floor'], '.2f', 8)}")
     print("peer: the coremltools guide-style module at the same precision; x fp16 w: (peak RSS - RSS after "
           "imports) / fp16 weight bytes; t/floor: work time over one read + one fp16 write of the weights")
+    for r in rows:
+        if r["stage_peaks"]:
+            print(f"{r['row']} per stage (x fp16 w, anonymous / file MB at the peak): " + ", ".join(
+                f"{stage} {p['ratio']:.2f} ({p.get('anonymous_mb', '-')} / {p.get('file_mb', '-')})"
+                for stage, p in r["stage_peaks"].items()))
     for r in rows:
         if r["error"]:
             print(f"{r['row']}: failed: {r['error']}")

@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[3]
 KEYS = {"row", "seconds", "process_seconds", "peak_mb", "after_imports_mb", "peak_delta_mb", "memory_ratio",
-        "package_mb", "peer", "time_vs_peer", "memory_vs_peer", "time_vs_floor", "error"}
+        "package_mb", "peer", "time_vs_peer", "memory_vs_peer", "time_vs_floor", "error", "stage_peaks"}
 ROWS = {"edgebuild-onnx-fp16", "edgebuild-onnx-int4", "edgebuild-pytorch-fp16", "coremltools-guide-fp16",
         "coremltools-guide-int4", "coremltools-llama", "io-floor"}
 
@@ -48,5 +48,6 @@ def test_small_benchmark_json_rows(tmp_path):
         assert _number(row["package_mb"]) and row["package_mb"] > 0, name
     for name in ("edgebuild-onnx-fp16", "edgebuild-onnx-int4", "edgebuild-pytorch-fp16"):
         assert _number(rows[name]["memory_vs_peer"]), name
+        assert all(_number(peak["ratio"]) for peak in rows[name]["stage_peaks"].values()), name
     # the 4-bit packages hold about a quarter of the fp16 bytes
     assert rows["edgebuild-onnx-int4"]["package_mb"] < 0.5 * rows["edgebuild-onnx-fp16"]["package_mb"]
