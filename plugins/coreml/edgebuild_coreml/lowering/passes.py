@@ -32,6 +32,7 @@ FP16_CAST_PASS = "common::add_fp16_cast"
 # fp32 constants of this many elements or more are folded to fp16 as soon as they are cast
 FOLD_AT_ONCE_ELEMENTS = 4096
 COLLECT_EVERY_BYTES = 256 << 20
+UNDERFLOW_CHECK_MAX_ELEMENTS = 400  # coremltools' add_fp16_cast: larger constants are not checked
 GUARDED_FP16_CAST_PASS = "edgebuild::guarded_fp16_cast"
 COLLECT_GARBAGE_PASS = "edgebuild::collect_garbage"
 DROP_WEIGHT_PAGES_PASS = "edgebuild::drop_weight_pages"
@@ -125,6 +126,13 @@ class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass
 
     _freed_bytes = 0
 
+    def _check_underflow_to_zero(self, new_var, var):
+        # coremltools checks only constants of fewer than UNDERFLOW_CHECK_MAX_ELEMENTS, but counts
+        # them with ``val.flatten()``: a full fp32 copy of every weight, the cast's largest transient.
+        if var.val is not None and np.size(var.val) >= UNDERFLOW_CHECK_MAX_ELEMENTS:
+            return
+        super()._check_underflow_to_zero(new_var, var)
+
     @staticmethod
     def fp16_overflow(op) -> bool:
         from edgebuild_coreml.fp16_guard import FP16_MAX, MEANT_AS_INFINITY, max_finite_magnitude
@@ -134,7 +142,10 @@ class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass
                 if var.op is None or var.op.op_type != "const" or not var.is_tensor_or_scalar_of(dtype="fp32"):
                     continue
                 # Values meant as infinity may become fp16's inf; only real values must fit.
-                if max_finite_magnitude(np.asarray(var.op.val.val), below=MEANT_AS_INFINITY) > FP16_MAX:
+                value = np.asarray(var.op.val.val)
+                overflows = max_finite_magnitude(value, below=MEANT_AS_INFINITY) > FP16_MAX
+                drop_mapped_pages([value])  # a mapped weight is read again by the cast, one at a time
+                if overflows:
                     return True
         return False
 
