@@ -142,10 +142,9 @@ class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass
                 if var.op is None or var.op.op_type != "const" or not var.is_tensor_or_scalar_of(dtype="fp32"):
                     continue
                 # Values meant as infinity may become fp16's inf; only real values must fit.
+                # a mapped weight's pages go as they are scanned: the cast reads it again, alone
                 value = np.asarray(var.op.val.val)
-                overflows = max_finite_magnitude(value, below=MEANT_AS_INFINITY) > FP16_MAX
-                drop_mapped_pages([value])  # a mapped weight is read again by the cast, one at a time
-                if overflows:
+                if max_finite_magnitude(value, below=MEANT_AS_INFINITY, drop_pages=True) > FP16_MAX:
                     return True
         return False
 
