@@ -196,8 +196,13 @@ class CoreMLBackend(Backend):
         comparisons.
         """
         with _collections_skip_loaded_libraries():
-            return self._lower(model_path, artifact, params, registry, validate_section=validate_section,
-                               base_dir=base_dir, where=where, passes=passes)
+            try:
+                return self._lower(model_path, artifact, params, registry, validate_section=validate_section,
+                                   base_dir=base_dir, where=where, passes=passes)
+            finally:
+                # The saved program (its fp16 weights) is cyclic: without a collection it outlives the
+                # stage and sits under the next one's peak (the compress stage's, say).
+                gc.collect()
 
     def _lower(self, model_path: Path, artifact: Path, params: dict, registry, *, validate_section, base_dir,
                where, passes) -> dict:

@@ -35,6 +35,7 @@ SATURATED = FP16_MAX / 2
 # Elements per step of a scan over a large array: its temporaries (a few chunk-sized arrays)
 # stay well below one activation of a full-resolution image model.
 SCAN_CHUNK = 1 << 16
+DROP_PAGES_ELEMENTS = 1 << 20  # max_finite_magnitude(drop_pages=True) drops this many at a time
 
 
 @dataclass
@@ -85,23 +86,27 @@ def calibration_samples(section, source_path: Path, recipe_inputs: Mapping[str, 
 # -- ranges -----------------------------------------------------------------------------------
 
 
-def _chunks(array: np.ndarray):
-    flat = array.reshape(-1)
-    for start in range(0, flat.size, SCAN_CHUNK):
-        yield flat[start:start + SCAN_CHUNK]
-
-
-def max_finite_magnitude(array: np.ndarray, *, below: float = np.inf) -> float:
+def max_finite_magnitude(array: np.ndarray, *, below: float = np.inf, drop_pages: bool = False) -> float:
     """Largest |x| over the finite elements of a float ``array`` that are below ``below``; 0.0 if none.
 
     Scanned in chunks: a whole-array ``abs`` (or a float64 copy) of a large weight would cost more
-    memory than the weight itself.
+    memory than the weight itself. ``drop_pages``: a read-only array viewing a mapped file has
+    each chunk's pages dropped once scanned, so the scan leaves no more than a chunk resident.
     """
+    from edgebuild_coreml.memory import drop_mapped_pages
+
     peak = 0.0
-    for part in _chunks(array):
-        magnitudes = np.abs(part)
+    # memory order: a view for any dense layout (reshape(-1) would copy a transposed weight whole)
+    flat = np.ravel(array, order="K")
+    dropped = 0  # pages go a few MB at a time: a system call per 256 KB chunk is not worth it
+    for start in range(0, flat.size, SCAN_CHUNK):
+        magnitudes = np.abs(flat[start:start + SCAN_CHUNK])
         keep = np.isfinite(magnitudes) & (magnitudes < below)
         peak = max(peak, float(np.max(magnitudes, where=keep, initial=0.0)))
+        end = min(start + SCAN_CHUNK, flat.size)
+        if drop_pages and (end - dropped >= DROP_PAGES_ELEMENTS or end == flat.size):
+            drop_mapped_pages([flat[dropped:end]])
+            dropped = end
     return peak
 
 

@@ -178,15 +178,12 @@ def export_onnx(model, path: Path, *, opset: int = 18) -> Path:
     """Write ``model`` as an ONNX decoder at ``path`` (weights in ``<path>.data``) in the
     optimum layout: input_ids, attention_mask[, position_ids], past_key_values.{i}.key/.value
     -> logits, present.{i}.key/.value, with named dynamic dims."""
-    import onnx_ir as ir
-
-    from edgebuild_pytorch.onnx_route import export_model
+    from edgebuild_pytorch.onnx_route import export_model, save_model
 
     onnx_model = export_model(export_program(model), opset=opset, input_names=input_names(model),
                               output_names=output_names(model))
     name_dims(onnx_model.graph)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ir.save(onnx_model, path, external_data=path.name + ".data")
+    save_model(onnx_model, path)
     return path
 
 

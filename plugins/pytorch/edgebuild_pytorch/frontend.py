@@ -13,6 +13,7 @@ from edgebuild_pytorch.capture import bound_module, call_module, capture, output
 from edgebuild_pytorch.inputs import plan_inputs
 from edgebuild_pytorch.loading import load_source, require_torch, source_kind
 from edgebuild_pytorch.options import PyTorchOptions, parse_options
+from edgebuild_pytorch.weight_pages import pages_dropped_after_use
 
 ROUTE_FILE = "route.json"
 
@@ -31,7 +32,10 @@ class PyTorchFrontend(Frontend):
         plan = plan_inputs(inputs)
         loaded = load_source(path, opts, base_dir)
         example_arrays = plan.example_arrays()
-        outputs = call_module(loaded.fresh(), {**example_arrays, **plan.fixed}, loaded.positional)
+        eager = loaded.fresh()
+        with pages_dropped_after_use(eager):  # mapped weights read once each, not all kept resident
+            outputs = call_module(eager, {**example_arrays, **plan.fixed}, loaded.positional)
+        del eager
         names = output_names(outputs, opts.output_names)
         example = tuple(torch.from_numpy(a) for a in example_arrays.values())
         try:

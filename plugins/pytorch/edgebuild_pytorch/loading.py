@@ -7,8 +7,10 @@ never runs pickled code; TorchScript and ExportedProgram archives hold no pickle
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -114,9 +116,15 @@ def _load_state_dict(path: Path, options: PyTorchOptions, base_dir: Path | None)
         kwargs["config"] = str(config)
         details["config"] = str(config.name)
 
+    # Read once: safetensors and torch.load(mmap=True) map the file, and every fresh module is
+    # built with its parameters on the meta device and then given these tensors, so a copy costs
+    # no weight memory (a billion-parameter model is never initialised at random, nor copied).
+    state = read_state_dict(path)
+
     def fresh():
-        module = build_module(options.factory, kwargs)
-        load_weights_into(module, read_state_dict(path), path.name, options.factory)
+        with parameters_on_meta():
+            module = build_module(options.factory, kwargs)
+        load_weights_into(module, state, path.name, options.factory)
         return module.eval()
 
     return LoadedSource("state_dict", fresh(), fresh, details)
@@ -176,7 +184,7 @@ def read_state_dict(path: Path) -> dict:
 
             state = load_file(str(path), device="cpu")
         else:
-            state = torch.load(str(path), map_location="cpu", weights_only=True)
+            state = _torch_load(path)
     except ImportError:
         raise BuildError(f"{path.name}: reading .safetensors needs the safetensors package: pip install safetensors") from None
     except Exception as exc:
@@ -189,6 +197,50 @@ def read_state_dict(path: Path) -> dict:
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise BuildError(f"{path.name}: expected a mapping of parameter names to tensors")
     return state
+
+
+def _torch_load(path: Path):
+    """``torch.load`` mapping the file when its format allows (the zip format does; legacy files not)."""
+    torch = require_torch()
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:
+        return torch.load(str(path), map_location="cpu", weights_only=True)
+
+
+_ON_META = threading.local()  # set in the thread building a module inside parameters_on_meta()
+_PATCH_LOCK = threading.Lock()
+_PATCH_USERS = [0, None]  # threads inside parameters_on_meta(), torch's own register_parameter
+
+
+@contextlib.contextmanager
+def parameters_on_meta():
+    """Modules built inside, in this thread, get their parameters on the meta device (no memory,
+    no random init); buffers stay real, since a module computes the non-persistent ones (rotary
+    frequencies) itself and a state_dict does not hold them. ``load_weights_into`` assigns the
+    real parameters. Other threads building modules meanwhile are not affected."""
+    torch = require_torch()
+    with _PATCH_LOCK:
+        if _PATCH_USERS[0] == 0:
+            register = _PATCH_USERS[1] = torch.nn.Module.register_parameter
+
+            def register_on_meta(module, name, param):
+                lazy = isinstance(param, torch.nn.parameter.UninitializedParameter)
+                if getattr(_ON_META, "on", False) and param is not None and not lazy and param.device.type != "meta":
+                    param = type(param)(param.to("meta"), requires_grad=param.requires_grad)
+                register(module, name, param)
+
+            torch.nn.Module.register_parameter = register_on_meta
+        _PATCH_USERS[0] += 1
+    _ON_META.on = True
+    try:
+        yield
+    finally:
+        _ON_META.on = False
+        with _PATCH_LOCK:
+            _PATCH_USERS[0] -= 1
+            if _PATCH_USERS[0] == 0:
+                torch.nn.Module.register_parameter = _PATCH_USERS[1]
 
 
 def state_dict_mismatch(module_state: dict, loaded: dict) -> list[str]:
@@ -210,27 +262,61 @@ def state_dict_mismatch(module_state: dict, loaded: dict) -> list[str]:
 
 
 def load_weights_into(module, state: dict, file_name: str, factory: str) -> None:
-    module_state = module.state_dict()
+    # keep_vars: the module's own Parameter objects, so ties are found by identity even on the meta device
+    module_state = module.state_dict(keep_vars=True)
     # Older checkpoints saved buffers the module now keeps non-persistent (e.g. BERT's
     # position_ids): the module computes those itself, so the file's copy is not needed.
     transient = {name for name, _ in module.named_buffers()} - set(module_state)
     state = {k: v for k, v in state.items() if k not in transient}
     # A tied parameter (a language model's output projection sharing the embedding) is saved once.
-    expected = {k: v for k, v in module_state.items() if k in state or not _tied_to_saved(module_state, k, state)}
+    ties = _ties_to_saved(module_state, state)
+    expected = {k: v for k, v in module_state.items() if k not in ties}
     problems = state_dict_mismatch(expected, state)
     if problems:
         raise BuildError(
             f"{file_name} does not match the module from {factory!r}:\n  " + "\n  ".join(problems),
             hint="check that the factory builds the architecture these weights were saved from",
         )
-    module.load_state_dict(state, strict=len(expected) == len(module_state))
+    # assign: the module takes the file's tensors themselves (its own may be on the meta device)
+    module.load_state_dict(state, strict=not ties, assign=True)
+    # assign replaced the saved side of each tie; point the other side at it again
+    for key, saved in ties.items():
+        _set_tensor(module, key, _get_tensor(module, saved))
+    left = [name for name, tensor in [*module.named_parameters(), *module.named_buffers()] if tensor.is_meta]
+    if left:
+        raise BuildError(
+            f"{file_name}: the module from {factory!r} keeps {len(left)} tensor(s) the file does not set, "
+            f"e.g. {', '.join(left[:MAX_KEYS_SHOWN])}",
+            hint="the factory must create its buffers from real values; parameters come from the file",
+        )
 
 
-def _tied_to_saved(module_state: dict, key: str, saved: dict) -> bool:
-    """``key`` shares its storage with a parameter the file holds."""
-    pointer = module_state[key].data_ptr()
-    return any(other in saved and other != key and tensor.data_ptr() == pointer
-               for other, tensor in module_state.items())
+def _ties_to_saved(module_state: dict, saved: dict) -> dict[str, str]:
+    """``{key the file lacks: saved key sharing its tensor}`` — the same Parameter object (the
+    only tie a meta tensor can show) or, for real tensors, the same storage."""
+    ties = {}
+    for key, tensor in module_state.items():
+        if key in saved:
+            continue
+        for other, candidate in module_state.items():
+            if other == key or other not in saved:
+                continue
+            same_storage = (not tensor.is_meta and not candidate.is_meta
+                            and tensor.data_ptr() != 0 and tensor.data_ptr() == candidate.data_ptr())
+            if candidate is tensor or same_storage:
+                ties[key] = other
+                break
+    return ties
+
+
+def _get_tensor(module, key: str):
+    owner, _, name = key.rpartition(".")
+    return getattr(module.get_submodule(owner), name)
+
+
+def _set_tensor(module, key: str, tensor) -> None:
+    owner, _, name = key.rpartition(".")
+    setattr(module.get_submodule(owner), name, tensor)
 
 
 def _first_line(exc: Exception) -> str:

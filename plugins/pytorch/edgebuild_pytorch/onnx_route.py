@@ -13,15 +13,13 @@ import warnings
 from pathlib import Path
 
 from edgebuild.errors import BuildError
+from edgebuild_pytorch.weight_pages import drop_resident_pages
 
 
 def export_onnx(program, path: Path, *, opset: int, input_names: list[str], output_names: list[str]) -> None:
     """Write ``program`` as ONNX at ``path`` (weights in ``<path>.data``), graph I/O named as the recipe says."""
-    import onnx_ir as ir
-
     model = export_model(program, opset=opset, input_names=input_names, output_names=output_names)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ir.save(model, path, external_data=path.name + ".data")
+    save_model(model, path)
 
 
 def export_model(program, *, opset: int, input_names: list[str], output_names: list[str]):
@@ -31,7 +29,12 @@ def export_model(program, *, opset: int, input_names: list[str], output_names: l
     # The exporter prints progress on stdout, which `run --json` reserves for its result.
     with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        onnx_program = torch.onnx.export(program, dynamo=True, opset_version=opset, optimize=True, verbose=False)
+        onnx_program = torch.onnx.export(program, dynamo=True, opset_version=opset, optimize=False, verbose=False)
+        # Its optimiser would fold every Transpose of a weight (nn.Linear's x @ W.T) into a new
+        # initializer at once: a second copy of all the weights. Those become lazy initializers
+        # first, each transposed only when the save writes it.
+        lazy_weight_transposes(onnx_program.model.graph)
+        onnx_program.optimize()
     model = onnx_program.model
     graph = model.graph
     if len(graph.inputs) != len(input_names) or len(graph.outputs) != len(output_names):
@@ -42,6 +45,67 @@ def export_model(program, *, opset: int, input_names: list[str], output_names: l
         )
     _rename(graph, list(graph.inputs) + list(graph.outputs), input_names + output_names)
     return model
+
+
+def save_model(model, path: Path) -> None:
+    """Write ``model`` at ``path`` (weights in ``<path>.data``), then drop the resident pages of the
+    module's memory-mapped weights it was written from: the file holds them now."""
+    import onnx_ir as ir
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ir.save(model, path, external_data=path.name + ".data")
+    drop_resident_pages(_torch_tensors(model.graph))
+
+
+def _torch_tensors(graph) -> list:
+    """The torch tensors behind ``graph``'s initializers (the module's own, memory-mapped ones)."""
+    import torch
+
+    found = []
+    for value in graph.initializers.values():
+        raw = getattr(value.const_value, "raw", None)
+        if isinstance(raw, torch.Tensor):
+            found.append(raw)
+    return found
+
+
+def lazy_weight_transposes(graph, min_elements: int = 1024) -> int:
+    """Replace each 2-D ``Transpose`` of an initializer by an initializer computed when it is
+    written (and the source's mapped pages dropped then); returns how many were."""
+    import numpy as np
+    import onnx_ir as ir
+    import torch
+
+    count = 0
+    for node in list(graph):
+        if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 1:
+            continue
+        source, output = node.inputs[0], node.outputs[0]
+        tensor = source.const_value if source is not None and graph.initializers.get(source.name) is source else None
+        perm = node.attributes.get("perm")
+        if (tensor is None or len(tensor.shape) != 2 or tensor.size < min_elements or output.is_graph_output()
+                or (perm is not None and list(perm.as_ints()) != [1, 0])):
+            continue
+
+        def transposed(tensor=tensor):
+            array = np.ascontiguousarray(tensor.numpy().T)
+            raw = getattr(tensor, "raw", None)
+            if isinstance(raw, torch.Tensor):
+                drop_resident_pages([raw])
+            return array
+
+        rows, cols = tensor.shape
+        name = output.name
+        lazy = ir.LazyTensor(transposed, dtype=tensor.dtype, shape=ir.Shape([cols, rows]), name=name)
+        weight = ir.Value(name=f"{name}__weight", shape=ir.Shape([cols, rows]), type=ir.TensorType(tensor.dtype),
+                          const_value=lazy)
+        graph.register_initializer(weight)
+        ir.convenience.replace_all_uses_with(output, weight)
+        graph.remove(node, safe=True)
+        if not source.uses() and not source.is_graph_output() and not source.is_graph_input():
+            graph.initializers.pop(source.name)
+        count += 1
+    return count
 
 
 def _rename(graph, values, names: list[str]) -> None:

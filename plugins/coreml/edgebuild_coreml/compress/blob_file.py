@@ -88,6 +88,13 @@ class BlobReader:
         record = self.record(offset)
         return self._bytes[record.data_offset : record.data_offset + record.size]
 
+    def drop_pages(self, offset: int) -> None:
+        """Drop the resident pages of the blob at ``offset`` once it was read: the map is read-only,
+        a later read faults them back from the file, and a pass over every blob keeps one resident."""
+        from edgebuild_coreml.memory import drop_mapped_pages
+
+        drop_mapped_pages([self.raw(offset)])
+
     def array(self, data_type: int, offset: int) -> np.ndarray:
         """The flat float16/float32 values at ``offset`` (a view)."""
         record = self.record(offset)

@@ -260,12 +260,14 @@ def _rewrite(program, jobs: list[_Job], reader, weights_path: Path) -> None:
                     if job is not None:
                         old_var = op.outputs[0].name
                         _to_shift_scale_op(job, reader, writer)
+                        reader.drop_pages(job.offset)
                         renamed[old_var] = op.outputs[0].name
                         continue
                     for value in _op_blob_values(op):
                         offset = value.blobFileValue.offset
                         if offset not in copied:
                             copied[offset] = writer.copy(reader, offset)
+                            reader.drop_pages(offset)
                         value.blobFileValue.offset = copied[offset]
     _rename_uses(program, renamed)
 

@@ -264,9 +264,9 @@ def _weights_read_last(graph: ir.Graph) -> dict[int, list[ir.Value]]:
 def _release_weight(ctx: LoweringContext, value: ir.Value) -> None:
     """Forget a weight every reader has lowered, and unmap its file pages.
 
-    Lowerings copy most weights into MIL constants (layout, dtype); the memory-mapped original
-    would otherwise stay resident too until the conversion ends, doubling its peak. A weight a
-    lowering kept as a view of the mapping stays mapped (closing it raises BufferError).
+    Lowerings that change a weight's values or dtype copy it into a MIL constant; the
+    memory-mapped original would otherwise stay resident too until the conversion ends. A weight a
+    lowering keeps as a view of the mapping (MatMul's, transposed) stays mapped by that view only.
     """
     ctx.consts.pop(value.name, None)
     tensor = value.const_value
@@ -274,7 +274,10 @@ def _release_weight(ctx: LoweringContext, value: ir.Value) -> None:
         try:
             tensor.release()  # reloaded lazily if anyone reads it again
         except BufferError:
-            pass
+            # A MIL constant views the mapping (a weight used as stored): the tensor lets go of it,
+            # and the map closes when the last view does (after the fp16 cast or the save).
+            if hasattr(tensor, "_array") and hasattr(tensor, "raw"):
+                tensor._array, tensor.raw = None, None
 
 
 def lower_subgraph(ctx: LoweringContext, graph: ir.Graph, inputs: Sequence) -> list[Var]:

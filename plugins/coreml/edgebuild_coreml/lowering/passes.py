@@ -20,13 +20,22 @@ from typing import Callable, Iterable
 
 import coremltools as ct
 import numpy as np
+from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil import Var, types
 from coremltools.converters.mil.mil.passes.defs.quantization import add_fp16_cast
 from coremltools.converters.mil.mil.passes.graph_pass import AbstractGraphPass
 from coremltools.converters.mil.mil.passes.pass_registry import register_pass
 
+from edgebuild_coreml.memory import drop_mapped_pages
+
 FP16_CAST_PASS = "common::add_fp16_cast"
+# fp32 constants of this many elements or more are folded to fp16 as soon as they are cast
+FOLD_AT_ONCE_ELEMENTS = 4096
+COLLECT_EVERY_BYTES = 256 << 20
+UNDERFLOW_CHECK_MAX_ELEMENTS = 400  # coremltools' add_fp16_cast: larger constants are not checked
 GUARDED_FP16_CAST_PASS = "edgebuild::guarded_fp16_cast"
 COLLECT_GARBAGE_PASS = "edgebuild::collect_garbage"
+DROP_WEIGHT_PAGES_PASS = "edgebuild::drop_weight_pages"
 PIPELINES = ("lowering", "default")
 
 # Each pass once where one run settles it; coremltools' backend pipeline (run by ct.convert after
@@ -37,6 +46,7 @@ _BEFORE_CAST = [
     "common::const_elimination",  # shape arithmetic on static shapes
     "common::divide_to_multiply",  # Div by a constant -> Mul by its reciprocal
     "common::const_deduplication",  # weights an exporter stored twice
+    DROP_WEIGHT_PAGES_PASS,  # what the deduplication read of mapped weights
     "common::remove_symbolic_reshape",  # reshapes to flexible (RangeDim) shapes
     "common::loop_invariant_elimination",  # values a Loop body passes through unchanged
     "common::fuse_transpose_matmul",  # ONNX Transpose feeding MatMul -> matmul(transpose_y=True)
@@ -75,7 +85,11 @@ _FINISH = [
 def lowering_passes(precision: str) -> list[str]:
     """The curated pass list for ``precision`` (``float16`` adds the casts and their cleanup)."""
     if precision == "float16":
-        return _BEFORE_CAST + _FP16_CASTS + _AFTER_CAST + _FP16_CLEANUP + _FINISH
+        # Deduplicated by the backend pipeline after the casts instead, on fp16 values in memory:
+        # before them the lowered weights are views of their mapped file, and hashing a transposed
+        # view flattens it, which would read every weight (and keep its pages resident) at once.
+        before = [name for name in _BEFORE_CAST if name not in ("common::const_deduplication", DROP_WEIGHT_PAGES_PASS)]
+        return before + _FP16_CASTS + _AFTER_CAST + _FP16_CLEANUP + _FINISH
     return _BEFORE_CAST + _AFTER_CAST + _FINISH
 
 
@@ -100,6 +114,25 @@ class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass
         self.op_selector = lambda op: op.name not in keep
         super().apply(prog)
 
+    def transform_op(self, op):
+        weights = [var for var in _const_inputs(op) if var.is_tensor_or_scalar_of(dtype="fp32")
+                   and np.size(var.val) >= FOLD_AT_ONCE_ELEMENTS]
+        super().transform_op(op)
+        for var in weights:
+            self._freed_bytes += _fold_fp16_casts(var)
+        if self._freed_bytes >= COLLECT_EVERY_BYTES:
+            gc.collect()  # pymil graphs are cyclic: the fp32 values go (and their pages unmap) only now
+            self._freed_bytes = 0
+
+    _freed_bytes = 0
+
+    def _check_underflow_to_zero(self, new_var, var):
+        # coremltools checks only constants of fewer than UNDERFLOW_CHECK_MAX_ELEMENTS, but counts
+        # them with ``val.flatten()``: a full fp32 copy of every weight, the cast's largest transient.
+        if var.val is not None and np.size(var.val) >= UNDERFLOW_CHECK_MAX_ELEMENTS:
+            return
+        super()._check_underflow_to_zero(new_var, var)
+
     @staticmethod
     def fp16_overflow(op) -> bool:
         from edgebuild_coreml.fp16_guard import FP16_MAX, MEANT_AS_INFINITY, max_finite_magnitude
@@ -109,9 +142,67 @@ class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass
                 if var.op is None or var.op.op_type != "const" or not var.is_tensor_or_scalar_of(dtype="fp32"):
                     continue
                 # Values meant as infinity may become fp16's inf; only real values must fit.
-                if max_finite_magnitude(np.asarray(var.op.val.val), below=MEANT_AS_INFINITY) > FP16_MAX:
+                # a mapped weight's pages go as they are scanned: the cast reads it again, alone
+                value = np.asarray(var.op.val.val)
+                if max_finite_magnitude(value, below=MEANT_AS_INFINITY, drop_pages=True) > FP16_MAX:
                     return True
         return False
+
+
+def _const_inputs(op) -> list:
+    found = []
+    for inputs in op.inputs.values():
+        for var in inputs if isinstance(inputs, (list, tuple)) else (inputs,):
+            if var.op is not None and var.op.op_type == "const" and var.val is not None and var not in found:
+                found.append(var)
+    return found
+
+
+def _fold_fp16_casts(var) -> int:
+    """Replace the fp16 casts of the fp32 constant ``var`` by fp16 constants and remove ``var``,
+    once every reader of it reads a cast; returns the bytes of fp32 values dropped.
+
+    coremltools' cast pass leaves ``const -> cast`` pairs for ``const_elimination`` to fold after
+    the whole program was cast, so every fp32 weight would live beside its fp16 copy until then
+    (three bytes per two of the result, or the mapped source pages of lowered weights that view
+    it). Folding each pair as soon as it is made keeps one copy at a time.
+    """
+    const_op = var.op
+    casts = list(var.child_ops)
+    if not casts or any(c.op_type != "cast" or c.outputs[0].val is None or c.outputs[0].dtype != types.fp16
+                        for c in casts):
+        return 0  # a reader not cast yet (or kept in fp32) still needs the fp32 value
+    if var in const_op.enclosing_block.outputs:
+        return 0
+    block = const_op.enclosing_block
+    for cast in casts:
+        out = cast.outputs[0]
+        folded = mb.const(val=out.val, name=out.name, before_op=cast)
+        block.replace_uses_of_var_after_op(anchor_op=cast, old_var=out, new_var=folded)
+        block.remove_ops([cast])
+    value = var.val
+    freed = int(np.asarray(value).nbytes)
+    block.remove_ops([const_op])
+    # The cast pass iterates over a list of every op it started with, removed ones included, so
+    # the removed const would keep its fp32 value alive until the pass ends: let go of it here.
+    var._sym_val = None
+    for inner in const_op._input_vars.values():
+        if isinstance(inner, Var):
+            inner._sym_val = None
+    drop_mapped_pages([value])  # a lowered weight viewing its mapped initializer: read once, done
+    return freed
+
+
+@register_pass(namespace="edgebuild")
+class drop_weight_pages(AbstractGraphPass):  # noqa: N801 - coremltools names a pass after its class
+    """Drops the resident pages of constants that view a mapped weight file, after a pass that read
+    them all (``const_deduplication`` flattens each weight to hash it, which reads a transposed
+    view in full); they are read again only where a later pass needs them."""
+
+    def apply(self, prog):
+        values = [op.outputs[0].val for function in prog.functions.values() for op in function.operations
+                  if op.op_type == "const"]
+        drop_mapped_pages(values)
 
 
 @register_pass(namespace="edgebuild")

@@ -46,7 +46,7 @@ def fconst(x, value) -> np.ndarray:
 def as_float(x):
     """numpy constants arrive as float64/int; MIL wants fp32 tensors."""
     if isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.dtype != np.float16:
-        return x.astype(np.float32)
+        return x.astype(np.float32, copy=False)  # a float32 weight stays a view of its mapped file
     return x
 
 

@@ -24,7 +24,9 @@ def linear(ctx, node):
     if isinstance(w, np.ndarray) and (b is None or isinstance(b, np.ndarray)):
         dtype = float_np(x)
         bias = np.zeros([w.shape[1]], dtype) if b is None else np.broadcast_to(b, [w.shape[1]]).astype(dtype)
-        return mb.linear(x=x, weight=np.ascontiguousarray(w.T).astype(dtype), bias=bias, name=ctx.name(node))
+        # A view of the (memory-mapped) initializer when the dtype already matches: the fp16 cast or
+        # the serializer reads each weight once, instead of the program holding a copy of them all.
+        return mb.linear(x=x, weight=w.T.astype(dtype, copy=False), bias=bias, name=ctx.name(node))
     product = mb.matmul(x=x, y=w, name=ctx.name(node) if b is None else ctx.name(node, "matmul"))
     return product if b is None else mb.add(x=product, y=b, name=ctx.name(node))
 

@@ -75,7 +75,9 @@ def matmul(ctx, node):
         # x @ W with a constant W is MIL ``linear`` (weight [N, K]), which the ANE prefers.
         dtype = float_np(a) if b.dtype.kind == "f" else b.dtype
         if b.dtype.kind == "f":
-            weight = b.T.astype(dtype)
+            # A view of the (memory-mapped) initializer when the dtype already matches: the fp16
+            # cast or the serializer reads it once, instead of the program holding a copy.
+            weight = b.T.astype(dtype, copy=False)
             return mb.linear(x=a, weight=weight, bias=np.zeros([b.shape[1]], dtype), name=ctx.name(node))
     if isinstance(a, np.ndarray) and a.dtype.kind in "iu":
         a = ctx.int32(a, node, "A")

@@ -1,0 +1,53 @@
+"""benchmarks/llm.py --small --json: the smoke run CI does of the decoder benchmark.
+
+Every row is there with its keys; every row that converted has numeric memory ratios; coremltools on
+transformers' LlamaForCausalLM is either a failure with its reason or a measured row. No timing
+assertions: the machine's load decides those.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[3]
+KEYS = {"row", "seconds", "process_seconds", "peak_mb", "after_imports_mb", "peak_delta_mb", "memory_ratio",
+        "package_mb", "peer", "time_vs_peer", "memory_vs_peer", "time_vs_floor", "error", "stage_peaks"}
+ROWS = {"edgebuild-onnx-fp16", "edgebuild-onnx-int4", "edgebuild-pytorch-fp16", "coremltools-guide-fp16",
+        "coremltools-guide-int4", "coremltools-llama", "io-floor"}
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@pytest.mark.slow
+def test_small_benchmark_json_rows(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "llm.py"), "--small", "--json",
+                           "--cache-dir", str(tmp_path)], capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["size"] == "small" and result["parameters"] > 0 and result["fp16_weight_mb"] > 0
+    rows = {row["row"]: row for row in result["rows"]}
+    assert set(rows) == ROWS
+    for name, row in rows.items():
+        assert set(row) == KEYS, name
+        if name == "coremltools-llama" and row["error"]:
+            assert row["memory_ratio"] is None
+            continue
+        assert row["error"] is None, f"{name}: {row['error']}"
+        assert _number(row["peak_delta_mb"]) and _number(row["memory_ratio"]), name
+        assert _number(row["package_mb"]) and row["package_mb"] > 0, name
+    for name in ("edgebuild-onnx-fp16", "edgebuild-onnx-int4", "edgebuild-pytorch-fp16"):
+        assert _number(rows[name]["memory_vs_peer"]), name
+        assert all(_number(peak["ratio"]) for peak in rows[name]["stage_peaks"].values()), name
+    # the 4-bit packages hold about a quarter of the fp16 bytes
+    assert rows["edgebuild-onnx-int4"]["package_mb"] < 0.5 * rows["edgebuild-onnx-fp16"]["package_mb"]
