@@ -10,6 +10,7 @@ onnx or numpy, which a fully cached run never loads.
 from __future__ import annotations
 
 import mmap
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,8 +94,9 @@ def _name_of(buf, start: int, end: int, field: int = TENSOR_NAME) -> str | None:
     return None
 
 
-def read_graph_inputs(path: Path) -> list[GraphInput]:
-    """Every graph input, in order. Raises NotOnnx."""
+@contextmanager
+def _graph_fields(path: Path):
+    """The (field number, start, end) of the model's graph message, read from a memory map. Raises NotOnnx."""
     with open(path, "rb") as handle:
         if not handle.seek(0, 2):
             raise NotOnnx("empty file")
@@ -102,29 +104,29 @@ def read_graph_inputs(path: Path) -> list[GraphInput]:
             graph = [(s, e) for number, s, e in _fields(buf, 0, len(buf)) if number == MODEL_GRAPH]
             if not graph:
                 raise NotOnnx("no graph")
-            inputs, initializers = [], set()
-            for number, s, e in _fields(buf, *graph[-1]):
-                if number == GRAPH_INPUT:
-                    inputs.append(_value_info(buf, s, e))
-                elif number == GRAPH_INITIALIZER:
-                    initializers.add(_name_of(buf, s, e))
-                elif number == GRAPH_SPARSE_INITIALIZER:
-                    values = [(vs, ve) for n, vs, ve in _fields(buf, s, e) if n == SPARSE_VALUES]
-                    if values:
-                        initializers.add(_name_of(buf, *values[0]))
+            yield buf, _fields(buf, *graph[-1])
+
+
+def read_graph_inputs(path: Path) -> list[GraphInput]:
+    """Every graph input, in order. Raises NotOnnx."""
+    with _graph_fields(path) as (buf, fields):
+        inputs, initializers = [], set()
+        for number, s, e in fields:
+            if number == GRAPH_INPUT:
+                inputs.append(_value_info(buf, s, e))
+            elif number == GRAPH_INITIALIZER:
+                initializers.add(_name_of(buf, s, e))
+            elif number == GRAPH_SPARSE_INITIALIZER:
+                values = [(vs, ve) for n, vs, ve in _fields(buf, s, e) if n == SPARSE_VALUES]
+                if values:
+                    initializers.add(_name_of(buf, *values[0]))
     return [GraphInput(name, dtype, dims, name in initializers) for name, dtype, dims in inputs]
 
 
 def read_graph_outputs(path: Path) -> list[str]:
     """The names of the graph outputs, in order. Raises NotOnnx."""
-    with open(path, "rb") as handle:
-        if not handle.seek(0, 2):
-            raise NotOnnx("empty file")
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            graph = [(s, e) for number, s, e in _fields(buf, 0, len(buf)) if number == MODEL_GRAPH]
-            if not graph:
-                raise NotOnnx("no graph")
-            return [_value_info(buf, s, e)[0] for number, s, e in _fields(buf, *graph[-1]) if number == GRAPH_OUTPUT]
+    with _graph_fields(path) as (buf, fields):
+        return [_value_info(buf, s, e)[0] for number, s, e in fields if number == GRAPH_OUTPUT]
 
 
 def _value_info(buf, start: int, end: int) -> tuple[str, str | None, list | None]:
