@@ -505,8 +505,9 @@ def _ifoz_from_onnx_iofc(w):
     return np.concatenate([i, f, o, c], axis=0)
 
 
+@pytest.mark.parametrize("peepholes", [True, False], ids=["peephole", "no-peephole"])
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
-def test_lstm_matches_onnxruntime(direction):
+def test_lstm_matches_onnxruntime(direction, peepholes):
     seq, batch, inp, hidden = 5, 2, 3, 4
     dirs = 2 if direction == "bidirectional" else 1
     x = randn(seq, batch, inp)
@@ -521,7 +522,7 @@ def test_lstm_matches_onnxruntime(direction):
             weight_ih=_ifoz_from_onnx_iofc(w[d]),
             weight_hh=_ifoz_from_onnx_iofc(r[d]),
             bias=_ifoz_from_onnx_iofc(b[d, : 4 * hidden] + b[d, 4 * hidden :]),
-            peephole=np.concatenate([p_i, p_f, p_o]),
+            **({"peephole": np.concatenate([p_i, p_f, p_o])} if peepholes else {}),
         )
 
     kwargs = mil_weights(0)
@@ -532,7 +533,7 @@ def test_lstm_matches_onnxruntime(direction):
                                 output_sequence=True, **kwargs),
         x=x, h=np.concatenate(list(h0), axis=-1), c=np.concatenate(list(c0), axis=-1),
     )
-    feeds = {"x": x, "w": w, "r": r, "b": b, "seq_lens": None, "h0": h0, "c0": c0, "p": peep}
+    feeds = {"x": x, "w": w, "r": r, "b": b, "seq_lens": None, "h0": h0, "c0": c0, "p": peep if peepholes else None}
     want_seq, want_h, want_c = run_onnx_rnn("LSTM", feeds, ["y", "yh", "yc"], hidden_size=hidden,
                                             direction=direction)
     # ONNX Y is [seq, dirs, batch, hidden]; MIL concatenates directions on the last axis.

@@ -54,6 +54,10 @@ def conv(op, x):
     if out.size:
         if groups == 1 and all(k == 1 for k in kernel) and not any(b or a for b, a in pads):
             _pointwise(inp, weight, strides, out)
+        elif c_in == groups and c_out == groups and _small_map(out, kernel):
+            _depthwise_columns(inp, weight, strides, dilations, pads, out)
+        elif c_in == groups and c_out == groups and all(s == 1 for s in strides):
+            _depthwise_flat(inp, weight, dilations, pads, out)
         elif c_in == groups and c_out == groups:
             _depthwise(inp, weight, strides, dilations, pads, out)
         else:
@@ -98,6 +102,60 @@ def _im2col(inp, weight, strides, dilations, pads, groups, out):
         cols = cols.reshape(n, groups, w.shape[2], (stop - start) * rest)
         product = np.matmul(w, cols)  # [N, G, Fg, rows * rest]
         out_rows[:, :, :, start:stop] = product.reshape(n, groups, c_out // groups, stop - start, rest)
+
+
+SMALL_MAP_PIXELS = 256  # output pixels per channel below which a depthwise conv gathers its windows
+
+
+def _small_map(out, kernel) -> bool:
+    pixels = int(np.prod(out.shape[2:], dtype=np.int64))
+    taps = int(np.prod(kernel, dtype=np.int64))
+    return pixels <= SMALL_MAP_PIXELS and out.shape[0] * out.shape[1] * taps * pixels <= 2 * TILE_ELEMENTS
+
+
+def _depthwise_columns(inp, weight, strides, dilations, pads, out):
+    """Depthwise conv of a small feature map: its windows gathered once ([N, C, K, pixels]) and
+    summed with each channel's taps by one batched ``matmul``; per-tap numpy calls would each
+    cover only a few pixels."""
+    n, channels = inp.shape[:2]
+    kernel, out_sizes = list(weight.shape[2:]), list(out.shape[2:])
+    nd = len(kernel)
+    win = _band_windows(inp, pads, out_sizes, kernel, strides, dilations, 0, out_sizes[0])
+    order = (0, 1, *range(2 + nd, 2 + 2 * nd), *range(2, 2 + nd))  # [N, C, *K, *O]
+    cols = np.empty((n, channels, *kernel, *out_sizes), out.dtype)
+    np.copyto(cols, win.transpose(order))
+    w = weight.reshape(channels, 1, -1).astype(out.dtype, copy=False)  # [C, 1, K]
+    np.matmul(w, cols.reshape(n, channels, -1, int(np.prod(out_sizes, dtype=np.int64))),
+              out=out.reshape(n, channels, 1, -1))
+
+
+def _depthwise_flat(inp, weight, dilations, pads, out):
+    """Stride-1 depthwise conv over the padded input flattened per channel: every kernel tap
+    reads one contiguous run of it (the output laid out on the padded row pitch, its extra
+    columns cropped at the end), so each tap is two numpy calls over whole channels rather
+    than one per output row, which is what small feature maps pay for."""
+    n, channels = inp.shape[:2]
+    kernel, out_sizes = list(weight.shape[2:]), list(out.shape[2:])
+    padded_sizes = [before + size + after for size, (before, after) in zip(inp.shape[2:], pads)]
+    pitches = [int(np.prod(padded_sizes[d + 1:], dtype=np.int64)) for d in range(len(kernel))]
+    length = out_sizes[0] * pitches[0]  # output rows on the padded pitch
+    offsets = [sum(t * d * p for t, d, p in zip(tap, dilations, pitches))
+               for tap in itertools.product(*(range(k) for k in kernel))]
+    total = int(np.prod(padded_sizes, dtype=np.int64))
+    flat = np.zeros((n, channels, max(total, offsets[-1] + length)), out.dtype)  # slack past the end: cropped columns
+    flat[:, :, :total].reshape(n, channels, *padded_sizes)[
+        (slice(None), slice(None)) + tuple(slice(b, b + size) for size, (b, _) in zip(inp.shape[2:], pads))] = inp
+    w = weight.reshape(channels, -1, 1).astype(out.dtype, copy=False)  # [C, K, 1]
+    acc = np.empty((n, channels, length), out.dtype)
+    product = np.empty_like(acc)
+    for index, offset in enumerate(offsets):
+        if index == 0:
+            np.multiply(flat[:, :, offset:offset + length], w[:, index], out=acc)
+        else:
+            np.multiply(flat[:, :, offset:offset + length], w[:, index], out=product)
+            acc += product
+    laid_out = acc.reshape(n, channels, out_sizes[0], *padded_sizes[1:])
+    out[...] = laid_out[(Ellipsis,) + tuple(slice(0, size) for size in out_sizes[1:])]
 
 
 def _depthwise(inp, weight, strides, dilations, pads, out):

@@ -33,21 +33,28 @@ def _outputs(hiddens, output_sequence):
 def _lstm_pass(seq, h, c, w_ih, w_hh, bias, peephole, clip, acts):
     recurrent_act, cell_act, out_act = acts
     hidden = h.shape[-1]
-    p_i, p_f, p_o = np.split(peephole, 3) if peephole is not None else (0.0, 0.0, 0.0)
     inputs = seq @ w_ih.T + bias  # all input projections at once: [s, b, 4H]
-    hiddens = []
-    for projected in inputs:
-        gates = projected + h @ w_hh.T
-        gi, gf, go, gz = (gates[:, k * hidden : (k + 1) * hidden] for k in range(4))
-        i = recurrent_act(gi + c * p_i)
-        f = recurrent_act(gf + c * p_f)
-        c = f * c + i * cell_act(gz)
-        if clip is not None:
-            c = np.clip(c, -clip, clip)
-        o = recurrent_act(go + c * p_o)
-        h = o * out_act(c)
-        hiddens.append(h)
-    return hiddens, h, c
+    w_hh_t = np.ascontiguousarray(w_hh.T)
+    hiddens = np.empty((len(inputs),) + h.shape, np.result_type(h, inputs))
+    for step, projected in enumerate(inputs):
+        gates = np.matmul(h, w_hh_t)
+        gates += projected
+        if peephole is None:  # gates [input, forget, output] are one activation call
+            i, f, o = np.split(recurrent_act(gates[:, :3 * hidden]), 3, axis=-1)
+            c = f * c + i * cell_act(gates[:, 3 * hidden:])
+            if clip is not None:
+                c = np.clip(c, -clip, clip)
+        else:
+            p_i, p_f, p_o = np.split(peephole, 3)
+            gi, gf, go, gz = np.split(gates, 4, axis=-1)
+            i = recurrent_act(gi + c * p_i)
+            f = recurrent_act(gf + c * p_f)
+            c = f * c + i * cell_act(gz)
+            if clip is not None:
+                c = np.clip(c, -clip, clip)
+            o = recurrent_act(go + c * p_o)
+        h = hiddens[step] = o * out_act(c)
+    return list(hiddens), h, c
 
 
 @evaluates("lstm")
