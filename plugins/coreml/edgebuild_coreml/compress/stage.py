@@ -24,6 +24,9 @@ def compress_stage(src: Path, dst: Path, section: CompressionSection, *, calibra
     """Compress ``src`` into ``dst`` as the recipe's ``compression`` section says; the stage's info."""
     if section.auto is None:
         from .apply import compress_mlpackage
+        from .roles import resolve_roles
+
+        section = resolve_roles(section, src)
 
         samples = _materialise(calibration, None) if section.activations is not None else None
         return compress_mlpackage(src, dst, section, calibration=samples)
