@@ -226,6 +226,12 @@ def test_generative_recipes_calibrate_on_their_prompts(tmp_path):
     assert all(s["attention_mask"].tolist() == [[1] * 5] for s in samples)
     params = compress_stage_params({"auto": {"max_size_mb": 1}}, "iOS18", {"generation": {"prompts": [[1, 2]]}})
     assert params["calibration"]["generation"] == {"prompts": [[1, 2]]}
+    # a stateful artifact takes int32 input_ids of a query length at a position, its cache empty
+    generate = {"max_context": 16, "query_lengths": [1, 4]}
+    stateful = calibration_inputs(tmp_path / "m.onnx", {}, validate, tmp_path, None, samples=4, generate=generate)
+    assert [s["input_ids"].tolist() for s in stateful] == [[[1, 15043, 29892, 1]], [[1, 450, 7, 8]]]
+    assert all(s["input_ids"].dtype == np.int32 and s["position"].tolist() == [0] for s in stateful)
+    assert all(set(s) == {"input_ids", "position"} for s in stateful)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +47,11 @@ INT4 = (0.0, 0.9)
 # greedy choices can differ (Phi-3: a prompt diverges at step 1); cosine >= 0.99993 measured.
 GENAI_INT4 = (0.0, 0.9999)
 COMPRESSION = "{weights: {mode: linear, dtype: int4, granularity: per_block, block_size: 32}}"
+# Mixed precision under a size budget between all-int4 (0.148 MB for tiny Llama) and all-int8.
+AUTO_BUDGET_MB = 0.2
+AUTO = (f"{{auto: {{max_size_mb: {AUTO_BUDGET_MB}, sensitivity: activations, samples: 2, candidates: ["
+        "{mode: linear, dtype: int4, granularity: per_block, block_size: 32}, "
+        "{mode: linear, dtype: int8, granularity: per_channel}, {mode: none}]}}")
 
 RECIPE = """\
 edgebuild: 1
@@ -70,6 +76,10 @@ variants:
   int4:
     target: {{precision: float16}}
     compression: {compression}
+    validate: {{thresholds: {{token_agreement_min: {int4[0]}, step_cosine_min: {int4[1]}}}}}
+  auto:
+    target: {{precision: float16}}
+    compression: {auto}
     validate: {{thresholds: {{token_agreement_min: {int4[0]}, step_cosine_min: {int4[1]}}}}}
 outputs: {{dir: out}}
 """
@@ -98,7 +108,7 @@ def build(directory, family: str, model: str, options: str = "", *, variants=("f
     """``edgebuild run --json`` of the generative recipe in ``directory``; the parsed JSON."""
     recipe = RECIPE.format(family=family, model=model, options=options, max_context=MAX_CONTEXT,
                            prompts=json.dumps(prompts or PROMPTS), new_tokens=NEW_TOKENS, fp32=fp32, fp16=FP16,
-                           int4=INT4, compression=COMPRESSION)
+                           int4=INT4, compression=COMPRESSION, auto=AUTO)
     (directory / "recipe.yaml").write_text(recipe)
     selected = [arg for name in variants for arg in ("--variant", name)]
     done = edgebuild("run", "recipe.yaml", "--json", *selected, cwd=directory,
@@ -142,6 +152,25 @@ def test_family_builds_and_generates_as_its_source(family, source, tmp_path):
         if variant in variants:
             agreement, cosine, _ = summary(result, variant)
             assert agreement >= agreement_min and cosine >= cosine_min, (variant, agreement, cosine)
+
+
+@pytest.mark.slow
+def test_auto_compression_calibrates_on_the_prompts_under_a_size_budget(tmp_path):
+    """``compression: auto`` of a generative recipe: each layer's sensitivity measured by running the
+    stateful artifact on the validation prompts (recorded as the calibration source), a mix of
+    per-layer modes chosen, the package within the budget, and generation validated after."""
+    model, options = _source("llama", "onnx", tmp_path)
+    result = build(tmp_path, "llama", model, options, variants=("auto",))
+    [entry] = result["variants"]
+    report = json.loads(Path(entry["report_json"]).read_text())["compress"]["auto"]
+    assert report["calibration"] == {"source": "validate.generation.prompts", "samples": len(PROMPTS)}
+    assert report["sensitivity_method"] == "activations"
+    assert report["met"] and report["size_mb"] <= AUTO_BUDGET_MB
+    assert sum(entry["artifact_sizes"].values()) <= AUTO_BUDGET_MB * 1e6
+    chosen = {layer["mode"] for layer in report["chosen"]}
+    assert len(report["chosen"]) >= 14 and len(chosen) >= 2, chosen  # a real mix, layer by layer
+    agreement, cosine, _ = summary(result, "auto")
+    assert cosine >= INT4[1]
 
 
 @pytest.mark.slow
