@@ -327,14 +327,14 @@ def test_lm_head_is_found_by_structure(family, tmp_path):
     (GPT-2's head, tied to its embedding, and Llama's, behind a final RMSNorm, come out of the optimiser
     under different names): it gets int8 rows while the other projections get int4 blocks."""
     import onnx
-
-    from edgebuild.graph.optimize import optimize
     from edgebuild_coreml.compress.config import validate_compression
     from edgebuild_coreml.compress.roles import lm_head_ops
     from edgebuild_coreml.compress.stage import compress_stage
     from edgebuild_coreml.lowering.package import save_mlpackage
     from edgebuild_testplugin import llm_families
     from onnx_cases import lower
+
+    from edgebuild.graph.optimize import optimize
 
     lm = llm_families.model(family)
     vocab = lm.config.vocab_size
@@ -371,9 +371,8 @@ def _matrices(package: Path) -> dict:
 
 
 def test_lm_head_role_stands_alone():
-    from pydantic import ValidationError
-
     from edgebuild_coreml.compress.config import validate_compression
+    from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match="role alone"):
         validate_compression({"overrides": [{"match": {"role": "lm_head", "op_type": "linear"}, "weights": None}]})
