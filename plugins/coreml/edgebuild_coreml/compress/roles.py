@@ -17,7 +17,7 @@ from pathlib import Path
 from edgebuild.errors import BuildError
 
 from .config import CompressionSection, Override, OverrideMatch
-from .spec_palettize import _read_spec
+from .spec_palettize import NotEditable, _read_spec
 from .spec_program import iter_block_ops, main_blocks, op_name
 
 LOGITS = "logits"
@@ -40,7 +40,10 @@ def resolve_roles(section: CompressionSection, package: Path) -> CompressionSect
 
 def lm_head_ops(package: Path) -> list[str]:
     """Names of the ops reading the LM head's weight: its projection (and, tied, the embedding gather)."""
-    program = _read_spec(package).mlProgram
+    try:
+        program = _read_spec(package).mlProgram
+    except NotEditable as error:
+        raise BuildError(f"compression role lm_head: {error}", hint="name the head's op with match: {name: ...}") from None
     for _, block in main_blocks(program):
         if LOGITS not in block.outputs:
             continue
