@@ -13,7 +13,9 @@ Attention the fused op does not cover (Gemma-2 soft-caps its logits with a tanh)
 explicit MatMuls; there the repeat goes too, the query heads are grouped instead:
 ``MatMul(a, [Transpose](repeat(kv)))`` with ``a`` (B, H, S, X) becomes
 ``Reshape(MatMul(Reshape(a, (B, Hkv, G*S, X)), [Transpose](kv)), (B, H, S, Y))`` — plain ONNX,
-each K/V head multiplied once by the rows of all its query heads.
+each K/V head multiplied once by the rows of all its query heads. Whatever sits between the two
+MatMuls (scaling, Gemma-2's ``tanh`` soft-capping, the mask, the softmax) is elementwise or per
+row, so it is left as it is.
 """
 
 from __future__ import annotations
@@ -41,6 +43,27 @@ def _target(masked: bool):
     return target
 
 
+def _shape_entries(value) -> list[int | None] | None:
+    """A shape operand's entries: all of a constant, or those of a Concat of one-element pieces
+    with the computed ones (a KV cache's dynamic batch and length) as None."""
+    array = const_array(value)
+    if array is not None:
+        return [int(d) for d in array.reshape(-1)]
+    node = value.producer()
+    if node is None or node.op_type != "Concat":
+        return None
+    entries = []
+    for piece in node.inputs:
+        part = const_array(piece)
+        if part is not None:
+            entries += [int(d) for d in part.reshape(-1)]
+        elif piece.shape is not None and list(piece.shape) == [1]:
+            entries.append(None)
+        else:
+            return None
+    return entries
+
+
 def _repeats(kv, axes, expanded_shape, shape, q_heads: int) -> bool:
     """Whether the chain repeats each of ``kv``'s (B, Hkv, T, D) heads ``q_heads / Hkv`` times in a row."""
     if kv.shape is None or len(kv.shape) != 4 or not isinstance(kv.shape[1], int):
@@ -48,12 +71,12 @@ def _repeats(kv, axes, expanded_shape, shape, q_heads: int) -> bool:
     kv_heads = kv.shape[1]
     if q_heads % kv_heads:
         return False
-    axes_value, expanded, target = (const_array(v) for v in (axes, expanded_shape, shape))
+    axes_value = const_array(axes)
+    expanded, target = _shape_entries(expanded_shape), _shape_entries(shape)
     if axes_value is None or expanded is None or target is None:
         return False
     if [int(a) for a in axes_value.reshape(-1)] not in ([2], [-3]):
         return False
-    expanded, target = [int(d) for d in expanded], [int(d) for d in target]
     group = q_heads // kv_heads
     return (len(expanded) == 5 and expanded[1] in (1, kv_heads) and expanded[2] == group
             and len(target) == 4 and target[1] == q_heads)
@@ -89,21 +112,21 @@ def _matmul_target(transposed: bool):
 
 def _matmul_replacement(transposed: bool):
     def replacement(op, a, kv, axes, expanded_shape, shape, swapped=None):
-        if a.shape is None or len(a.shape) != 4 or not all(isinstance(d, int) for d in a.shape):
+        if a.shape is None or len(a.shape) != 4 or not isinstance(a.shape[1], int):
             return None
-        batch, heads, rows, inner = a.shape
-        if not _repeats(kv, axes, expanded_shape, shape, heads) or not all(isinstance(d, int) for d in kv.shape):
+        heads = a.shape[1]
+        if not _repeats(kv, axes, expanded_shape, shape, heads):
             return None
-        kv_heads, length, size = kv.shape[1], kv.shape[2], kv.shape[3]
-        columns = size
+        kv_heads = kv.shape[1]
         if transposed:
             perm = swapped.producer().attributes.get("perm")
             if perm is None or list(perm.as_ints()) != [0, 1, 3, 2]:
                 return None
-            kv, columns = op.Transpose(kv, perm=[0, 1, 3, 2]), length
-        group = heads // kv_heads
-        grouped = op.Reshape(a, op.Constant(value_ints=[batch, kv_heads, group * rows, inner]))
-        return op.Reshape(op.MatMul(grouped, kv), op.Constant(value_ints=[batch, heads, rows, columns]))
+            kv = op.Transpose(kv, perm=[0, 1, 3, 2])
+        # 0 keeps the batch and the last axis as they are, -1 takes the rows of the whole group:
+        # the lengths may be dynamic (a KV cache), only the head counts need be known.
+        grouped = op.Reshape(a, op.Constant(value_ints=[0, kv_heads, -1, 0]))
+        return op.Reshape(op.MatMul(grouped, kv), op.Constant(value_ints=[0, heads, -1, 0]))
 
     return replacement
 

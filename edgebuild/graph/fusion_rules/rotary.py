@@ -164,8 +164,30 @@ def _replacement(interleaved: bool):
     return replacement
 
 
+def _partial(op, x, cos, sin, s0, e0, a0, st0, s1, e1, a1, st1):
+    """Partial rotary (GPT-NeoX, Phi-2, StableLM: ``partial_rotary_factor``): the first R channels
+    of each head rotated, the rest passed through, once the rules above fused the rotated part."""
+    rotated = op.RotaryEmbedding(op.Slice(x, s0, e0, a0, st0), cos, sin, _allow_other_attributes=True,
+                                 _outputs=["rotated"])
+    return op.Concat(rotated, op.Slice(x, s1, e1, a1, st1), axis=-1)
+
+
+def _partial_replacement(op, x, cos, sin, s0, e0, a0, st0, s1, e1, a1, st1, rotated):
+    node = rotated.producer()
+    if x.shape is None or len(x.shape) != 4 or not isinstance(x.shape[3], int):
+        return None
+    if int_attr(node, "rotary_embedding_dim", 0) or int_attr(node, "num_heads", 0) or len(node.inputs) > 3:
+        return None
+    cut = (_ints(e0) or [0])[0]
+    if not (0 < cut < x.shape[3] and _last_axis_slice(4, s0, e0, a0, st0, 0, cut, 1)
+            and _last_axis_slice(4, s1, e1, a1, st1, cut, x.shape[3], 1)):
+        return None
+    return op.RotaryEmbedding(x, cos, sin, interleaved=int_attr(node, "interleaved", 0), rotary_embedding_dim=cut)
+
+
 def rules() -> list[pattern.RewriteRule]:
     return [
         pattern.RewriteRule(_interleaved, _replacement(True), name="rotary_interleaved"),
         pattern.RewriteRule(_half_split, _replacement(False), name="rotary_half_split"),
+        pattern.RewriteRule(_partial, _partial_replacement, name="rotary_partial"),
     ]

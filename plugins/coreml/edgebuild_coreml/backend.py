@@ -65,11 +65,14 @@ class CoreMLBackend(Backend):
                     compress_stage,
                 )
 
+                calibration = compress_params.get("calibration", {})
                 return compress_stage(
                     results["lower"].path / ARTIFACT, out / ARTIFACT, compression,
                     calibration=lambda count: calibration_inputs(
                         results["optimize"].path / "model.onnx", params["source"]["inputs"], recipe.validate_,
-                        variant.base_dir, results["lower"].info, count))
+                        variant.base_dir, results["lower"].info, count, generate=lower_params.get("generate")),
+                    calibration_source="validate.generation.prompts" if "generation" in calibration
+                    else "validate.inputs")
 
             deps = ["lower", "optimize"] if "calibration" in compress_params else ["lower"]
             stages.append(Stage("compress", compress_params, deps, plugins, produce=compress, extra=dict(serial)))

@@ -226,6 +226,12 @@ def test_generative_recipes_calibrate_on_their_prompts(tmp_path):
     assert all(s["attention_mask"].tolist() == [[1] * 5] for s in samples)
     params = compress_stage_params({"auto": {"max_size_mb": 1}}, "iOS18", {"generation": {"prompts": [[1, 2]]}})
     assert params["calibration"]["generation"] == {"prompts": [[1, 2]]}
+    # a stateful artifact takes int32 input_ids of a query length at a position, its cache empty
+    generate = {"max_context": 16, "query_lengths": [1, 4]}
+    stateful = calibration_inputs(tmp_path / "m.onnx", {}, validate, tmp_path, None, samples=4, generate=generate)
+    assert [s["input_ids"].tolist() for s in stateful] == [[[1, 15043, 29892, 1]], [[1, 450, 7, 8]]]
+    assert all(s["input_ids"].dtype == np.int32 and s["position"].tolist() == [0] for s in stateful)
+    assert all(set(s) == {"input_ids", "position"} for s in stateful)
 
 
 @pytest.fixture(scope="module")
@@ -313,3 +319,60 @@ def test_linear_quantisation_holds_one_tensor_at_a_time(tmp_path):
     model_bytes = layers * width * width * 2
     assert report["bytes_after"] < model_bytes * 0.3
     assert peak < 3 * width * width * 4 < model_bytes / 2, peak
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_lm_head_is_found_by_structure(family, tmp_path):
+    """``match: {role: lm_head}`` finds the projection producing ``logits`` whatever the ops are named
+    (GPT-2's head, tied to its embedding, and Llama's, behind a final RMSNorm, come out of the optimiser
+    under different names): it gets int8 rows while the other projections get int4 blocks."""
+    import onnx
+    from edgebuild_coreml.compress.config import validate_compression
+    from edgebuild_coreml.compress.roles import lm_head_ops
+    from edgebuild_coreml.compress.stage import compress_stage
+    from edgebuild_coreml.lowering.package import save_mlpackage
+    from edgebuild_testplugin import llm_families
+    from onnx_cases import lower
+
+    from edgebuild.graph.optimize import optimize
+
+    lm = llm_families.model(family)
+    vocab = lm.config.vocab_size
+    export_decoder(lm, tmp_path / "model.onnx", tokens=TOKENS)
+    optimize(tmp_path / "model.onnx", tmp_path / "optimized")
+    result = lower(onnx.load(tmp_path / "optimized" / "model.onnx"), target="iOS18", precision="float16")
+    src = tmp_path / "model.mlpackage"
+    save_mlpackage(result, src, target="iOS18", precision="float16", metadata={}, consume=True)
+
+    heads = lm_head_ops(src)
+    by_op = _matrices(src)
+    [projection] = [name for name in heads if by_op[name].op_type == "linear"]
+    assert by_op[projection].shape == (vocab, lm.config.hidden_size)
+    # the logits' projection is the only linear with a row per vocabulary entry
+    assert [n for n, u in by_op.items() if u.op_type == "linear" and u.shape[0] == vocab] == [projection]
+
+    int8 = {"mode": "linear", "dtype": "int8", "granularity": "per_channel"}
+    section = validate_compression({"weights": MODES["int4_b32"][0]["weights"],
+                                    "overrides": [{"match": {"role": "lm_head"}, "weights": int8}]}, target="iOS18")
+    report = compress_stage(src, tmp_path / "compressed.mlpackage", section)
+    for name, use in _matrices(tmp_path / "compressed.mlpackage").items():
+        elements = use.shape[0] * use.shape[1]
+        if name in heads:  # int8 codes and an fp16 scale per row
+            assert use.bytes == elements + 2 * use.shape[0], (name, use)
+        elif use.op_type == "linear":  # int4 in blocks of 32 along the input axis
+            assert use.bytes == elements // 2 + 2 * elements // 32, (name, use)
+    assert not report.get("warnings")
+
+
+def _matrices(package: Path) -> dict:
+    """Op name -> the weight use of each linear's weight and each gather's table."""
+    return {use.name.rsplit(".", 1)[0]: use for use in _weight_uses(package).values()
+            if use.name.endswith((".weight", ".x")) and use.op_type in ("linear", "gather") and len(use.shape) == 2}
+
+
+def test_lm_head_role_stands_alone():
+    from edgebuild_coreml.compress.config import validate_compression
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="role alone"):
+        validate_compression({"overrides": [{"match": {"role": "lm_head", "op_type": "linear"}, "weights": None}]})

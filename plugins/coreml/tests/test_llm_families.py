@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +47,11 @@ INT4 = (0.0, 0.9)
 # greedy choices can differ (Phi-3: a prompt diverges at step 1); cosine >= 0.99993 measured.
 GENAI_INT4 = (0.0, 0.9999)
 COMPRESSION = "{weights: {mode: linear, dtype: int4, granularity: per_block, block_size: 32}}"
+# Mixed precision under a size budget between all-int4 (0.148 MB for tiny Llama) and all-int8.
+AUTO_BUDGET_MB = 0.2
+AUTO = (f"{{auto: {{max_size_mb: {AUTO_BUDGET_MB}, sensitivity: activations, samples: 2, candidates: ["
+        "{mode: linear, dtype: int4, granularity: per_block, block_size: 32}, "
+        "{mode: linear, dtype: int8, granularity: per_channel}, {mode: none}]}}")
 
 RECIPE = """\
 edgebuild: 1
@@ -71,10 +77,18 @@ variants:
     target: {{precision: float16}}
     compression: {compression}
     validate: {{thresholds: {{token_agreement_min: {int4[0]}, step_cosine_min: {int4[1]}}}}}
+  auto:
+    target: {{precision: float16}}
+    compression: {auto}
+    validate: {{thresholds: {{token_agreement_min: {int4[0]}, step_cosine_min: {int4[1]}}}}}
 outputs: {{dir: out}}
 """
 
-SLOW_CASES = {(f, s) for f in llm_families.FAMILIES for s in ("onnx", "pytorch")} - {("llama", "onnx")}
+# The default run: one case per family, the sources alternating so both routes are built, one
+# of them with every variant. Everything else is slow.
+DEFAULT_CASES = {("llama", "onnx"): ("fp32", "fp16", "int4"), ("qwen2", "pytorch"): ("fp32",),
+                 ("phi3", "onnx"): ("fp32",), ("gemma2", "pytorch"): ("fp32",), ("gpt2", "onnx"): ("fp32",)}
+SLOW_CASES = {(f, s) for f in llm_families.FAMILIES for s in ("onnx", "pytorch")} - set(DEFAULT_CASES)
 
 
 def _source(family: str, source: str, directory):
@@ -94,7 +108,7 @@ def build(directory, family: str, model: str, options: str = "", *, variants=("f
     """``edgebuild run --json`` of the generative recipe in ``directory``; the parsed JSON."""
     recipe = RECIPE.format(family=family, model=model, options=options, max_context=MAX_CONTEXT,
                            prompts=json.dumps(prompts or PROMPTS), new_tokens=NEW_TOKENS, fp32=fp32, fp16=FP16,
-                           int4=INT4, compression=COMPRESSION)
+                           int4=INT4, compression=COMPRESSION, auto=AUTO)
     (directory / "recipe.yaml").write_text(recipe)
     selected = [arg for name in variants for arg in ("--variant", name)]
     done = edgebuild("run", "recipe.yaml", "--json", *selected, cwd=directory,
@@ -128,8 +142,7 @@ CASES = [_case(f, s) for f in llm_families.FAMILIES for s in ("onnx", "pytorch")
 @pytest.mark.parametrize("family, source", CASES)
 def test_family_builds_and_generates_as_its_source(family, source, tmp_path):
     model, options = _source(family, source, tmp_path)
-    # The cheap default run builds only fp32; the slow ones all three variants.
-    variants = ("fp32", "fp16", "int4") if (family, source) in SLOW_CASES else ("fp32",)
+    variants = DEFAULT_CASES.get((family, source), ("fp32", "fp16", "int4"))
     result = build(tmp_path, family, model, options, variants=variants)
     agreement, cosine, divergence = summary(result, "fp32")
     assert agreement == 1.0 and divergence == [None, None] and cosine >= FP32[1]
@@ -139,6 +152,25 @@ def test_family_builds_and_generates_as_its_source(family, source, tmp_path):
         if variant in variants:
             agreement, cosine, _ = summary(result, variant)
             assert agreement >= agreement_min and cosine >= cosine_min, (variant, agreement, cosine)
+
+
+@pytest.mark.slow
+def test_auto_compression_calibrates_on_the_prompts_under_a_size_budget(tmp_path):
+    """``compression: auto`` of a generative recipe: each layer's sensitivity measured by running the
+    stateful artifact on the validation prompts (recorded as the calibration source), a mix of
+    per-layer modes chosen, the package within the budget, and generation validated after."""
+    model, options = _source("llama", "onnx", tmp_path)
+    result = build(tmp_path, "llama", model, options, variants=("auto",))
+    [entry] = result["variants"]
+    report = json.loads(Path(entry["report_json"]).read_text())["compress"]["auto"]
+    assert report["calibration"] == {"source": "validate.generation.prompts", "samples": len(PROMPTS)}
+    assert report["sensitivity_method"] == "activations"
+    assert report["met"] and report["size_mb"] <= AUTO_BUDGET_MB
+    assert sum(entry["artifact_sizes"].values()) <= AUTO_BUDGET_MB * 1e6
+    chosen = {layer["mode"] for layer in report["chosen"]}
+    assert len(report["chosen"]) >= 14 and len(chosen) >= 2, chosen  # a real mix, layer by layer
+    _, cosine, _ = summary(result, "auto")
+    assert cosine >= INT4[1]
 
 
 @pytest.mark.slow

@@ -43,6 +43,11 @@ FAMILIES = {
     "gptj": (lambda: transformers.GPTJConfig(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=64,
                                              rotary_dim=16),
              {"fuse_rms_norm": 0, "fuse_rotary": 4, "fuse_attention": 2}),
+    # StableLM (GPT-NeoX style) rotates only the first half of each head (partial_rotary_factor): per
+    # rotated tensor the rotated part fuses, then the pass-through joins it (rotary_embedding_dim)
+    "stablelm": (lambda: transformers.StableLmConfig(num_key_value_heads=2, partial_rotary_factor=0.5, **COMMON),
+                 {"fuse_rms_norm": 0, "fuse_rotary": 8, "fuse_attention": 2, "fuse_grouped_query_attention": 2,
+                  "fuse_gated_mlp": 2}),
     "gpt2": (lambda: transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=64),
              {"fuse_rms_norm": 0, "fuse_rotary": 0, "fuse_attention": 2}),
 }

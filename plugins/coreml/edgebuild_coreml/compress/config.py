@@ -104,12 +104,18 @@ class ActivationCompression(_Strict):
 
 
 class OverrideMatch(OpMatch):
-    """Which ops an override applies to: a MIL op type and/or a regex over op names."""
+    """Which ops an override applies to: a MIL op type and/or a regex over op names, or a role
+    found by the model's structure (``lm_head``: the projection producing the ``logits`` output,
+    with the embedding gather when the two share their table)."""
+
+    role: Literal["lm_head"] | None = None
 
     @model_validator(mode="after")
     def _matches_something(self) -> OverrideMatch:
-        if self.op_type is None and self.name is None:
-            raise ValueError("match needs op_type, name, or both")
+        if self.role is not None and (self.op_type is not None or self.name is not None):
+            raise ValueError("match by role alone: remove op_type and name")
+        if self.op_type is None and self.name is None and self.role is None:
+            raise ValueError("match needs op_type, name, both, or role")
         return self
 
 

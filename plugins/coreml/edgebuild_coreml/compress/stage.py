@@ -20,18 +20,26 @@ Samples = list[dict[str, np.ndarray]]
 Calibration = Union[Samples, Callable[[int | None], Samples], None]
 
 
-def compress_stage(src: Path, dst: Path, section: CompressionSection, *, calibration: Calibration = None) -> dict:
-    """Compress ``src`` into ``dst`` as the recipe's ``compression`` section says; the stage's info."""
+def compress_stage(src: Path, dst: Path, section: CompressionSection, *, calibration: Calibration = None,
+                   calibration_source: str | None = None) -> dict:
+    """Compress ``src`` into ``dst`` as the recipe's ``compression`` section says; the stage's info.
+    ``calibration_source`` (where the samples came from) is recorded in auto mode's report."""
     if section.auto is None:
         from .apply import compress_mlpackage
+        from .roles import resolve_roles
+
+        section = resolve_roles(section, src)
 
         samples = _materialise(calibration, None) if section.activations is not None else None
         return compress_mlpackage(src, dst, section, calibration=samples)
 
     from .auto import auto_compress
 
-    return auto_compress(src, dst, section.auto, calibration=_materialise(calibration, section.auto.samples),
-                         weight_threshold=section.weight_threshold)
+    samples = _materialise(calibration, section.auto.samples)
+    info = auto_compress(src, dst, section.auto, calibration=samples, weight_threshold=section.weight_threshold)
+    if calibration_source is not None and "auto" in info:
+        info["auto"]["calibration"] = {"source": calibration_source, "samples": len(samples or [])}
+    return info
 
 
 def compress_stage_params(compression: dict, deployment_target: str, validate: Mapping[str, Any] | None) -> dict:
@@ -53,12 +61,14 @@ def calibration_inputs(
     base_dir: Path,
     lowered_info: Mapping[str, Any] | None,
     samples: int | None = None,
+    generate: Mapping[str, Any] | None = None,
 ) -> Samples:
     """Inputs from the recipe's validate section (uniform [0, 1) without one), keyed by MIL name.
 
     At most ``samples`` of them (None: the section's count; 4 without a section).
 
-    Fixed-value inputs are folded into the model, so they are not fed.
+    Fixed-value inputs are folded into the model, so they are not fed. A stateful decoder
+    (``generate``, the recipe's section) is fed its prompts as the artifact takes them.
     """
     from edgebuild.dag.validate import onnx_input_specs
     from edgebuild.verify.config import ValidateSection
@@ -68,6 +78,8 @@ def calibration_inputs(
              if "value" not in spec}
     renamed = (lowered_info or {}).get("renamed_inputs", {})
     prompts = _generation_prompts(validate_section)
+    if prompts and generate is not None:
+        return stateful_prompt_samples(prompts[: samples or len(prompts)], generate)
     if prompts and TOKEN_INPUT in specs:
         chosen = prompts[: samples or len(prompts)]
         return [{renamed.get(name, name): value for name, value in sample.items()}
@@ -94,6 +106,16 @@ def _generation_prompts(validate_section) -> list[list[int]]:
     generation = getattr(validate_section, "generation", None)
     prompts = getattr(generation, "prompts", None)
     return [list(p) for p in prompts] if isinstance(prompts, (list, tuple)) else []
+
+
+def stateful_prompt_samples(prompts: list[list[int]], generate: Mapping[str, Any]) -> Samples:
+    """One sample per prompt for a stateful decoder's artifact: ``input_ids`` int32 [1, L], the
+    prompt repeated or cut to its longest query length L, at ``position`` 0 (an empty cache)."""
+    from edgebuild.recipe.generate import GenerateSection
+
+    length = GenerateSection.model_validate(dict(generate)).lengths()[0]
+    return [{TOKEN_INPUT: np.resize(np.asarray(prompt or [0], dtype=np.int32), length).reshape(1, length),
+             "position": np.zeros(1, np.int32)} for prompt in prompts]
 
 
 def prompt_samples(prompts: list[list[int]], specs: Mapping[str, dict]) -> Samples:
