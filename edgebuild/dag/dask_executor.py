@@ -257,26 +257,46 @@ class DaskExecutor:
 
     def _submit(self, client, jobs: list[Job], topic: str) -> dict:
         """One task per distinct stage, in dependency order; its future -> the variants' uses of it."""
+        plans = [self._plan(job) for job in jobs]
+        # critical path first: a stage's priority is the most stages any variant still has to run
+        # from it on, so the scheduler starts the long chains' heads (lower, compress) before
+        # the ends (package, validate) of others, and the last tasks are short ones
+        priority: dict[str, int] = {}
+        for job, planned in zip(jobs, plans):
+            for i, stage in enumerate(job.stages):
+                key = planned[stage.name]
+                priority[key] = max(priority.get(key, 0), len(job.stages) - i)
         tasks: dict[str, object] = {}  # plan key -> future
         uses: dict[str, tuple[object, list[_Use]]] = {}  # Dask key -> (future, uses)
         run_id = topic[-8:]
-        for job in jobs:
-            variant = self.variants[job.label]
-            # the workers' working directories are not the client's
-            shipped = replace(variant, path=variant.path.absolute(), includes=[p.absolute() for p in variant.includes])
-            planned: dict[str, str] = {}
+        for job, planned in zip(jobs, plans):
+            shipped = self._shipped(job)
             for stage in job.stages:
-                key = planned[stage.name] = plan_key(stage, shipped, {d: planned[d] for d in stage.deps})
+                key = planned[stage.name]
                 future = tasks.get(key)
                 if future is None:
                     task = StageTask(job.label, shipped, stage.name, tuple(stage.deps), stage.plugins,
                                      edgebuild_version(), str(self.store.root), self.force, topic, self.remote)
                     depends = [tasks[planned[d]] for d in stage.deps]
                     future = tasks[key] = client.submit(build_on_worker, task, *depends, pure=False, retries=RETRIES,
-                                                        key=f"{stage.name}-{key[:16]}-{run_id}")
+                                                        priority=priority[key], key=f"{stage.name}-{key[:16]}-{run_id}")
                 users = uses.setdefault(future.key, (future, []))[1]
                 users.append(_Use(job, stage.name, owner=not users))
         return uses
+
+    def _shipped(self, job: Job):
+        """The job's variant as a worker gets it: its paths absolute (the workers' working
+        directories are not the client's)."""
+        variant = self.variants[job.label]
+        return replace(variant, path=variant.path.absolute(), includes=[p.absolute() for p in variant.includes])
+
+    def _plan(self, job: Job) -> dict[str, str]:
+        """Each stage of the job -> its plan key."""
+        shipped = self._shipped(job)
+        planned: dict[str, str] = {}
+        for stage in job.stages:
+            planned[stage.name] = plan_key(stage, shipped, {d: planned[d] for d in stage.deps})
+        return planned
 
     def _gather(self, client, uses: dict) -> None:
         from distributed import as_completed
