@@ -101,6 +101,15 @@ def stage_seconds(report: dict) -> dict[str, float]:
     return seconds
 
 
+def by_stage(report: dict) -> dict[str, float]:
+    """Stage body seconds summed per stage name (each distinct stage once)."""
+    names = {s["key"]: s["name"] for v in report["variants"] for s in v["stages"]}
+    total: dict[str, float] = {}
+    for key, seconds in stage_seconds(report).items():
+        total[names[key]] = round(total.get(names[key], 0.0) + seconds, 2)
+    return total
+
+
 def critical_path(report: dict) -> float:
     """The longest variant chain of stage bodies: no number of workers builds the matrix faster."""
     seconds = stage_seconds(report)
@@ -127,6 +136,11 @@ def task_stream(records: list[dict], workers: list[str]) -> dict:
             "busy_s": round(busy, 2),
             "busy_share": round(busy / (end - begin), 2),
             "first_task_s": round(mine[0][1] - mine[0][0], 2) if mine else None,
+            # idle: before its first task (the chain's shared head runs on one worker), between
+            # tasks (waiting for inputs, or dispatch), after its last
+            "idle_before_s": round(mine[0][0] - begin, 2) if mine else None,
+            "idle_between_s": round(sum(b[0] - a[1] for a, b in zip(mine, mine[1:])), 2),
+            "idle_after_s": round(end - mine[-1][1], 2) if mine else None,
             "transfers": len(transfers),
             "transfer_s": round(sum(ss["stop"] - ss["start"] for ss in transfers), 3),
         }
@@ -178,7 +192,8 @@ def main() -> None:
         stream_start, cpu_before = time.time(), workers_cpu_seconds(client)
         cluster_cold = edgebuild(workdir, cluster_store, "--executor", executor)
         workers_cpu = workers_cpu_seconds(client) - cpu_before
-        schedule = task_stream(client.get_task_stream(start=stream_start), workers)
+        records = client.get_task_stream(start=stream_start)
+        schedule = task_stream(records, workers)
         shutil.rmtree(workdir / "out")  # no up-to-date stamp: every stage goes through the store
         local_cached = edgebuild(workdir, local_store, "-j", "1")
         shutil.rmtree(workdir / "out")
@@ -203,6 +218,7 @@ def main() -> None:
         "dask_cpu_utilisation": round((cluster_cold.cpu_seconds + workers_cpu) / cluster_cold.seconds, 2),
         "dask_stage_bodies_s": round(sum(stage_seconds(cluster_cold.report).values()), 2),
         "dask_critical_path_s": round(critical_path(cluster_cold.report), 2),
+        "stage_bodies_s_by_stage": {"local_j1": by_stage(local_cold.report), "dask": by_stage(cluster_cold.report)},
         "speedup": round(local_cold.seconds / cluster_cold.seconds, 2),
         "local_j1_cached_s": round(local_cached.seconds, 2),
         "dask_2_workers_cached_s": round(cluster_cached.seconds, 2),
@@ -216,7 +232,11 @@ def main() -> None:
     else:
         for name, value in numbers.items():
             print(f"{name:<30} {value}")
-    if not args.keep:
+    if args.keep:  # the raw material: both cold runs' reports and the cluster's task stream
+        for name, data in (("local-cold.json", local_cold.report), ("dask-cold.json", cluster_cold.report),
+                           ("task-stream.json", records)):
+            (workdir / name).write_text(json.dumps(data, default=str))
+    else:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
