@@ -274,7 +274,7 @@ class DaskExecutor:
         plans = [self._plan(job) for job in jobs]
         # critical path first: a stage's priority is the most stages any variant still has to run
         # from it on, so the workers take the heads of long chains (lower, compress) before the
-        # ends (package, validate) of others, and the last tasks of the run are short ones
+        # ends (package, validate) of others and neither waits for inputs near the end of the run
         priority: dict[str, int] = {}
         for job, planned in zip(jobs, plans):
             for i, stage in enumerate(job.stages):
