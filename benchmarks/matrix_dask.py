@@ -1,12 +1,17 @@
 """A 20-variant matrix (10 compression modes x 2 precisions of recipes/ppocr_cls.yaml's model)
 built cold with the local executor on one thread (``-j 1``) and on a Dask LocalCluster of two
-worker processes (one thread each), in one run.
+worker processes (one thread each, started with the edgebuild.dag.dask_worker preload before
+the timings, as a ``dask://`` cluster exists before a build), in one run.
 
-Reports the speed-up (target: at least 1.7x with two free cores) and the scheduling overhead
-per stage: the same matrix built again from a full store (outputs deleted, so every stage goes
-through its store lookup), on the cluster minus locally, divided by the number of stage tasks.
+Reports the speed-up (target: at least 1.7x with two free cores), what bounds it (each run's CPU
+utilisation, user + system over wall time, whose ratio a busy machine caps the speed-up at; the
+critical path; stage body seconds per stage; from the cluster's task stream each worker's busy
+share, idle time and transfers, and which worker ran how many of each stage) and the scheduling
+overhead per stage: the same matrix built again from a full store (outputs deleted, so every
+stage goes through its store lookup), on the cluster minus locally, divided by the number of
+stage tasks.
 
-    python benchmarks/matrix_dask.py [--json] [--keep DIR]
+    python benchmarks/matrix_dask.py [--json] [--keep DIR] [--cold-workers]
 """
 
 from __future__ import annotations
