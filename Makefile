@@ -86,13 +86,15 @@ conformance: test-env
 bench: test-env
 	$(TEST_BIN)/python benchmarks/cache.py
 
-# a Dask scheduler on 127.0.0.1:$(CLUSTER_PORT) and two single-threaded worker processes, in the
-# foreground until Ctrl-C: `edgebuild run ... --executor dask://127.0.0.1:8786` (docs/distributed.md)
+# a Dask scheduler on 127.0.0.1:$(CLUSTER_PORT) and two single-threaded worker processes that import
+# the plugins as they start, in the foreground until Ctrl-C: `edgebuild run ... --executor
+# dask://127.0.0.1:8786` (docs/distributed.md)
 CLUSTER_PORT ?= 8786
 cluster: test-env
 	trap 'kill 0' INT TERM; \
 	$(TEST_BIN)/dask scheduler --host 127.0.0.1 --port $(CLUSTER_PORT) --no-dashboard & \
-	$(TEST_BIN)/dask worker tcp://127.0.0.1:$(CLUSTER_PORT) --host 127.0.0.1 --nworkers 2 --nthreads 1 --no-dashboard & \
+	$(TEST_BIN)/dask worker tcp://127.0.0.1:$(CLUSTER_PORT) --host 127.0.0.1 --nworkers 2 --nthreads 1 --no-dashboard \
+		--preload edgebuild.dag.dask_worker & \
 	wait
 
 # wheels of the core and every first-party plugin, for `pip install --find-links dist 'edgebuild[all]'`

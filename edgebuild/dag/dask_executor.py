@@ -1,10 +1,11 @@
-"""Runs the stages of every variant as one Dask task graph (``--executor dask://HOST:PORT``).
+"""Runs the stages of every variant on the workers of a Dask cluster (``--executor dask://HOST:PORT``).
 
-The local executor learns a stage's key only as its inputs finish. Here the whole graph is
-submitted at once, one task per distinct stage whose arguments are its inputs' tasks, so the
-scheduler starts a stage once its inputs exist. Stages of two variants with the same name,
-parameters, plugins and inputs would get the same key, so they are one task: the local
-executor's claims, decided before anything runs.
+The client plans every variant's stages first, as one graph of distinct stages: stages of two
+variants with the same name, parameters, plugins and inputs would get the same key, so they are
+one task (the local executor's claims, decided before anything runs). It submits a stage once
+its inputs are built, with their Results as its arguments, longest remaining chain first, and
+the scheduler gives it to the least busy worker (see ``DaskExecutor._dispatch`` for why not as
+Dask dependencies).
 
 Stage bodies are closures and do not travel: a task carries the variant (plain data) and the
 stage's name, and the worker rebuilds that variant's pipeline with its own registry. Workers
@@ -27,7 +28,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from edgebuild.dag import progress
@@ -229,6 +230,20 @@ class _Use:
     owner: bool  # the first variant using the task; the others report it "cached", as locally
 
 
+@dataclass
+class _Node:
+    """One distinct stage of the run: a task once its inputs are built."""
+
+    task: StageTask
+    name: str  # its Dask key
+    deps: list[str]  # its inputs' plan keys, in the stage's order
+    priority: int
+    uses: list[_Use] = field(default_factory=list)
+    dependents: list[str] = field(default_factory=list)
+    waiting: int = 0  # inputs not built yet
+    outcome: object = None  # a Result or a Failed, once built
+
+
 class DaskExecutor:
     """The executor interface of :class:`Executor` (``run(jobs)`` fills results and errors) on a cluster."""
 
@@ -249,47 +264,88 @@ class DaskExecutor:
         topic = f"edgebuild-{uuid.uuid4().hex}"
         try:
             client.subscribe_topic(topic, self._on_worker_event)
-            uses = self._submit(client, jobs, topic)
-            self._gather(client, uses)
+            self._dispatch(client, self._graph(jobs, topic))
         finally:
             client.close()
         return jobs
 
-    def _submit(self, client, jobs: list[Job], topic: str) -> dict:
-        """One task per distinct stage, in dependency order; its future -> the variants' uses of it."""
-        tasks: dict[str, object] = {}  # plan key -> future
-        uses: dict[str, tuple[object, list[_Use]]] = {}  # Dask key -> (future, uses)
+    def _graph(self, jobs: list[Job], topic: str) -> dict[str, _Node]:
+        """Every distinct stage of the run by plan key, in dependency order."""
+        plans = [self._plan(job) for job in jobs]
+        # critical path first: a stage's priority is the most stages any variant still has to run
+        # from it on, so the workers take the heads of long chains (lower, compress) before the
+        # ends (package, validate) of others and neither waits for inputs near the end of the run
+        priority: dict[str, int] = {}
+        for job, planned in zip(jobs, plans):
+            for i, stage in enumerate(job.stages):
+                key = planned[stage.name]
+                priority[key] = max(priority.get(key, 0), len(job.stages) - i)
+        nodes: dict[str, _Node] = {}
         run_id = topic[-8:]
-        for job in jobs:
-            variant = self.variants[job.label]
-            # the workers' working directories are not the client's
-            shipped = replace(variant, path=variant.path.absolute(), includes=[p.absolute() for p in variant.includes])
-            planned: dict[str, str] = {}
+        for job, planned in zip(jobs, plans):
+            shipped = self._shipped(job)
             for stage in job.stages:
-                key = planned[stage.name] = plan_key(stage, shipped, {d: planned[d] for d in stage.deps})
-                future = tasks.get(key)
-                if future is None:
+                key = planned[stage.name]
+                node = nodes.get(key)
+                if node is None:
                     task = StageTask(job.label, shipped, stage.name, tuple(stage.deps), stage.plugins,
                                      edgebuild_version(), str(self.store.root), self.force, topic, self.remote)
-                    depends = [tasks[planned[d]] for d in stage.deps]
-                    future = tasks[key] = client.submit(build_on_worker, task, *depends, pure=False, retries=RETRIES,
-                                                        key=f"{stage.name}-{key[:16]}-{run_id}")
-                users = uses.setdefault(future.key, (future, []))[1]
-                users.append(_Use(job, stage.name, owner=not users))
-        return uses
+                    deps = [planned[d] for d in stage.deps]
+                    node = nodes[key] = _Node(task, f"{stage.name}-{key[:16]}-{run_id}", deps, priority[key],
+                                              waiting=len(set(deps)))
+                    for dep in set(deps):
+                        nodes[dep].dependents.append(key)
+                node.uses.append(_Use(job, stage.name, owner=not node.uses))
+        return nodes
 
-    def _gather(self, client, uses: dict) -> None:
+    def _shipped(self, job: Job):
+        """The job's variant as a worker gets it: its paths absolute (the workers' working
+        directories are not the client's)."""
+        variant = self.variants[job.label]
+        return replace(variant, path=variant.path.absolute(), includes=[p.absolute() for p in variant.includes])
+
+    def _plan(self, job: Job) -> dict[str, str]:
+        """Each stage of the job -> its plan key."""
+        shipped = self._shipped(job)
+        planned: dict[str, str] = {}
+        for stage in job.stages:
+            planned[stage.name] = plan_key(stage, shipped, {d: planned[d] for d in stage.deps})
+        return planned
+
+    def _dispatch(self, client, nodes: dict[str, _Node]) -> None:
+        """Submit each stage once its inputs are built, their Results as its arguments.
+
+        Not as Dask dependencies: the scheduler places a task on the worker that holds its
+        dependencies' results, and here those are records of a few hundred bytes (the files are
+        in the store), so the fan-out after a shared stage (ten compressions of one lowered
+        model) would queue on the one worker that built it. Without dependencies the scheduler
+        gives each task to the least busy worker, highest priority first."""
         from distributed import as_completed
 
-        futures = [future for future, _ in uses.values()]
+        by_name = {node.name: key for key, node in nodes.items()}
+        submitted = []
+
+        def submit(node: _Node):
+            inputs = [nodes[d].outcome for d in node.deps]  # a Failed among them comes straight back
+            future = client.submit(build_on_worker, node.task, *inputs, key=node.name, priority=node.priority,
+                                   pure=False, retries=RETRIES)
+            submitted.append(future)
+            return future
+
+        finished = as_completed([submit(node) for node in nodes.values() if not node.deps], loop=client.loop)
         try:
-            for future in as_completed(futures, loop=client.loop):
-                users = uses[future.key][1]
-                outcome = self._outcome(future, users[0].stage)
-                for use in users:
-                    self._settle(use, outcome)
+            for future in finished:
+                node = nodes[by_name[future.key]]
+                node.outcome = self._outcome(future, node.task.stage)
+                for use in node.uses:
+                    self._settle(use, node.outcome)
+                for key in node.dependents:
+                    dependent = nodes[key]
+                    dependent.waiting -= 1
+                    if dependent.waiting == 0:
+                        finished.add(submit(dependent))
         except KeyboardInterrupt:
-            client.cancel(futures, force=True)
+            client.cancel(submitted, force=True)
             raise
 
     @staticmethod
