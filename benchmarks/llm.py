@@ -5,13 +5,15 @@ The model is benchmarks/llm_source.py's Llama (TinyLlama-1.1B's shape, random we
 4 layers, hidden 512, for a CI smoke run in about a minute). Rows, each a fresh worker process:
 
 - ``edgebuild onnx fp16`` / ``edgebuild onnx int4``: ``edgebuild run`` (resolve, import, optimise,
-  lower, compress; no validation) of a recipe on the stateless ONNX export, at float16 and with 4-bit
-  block-wise (block 32, iOS18) linear weights;
-- ``edgebuild pytorch fp16``: the same from ``config.json`` + ``model.safetensors`` (pytorch frontend,
-  ONNX route);
+  lower, compress: the conversion and the package written; no validation) of a stateful ``generate:``
+  recipe (``max_context`` 2048, ``query_lengths`` [1, 64], iOS18) on the ONNX decoder with its KV cache,
+  at float16 and with 4-bit block-wise (block 32) linear weights;
+- ``edgebuild pytorch fp16``: the same from ``config.json`` + ``model.safetensors`` (``kind:
+  causal_lm``: the pytorch frontend's causal-LM export, then the ONNX route);
 - ``coremltools guide fp16`` / ``int4``: ``ct.convert`` with ``StateType`` on a Llama block stack
   written as coremltools' stateful-model guide writes one (KV cache as registered buffers sliced in
-  place, inputs ``input_ids`` and ``causal_mask`` with flexible lengths), same shapes and weights
+  place, states of 2048 tokens, inputs ``input_ids`` and ``causal_mask`` with flexible lengths;
+  timed: load, trace, convert, save), same shapes and weights
   (read from the safetensors file into a module built on the meta device, so the module holds them
   once), then ``ct.optimize.coreml.linear_quantize_weights`` per block for int4;
 - ``coremltools LlamaForCausalLM``: ``ct.convert`` on the traced transformers model itself; its
@@ -53,8 +55,8 @@ ROWS = ("edgebuild-onnx-fp16", "edgebuild-onnx-int4", "edgebuild-pytorch-fp16", 
         "coremltools-guide-int4", "coremltools-llama", "io-floor")
 PEER_OF = {"edgebuild-onnx-fp16": "coremltools-guide-fp16", "edgebuild-pytorch-fp16": "coremltools-guide-fp16",
            "edgebuild-onnx-int4": "coremltools-guide-int4"}
-SEQUENCE = 64  # the stateless export's input length, pinned by the recipes
-MAX_CONTEXT = 256  # the guide module's cache length
+SEQUENCE = 64  # the prefill chunk: generate.query_lengths [1, SEQUENCE]
+MAX_CONTEXT = 2048  # the cache length, of the recipes' generate section and the guide module's states
 BLOCK = 32
 CHUNK = 64 << 20
 
@@ -106,23 +108,32 @@ class StagePeaks:
         if what == "start":
             self.current = stage
         elif what == "done":
-            self._record()  # the stage's last state, then what follows is between stages
+            self._record(split=True)  # the stage's last state, then what follows is between stages
             self.current = f"after {stage}"
 
     def _sample(self) -> None:
         while not self._stop.wait(0.02):
             self._record()
 
-    def _record(self) -> None:
+    def _record(self, split: bool = False) -> None:
         rss = current_rss_mb()
         best = self.peaks.get(self.current)
-        if rss is not None and (best is None or rss > best["rss_mb"]):
-            self.peaks[self.current] = {"rss_mb": round(rss), **_rollup_mb()}
+        if rss is None or (best is not None and rss <= best["rss_mb"]):
+            return
+        peak = {"rss_mb": round(rss)}
+        # smaps_rollup walks every mapping (gigabytes of mapped weights): read it for a new peak
+        # that is 64 MB above the last one split, not every 20 ms, or the sampler would take a
+        # good share of a loaded CPU from the build it measures
+        if split or best is None or rss > best.get("split_at", 0) + 64:
+            peak.update(_rollup_mb(), split_at=round(rss))
+        else:
+            peak.update({k: best[k] for k in ("anonymous_mb", "file_mb", "split_at") if k in best})
+        self.peaks[self.current] = peak
 
     def stop(self) -> dict[str, dict]:
         self._stop.set()
         self._thread.join()
-        return self.peaks
+        return {stage: {k: v for k, v in peak.items() if k != "split_at"} for stage, peak in self.peaks.items()}
 
 
 def _rollup_mb() -> dict:
@@ -170,19 +181,19 @@ def _preload_edgebuild() -> None:
 
 
 def recipe_text(source: dict, row: str) -> str:
-    """The recipe a row builds (YAML is JSON)."""
+    """The recipe a row builds (YAML is JSON): the stateful decoder a user ships, a ``generate:`` recipe
+    (KV cache in model state, ``MAX_CONTEXT`` tokens, prefill ``SEQUENCE`` tokens a call or decode 1)."""
     if row.startswith("edgebuild-pytorch"):
         src = {"model": source["pytorch/model.safetensors"], "format": "pytorch",
-               "inputs": {"input_ids": {"shape": [1, SEQUENCE], "dtype": "int64"}},
-               "options": {"kind": "state_dict", "factory": "edgebuild_pytorch.examples.transformers_models:from_config",
-                           "factory_kwargs": {"mask": "transformers", "use_cache": False},
-                           "config": source["pytorch/config.json"], "output_names": ["logits"]}}
+               "options": {"kind": "causal_lm", "config": source["pytorch/config.json"]}}
     else:
-        src = {"model": source["onnx/model.onnx"],
-               "inputs": {"input_ids": {"shape": [1, SEQUENCE], "dtype": "int64"}}}
+        src = {"model": source["onnx/model.onnx"]}
     recipe = {"edgebuild": 1, "name": "llm_bench", "source": src,
               "target": {"backend": "coreml", "deployment_target": "iOS18", "precision": "float16"},
               "compute": {"policy": "cpu_and_ne", "fp16_guard": False},
+              "generate": {"max_context": MAX_CONTEXT, "query_lengths": [1, SEQUENCE], "logits": "all"},
+              # the benchmark drops the validate stage (time and memory are the conversion's)
+              "validate": {"generation": {"prompts": [[1, 2, 3]], "new_tokens": 2}},
               "outputs": {"dir": "out"}, "variants": {"build": {}}}
     if row.endswith("int4"):
         recipe["compression"] = {"weights": {"mode": "linear", "dtype": "int4", "granularity": "per_block",

@@ -2,9 +2,11 @@
 its config with ``transformers`` (nothing downloaded), saved twice in a cache directory:
 
 - ``pytorch/``: ``config.json`` + ``model.safetensors`` (one file), the PyTorch source;
-- ``onnx/``: ``model.onnx`` + ``model.onnx.data``, a stateless forward ``input_ids [1, S] -> logits
-  [1, S, V]`` exported by torch's dynamo exporter with external data (memory is about weights, so
-  the benchmark needs no KV-cache inputs).
+- ``onnx/``: ``model.onnx`` + ``model.onnx.data``, the decoder with its KV cache as plain inputs and
+  outputs (``input_ids``, ``attention_mask``, ``position_ids``, ``past_key_values.{i}.key/.value`` ->
+  ``logits``, ``present.{i}.key/.value``), exported by the pytorch plugin's causal-LM route
+  (``edgebuild_pytorch.causal_lm.export_onnx``) with external data: what a stateful ``generate:``
+  recipe builds from.
 
 ``full`` is TinyLlama-1.1B's shape (22 layers, hidden 2048, intermediate 5632, 32 query / 4 KV heads,
 vocab 32000: 1.1 billion parameters, 4.4 GB per form in fp32); ``medium`` the same with 6 layers
@@ -27,7 +29,7 @@ import sys
 from pathlib import Path
 
 # Bump when what is generated changes, so old caches are remade rather than trusted.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 SEED = 0
 
 SHAPES = {
@@ -43,7 +45,6 @@ SHAPES = {
 COMMON = dict(rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, hidden_act="silu",
               attention_bias=False, torch_dtype="float32")
 FILES = ("pytorch/config.json", "pytorch/model.safetensors", "onnx/model.onnx", "onnx/model.onnx.data")
-EXPORT_LENGTH = 8  # example sequence length for the export; the dim stays dynamic
 
 
 def config_dict(size: str) -> dict:
@@ -88,19 +89,6 @@ def verified(root: Path, size: str) -> bool:
     return True
 
 
-def _stateless(model):
-    import torch
-
-    class Forward(torch.nn.Module):
-        def __init__(self, causal_lm):
-            super().__init__()
-            self.causal_lm = causal_lm
-
-        def forward(self, input_ids):
-            return self.causal_lm(input_ids=input_ids, use_cache=False).logits
-
-    return Forward(model).eval()
-
 
 def generate(root: Path, size: str) -> dict:
     """Make (or reuse) the two forms of the ``size`` model under ``root``; {file: path} plus the config."""
@@ -114,7 +102,9 @@ def generate(root: Path, size: str) -> dict:
 
 def _make(root: Path, size: str) -> None:
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from edgebuild_pytorch.causal_lm import export_onnx
 
     if root.exists():
         shutil.rmtree(root)  # keep one copy on a limited disk
@@ -125,17 +115,13 @@ def _make(root: Path, size: str) -> None:
     torch.manual_seed(SEED)
     config = LlamaConfig(**config_dict(size))
     with torch.no_grad():
-        model = LlamaForCausalLM(config).eval()
+        # eager attention: the causal-LM export's layout (plain matmul / softmax, explicit cache)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
         model.save_pretrained(staging / "pytorch", safe_serialization=True, max_shard_size="100GB")
         for extra in ("generation_config.json",):
             (staging / "pytorch" / extra).unlink(missing_ok=True)
-        ids = torch.randint(0, config.vocab_size, (1, EXPORT_LENGTH), dtype=torch.int64)
-        seq = torch.export.Dim("sequence", min=1, max=config.max_position_embeddings)
-        program = torch.onnx.export(_stateless(model), (ids,), dynamo=True, opset_version=18,
-                                    input_names=["input_ids"], output_names=["logits"],
-                                    dynamic_shapes=({1: seq},), optimize=True, verbose=False)
-        program.save(str(staging / "onnx" / "model.onnx"), external_data=True)
-        del program, model
+        export_onnx(model, staging / "onnx" / "model.onnx")
+        del model
     data = staging / "onnx" / "model.onnx.data"
     if not data.is_file():
         raise SystemExit(f"the exporter wrote no {data.name}: {sorted(p.name for p in (staging / 'onnx').iterdir())}")

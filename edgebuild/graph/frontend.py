@@ -22,6 +22,7 @@ from onnx import version_converter
 from edgebuild.errors import BuildError
 from edgebuild.graph.external_data import check_external_data, iter_graphs, iter_tensors
 from edgebuild.graph.onnx_stream import load_streamed
+from edgebuild.graph.weight_files import save_reusing_data
 from edgebuild.protocols import Frontend
 from edgebuild.recipe.shapes import per_dim
 
@@ -78,13 +79,22 @@ class OnnxFrontend(Frontend):
                     fold_fixed_input(model, value, spec, notes)
                 else:
                     pin_input(value, spec)
-            ir.save(model, out_dir / MODEL_FILE, external_data=DATA_FILE)
+            if not _single_data_file(model) or not save_reusing_data(model, out_dir / MODEL_FILE, DATA_FILE,
+                                                                     _single_data_file(model)):
+                ir.save(model, out_dir / MODEL_FILE, external_data=DATA_FILE)
         report = import_report(model, notes)
         # Unmap the weights now rather than whenever the cyclic graph (nodes <-> values) is
         # collected: what stays for the collector is the graph and its small tensors, not worth
         # a full collection over every library loaded in the process.
         unmap_weights(model)
         return report
+
+
+def _single_data_file(model: ir.Model) -> Path | None:
+    """The one file every external tensor of ``model`` is read from, if there is one."""
+    paths = {Path(t.path) for t in iter_tensors(model) if isinstance(t, ir.ExternalTensor)}
+    path = paths.pop() if len(paths) == 1 else None
+    return path if path is not None and path.suffix != ".onnx" else None  # not weights inside a proto
 
 
 def unmap_weights(model: ir.Model) -> None:

@@ -22,6 +22,7 @@ import onnxscript.optimizer
 from edgebuild.errors import BuildError
 from edgebuild.graph.external_data import iter_graphs
 from edgebuild.graph.frontend import DATA_FILE, MODEL_FILE
+from edgebuild.graph.weight_files import save_reusing_data
 from edgebuild.graph.quantized.activations import FloatActivations, count_weight_dequantizers
 
 
@@ -162,7 +163,9 @@ def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = N
     if target.resolve() == model_path.resolve():
         # Saving over the data file the model is mapped from would corrupt it: read it first.
         ir.external_data.load_to_model(model)
-    ir.save(model, target, external_data=DATA_FILE)
+        ir.save(model, target, external_data=DATA_FILE)
+    elif not save_reusing_data(model, target, DATA_FILE, model_path.parent / DATA_FILE):
+        ir.save(model, target, external_data=DATA_FILE)
     after = op_counts(model)
     weights_quantized = count_weight_dequantizers(model)
     del model  # onnx_ir graphs are cyclic: collect the weights before the next stage starts

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import platform
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -318,21 +319,30 @@ class CoreMLBackend(Backend):
 
     def package(self, src: Path, dst: Path, metadata: dict) -> dict:
         import coremltools as ct
+        from coremltools.models.model import _get_model_spec_path
 
-        model = ct.models.MLModel(str(src), skip_model_load=True)
-        model.author = metadata.get("author") or model.author
-        model.license = metadata.get("license") or model.license
-        model.short_description = metadata.get("description") or model.short_description
+        from edgebuild_coreml.lowering.package import link_weight_files
+
+        # The package is the lowered one with more metadata: its weight files (gigabytes for a
+        # decoder) are hard links to the stage before's, only the spec is written anew.
+        spec = ct.utils.load_spec(str(src))
+        meta = spec.description.metadata
+        meta.author = metadata.get("author") or meta.author
+        meta.license = metadata.get("license") or meta.license
+        meta.shortDescription = metadata.get("description") or meta.shortDescription
         if metadata.get("version"):
-            model.version = metadata["version"]
-        user = model.user_defined_metadata
+            meta.versionString = metadata["version"]
+        user = meta.userDefined
         user["com.edgebuild.source_sha256"] = metadata["source_sha256"]
         user["com.edgebuild.recipe"] = metadata["recipe"]
         user["com.edgebuild.variant"] = metadata["variant"]
         user["com.edgebuild.compute_policy"] = metadata["compute_policy"]
         for name, version in metadata["versions"].items():
             user[f"com.edgebuild.version.{name}"] = version
-        model.save(str(dst))
+        shutil.copytree(src, dst, copy_function=link_weight_files)
+        spec_path = Path(_get_model_spec_path(str(dst)))
+        spec_path.unlink()
+        spec_path.write_bytes(spec.SerializeToString())
         return {"size_bytes": sum(f.stat().st_size for f in dst.rglob("*") if f.is_file())}
 
     def runner(self, artifact: Path, precision: str, *, emulate_fp16: bool = False, lowered: dict | None = None):

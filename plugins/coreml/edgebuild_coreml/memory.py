@@ -8,11 +8,15 @@ C libraries.
 
 from __future__ import annotations
 
+import functools
+
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 
 
+@functools.lru_cache(maxsize=None)
 def _libc_function(name: str):
-    """A glibc function by name, or None (another C library, or no ctypes)."""
+    """A glibc function by name, or None (another C library, or no ctypes). Cached: finding the
+    library runs ``ldconfig -p`` in a subprocess, and the fp16 cast asks once per weight."""
     import ctypes
     import ctypes.util
 

@@ -1,6 +1,7 @@
 """benchmarks/llm.py --small --json: the smoke run CI does of the decoder benchmark.
 
-Every row is there with its keys; every row that converted has numeric memory ratios; coremltools on
+The builds are the stateful form users ship (a generate: recipe on the ONNX decoder with its KV
+cache, from the pytorch plugin's causal-LM export). Every row is there with its keys; every row that converted has numeric memory ratios; coremltools on
 transformers' LlamaForCausalLM is either a failure with its reason or a measured row. No timing
 assertions: the machine's load decides those.
 """
@@ -51,3 +52,27 @@ def test_small_benchmark_json_rows(tmp_path):
         assert all(_number(peak["ratio"]) for peak in rows[name]["stage_peaks"].values()), name
     # the 4-bit packages hold about a quarter of the fp16 bytes
     assert rows["edgebuild-onnx-int4"]["package_mb"] < 0.5 * rows["edgebuild-onnx-fp16"]["package_mb"]
+    _assert_stateful_form(tmp_path / "llama-small")
+
+
+def _assert_stateful_form(source_root: Path) -> None:
+    """The ONNX source has the cache as inputs and outputs, and every edgebuild row's recipe is a
+    generate: recipe over it (so the benchmark times the stateful build)."""
+    import onnx
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import llm
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    graph = onnx.load(str(source_root / "onnx" / "model.onnx"), load_external_data=False).graph
+    inputs, outputs = [v.name for v in graph.input], [v.name for v in graph.output]
+    assert "past_key_values.0.key" in inputs and "present.0.value" in outputs, (inputs, outputs)
+    source = {"onnx/model.onnx": "m.onnx", "pytorch/model.safetensors": "m.safetensors",
+              "pytorch/config.json": "config.json"}
+    for row in ("edgebuild-onnx-fp16", "edgebuild-onnx-int4", "edgebuild-pytorch-fp16"):
+        recipe = json.loads(llm.recipe_text(source, row))
+        assert recipe["generate"]["max_context"] == llm.MAX_CONTEXT, row
+        assert 1 in recipe["generate"]["query_lengths"], row
+        assert "inputs" not in recipe["source"], row
+    assert json.loads(llm.recipe_text(source, "edgebuild-pytorch-fp16"))["source"]["options"]["kind"] == "causal_lm"

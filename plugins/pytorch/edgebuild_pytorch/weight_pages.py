@@ -12,6 +12,7 @@ bytes back in, so only parameters, which inference never writes, are dropped, an
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 from collections.abc import Iterable, Iterator
 
@@ -34,7 +35,8 @@ def _file_mappings() -> list[tuple[int, int]]:
     return ranges
 
 
-def _madvise():
+@functools.lru_cache(maxsize=None)
+def _madvise():  # cached: find_library runs ldconfig in a subprocess, and this is asked per weight
     import ctypes
     import ctypes.util
 

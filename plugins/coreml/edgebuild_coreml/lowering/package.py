@@ -124,12 +124,39 @@ def save_atomically(model, path: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         staged = staging / path.name
-        model.save(str(staged))
+        save_package(model, staged)
         if path.exists():  # move the old package aside; the staging dir's cleanup removes it
             os.rename(path, staging / "previous")
         os.rename(staged, path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def link_weight_files(src: str, dst: str) -> str:
+    """``copytree``'s copy function for packages: a file in ``weights/`` is hard-linked (written
+    once by coremltools and never changed, gigabytes for a decoder), anything else copied."""
+    if Path(src).parent.name == "weights":
+        try:
+            os.link(src, dst)
+            return dst
+        except OSError:  # another file system, or no hard links there
+            pass
+    return shutil.copy2(src, dst)
+
+
+def save_package(model, path: Path) -> None:
+    """``model.save(path)`` for a package coremltools wrote to a temporary directory, with the
+    weight files linked rather than copied; the spec (as edited since) is written anew."""
+    from coremltools.models.model import _get_model_spec_path
+
+    source = getattr(model, "package_path", None)
+    if not getattr(model, "is_package", False) or not source or not os.path.isdir(source):
+        model.save(str(path))
+        return
+    shutil.copytree(source, path, copy_function=link_weight_files)
+    spec_path = Path(_get_model_spec_path(str(path)))
+    spec_path.unlink()
+    spec_path.write_bytes(model.get_spec().SerializeToString())
 
 
 def save_mlpackage(

@@ -1,0 +1,80 @@
+"""Saving a model whose weights are mostly unchanged without writing them again.
+
+A decoder's weights are gigabytes; a pass over the graph (fusion, folding) leaves nearly all of
+them as they were read: external tensors of the input's data file. Writing them one by one
+through Python costs a mapped read and a write of every byte. Instead the output's data file is a
+kernel-side copy of the input's (``copy_file_range`` / ``sendfile``: the bytes never enter the
+process), the untouched tensors keep their offsets in it, and only tensors the passes made or
+changed go to a second file beside it. (Not a hard link: onnx_ir refuses to read external data
+from a file with more than one link.)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import onnx_ir as ir
+
+from edgebuild.graph.external_data import iter_graphs, iter_tensors
+
+EXTRA_SUFFIX = ".extra"  # the data file of new and changed tensors: <data file>.extra
+MIN_REUSED_SHARE = 0.5  # below this share of the input file still referenced, write a fresh file
+EMBED_MAX_BYTES = 1024  # smaller in-memory tensors stay in the proto, as ir.save would keep them
+
+
+def _initializer_tensors(model: ir.Model) -> list[tuple[ir.Value, ir.TensorProtocol]]:
+    return [(value, value.const_value) for graph in iter_graphs(model.graph)
+            for value in graph.initializers.values() if value.const_value is not None]
+
+
+def _same_file(tensor, data: Path) -> bool:
+    if not isinstance(tensor, ir.ExternalTensor):
+        return False
+    try:
+        return os.path.samefile(tensor.path, data)
+    except OSError:
+        return False
+
+
+def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data: Path) -> bool:
+    """Save ``model`` at ``target`` with ``target.parent / data_name`` a copy of ``source_data``, which its unchanged external tensors keep pointing into; other tensors go to
+    ``data_name + EXTRA_SUFFIX``. Returns False, writing nothing, when that does not apply (no such
+    file, or less than ``MIN_REUSED_SHARE`` of it still referenced): save the usual way then."""
+    source_data, target = Path(source_data), Path(target)
+    if not source_data.is_file() or (target.parent / data_name).exists():
+        return False
+    tensors = _initializer_tensors(model)
+    reused = sum(t.length or 0 for _, t in tensors if _same_file(t, source_data))
+    if reused < MIN_REUSED_SHARE * source_data.stat().st_size:
+        return False
+    if any(isinstance(t, ir.ExternalTensor) and not _same_file(t, source_data) for _, t in tensors):
+        return False  # tensors from a third file: the usual save gathers them
+    held = {id(t) for _, t in tensors}
+    if any(isinstance(t, ir.ExternalTensor) and id(t) not in held for t in iter_tensors(model)):
+        return False  # an external attribute tensor: its location would not follow
+    target.parent.mkdir(parents=True, exist_ok=True)
+    data = target.parent / data_name
+    shutil.copyfile(source_data, data)
+    extra_name = data_name + EXTRA_SUFFIX
+    offset = 0
+    with open(target.parent / extra_name, "wb") as extra:
+        for value, tensor in tensors:
+            if isinstance(tensor, ir.ExternalTensor):
+                value.const_value = ir.ExternalTensor(
+                    data_name, tensor.offset, tensor.length, tensor.dtype, shape=tensor.shape, name=tensor.name,
+                    doc_string=tensor.doc_string, metadata_props=tensor.metadata_props, base_dir=target.parent)
+                continue
+            if tensor.nbytes <= EMBED_MAX_BYTES:
+                continue
+            raw = tensor.tobytes()
+            extra.write(raw)
+            value.const_value = ir.ExternalTensor(
+                extra_name, offset, len(raw), tensor.dtype, shape=tensor.shape, name=tensor.name,
+                doc_string=tensor.doc_string, metadata_props=tensor.metadata_props, base_dir=target.parent)
+            offset += len(raw)
+    if offset == 0:
+        (target.parent / extra_name).unlink()
+    ir.save(model, target)
+    return True
