@@ -300,8 +300,8 @@ def print_table(rows: list[dict], baseline_mb: float) -> None:
         cells = [f"{row['model']:<18}", f"{row['weights_mb']:>7.1f} ", _seconds(run), _seconds(run16), _seconds(sim),
                  _ratio(run, sim), _ratio(run16, sim), " ", _seconds(eb, "work_seconds"),
                  _seconds(sim, "work_seconds"), _ratio(eb, sim, "work_seconds"), "  "]
-        for run in (eb, f16, row.get("edgebuild import", {}), sim):
-            ratio = footprint_ratio(run, row["weights_mb"], baseline_mb)
+        for measured in (eb, f16, row.get("edgebuild import", {}), sim):
+            ratio = footprint_ratio(measured, row["weights_mb"], baseline_mb)
             cells.append(f"{ratio:>9.2f}" if ratio is not None else f"{'':>9}")
         cells += ["  ", _ratio(run, sim, "cpu_seconds"), _ratio(run16, sim, "cpu_seconds")]
         print(" ".join(cells))
