@@ -19,7 +19,10 @@ The memory metric is the conversion's own footprint relative to the model:
 size once its imports are done (before any work), so library import cost is not counted.
 A third edgebuild worker runs the import stage alone (no Core ML code loaded), whose footprint is
 the import's peak over the weights. Times are shown twice: the process's wall time from start to
-exit, and the work after the imports.
+exit, and the work after the imports. edgebuild's process time comes from a fourth worker that
+runs the same stages as ``edgebuild run`` does, importing only what they import (the measuring
+worker preloads every module, which a real run never does); its work time and memory come from
+the preloading one.
 
     python benchmarks/convert.py [--models ddddocr_det,minilm_paraphrase] [--variants fp32,fp16]
 
@@ -134,6 +137,22 @@ def work_edgebuild(recipe: str, variant: str, _source: str, cache: str) -> None:
     report_work_done()
 
 
+def work_edgebuild_run(recipe: str, variant: str, _source: str, cache: str) -> None:
+    """The stages as ``edgebuild run --no-cache`` runs them (validate left out), with no preloading:
+    its wall time is what a user waits for, library imports included."""
+    from edgebuild.build.jobs import load_variants, plan_jobs
+    from edgebuild.dag.executor import Executor
+    from edgebuild.registry import get_registry
+    from edgebuild.store.location import open_store
+
+    registry = get_registry()
+    [build] = plan_jobs(load_variants([str(recipe)], [variant], registry), registry, open_store(cache))
+    build.job.stages = [s for s in build.job.stages if s.name != "validate"]
+    Executor(None).run([build.job])
+    if build.job.error is not None:
+        raise SystemExit(f"edgebuild failed: {build.job.error}")
+
+
 def work_edgebuild_import(recipe: str, variant: str, _source: str, cache: str) -> None:
     """Only edgebuild's import stage (source file -> IR -> model.onnx + model.onnx.data), for its
     memory: no Core ML code is loaded, as in any process that does not lower."""
@@ -169,8 +188,8 @@ def work_onnxsim(recipe: str, _variant: str, source: str, _cache: str) -> None:
     report_work_done()
 
 
-WORKERS = {"baseline": work_baseline, "edgebuild": work_edgebuild, "edgebuild-import": work_edgebuild_import,
-           "onnxsim": work_onnxsim}
+WORKERS = {"baseline": work_baseline, "edgebuild": work_edgebuild, "edgebuild-run": work_edgebuild_run,
+           "edgebuild-import": work_edgebuild_import, "onnxsim": work_onnxsim}
 
 
 def _recipe_inputs(recipe: str) -> dict:
@@ -187,14 +206,17 @@ def measure(tool: str, recipe: str, variant: str, source: str, cache: str) -> di
     done = subprocess.run([sys.executable, __file__, "--work", tool, recipe, variant, source, cache],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - start
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # Linux: kilobytes
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak_mb = usage.ru_maxrss / 1024  # Linux: kilobytes
+    cpu_seconds = usage.ru_utime + usage.ru_stime  # steadier than wall time on a shared machine
     if done.returncode != 0:
         return {"error": _last_line(done.stderr)}
     reported = {}
     for line in done.stdout.splitlines():
         if line.startswith(('{"after_imports_mb"', '{"work_seconds"')):
             reported.update(json.loads(line))
-    return {"seconds": seconds, "peak_mb": peak_mb, "after_imports_mb": reported.get("after_imports_mb"),
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "peak_mb": peak_mb,
+            "after_imports_mb": reported.get("after_imports_mb"),
             "work_seconds": reported.get("work_seconds")}
 
 
@@ -238,7 +260,9 @@ def best(runs: list[dict]) -> dict:
         return runs[0]
     fastest, smallest = min(ok, key=lambda r: r["seconds"]), min(ok, key=lambda r: r["peak_mb"])
     work = [r["work_seconds"] for r in ok if r.get("work_seconds") is not None]
+    cpu = [r["cpu_seconds"] for r in ok if r.get("cpu_seconds") is not None]
     return {"seconds": fastest["seconds"], "work_seconds": min(work) if work else None,
+            "cpu_seconds": min(cpu) if cpu else None,
             "peak_mb": smallest["peak_mb"], "after_imports_mb": smallest.get("after_imports_mb")}
 
 
@@ -264,29 +288,34 @@ def _seconds(run: dict, key: str = "seconds", width: int = 7) -> str:
 
 def print_table(rows: list[dict], baseline_mb: float) -> None:
     print(f"{'':<18} {'':>7}  {'process wall time, s':^23} {'eb / onnxsim':^13}  {'work, s':^15} {'work':>6}"
-          f"   {'(peak - after imports) / weights':^39}")
+          f"   {'(peak - after imports) / weights':^39}   {'process CPU, eb / onnxsim':^13}")
     print(f"{'model':<18} {'MB':>7}  {'eb fp32':>7} {'eb fp16':>7} {'onnxsim':>7} {'fp32':>6} {'fp16':>6}  "
           f"{'eb fp32':>7} {'onnxsim':>7} {'ratio':>6}   {'eb fp32':>9} {'eb fp16':>9} {'eb import':>9} "
-          f"{'onnxsim':>9}")
-    print("-" * 150)
+          f"{'onnxsim':>9}   {'fp32':>6} {'fp16':>6}")
+    print("-" * 166)
     for row in rows:
         eb, f16, sim = row["edgebuild"], row.get("edgebuild fp16", {}), row["onnxsim"]
-        cells = [f"{row['model']:<18}", f"{row['weights_mb']:>7.1f} ", _seconds(eb), _seconds(f16), _seconds(sim),
-                 _ratio(eb, sim), _ratio(f16, sim), " ", _seconds(eb, "work_seconds"),
+        # process times from the workers that import only what a run imports
+        run, run16 = row.get("edgebuild run", eb), row.get("edgebuild run fp16", f16)
+        cells = [f"{row['model']:<18}", f"{row['weights_mb']:>7.1f} ", _seconds(run), _seconds(run16), _seconds(sim),
+                 _ratio(run, sim), _ratio(run16, sim), " ", _seconds(eb, "work_seconds"),
                  _seconds(sim, "work_seconds"), _ratio(eb, sim, "work_seconds"), "  "]
-        for run in (eb, f16, row.get("edgebuild import", {}), sim):
-            ratio = footprint_ratio(run, row["weights_mb"], baseline_mb)
+        for measured in (eb, f16, row.get("edgebuild import", {}), sim):
+            ratio = footprint_ratio(measured, row["weights_mb"], baseline_mb)
             cells.append(f"{ratio:>9.2f}" if ratio is not None else f"{'':>9}")
+        cells += ["  ", _ratio(run, sim, "cpu_seconds"), _ratio(run16, sim, "cpu_seconds")]
         print(" ".join(cells))
     print(f"\nimport baseline (coremltools + onnxruntime + edgebuild, no work): {baseline_mb:.0f} MB peak RSS")
     print("ratios are edgebuild / onnxsim (below 1: edgebuild is faster); fp16 compares edgebuild's fp16 variant "
           "(fp16 guard included) with onnxsim's fp32 conversion")
-    print("process wall time: a fresh process from start to exit, library imports included (edgebuild's worker "
-          "also preloads every module, for the memory baseline); work: from the end of the imports to the end")
+    print("process wall time: a fresh process from start to exit, library imports included (edgebuild's: a worker "
+          "importing only what `edgebuild run` imports); work: from the end of the imports to the end (edgebuild's "
+          "worker preloads every module first, for the memory baseline); process CPU: user + system seconds "
+          "of the same processes as the wall time, less sensitive to other load on the machine")
     print("footprint: (peak RSS - the worker's RSS once its imports are done) / weight bytes; eb import is "
           "edgebuild's import stage alone (source file -> model.onnx + external data)")
     for row in rows:
-        for tool in (*TOOLS, "edgebuild fp16", "edgebuild import"):
+        for tool in (*TOOLS, "edgebuild fp16", "edgebuild import", "edgebuild run", "edgebuild run fp16"):
             if "error" in row.get(tool, {}):
                 print(f"{row['model']}: {tool} could not convert it: {row[tool]['error']}")
 
@@ -321,11 +350,14 @@ def main(argv: list[str] | None = None) -> int:
         row["edgebuild import"] = best([run_measurement("edgebuild-import", recipe, str(source), args.cache_dir)
                                         for _ in range(args.repeat)])
         print(f"{name} edgebuild import: {row['edgebuild import']}", file=sys.stderr)
-        for variant in [v for v in args.variants.split(",") if v and v != "fp32"]:
-            key = f"edgebuild {variant}"
-            row[key] = best([run_measurement("edgebuild", recipe, str(source), args.cache_dir, variant)
-                             for _ in range(args.repeat)])
-            print(f"{name} {key}: {row[key]}", file=sys.stderr)
+        for variant in [v for v in args.variants.split(",") if v]:
+            for worker in ("edgebuild", "edgebuild-run"):
+                if (worker, variant) == ("edgebuild", "fp32"):
+                    continue  # measured above
+                key = worker.replace("-", " ") + ("" if variant == "fp32" else f" {variant}")
+                row[key] = best([run_measurement(worker, recipe, str(source), args.cache_dir, variant)
+                                 for _ in range(args.repeat)])
+                print(f"{name} {key}: {row[key]}", file=sys.stderr)
         rows.append(row)
     if args.json:
         print(json.dumps({"baseline_mb": baseline_mb, "rows": rows}, indent=1))

@@ -199,6 +199,7 @@ class CoreMLBackend(Backend):
         ``passes``: the pass list (``lowering.passes``); ``"default"`` is coremltools' own, for
         comparisons.
         """
+        _import_lowering_libraries()  # before the freeze, so the collections below skip them
         with _collections_skip_loaded_libraries():
             try:
                 return self._lower(model_path, artifact, params, registry, validate_section=validate_section,
@@ -399,6 +400,15 @@ class CoreMLBackend(Backend):
         if plan.policy in STRICT_POLICIES:
             data["violations"] = violations
         return data
+
+
+def _import_lowering_libraries() -> None:
+    """Import what the lower stage runs (coremltools, and through it torch, sklearn, transformers:
+    millions of objects) before :func:`_collections_skip_loaded_libraries` freezes what is loaded.
+    Imported inside the stage instead, they would stay unfrozen, and each of the stage's garbage
+    collections would walk them all (about 40% of a conv net's lower stage in a fresh process)."""
+    import edgebuild_coreml.lowering.converter  # noqa: F401
+    import edgebuild_coreml.lowering.package  # noqa: F401
 
 
 @contextmanager
