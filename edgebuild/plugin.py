@@ -23,11 +23,14 @@
     def edgebuild_register_lowerings(register):
         import my_plugin.ops  # noqa: F401  (modules that declare lowerings)
         LOWERINGS.register_all(register)
+
+- :func:`cpu_threads` is how many threads a stage's own thread pools may start.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -73,6 +76,17 @@ class Lazy:
 
     def __repr__(self) -> str:
         return f"Lazy({self._target!r})"
+
+
+def cpu_threads() -> int:
+    """Threads a stage's numeric work may use: ``$OMP_NUM_THREADS`` when set (a scheduler that
+    runs one stage per core sets it, as a Dask worker does, and a user capping edgebuild does too),
+    else the machine's cores. Pools sized by the machine in each of two single-core workers
+    would only take turns on the cores."""
+    configured = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    return os.cpu_count() or 1
 
 
 def standard_domain(domain: str | None) -> str:

@@ -1,14 +1,15 @@
-"""The public helpers for plugin authors (edgebuild.plugin): OpTable, LoweringSet and Lazy."""
+"""The public helpers for plugin authors (edgebuild.plugin): OpTable, LoweringSet, Lazy and cpu_threads."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 from edgebuild.errors import PluginError
-from edgebuild.plugin import Lazy, LoweringSet, OpTable
+from edgebuild.plugin import Lazy, LoweringSet, OpTable, cpu_threads
 
 
 def split_attribute(ctx, node): ...
@@ -67,3 +68,9 @@ def test_lazy_answers_known_attributes_without_importing_its_target():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "False", "True", "True"]
     assert repr(Lazy("a.b:C")) == "Lazy('a.b:C')"
+
+
+@pytest.mark.parametrize("budget, expected", [("1", 1), ("3", 3), ("", None), ("0", None), ("many", None)])
+def test_cpu_threads_follows_a_thread_budget_else_the_machine(monkeypatch, budget, expected):
+    monkeypatch.setenv("OMP_NUM_THREADS", budget)
+    assert cpu_threads() == (expected or os.cpu_count() or 1)

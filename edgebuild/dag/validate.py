@@ -11,6 +11,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from edgebuild.errors import BuildError, UsageError
+from edgebuild.plugin import cpu_threads
 from edgebuild.recipe.formats import source_format
 from edgebuild.recipe.shapes import per_dim
 
@@ -76,6 +77,8 @@ def onnxruntime_runner(model_path: Path) -> Runner:
         raise BuildError("validation needs onnxruntime for the reference: pip install onnxruntime") from None
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    if os.environ.get("OMP_NUM_THREADS"):  # a thread budget (a Dask worker's): onnxruntime's pool ignores OpenMP's variable
+        options.intra_op_num_threads = cpu_threads()
     if quantises_activations(model_path):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
@@ -119,7 +122,7 @@ def sample_workers(samples: int) -> int:
             raise UsageError(f"{WORKERS_ENV}={configured!r} is not a number of workers",
                              hint="set it to 1 to run validation samples one at a time") from None
     else:
-        workers = min(2, os.cpu_count() or 1)
+        workers = min(2, cpu_threads())
     return max(1, min(workers, samples))
 
 

@@ -17,7 +17,6 @@ program around each; most of its time goes to that bookkeeping. This pass instea
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ from coremltools.optimize._utils import select_input_output_channel_axis
 
 from edgebuild.errors import BuildError
 from edgebuild.dag.progress import report as report_progress
+from edgebuild.plugin import cpu_threads
 
 from .config import PalettizeWeights
 from .kmeans1d import palettize_fp16_tensors, palettize_groups
@@ -123,7 +123,7 @@ def cluster_jobs(jobs: list[PaletteJob], *, workers: int | None = None, packed: 
     """
     whole = [job for job in jobs if _is_whole_float16(job)]
     _cluster_whole_float16(whole, packed)
-    workers = workers or os.cpu_count() or 1
+    workers = workers or cpu_threads()
     rest = sorted((job for job in jobs if not _is_whole_float16(job)), key=lambda job: job.value.size, reverse=True)
 
     def cluster(job: PaletteJob) -> None:

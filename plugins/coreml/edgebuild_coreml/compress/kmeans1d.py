@@ -22,10 +22,11 @@ roundings. Chunks of rows go to a thread pool (numpy releases the GIL in its lar
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from edgebuild.plugin import cpu_threads
 
 from . import fp16_histogram
 from .sorted_runs import collapse_sorted_rows
@@ -100,7 +101,7 @@ def palettize_groups(
             matrix[start:stop], k, chunk_weights, lut_dtype
         )
 
-    workers = workers or os.cpu_count() or 1
+    workers = workers or cpu_threads()
     if workers == 1 or len(bounds) == 1:
         for bound in bounds:
             run(bound)

@@ -11,10 +11,11 @@ content of the array it is handed; anything not prepared is clustered on the spo
 from __future__ import annotations
 
 import hashlib
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from edgebuild.plugin import cpu_threads
 
 from .kmeans1d import kmeans1d, palettize_groups
 
@@ -46,7 +47,7 @@ class KmeansLutFunction:
             for row, lut, row_labels in zip(rows, luts, labels):
                 self._prepared[_digest(row)] = (lut, row_labels)
 
-        workers = min(os.cpu_count() or 1, len(grouped_weights))
+        workers = min(cpu_threads(), len(grouped_weights))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             list(pool.map(cluster, grouped_weights))
 
