@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +62,10 @@ def gate(cluster):
     """The cluster's gate, closed and disarmed again after the test (so no worker stays held)."""
     yield cluster.gate
     (cluster.gate / "open").touch()
+    # A worker polls for `open`: removed at once, a worker still held would never see it and stay
+    # busy for the next test. Wait until each held worker has left (or was killed).
+    wait_for(lambda: all(not is_alive(pid) or (cluster.gate / f"left-{pid}").exists()
+                         for pid in gate_pids(cluster.gate)), "the held workers to leave the gate", 60)
     for path in cluster.gate.iterdir():
         if path.name != "open":
             path.unlink()
@@ -116,6 +121,17 @@ def same_builds(local: dict[str, dict], distributed: dict[str, dict]) -> None:
         assert distributed[label]["keys"] == want["keys"], f"{label}: stage, local key, cluster key: {differ}"
         assert distributed[label]["artifacts"] == want["artifacts"], label
         assert want["artifacts"], label
+
+
+def wait_for(condition, what: str, seconds: float = 120.0):
+    """Poll until ``condition()`` is truthy; a deadline only so a broken run fails instead of hanging."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def gate_pids(gate: Path) -> list[int]:

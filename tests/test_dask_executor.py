@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import time
 
 import pytest
 
@@ -23,6 +22,7 @@ from dask_cluster import (  # noqa: E402
     same_builds,
     start_edgebuild,
     summary,
+    wait_for,
 )
 
 # two variants sharing import, optimize and lower (package differs): one task each on the cluster
@@ -32,17 +32,6 @@ variants:
   b: {}
 """
 GATED = "optimize: {passes: {test_noop: true}}\n"  # the pass that waits at the cluster's gate when armed
-
-
-def wait_for(condition, what: str, seconds: float = 120.0):
-    """Poll until ``condition()`` is truthy; a deadline only so a broken run fails instead of hanging."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def progress_lines(stderr: str) -> list[str]:

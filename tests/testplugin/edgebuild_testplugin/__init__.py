@@ -108,6 +108,7 @@ def _wait_at_gate() -> None:
     (Path(gate) / f"running-{os.getpid()}").touch()
     while not (Path(gate) / "open").exists():
         time.sleep(0.05)
+    (Path(gate) / f"left-{os.getpid()}").touch()
 
 
 @hookimpl
