@@ -96,13 +96,13 @@ def test_rotary_embedding_with_dynamic_batch_and_sequence(domain, layout, interl
     cos, sin = _caches(SIZE)
     x = rand(B, S, HEADS * SIZE) if layout == "bsh" else rand(B, HEADS, S, SIZE)
     positions = np.array([[0, 1, 2, 3, 4], [6, 7, 8, 9, 10]], np.int64)
-    if domain:
+    if domain:  # com.microsoft's inputs: x, position_ids (here the first position), cos, sin
         inputs = {"x": x, "position_ids": np.array([3], np.int64), "cos": cos, "sin": sin}
-        attrs = {"interleaved": interleaved, **({"num_heads": HEADS} if layout == "bsh" else {})}
     else:
         inputs = {"x": x, "cos": cos, "sin": sin, "position_ids": positions}
-        attrs = {"interleaved": interleaved, **({"num_heads": HEADS} if layout == "bsh" else {})}
-    model = single_node_model("RotaryEmbedding", inputs, attrs=attrs, opset=23, domain=domain, initializers=("cos", "sin"))
+    attrs = {"interleaved": interleaved, **({"num_heads": HEADS} if layout == "bsh" else {})}
+    model = single_node_model("RotaryEmbedding", inputs, attrs=attrs, opset=23, domain=domain,
+                              initializers=("cos", "sin"))
     model = _dynamic(model, {"x": ("batch", "sequence"), "position_ids": () if domain else ("batch", "sequence")})
     if layout == "bnsh":  # (batch, heads, sequence, head): the heads stay static, the sequence is the third
         dims = model.graph.input[0].type.tensor_type.shape.dim
