@@ -68,12 +68,12 @@ def _last_axis_slice(x_rank: int, start, end, axes, steps, want_start: int, want
 HEAD_AXIS = {"bhsd": 1, "bshd": 2}
 
 
-def _table(op, value: ir.Value, head_size: int, interleaved: bool, batch: int, hint: ir.Value,
+def _table(op, value: ir.Value, head_size: int, interleaved: bool, batch: int | None, hint: ir.Value,
            suffix: str) -> tuple[ir.Value, str] | None:
     """One row per angle, (B, S, D/2), and the layout, from a broadcast cos/sin table, or None."""
     array = const_array(value)
     if array is not None:
-        if array.ndim != 4 or array.shape[-1] != head_size or 1 not in array.shape[1:3]:
+        if batch is None or array.ndim != 4 or array.shape[-1] != head_size or 1 not in array.shape[1:3]:
             return None
         layout = "bhsd" if array.shape[1] == 1 else "bshd"
         first, second = (array[..., 0::2], array[..., 1::2]) if interleaved else np.split(array, 2, axis=-1)
@@ -131,9 +131,10 @@ def _repeats_halves(value: ir.Value) -> bool:
 
 def _replacement(interleaved: bool):
     def replacement(op, x, cos, sin, s0, e0, s1, e1, a0, a1, st0, st1, u0=None, u1=None, shape=None):
-        if x.shape is None or len(x.shape) != 4 or not all(isinstance(d, int) for d in (x.shape[0], x.shape[3])):
+        if x.shape is None or len(x.shape) != 4 or not isinstance(x.shape[3], int):
             return None
-        batch, head_size = x.shape[0], x.shape[3]
+        # a decoder's batch is dynamic: only a constant table (repeated over the batch) needs it
+        batch, head_size = (x.shape[0] if isinstance(x.shape[0], int) else None), x.shape[3]
         if head_size % 2:
             return None
         half = head_size // 2

@@ -1,4 +1,4 @@
-"""Tied embeddings: the LM head reads the token embedding table through a Transpose.
+"""Tied embeddings: the LM head reads the token embedding table.
 
 GPT-2, Gemma and many small decoders use one table for both ends: ``Gather(E, ids)`` and
 ``MatMul(h, Transpose(E))``. Folding the Transpose would store a transposed second copy. The
@@ -6,11 +6,18 @@ rule writes the head as ``edgebuild::Linear(h, E^T)`` instead: Linear's weight i
 [in, out], so backends that keep weights as [out, in] (Core ML's ``linear``) get back
 exactly ``E``, the embedding's own values, and store them once (Core ML's const
 deduplication merges the two).
+
+Exporters often fold that Transpose themselves (torch's optimiser; the PyTorch plugin turns it
+into a lazily transposed initializer): the head is then ``MatMul(h, W)`` with ``W`` a second
+initializer equal to ``E^T``. Its values are compared with every embedding table of the
+graph, and an equal one makes it the same ``Linear``, so the backend sees ``E`` twice and
+keeps it once.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
 from edgebuild.graph.fusion_rules._values import (
@@ -35,5 +42,38 @@ def _replacement(op, x, table, transposed):
     return op.Linear(x, weight, _domain=EDGEBUILD_DOMAIN)
 
 
+def _folded_target(op, x, weight):
+    return op.MatMul(x, weight)
+
+
+def _embedding_tables(graph: ir.Graph | None) -> list[ir.Value]:
+    """Constant 2-D data inputs of the graph's Gathers along axis 0 (token embedding tables)."""
+    if graph is None:
+        return []
+    found = []
+    for node in graph:
+        if node.op_type != "Gather" or node.domain not in ("", "ai.onnx"):
+            continue
+        axis = node.attributes.get("axis")
+        table = node.inputs[0]
+        if (axis is None or axis.as_int() == 0) and table is not None and table.is_initializer() \
+                and table.shape is not None and len(table.shape) == 2 and table not in found:
+            found.append(table)
+    return found
+
+
+def _folded_replacement(op, x, weight):
+    if not weight.is_initializer() or weight.shape is None or len(weight.shape) != 2:
+        return None
+    tables = [t for t in _embedding_tables(weight.graph) if list(t.shape) == list(weight.shape)[::-1]]
+    if not tables:
+        return None  # checked by shape first: only a head as wide as an embedding table is read
+    array = const_array(weight)
+    if array is None or not any(np.array_equal(const_array(t), array.T) for t in tables):
+        return None
+    return op.Linear(x, weight, _domain=EDGEBUILD_DOMAIN)
+
+
 def rules() -> list[pattern.RewriteRule]:
-    return [pattern.RewriteRule(_target, _replacement, name="tied_embedding_head")]
+    return [pattern.RewriteRule(_target, _replacement, name="tied_embedding_head"),
+            pattern.RewriteRule(_folded_target, _folded_replacement, name="tied_embedding_folded_head")]

@@ -218,3 +218,47 @@ def test_the_plan_has_a_row_per_query_length():
         {"input_ids": (1, 1)}, {"input_ids": (1, 16)}]
     assert shape_choices({}, {}, {"max_context": 128, "query_lengths": {"range": [1, 64]}}) == []
     assert shape_choices({}, {}, None) == []
+
+
+# The optimise stage's counts on each family's exported decoder (batch, query and cache lengths
+# dynamic): rotary fuses per rotated tensor (q and k of both layers), a tied head once.
+DECODER_FUSIONS = {
+    "llama": {"fuse_rms_norm": 5, "fuse_rotary": 4, "fuse_attention": 2, "fuse_grouped_query_attention": 2,
+              "fuse_gated_mlp": 2, "share_tied_embeddings": 0},
+    "qwen2": {"fuse_rms_norm": 5, "fuse_rotary": 4, "fuse_attention": 2, "fuse_grouped_query_attention": 2,
+              "fuse_gated_mlp": 2, "share_tied_embeddings": 0},
+    "phi3": {"fuse_rms_norm": 5, "fuse_rotary": 4, "fuse_attention": 2, "fuse_grouped_query_attention": 2,
+             "fuse_gated_mlp": 2, "share_tied_embeddings": 0},
+    "gemma2": {"fuse_rms_norm": 9, "fuse_rotary": 4, "fuse_attention": 0, "fuse_grouped_query_attention": 4,
+               "fuse_gated_mlp": 0, "share_tied_embeddings": 1},
+    "gpt2": {"fuse_rms_norm": 0, "fuse_rotary": 0, "fuse_attention": 2, "fuse_grouped_query_attention": 0,
+             "fuse_gated_mlp": 0, "share_tied_embeddings": 1},
+}
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=[pytest.mark.slow] if (f, "onnx") in SLOW_CASES else [])
+                                    for f in llm_families.FAMILIES])
+def test_fusion_counts_on_the_exported_decoder(family, tmp_path):
+    from edgebuild.graph.optimize import optimize
+
+    report = optimize(llm_families.onnx_decoder(family), tmp_path / "optimized")
+    assert {name: report["rules"].get(name) for name in DECODER_FUSIONS[family]} == DECODER_FUSIONS[family]
+
+
+TIED_CASES = [pytest.param(f, s, marks=[] if (f, s) == ("gpt2", "onnx") else [pytest.mark.slow], id=f"{f}-{s}")
+              for f in ("gpt2", "gemma2") for s in ("onnx", "pytorch")]
+
+
+@pytest.mark.parametrize("family, source", TIED_CASES)
+def test_tied_embedding_table_is_stored_once(family, source, tmp_path):
+    """GPT-2 and Gemma-2 read one table at both ends: the fp16 package's weight file holds the
+    model's distinct parameters once (the table not twice), and generation still matches."""
+    model, options = _source(family, source, tmp_path)
+    result = build(tmp_path, family, model, options, variants=("fp16",))
+    agreement, cosine, _ = summary(result, "fp16")
+    assert agreement >= FP16[0] and cosine >= FP16[1]
+    weights = sum(path.stat().st_size for path in (tmp_path / "out" / "fp16").rglob("weight.bin"))
+    lm = llm_families.model(family)
+    distinct = sum(p.numel() for p in lm.parameters()) * 2  # parameters() yields a tied table once
+    table = lm.get_input_embeddings().weight.numel() * 2
+    assert weights < distinct + table / 2, (weights, distinct, table)

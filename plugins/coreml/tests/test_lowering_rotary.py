@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx_cases import rand, run_onnxruntime, single_node_model
+from onnx_cases import lower, lower_and_run, rand, run_onnxruntime, single_node_model
 
 from edgebuild_coreml.conformance_runner import run_onnx_case
 from edgebuild_coreml.lowering.errors import LoweringError
@@ -76,3 +76,44 @@ def test_microsoft_rotary_embedding_refuses_packed_batching():
                               initializers=("cos", "sin"))
     with pytest.raises(LoweringError, match=r"'node' \(com.microsoft::RotaryEmbedding\).*is_packed_batching"):
         run_onnx_case(model, [inputs["x"], inputs["position_ids"]])
+
+
+def _dynamic(model, symbols):
+    """``model`` with the leading dims of its graph inputs named (unknown until run time), as a
+    decoder exports batch and sequence lengths."""
+    for value in model.graph.input:
+        for dim, symbol in zip(value.type.tensor_type.shape.dim, symbols.get(value.name, ())):
+            dim.ClearField("dim_value")
+            dim.dim_param = symbol
+    return model
+
+
+@pytest.mark.parametrize("domain", ["", "com.microsoft"])
+@pytest.mark.parametrize("layout", ["bsh", "bnsh"])
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary_embedding_with_dynamic_batch_and_sequence(domain, layout, interleaved):
+    """Only the head size is static: batch and sequence lengths known at run time, as in decoders."""
+    cos, sin = _caches(SIZE)
+    x = rand(B, S, HEADS * SIZE) if layout == "bsh" else rand(B, HEADS, S, SIZE)
+    positions = np.array([[0, 1, 2, 3, 4], [6, 7, 8, 9, 10]], np.int64)
+    if domain:  # com.microsoft's inputs: x, position_ids (here the first position), cos, sin
+        inputs = {"x": x, "position_ids": np.array([3], np.int64), "cos": cos, "sin": sin}
+    else:
+        inputs = {"x": x, "cos": cos, "sin": sin, "position_ids": positions}
+    attrs = {"interleaved": interleaved, **({"num_heads": HEADS} if layout == "bsh" else {})}
+    model = single_node_model("RotaryEmbedding", inputs, attrs=attrs, opset=23, domain=domain,
+                              initializers=("cos", "sin"))
+    model = _dynamic(model, {"x": ("batch", "sequence"), "position_ids": () if domain else ("batch", "sequence")})
+    if layout == "bnsh":  # (batch, heads, sequence, head): the heads stay static, the sequence is the third
+        dims = model.graph.input[0].type.tensor_type.shape.dim
+        dims[1].dim_value, dims[2].dim_param = HEADS, "sequence"
+    program = lower(model).program.functions["main"]
+    assert not all(isinstance(d, int) for d in program.inputs["x"].shape)
+    feeds = {k: v for k, v in inputs.items() if k not in ("cos", "sin")}
+    expected = run_onnxruntime(model, feeds)["y"]
+    for length in (S, 1):  # a prefill and one decode step through the same program
+        cut = {k: (v[..., :length] if k == "position_ids" and v.ndim == 2 else v) for k, v in feeds.items()}
+        cut["x"] = feeds["x"][:, :length] if layout == "bsh" else feeds["x"][:, :, :length]
+        want = run_onnxruntime(model, cut)["y"] if length != S else expected
+        got = lower_and_run(model, cut)["y"]
+        assert got.shape == want.shape and np.max(np.abs(got - want)) <= MAX_ABS

@@ -12,6 +12,7 @@ from edgebuild_coreml.lowering.ops._nn_util import as_float, fconst, float_np, s
 from edgebuild_coreml.lowering.ops.attention import group_query_heads
 from edgebuild_coreml.lowering.ops._util import is_static
 from edgebuild_coreml.lowering.registry import lowers
+from edgebuild_coreml.lowering.tied_embeddings import embedding_table
 
 DOMAIN = "edgebuild"
 
@@ -26,7 +27,9 @@ def linear(ctx, node):
         bias = np.zeros([w.shape[1]], dtype) if b is None else np.broadcast_to(b, [w.shape[1]]).astype(dtype)
         # A view of the (memory-mapped) initializer when the dtype already matches: the fp16 cast or
         # the serializer reads each weight once, instead of the program holding a copy of them all.
-        return mb.linear(x=x, weight=w.T.astype(dtype, copy=False), bias=bias, name=ctx.name(node))
+        weight = w.T.astype(dtype, copy=False)
+        shared = embedding_table(weight) if b is None else None  # a tied LM head: the table stored once
+        return mb.linear(x=x, weight=weight if shared is None else shared, bias=bias, name=ctx.name(node))
     product = mb.matmul(x=x, y=w, name=ctx.name(node) if b is None else ctx.name(node, "matmul"))
     return product if b is None else mb.add(x=product, y=b, name=ctx.name(node))
 
