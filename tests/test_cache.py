@@ -93,9 +93,15 @@ def test_sigint_mid_stage_leaves_nothing_half_written(project, tmp_path):
 
 
 def test_no_cache_builds_without_touching_the_store(project, tmp_path):
-    done = edgebuild("run", project(), "--no-cache", "--json", check=0)
+    temporaries = tmp_path / "tmp"
+    temporaries.mkdir()
+    done = edgebuild("run", project(), "--no-cache", "--json", env={"TMPDIR": str(temporaries)}, check=0)
     assert all(s == "ran" for n, s in statuses(done).items() if n != "resolve")
     assert not (tmp_path / "cache" / "objects").exists()
+    # the stage outputs were temporaries: the artifact is delivered, nothing is left behind
+    (variant,) = json.loads(done.stdout)["variants"]
+    assert all(Path(a).exists() for a in variant["artifacts"])
+    assert list(temporaries.iterdir()) == []
 
 
 def test_force_rebuilds_every_stage(project):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from edgebuild.build.depfile import write_depfile
@@ -165,56 +167,64 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
         check_report_file(Path(report_file), builds)
     shared = open_remote(None if no_cache else store, remote,
                          warn=lambda text: display.print(f"[yellow]warning[/] {escape(text)}"))
-    executor = _executor(executor, builds, store, no_cache=no_cache, jobs=jobs, force=force,
-                         on_event=display.on_event, remote=shared, remote_settings=remote)
+    # --no-cache: stage outputs are temporaries in one folder, removed once the outputs are written
+    scratch = Path(tempfile.mkdtemp(prefix="edgebuild-run-")) if no_cache else None
     try:
-        executor.run([b.job for b in builds])
+        executor = _executor(executor, builds, store, scratch=scratch, jobs=jobs, force=force,
+                             on_event=display.on_event, remote=shared, remote_settings=remote)
+        try:
+            executor.run([b.job for b in builds])
+        finally:
+            display.close()
+        code = 0
+        for build in builds:
+            if build.job.error is not None:
+                display.error(f"[red]error[/] {build.job.label}: {escape(build.job.error)}")
+                code = max(code, build.job.error.exit_code)
+                continue
+            settle_artifact(build)
+            build.written = materialise(build, registry, _report_data(build, registry))
+            failures = _validation_failures(build)
+            for failure in failures:
+                display.error(f"[red]threshold[/] {build.job.label}: {failure['runtime']}: {escape(failure['message'])}")
+            if failures:
+                code = max(code, ValidationFailed.exit_code) if code != 1 else code
+        comparisons = _write_comparisons(builds, display)
+        combined = _write_combined(builds, report_file, comparisons, display)
+        for build in builds:
+            if build.job.error is None:
+                display.print(_done_line(build))
+        if len(builds) > 1:
+            print_summary(display, [_variant_json(b) for b in builds])
+        # where to look comes last
+        for page in comparisons:
+            display.print(f"comparison of the variants: {escape(_relative(page))}")
+        if combined is not None:
+            display.print(f"combined report: {escape(_relative(combined))}")
+        dependencies = write_depfile(Path(depfile), builds) if depfile else None
+        if as_json:
+            sys.stdout.write(_run_json(builds))
+        if code == 0 and not no_cache:
+            _stamp(builds, as_json, (Path(depfile), dependencies) if depfile else None, quiet=display.quiet,
+                   combined=combined)
+        return code
     finally:
-        display.close()
-    code = 0
-    for build in builds:
-        if build.job.error is not None:
-            display.error(f"[red]error[/] {build.job.label}: {escape(build.job.error)}")
-            code = max(code, build.job.error.exit_code)
-            continue
-        settle_artifact(build)
-        build.written = materialise(build, registry, _report_data(build, registry))
-        failures = _validation_failures(build)
-        for failure in failures:
-            display.error(f"[red]threshold[/] {build.job.label}: {failure['runtime']}: {escape(failure['message'])}")
-        if failures:
-            code = max(code, ValidationFailed.exit_code) if code != 1 else code
-    comparisons = _write_comparisons(builds, display)
-    combined = _write_combined(builds, report_file, comparisons, display)
-    for build in builds:
-        if build.job.error is None:
-            display.print(_done_line(build))
-    if len(builds) > 1:
-        print_summary(display, [_variant_json(b) for b in builds])
-    # where to look comes last
-    for page in comparisons:
-        display.print(f"comparison of the variants: {escape(_relative(page))}")
-    if combined is not None:
-        display.print(f"combined report: {escape(_relative(combined))}")
-    dependencies = write_depfile(Path(depfile), builds) if depfile else None
-    if as_json:
-        sys.stdout.write(_run_json(builds))
-    if code == 0 and not no_cache:
-        _stamp(builds, as_json, (Path(depfile), dependencies) if depfile else None, quiet=display.quiet,
-               combined=combined)
-    return code
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _executor(spec: str, builds: list[Build], store, *, no_cache: bool, jobs: int, force: bool, on_event,
+def _executor(spec: str, builds: list[Build], store, *, scratch: Path | None, jobs: int, force: bool, on_event,
               remote=None, remote_settings=None):
     """``--executor``: local threads (``-j N``), or the stage graph on a Dask cluster (``dask://HOST:PORT``),
-    whose workers open the remote cache from its settings themselves."""
+    whose workers open the remote cache from its settings themselves. ``scratch``: --no-cache's folder
+    of temporaries (no store)."""
     if spec == "local":
-        return Executor(None if no_cache else store, jobs=jobs, force=force, on_event=on_event, remote=remote)
+        return Executor(None if scratch else store, jobs=jobs, force=force, on_event=on_event, scratch=scratch,
+                        remote=remote)
     from edgebuild.dag.dask_executor import DaskExecutor, scheduler_address
 
     address = scheduler_address(spec)
-    if no_cache:
+    if scratch is not None:
         raise UsageError("--no-cache with --executor dask://: the workers hand their results over through the store",
                          hint="leave out --no-cache (or use --executor local)")
     return DaskExecutor(address, store, variants={b.job.label: b.variant for b in builds}, force=force,
