@@ -376,3 +376,27 @@ def test_lm_head_role_stands_alone():
 
     with pytest.raises(ValidationError, match="role alone"):
         validate_compression({"overrides": [{"match": {"role": "lm_head", "op_type": "linear"}, "weights": None}]})
+
+
+def test_lm_head_role_on_a_model_without_logits_names_its_outputs(tmp_path):
+    """A classifier has no ``logits`` output: the role is refused with the recipe field and the outputs it has."""
+    from edgebuild_coreml.compress.roles import lm_head_ops
+    from edgebuild_coreml.lowering.package import save_mlpackage
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx_cases import lower
+
+    from edgebuild.errors import BuildError
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["scores"])], "classifier",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 4])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    package = tmp_path / "model.mlpackage"
+    save_mlpackage(lower(model, target="iOS18", precision="float16"), package, target="iOS18", precision="float16",
+                   metadata={}, consume=True)
+    with pytest.raises(BuildError) as refused:
+        lm_head_ops(package)
+    message = str(refused.value)
+    assert "compression.overrides: match {role: lm_head} needs a model output named 'logits'" in message
+    assert "outputs: scores" in message and str(tmp_path) not in message

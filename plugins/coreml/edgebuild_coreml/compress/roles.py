@@ -52,15 +52,17 @@ def lm_head_ops(package: Path) -> list[str]:
         weights = {name for name, op in produced.items() if op.type == "const" or op.type.startswith("constexpr_")}
         weight = _head_weight(LOGITS, produced, weights)
         if weight is None:
-            raise BuildError(f"{package}: compression role lm_head: no linear or matmul reading a weight produces "
-                             f"the '{LOGITS}' output",
+            raise BuildError(f"compression.overrides: match {{role: lm_head}}: no linear or matmul reading a weight "
+                             f"produces the model's '{LOGITS}' output",
                              hint="name the head's op with match: {name: ...} (see compress.weights in report.json)")
         shared = _same_storage(weight, produced)
         readers = [op_name(op) for op in ops if any(binding.name in shared for argument in op.inputs.values()
                                                     for binding in argument.arguments)]
         return sorted(set(readers))
-    raise BuildError(f"{package}: compression role lm_head needs a model output named '{LOGITS}'",
-                     hint="name the head's op with match: {name: ...} instead")
+    outputs = sorted({name for _, block in main_blocks(program) for name in block.outputs})
+    raise BuildError(f"compression.overrides: match {{role: lm_head}} needs a model output named '{LOGITS}'; "
+                     f"this model's outputs: {', '.join(outputs)}",
+                     hint="the role finds a decoder's LM head; name the op with match: {name: ...} instead")
 
 
 def _same_storage(weight: str, produced: dict) -> set[str]:
