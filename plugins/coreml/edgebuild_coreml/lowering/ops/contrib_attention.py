@@ -347,7 +347,7 @@ def group_query_attention(ctx, node):
     seqlens = _as_int32(ctx.input(node, 5))
     prompt = past_length == 0
     positions, offset = _gqa_positions(ctx, node, seqlens, batch=batch, q_length=q_length, prompt=prompt)
-    q, k = _gqa_rotary(ctx, node, q, k, positions, dtype, rotate)
+    q, k = _gqa_rotary(ctx, node, q, k, positions, dtype)
     if past_key is not None:
         k, v = mb.concat(values=[past_key, k], axis=2), mb.concat(values=[past_value, v], axis=2)
 
@@ -375,7 +375,7 @@ def _gqa_sink(ctx, node):
     return 0.0 if int(ctx.attr(node, "smooth_softmax", 0) or 0) else None
 
 
-def _gqa_rotary(ctx, node, q, k, positions, dtype, rotate_fn):
+def _gqa_rotary(ctx, node, q, k, positions, dtype):
     """do_rotary=1: Q and K rotated at ``positions`` (B, S) with the cos/sin caches (inputs 7, 8)."""
     if not int(ctx.attr(node, "do_rotary", 0) or 0):
         return q, k
@@ -388,40 +388,13 @@ def _gqa_rotary(ctx, node, q, k, positions, dtype, rotate_fn):
     cos, sin = gather_positions(cos, positions), gather_positions(sin, positions)  # (B, S, R/2)
     cos, sin = (mb.expand_dims(x=to_var(c), axes=[1]) for c in (cos, sin))
     interleaved = bool(ctx.attr(node, "rotary_interleaved", 0))
-    return (rotate_fn(q, cos, sin, interleaved=interleaved, rotary_dim=rotary_dim),
-            rotate_fn(k, cos, sin, interleaved=interleaved, rotary_dim=rotary_dim))
+    return (rotate(q, cos, sin, interleaved=interleaved, rotary_dim=rotary_dim),
+            rotate(k, cos, sin, interleaved=interleaved, rotary_dim=rotary_dim))
 
 
 # GroupQueryAttention with run-time lengths: a stateful decoder (generate:) feeds Q tokens after
 # a past read from its state, both lengths known only at run time. Batch 1; the sequence axis
 # is left to -1 / end masks wherever the static helpers above write it out.
-def _last_axis_slice(x, begin: int, end: int, stride: int = 1):
-    rank = rank_of(x)
-    begins, ends, strides = [0] * rank, [0] * rank, [1] * rank
-    begins[-1], ends[-1], strides[-1] = begin, end, stride
-    return mb.slice_by_index(x=x, begin=begins, end=ends, stride=strides,
-                             end_mask=[True] * (rank - 1) + [False])
-
-
-def _rotate_dynamic(x, cos, sin, *, interleaved: bool, rotary_dim: int):
-    """rotary.rotate for (B, N, S, D) with S known only at run time."""
-    size, half = shape_of(x)[-1], rotary_dim // 2
-    if interleaved:
-        x1, x2 = _last_axis_slice(x, 0, rotary_dim, 2), _last_axis_slice(x, 1, rotary_dim, 2)
-    else:
-        x1, x2 = _last_axis_slice(x, 0, half), _last_axis_slice(x, half, rotary_dim)
-    real = mb.sub(x=mb.mul(x=x1, y=cos), y=mb.mul(x=x2, y=sin))
-    imag = mb.add(x=mb.mul(x=x1, y=sin), y=mb.mul(x=x2, y=cos))
-    if interleaved:
-        batch, heads = shape_of(real)[:2]
-        out = mb.reshape(x=mb.stack(values=[real, imag], axis=-1), shape=[batch, heads, -1, rotary_dim])
-    else:
-        out = mb.concat(values=[real, imag], axis=-1)
-    if rotary_dim < size:
-        out = mb.concat(values=[out, _last_axis_slice(x, rotary_dim, size)], axis=-1)
-    return out
-
-
 def _split_heads_dynamic(x, heads: int):
     """(1, S, N*H) -> (1, N, S, H)."""
     width = shape_of(x)[-1]
@@ -456,7 +429,7 @@ def _dynamic_group_query_attention(ctx, node, query, key, value, past_key, past_
     offset = mb.sub(x=mb.add(x=seqlens, y=np.int32(1)), y=q_length)  # (1,)
     steps = mb.range_1d(start=np.int32(0), end=q_length, step=np.int32(1))
     positions = mb.expand_dims(x=mb.add(x=offset, y=steps), axes=[0])  # (1, S)
-    q, k = _gqa_rotary(ctx, node, q, k, positions, dtype, _rotate_dynamic)
+    q, k = _gqa_rotary(ctx, node, q, k, positions, dtype)
     if past_key is not None:
         k, v = mb.concat(values=[past_key, k], axis=2), mb.concat(values=[past_value, v], axis=2)
 
