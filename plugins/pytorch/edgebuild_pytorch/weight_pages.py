@@ -12,63 +12,15 @@ bytes back in, so only parameters, which inference never writes, are dropped, an
 from __future__ import annotations
 
 import contextlib
-import functools
-import mmap
 from collections.abc import Iterable, Iterator
 
-MADV_DONTNEED = 4  # Linux
-MIN_BYTES = 1 << 20  # smaller tensors are not worth a system call
-
-
-def _file_mappings() -> list[tuple[int, int]]:
-    """(start, end) of every mapping of a file in this process (Linux; empty elsewhere)."""
-    ranges = []
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                fields = line.split(maxsplit=5)
-                if len(fields) == 6 and fields[5].startswith("/") and fields[1].endswith("p"):
-                    start, end = (int(x, 16) for x in fields[0].split("-"))
-                    ranges.append((start, end))
-    except OSError:
-        return []
-    return ranges
-
-
-@functools.lru_cache(maxsize=None)
-def _madvise():  # cached: find_library runs ldconfig in a subprocess, and this is asked per weight
-    import ctypes
-    import ctypes.util
-
-    library = ctypes.util.find_library("c")
-    try:
-        function = ctypes.CDLL(library, use_errno=True).madvise if library else None
-    except (OSError, AttributeError):
-        return None
-    if function is not None:
-        function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return function
+from edgebuild.mapped_pages import drop_resident_ranges
 
 
 def drop_resident_pages(tensors: Iterable) -> int:
-    """Drop the resident pages of those ``tensors`` that live in a private file mapping; returns the
-    bytes advised. A no-op where /proc or madvise are missing."""
-    madvise = _madvise()
-    mappings = _file_mappings()
-    if madvise is None or not mappings:
-        return 0
-    page = mmap.PAGESIZE
-    advised = 0
-    for tensor in tensors:
-        start = tensor.data_ptr()
-        size = tensor.numel() * tensor.element_size()
-        if size < MIN_BYTES or not any(lo <= start and start + size <= hi for lo, hi in mappings):
-            continue
-        first = -(-start // page) * page  # whole pages inside the tensor only: neighbours stay
-        last = (start + size) // page * page
-        if last > first and madvise(first, last - first, MADV_DONTNEED) == 0:
-            advised += last - first
-    return advised
+    """Drop the resident pages of those ``tensors`` that live in a file mapping; returns the bytes
+    advised (edgebuild.mapped_pages)."""
+    return drop_resident_ranges((t.data_ptr(), t.numel() * t.element_size()) for t in tensors)
 
 
 @contextlib.contextmanager
