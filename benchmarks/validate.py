@@ -108,7 +108,7 @@ def validate_loop_ms(variant, source: Path, runner, samples: int) -> float:
 
     dump = variant.recipe.model_dump(mode="json", by_alias=True)
     section = variant.recipe.validate_.model_copy(update={"samples": samples})
-    reference, specs, name = reference_for(None, dump["source"], source, variant.base_dir)
+    reference, specs, name = reference_for(None, variant, source)
     start = time.perf_counter()
     validate(section, source, dump["source"]["inputs"], runner, variant.base_dir, reference=reference,
              specs=specs, reference_name=name)
