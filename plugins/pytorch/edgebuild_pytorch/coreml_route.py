@@ -9,8 +9,10 @@ backend that wants to convert again (other precision, deployment target) can.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import sys
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from edgebuild.errors import BuildError
@@ -34,8 +36,44 @@ def convert_with_coremltools(program, out_dir: Path, *, input_names: list[str], 
                              deployment_target: str = DEPLOYMENT_TARGET) -> dict:
     import torch
 
-    ct = require_coremltools()
+    require_coremltools()
     decomposed = program.run_decompositions(_decompositions())  # coremltools takes the ATen dialect
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.export.save(decomposed, str(out_dir / PROGRAM))
+    if coremltools_without_torch():
+        # this process's coremltools was imported lean (edgebuild_coreml.coremltools_import), before
+        # torch, and keeps no torch frontend: convert the saved program where torch comes first
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
+            counts = child.submit(_convert_saved_program, str(out_dir / PROGRAM), str(out_dir), input_names,
+                                  output_names, deployment_target).result()
+    else:
+        counts = _convert(decomposed, out_dir, input_names, output_names, deployment_target)
+    return {"deployment_target": deployment_target, "mil_ops": counts}
+
+
+def coremltools_without_torch() -> bool:
+    """True when coremltools was imported before torch with its torch frontend left out."""
+    from coremltools import _deps
+
+    return not _deps._HAS_TORCH
+
+
+def _convert_saved_program(program_path: str, out_dir: str, input_names: list[str], output_names: list[str],
+                           deployment_target: str) -> dict[str, int]:
+    """In a fresh process: torch first, so coremltools is imported with its torch frontend."""
+    import torch
+
+    require_coremltools()
+    if coremltools_without_torch():
+        raise BuildError("coremltools was imported without its torch frontend, although torch was imported first")
+    program = torch.export.load(program_path)
+    return _convert(program, Path(out_dir), input_names, output_names, deployment_target)
+
+
+def _convert(decomposed, out_dir: Path, input_names: list[str], output_names: list[str],
+             deployment_target: str) -> dict[str, int]:
+    """``ct.convert`` on the decomposed program, inputs and outputs renamed, saved as ``model.mlpackage``."""
+    ct = require_coremltools()
     with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mlmodel = ct.convert(
@@ -55,14 +93,9 @@ def convert_with_coremltools(program, out_dir: Path, *, input_names: list[str], 
     for old, new in zip(current_inputs + current_outputs, input_names + output_names):
         if old != new:
             ct.utils.rename_feature(spec, old, new)
-    out_dir.mkdir(parents=True, exist_ok=True)
     renamed = ct.models.MLModel(spec, weights_dir=mlmodel.weights_dir, skip_model_load=True)
     renamed.save(str(out_dir / MLPACKAGE))
-    torch.export.save(decomposed, str(out_dir / PROGRAM))
-    return {
-        "deployment_target": deployment_target,
-        "mil_ops": _op_counts(mlmodel),
-    }
+    return _op_counts(mlmodel)
 
 
 def _decompositions() -> dict:
