@@ -403,7 +403,7 @@ class CoreMLBackend(Backend):
 
 
 def _import_lowering_libraries() -> None:
-    """Import what the lower stage runs (coremltools, and through it torch, sklearn, transformers:
+    """Import what the lower stage runs (coremltools, sympy, scipy; torch too where a process has it:
     millions of objects) before :func:`_collections_skip_loaded_libraries` freezes what is loaded.
     Imported inside the stage instead, they would stay unfrozen, and each of the stage's garbage
     collections would walk them all (about 40% of a conv net's lower stage in a fresh process)."""
