@@ -46,7 +46,8 @@ def full_import_requested() -> bool:
 
 
 def _hiding() -> bool:
-    return getattr(_executing, "depth", 0) > 0
+    # torch imported meanwhile by another thread: coremltools finds it, so it may have the rest too
+    return getattr(_executing, "depth", 0) > 0 and "torch" not in sys.modules
 
 
 class _LeanCoremltoolsFinder(importlib.abc.MetaPathFinder):
