@@ -99,6 +99,7 @@ def import_libraries() -> None:
 
 
 def work_baseline(_recipe: str, _variant: str, _source: str, _cache: str) -> None:
+    import edgebuild_coreml  # noqa: F401  (first, so coremltools is imported as a run imports it: lean)
     import coremltools  # noqa: F401
     import onnxruntime  # noqa: F401
 
@@ -112,6 +113,7 @@ def work_baseline(_recipe: str, _variant: str, _source: str, _cache: str) -> Non
 
 
 def work_edgebuild(recipe: str, variant: str, _source: str, cache: str) -> None:
+    import edgebuild_coreml  # noqa: F401  (first, so coremltools is imported as a run imports it: lean)
     import coremltools  # noqa: F401
     import onnxruntime  # noqa: F401
 

@@ -2,8 +2,9 @@
 
 ``import coremltools`` imports, through ``coremltools._deps``, every framework it ships a frontend
 or converter for: torch (and with it ``coremltools.optimize.torch``), torchvision, sklearn,
-tensorflow, xgboost, libsvm, transformers. That is about three quarters of its import time, and
-lowering an ONNX graph uses none of it. coremltools decides once, at import, which frontends it
+tensorflow, xgboost, libsvm, transformers, and scipy (for sparse inputs to its sklearn
+converters and evaluation helpers). That is about three quarters of its import time, and lowering
+an ONNX graph uses none of it. coremltools decides once, at import, which frontends it
 has (``coremltools._deps._HAS_TORCH`` and the like), so :func:`install` puts a finder first on
 ``sys.meta_path`` that wraps the loader of every ``coremltools`` module: while one executes, the
 frameworks in ``HIDDEN`` cannot be imported, and afterwards they import as usual (``import torch``
@@ -28,7 +29,7 @@ import sys
 import threading
 
 HIDDEN = frozenset({"torch", "torchvision", "torchaudio", "torchao", "executorch", "sklearn", "tensorflow",
-                    "xgboost", "libsvm", "transformers"})
+                    "xgboost", "libsvm", "transformers", "scipy"})
 FULL_IMPORT_ENV = "EDGEBUILD_COREMLTOOLS_FULL_IMPORT"
 
 _executing = threading.local()  # per thread: how many coremltools modules are executing with frameworks hidden

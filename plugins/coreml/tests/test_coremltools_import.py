@@ -25,7 +25,7 @@ SEEN = """
 import json, sys
 from coremltools import _deps
 seen = {"has_torch": _deps._HAS_TORCH,
-        "imported": sorted(m for m in ("torch", "sklearn", "transformers", "tensorflow", "xgboost") if m in sys.modules)}
+        "imported": sorted(m for m in ("torch", "sklearn", "transformers", "tensorflow", "xgboost", "scipy") if m in sys.modules)}
 """
 
 

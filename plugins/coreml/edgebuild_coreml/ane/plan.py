@@ -238,10 +238,8 @@ def _node_times(members, chip: ChipProfile, ane_factor: float) -> dict[str, floa
     host = members[0]
     costs = [cost_model.op_cost(op) for op in members]
     fused = cost_model.OpCost(flops=sum(c.flops for c in costs), bytes=costs[0].bytes, saved=costs[0].saved)
-    times = {
-        unit: cost_model.unit_time_ms(fused, unit, chip, dtype=_compute_dtype(host), int8=_has_int8(host))
-        for unit in cost_model.UNITS
-    }
+    dtype, int8 = _compute_dtype(host), _has_int8(host)
+    times = {unit: cost_model.unit_time_ms(fused, unit, chip, dtype=dtype, int8=int8) for unit in cost_model.UNITS}
     times["ane"] *= ane_factor
     return times
 
