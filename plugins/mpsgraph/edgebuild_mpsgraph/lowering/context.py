@@ -16,7 +16,6 @@ import numpy as np
 import onnx_ir as ir
 
 from edgebuild.errors import BuildError
-from edgebuild_mpsgraph.executor import evaluate_op
 from edgebuild_mpsgraph.program import Op, Program
 
 
@@ -105,6 +104,9 @@ class LoweringContext:
         self._fresh_in_node.update(names)
         record = Op(op, list(inputs), names, {k: _jsonable(v) for k, v in attrs.items()},
                     self.node.name if self.node is not None else "")
+        # imported here: registering the lowerings (every run does, whatever its backend) needs no executor
+        from edgebuild_mpsgraph.executor import evaluate_op
+
         try:
             with np.errstate(all="ignore"):  # placeholder data divides by zero, takes log(0)...
                 results = evaluate_op(record, [self.eager[i] for i in inputs])
