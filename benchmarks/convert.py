@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -204,10 +205,16 @@ def _recipe_inputs(recipe: str) -> dict:
 # -- measuring ---------------------------------------------------------------------------------
 def measure(tool: str, recipe: str, variant: str, source: str, cache: str) -> dict:
     """Middle process: run one worker, report its wall time, peak RSS and RSS after imports (MB)."""
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, __file__, "--work", tool, recipe, variant, source, cache],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seconds = time.perf_counter() - start
+    # the worker's temporaries (a --no-cache build's stage outputs), removed once it is timed
+    scratch = tempfile.mkdtemp(prefix="scratch-", dir=cache)
+    try:
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, __file__, "--work", tool, recipe, variant, source, cache],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "TMPDIR": scratch})
+        seconds = time.perf_counter() - start
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     peak_mb = usage.ru_maxrss / 1024  # Linux: kilobytes
     cpu_seconds = usage.ru_utime + usage.ru_stime  # steadier than wall time on a shared machine
