@@ -8,11 +8,15 @@ import multiprocessing
 import numpy as np
 import pytest
 from coremltools.converters.mil import Builder as mb
+from edgebuild_coreml.interpreter import artifact_runner
+from edgebuild_coreml.interpreter.artifact_runner import (
+    PROCESS_MIN_ELEMENTS,
+    ArtifactRunner,
+    activation_elements,
+)
 from interpreter_programs import saved, spec
 
 from edgebuild.errors import BuildError
-from edgebuild_coreml.interpreter import artifact_runner
-from edgebuild_coreml.interpreter.artifact_runner import PROCESS_MIN_ELEMENTS, ArtifactRunner, activation_elements
 
 
 def _conv_program():
@@ -53,19 +57,17 @@ def test_workers_give_what_the_build_process_gives(runner):
 
 
 def test_an_error_in_a_worker_keeps_its_message_and_hint(runner):
-    with runner.in_processes(2) as pooled:
-        with pytest.raises(BuildError, match=r"input\(s\) 'x' not given") as caught:
-            pooled({"z": np.zeros((1, 3, 16, 16), np.float32)})
+    with runner.in_processes(2) as pooled, pytest.raises(BuildError, match=r"input\(s\) 'x' not given") as caught:
+        pooled({"z": np.zeros((1, 3, 16, 16), np.float32)})
     assert "the program expects: 'x'" in caught.value.hint
     assert not multiprocessing.active_children()
 
 
 def test_workers_are_killed_when_the_block_raises(runner):
-    with pytest.raises(KeyboardInterrupt):
-        with runner.in_processes(2) as pooled:
-            pooled(_samples(1)[0])
-            assert multiprocessing.active_children()
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), runner.in_processes(2) as pooled:
+        pooled(_samples(1)[0])
+        assert multiprocessing.active_children()
+        raise KeyboardInterrupt
     assert not multiprocessing.active_children()
 
 

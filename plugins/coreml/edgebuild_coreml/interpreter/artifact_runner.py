@@ -13,10 +13,10 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
