@@ -26,12 +26,14 @@ from edgebuild.errors import BuildError, EdgebuildError
 def _preload() -> list[str]:
     """Modules the forkserver imports once, so each worker starts with the interpreter (and
     coremltools' package reader, seconds to import) in memory."""
+    import importlib.util
     import pkgutil
 
     package = __name__.rpartition(".")[0]
     ops = [f"{package}.{m.name}" for m in pkgutil.iter_modules([str(Path(__file__).parent)])
            if m.name.startswith("ops_")]
-    return [__name__, f"{package}.executor", "coremltools.converters.mil.frontend.milproto.load", *ops]
+    torch = ["torch"] if importlib.util.find_spec("torch") is not None else []  # imported, not run: safe to fork
+    return [__name__, f"{package}.executor", "coremltools.converters.mil.frontend.milproto.load", *ops, *torch]
 
 
 class ArtifactRunner:
@@ -149,6 +151,11 @@ def _start_worker(artifact: str, emulate_fp16: bool, to_mil: dict, to_onnx: dict
         _blas_limit = threadpool_limits(limits=1, user_api="blas")  # the other worker has the other core
     except ImportError:
         pass
+    from . import torch_kernels
+
+    # torch's casts and convolutions where it is installed, on this worker's one core; not in the
+    # build's process, whose torch (a PyTorch source's reference) keeps its own thread pool
+    torch_kernels.enable(threads=1)
     runner = ArtifactRunner.__new__(ArtifactRunner)
     runner.artifact, runner.emulate_fp16, runner.to_mil, runner.to_onnx = Path(artifact), emulate_fp16, to_mil, to_onnx
     from .executor import load_mlpackage

@@ -7,8 +7,15 @@ import string
 
 import numpy as np
 
+from . import torch_kernels as kernels
 from ._params import as_float, ints, param, per_channel, scalar
-from ._windows import effective_kernel, explicit_pads, output_sizes, padded_rows, windows
+from ._windows import (
+    effective_kernel,
+    explicit_pads,
+    output_sizes,
+    padded_rows,
+    windows,
+)
 from .registry import evaluates
 
 TILE_ELEMENTS = 1 << 20  # gathered window values per matmul (4 MB in float32)
@@ -40,7 +47,8 @@ def conv(op, x):
     """Convolution as matrix products: a 1x1 conv is one ``numpy.matmul`` over the input as it
     is; any other gathers its windows (im2col) a band of output rows at a time, so the gathered
     copy stays within ``TILE_ELEMENTS`` however large the image; a depthwise conv (one input
-    channel per output channel) sums kernel taps instead, as a matmul of width one would waste it."""
+    channel per output channel) sums kernel taps instead, as a matmul of width one would waste it.
+    Where torch's kernels are enabled (``torch_kernels``), every 2-D conv but the 1x1 one is its."""
     inp, weight = as_float(x["x"]), as_float(x["weight"])
     nd = inp.ndim - 2
     strides, dilations, groups, pad_type, pad = _spatial_params(op, x, nd)
@@ -51,8 +59,12 @@ def conv(op, x):
     n, c_in = inp.shape[:2]
     c_out = weight.shape[0]
     out = np.empty((n, c_out, *out_sizes), np.result_type(inp, weight))
-    if out.size:
-        if groups == 1 and all(k == 1 for k in kernel) and not any(b or a for b, a in pads):
+    pointwise = groups == 1 and all(k == 1 for k in kernel) and not any(b or a for b, a in pads)
+    borrowed = None if pointwise or not out.size else kernels.conv2d(inp, weight, strides, dilations, pads, groups)
+    if borrowed is not None:
+        out = borrowed
+    elif out.size:
+        if pointwise:
             _pointwise(inp, weight, strides, out)
         elif c_in == groups and c_out == groups and _small_map(out, kernel):
             _depthwise_columns(inp, weight, strides, dilations, pads, out)

@@ -1,0 +1,76 @@
+"""Kernels PyTorch does several times faster than numpy, used where it is installed and the
+interpreter validates an artifact (``enable``): fp16 <-> fp32 casts (numpy converts half floats
+one element at a time, F16C or not, which made fp16 emulation cost more in casts than in
+arithmetic) and 2-D convolutions that are not one matrix product (depthwise, strided, k x k).
+
+Elsewhere (the fp16 guard, tests, a machine without torch) the numpy kernels run; both give
+the same casts bit for bit and the same convolutions up to summation order. Nothing here runs a
+model: each function is one kernel on arrays the interpreter hands it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_torch = None  # the torch module once enabled
+
+
+def enable(threads: int | None = None) -> bool:
+    """Use torch's kernels from now on in this process, if torch is installed; ``threads``:
+    its intra-op pool size (1 in a worker process that shares the cores with another)."""
+    global _torch
+    if _torch is None:
+        try:
+            import torch
+        except ImportError:
+            return False
+        _torch = torch
+    if threads is not None:
+        _torch.set_num_threads(threads)
+    return True
+
+
+def disable() -> None:
+    global _torch
+    _torch = None
+
+
+def enabled() -> bool:
+    return _torch is not None
+
+
+_HALF_PAIRS = {(np.dtype(np.float16), np.dtype(np.float32)), (np.dtype(np.float32), np.dtype(np.float16))}
+MIN_CAST_ELEMENTS = 4096  # below this numpy's per-call cost is the lower one
+
+
+def cast(array: np.ndarray, dtype) -> np.ndarray:
+    """``array.astype(dtype)`` (a new array of numpy's own, so later ops may overwrite it),
+    through torch for fp16 <-> fp32 when enabled."""
+    dtype = np.dtype(dtype)
+    if (_torch is None or (array.dtype, dtype) not in _HALF_PAIRS or array.size < MIN_CAST_ELEMENTS
+            or not array.flags.c_contiguous):
+        return array.astype(dtype)
+    out = np.empty(array.shape, dtype)
+    _torch.from_numpy(out).copy_(_torch.from_numpy(array))
+    return out
+
+
+def round_to_half(array: np.ndarray) -> np.ndarray:
+    """fp32 ``array`` rounded through fp16 (fp16 emulation), as a new fp32 array."""
+    return cast(cast(array, np.float16), np.float32)
+
+
+def conv2d(inp: np.ndarray, weight: np.ndarray, strides, dilations, pads, groups: int) -> np.ndarray | None:
+    """A 2-D float32 convolution ``[N, C, H, W] * [F, C/groups, kH, kW]`` (no bias; ``pads``:
+    (before, after) per spatial dim), or None when torch is not enabled or the arrays are not
+    2-D float32 ones."""
+    if _torch is None or inp.ndim != 4 or inp.dtype != np.float32 or weight.dtype != np.float32:
+        return None
+    (top, bottom), (left, right) = pads
+    x = _torch.from_numpy(np.ascontiguousarray(inp))
+    if top != bottom or left != right:
+        x = _torch.nn.functional.pad(x, (left, right, top, bottom))
+        top = left = 0
+    out = _torch.nn.functional.conv2d(x, _torch.from_numpy(np.ascontiguousarray(weight)), stride=tuple(strides),
+                                      padding=(top, left), dilation=tuple(dilations), groups=groups)
+    return out.numpy()
