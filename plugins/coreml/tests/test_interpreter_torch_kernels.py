@@ -57,3 +57,15 @@ def test_torch_conv_matches_numpy_conv(shape, weight, strides, dilations, pad, g
         torch_kernels.disable()
         torch.set_num_threads(threads)
     np.testing.assert_allclose(theirs, mine, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["none", "tanh"])
+def test_torch_gelu_and_erf_match_the_float64_reference(enabled, mode):
+    from edgebuild.reference.activations import gelu
+    from edgebuild.reference.special import erf
+
+    x = np.concatenate([np.linspace(-9, 9, 20_001), [0.0, -0.0, 1e-30, 40.0, -40.0]]).astype(np.float32)
+    # absolute: below x = -4 float32's 1 + erf cancels (as float32 hardware's does), GELU there is ~1e-6
+    np.testing.assert_allclose(torch_kernels.gelu(x, mode), gelu(x, mode), rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(torch_kernels.erf(x), erf(x), rtol=2e-6, atol=1e-7)
+    assert torch_kernels.gelu(x, "sigmoid") is None  # left to the numpy reference

@@ -238,7 +238,11 @@ class _Interpreter:
             if isinstance(var, tuple):
                 args[name] = [self.value_of(v, env) for v in var]
             else:
-                args[name] = self.value_of(var, env)
+                value = args[name] = self.value_of(var, env)
+                if step.widens and getattr(value, "dtype", None) == np.float16:
+                    wide = self.plan.widened(var, value)
+                    if wide is not None:
+                        args[name] = wide
         return args, frozenset(donated)
 
     def _conform(self, var, declared, value, op=None):

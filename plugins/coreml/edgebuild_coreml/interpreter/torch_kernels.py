@@ -1,7 +1,9 @@
 """Kernels PyTorch does several times faster than numpy, used where it is installed and the
 interpreter validates an artifact (``enable``): fp16 <-> fp32 casts (numpy converts half floats
 one element at a time, F16C or not, which made fp16 emulation cost more in casts than in
-arithmetic) and 2-D convolutions that are not one matrix product (depthwise, strided, k x k).
+arithmetic), 2-D convolutions that are not one matrix product (depthwise, strided, k x k) and
+erf / exact GELU in float32 (the numpy reference computes them in float64 series, most of a
+transformer's time).
 
 Elsewhere (the fp16 guard, tests, a machine without torch) the numpy kernels run; both give
 the same casts bit for bit and the same convolutions up to summation order. Nothing here runs a
@@ -74,3 +76,21 @@ def conv2d(inp: np.ndarray, weight: np.ndarray, strides, dilations, pads, groups
     out = _torch.nn.functional.conv2d(x, _torch.from_numpy(np.ascontiguousarray(weight)), stride=tuple(strides),
                                       padding=(top, left), dilation=tuple(dilations), groups=groups)
     return out.numpy()
+
+
+def erf(value: np.ndarray) -> np.ndarray | None:
+    """erf of a float32 array (float32, within an ulp or two of the float64 one), or None."""
+    if _torch is None or value.dtype != np.float32:
+        return None
+    return _torch.erf(_torch.from_numpy(np.ascontiguousarray(value))).numpy()
+
+
+_GELU_APPROXIMATIONS = {"none": "none", "tanh": "tanh"}
+
+
+def gelu(value: np.ndarray, approximate: str) -> np.ndarray | None:
+    """GELU of a float32 array (exact, ``"none"``, or the tanh approximation), or None."""
+    if _torch is None or value.dtype != np.float32 or approximate not in _GELU_APPROXIMATIONS:
+        return None
+    x = _torch.from_numpy(np.ascontiguousarray(value))
+    return _torch.nn.functional.gelu(x, approximate=_GELU_APPROXIMATIONS[approximate]).numpy()
