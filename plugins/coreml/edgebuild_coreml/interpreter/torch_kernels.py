@@ -62,19 +62,25 @@ def round_to_half(array: np.ndarray) -> np.ndarray:
     return cast(cast(array, np.float16), np.float32)
 
 
-def conv2d(inp: np.ndarray, weight: np.ndarray, strides, dilations, pads, groups: int) -> np.ndarray | None:
-    """A 2-D float32 convolution ``[N, C, H, W] * [F, C/groups, kH, kW]`` (no bias; ``pads``:
-    (before, after) per spatial dim), or None when torch is not enabled or the arrays are not
-    2-D float32 ones."""
+def conv2d(inp: np.ndarray, weight: np.ndarray, strides, dilations, pads, groups: int, *,
+           bias=None) -> np.ndarray | None:
+    """A 2-D float32 convolution ``[N, C, H, W] * [F, C/groups, kH, kW]`` plus ``bias`` [F]
+    (``pads``: (before, after) per spatial dim), or None when torch is not enabled or the arrays
+    are not 2-D float32 ones."""
     if _torch is None or inp.ndim != 4 or inp.dtype != np.float32 or weight.dtype != np.float32:
         return None
+    if bias is not None:
+        bias = np.asarray(bias)
+        if bias.dtype != np.float32:
+            return None
+        bias = _torch.from_numpy(np.ascontiguousarray(bias.reshape(-1)))
     (top, bottom), (left, right) = pads
     x = _torch.from_numpy(np.ascontiguousarray(inp))
     if top != bottom or left != right:
         x = _torch.nn.functional.pad(x, (left, right, top, bottom))
         top = left = 0
     out = _torch.nn.functional.conv2d(x, _torch.from_numpy(np.ascontiguousarray(weight)), stride=tuple(strides),
-                                      padding=(top, left), dilation=tuple(dilations), groups=groups)
+                                      bias=bias, padding=(top, left), dilation=tuple(dilations), groups=groups)
     return out.numpy()
 
 
