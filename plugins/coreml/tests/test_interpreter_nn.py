@@ -233,7 +233,7 @@ def test_avg_pool_matches_onnxruntime(shape, kernel, strides, pad, exclude, ceil
 
 
 @pytest.mark.parametrize("ceil_mode", [False, True])
-def test_max_pool_matches_onnxruntime(ceil_mode):
+def test_max_pool_matches_onnxruntime(conv_kernels, ceil_mode):
     x = randn(2, 3, 10, 9)
     (got,) = run_mil(
         lambda x: mb.max_pool(x=x, kernel_sizes=[3, 2], strides=[2, 2], pad_type="custom",
