@@ -129,7 +129,11 @@ class Plan:
         entry = self._constants.get(var)
         if entry is None:
             return None
-        sources, _, value = entry
+        sources, objects, value = entry
+        op = var.op
+        if op is None or not decompresses(op):  # the common case, checked without building tuples
+            holder = var._sym_val
+            return value if holder is not None and holder.val is objects[0] else None
         return value if _source_ids(var)[0] == sources else None
 
     def constant(self, var, compute: Callable[[], Any]) -> Any:
