@@ -5,7 +5,8 @@ The interpreter spends most of a small model's time in Python between numpy call
 dispatch), holding the GIL: two threads running samples take turns on it, so only processes
 put both cores to work. Workers start from a forkserver (forking a process that runs threads,
 progress bars or a Dask worker's, is unsafe) that imports the interpreter once; each worker then
-reads the package and keeps its plan (expanded weights included) for every sample it runs.
+reads the package and keeps its plan (expanded weights included) for every sample it runs,
+with BLAS and torch's kernels (``torch_kernels``, where torch is installed) on one thread.
 """
 
 from __future__ import annotations
