@@ -10,7 +10,8 @@ inputs (the recipe's own validation inputs):
 - the interpreter on the fp16 package, as the validate stage runs it (the recipe's
   ``fp16_emulation``: an fp16 artifact computes in its own typed fp16);
 - the interpreter on both packages again with samples run as the validate stage runs them
-  (a few at once, ``edgebuild.dag.validate.map_samples``): wall time / samples;
+  (a few at once, ``edgebuild.dag.validate.map_samples``, in worker processes for the
+  interpreter: ``sample_runner``): wall time / samples, and the workers' start apart;
 - the whole sample loop of the validate stage on the fp32 package (every sample, with its
   reference and metrics), to show what running samples in parallel buys.
 
@@ -91,15 +92,20 @@ def per_sample_ms(run, samples: list[dict]) -> float:
     return statistics.median(times)
 
 
-def parallel_ms(run, samples: list[dict]) -> float:
+def parallel_ms(run, samples: list[dict]) -> tuple[float, float]:
     """Wall time per sample of ``run`` over every sample the way the validate stage runs them
-    (a few at a time, see ``edgebuild.dag.validate.map_samples``), after one warm-up call."""
-    from edgebuild.dag.validate import map_samples
+    (a few at a time, see ``edgebuild.dag.validate.map_samples``, in worker processes when the
+    runner offers them: ``sample_runner``), after a warm-up of a few calls; and the time the
+    warm-up took (the workers' start, their reading and planning the package), in ms."""
+    from edgebuild.dag.validate import map_samples, sample_runner
 
-    run(samples[0])
     start = time.perf_counter()
-    map_samples(run, samples)
-    return (time.perf_counter() - start) * 1000 / len(samples)
+    with sample_runner(run, len(samples)) as (pooled, workers):
+        map_samples(pooled, [samples[0]] * 2 * workers, workers=workers)  # every worker has run one, likely
+        warm = time.perf_counter()
+        map_samples(pooled, samples, workers=workers)
+        done = time.perf_counter()
+    return (done - warm) * 1000 / len(samples), (warm - start) * 1000
 
 
 def validate_loop_ms(variant, source: Path, runner, samples: int) -> float:
@@ -141,8 +147,10 @@ def measure(name: str, samples: int, cache: str, loop: bool, parallel: bool) -> 
     row["fp16_over_fp32"] = row["interp_fp16_ms"] / row["interp_fp32_ms"]
     if parallel:
         interp16 = interpreter_runner(fp16, artifact16, lowered16)
-        row["parallel_fp32_ms"] = parallel_ms(interp32, inputs)
-        row["parallel_fp16_ms"] = parallel_ms(interp16, inputs)
+        row["parallel_fp32_ms"], row["parallel_start_ms"] = parallel_ms(interp32, inputs)
+        row["parallel_fp16_ms"], _ = parallel_ms(interp16, inputs)
+        # the same samples in threads of this process (a runner without worker processes), for comparison
+        row["threads_fp32_ms"], _ = parallel_ms(lambda sample: interp32(sample), inputs)
         row["parallel_over_ort"] = row["parallel_fp32_ms"] / row["ort_ms"]
         row["parallel_fp16_over_fp32"] = row["parallel_fp16_ms"] / row["parallel_fp32_ms"]
     if loop:
@@ -158,16 +166,18 @@ def _cell(row: dict, key: str, width: int, digits: int = 1) -> str:
 def print_table(rows: list[dict]) -> None:
     print(f"{'':<18} {'':>8} {'one sample at a time':^37}   {'samples in parallel':^37}")
     print(f"{'model':<18} {'ort':>8} {'fp32':>8} {'fp16':>8} {'fp32/ort':>9} {'fp16/fp32':>9}   "
-          f"{'fp32':>8} {'fp16':>8} {'fp32/ort':>9} {'fp16/fp32':>9} {'validate loop':>14}")
+          f"{'fp32':>8} {'fp16':>8} {'fp32/ort':>9} {'fp16/fp32':>9} {'workers start':>14} {'in threads':>11} {'validate loop':>14}")
     print(f"{'':<18} {'ms':>8} {'ms':>8} {'ms':>8} {'':>9} {'':>9}   "
-          f"{'ms':>8} {'ms':>8} {'(<= 3)':>9} {'(<= 2)':>9} {'ms/sample':>14}")
-    print("-" * 125)
+          f"{'ms':>8} {'ms':>8} {'(<= 3)':>9} {'(<= 2)':>9} {'ms':>14} {'fp32 ms':>11} {'ms/sample':>14}")
+    print("-" * 152)
     for row in rows:
         print(" ".join([f"{row['model']:<18}", _cell(row, "ort_ms", 8), _cell(row, "interp_fp32_ms", 8),
                         _cell(row, "interp_fp16_ms", 8), _cell(row, "interp_over_ort", 9, 2),
                         _cell(row, "fp16_over_fp32", 9, 2), "  " + _cell(row, "parallel_fp32_ms", 8),
                         _cell(row, "parallel_fp16_ms", 8), _cell(row, "parallel_over_ort", 9, 2),
-                        _cell(row, "parallel_fp16_over_fp32", 9, 2), _cell(row, "validate_loop_ms", 14)]))
+                        _cell(row, "parallel_fp16_over_fp32", 9, 2), _cell(row, "parallel_start_ms", 14),
+                        _cell(row, "threads_fp32_ms", 11),
+                        _cell(row, "validate_loop_ms", 14)]))
     print(f"\nper-sample wall time over {rows[0]['samples'] if rows else 0} samples, one process; onnxruntime "
           f"on the source with {ORT_THREADS} threads, one sample at a time (median); the interpreter on "
           "edgebuild's fp32 and fp16 packages")
@@ -175,6 +185,9 @@ def print_table(rows: list[dict]) -> None:
           "(a few samples at once, one BLAS thread each)")
     print("targets (<= 3, <= 2) are read on the samples-in-parallel columns, the validate stage's per-sample "
           "wall time, against onnxruntime's per-sample time measured in the same run")
+    print("workers start: the warm-up before the timed parallel fp32 run (the worker processes' start, their "
+          "reading and planning the package: once per validate stage)")
+    print("in threads: the parallel fp32 run with samples in threads of one process instead (no worker processes)")
     print("validate loop: the validate stage's whole sample loop on the fp32 package (reference, interpreter, "
           "metrics), per sample")
 

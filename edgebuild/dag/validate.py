@@ -126,17 +126,21 @@ def sample_workers(samples: int) -> int:
     return max(1, min(workers, samples))
 
 
-def map_samples(fn: Callable, samples: list, *, parallel: bool = True,
+def map_samples(fn: Callable, samples: list, *, parallel: bool = True, workers: int | None = None,
                 on_done: Callable[[int], None] | None = None) -> list:
-    """``[fn(s) for s in samples]``, a few samples at a time in threads when ``parallel``;
-    ``on_done(n)`` is called in the caller's thread as the first ``n`` results are in.
+    """``[fn(s) for s in samples]``, a few samples at a time in threads when ``parallel``
+    (``workers`` at most when given, else ``sample_workers``); ``on_done(n)`` is called in the
+    caller's thread as the first ``n`` results are in.
 
     numpy and onnxruntime release the GIL in their kernels, so threads share the cores without
     copying a model into other processes. Each sample's BLAS calls run on one thread meanwhile
     (threadpoolctl, when installed): two samples with a BLAS pool each would oversubscribe the
     cores. A runner that must not be called concurrently is validated with ``parallel=False``.
     """
-    workers = sample_workers(len(samples)) if parallel else 1
+    if not parallel:
+        workers = 1
+    else:
+        workers = sample_workers(len(samples)) if workers is None else max(1, min(workers, len(samples)))
     results: list = []
 
     def collect(outcomes) -> list:
@@ -152,6 +156,23 @@ def map_samples(fn: Callable, samples: list, *, parallel: bool = True,
 
     with _blas_threads(1), ThreadPoolExecutor(workers, thread_name_prefix="validate") as pool:
         return collect(pool.map(fn, samples))
+
+
+@contextlib.contextmanager
+def sample_runner(runner: Runner, samples: int, *, parallel: bool = True):
+    """``(run, workers)``: ``runner`` (or a stand-in for it) and how many samples ``map_samples``
+    should run at once with it. A runner with Python between its kernels (the MIL interpreter)
+    gains nothing from threads, which take turns on the GIL: it may offer
+    ``runner.samples_in_parallel(workers)``, a context manager giving ``(run, workers)`` of its
+    own choosing (its calls run in worker processes, or one at a time where a sample is too small
+    to be worth shipping), which stops whatever it started when the block ends."""
+    workers = sample_workers(samples) if parallel else 1
+    offer = getattr(runner, "samples_in_parallel", None)
+    if workers == 1 or offer is None:
+        yield runner, workers
+        return
+    with offer(workers) as chosen:
+        yield chosen
 
 
 def _blas_threads(limit: int):
@@ -204,14 +225,15 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
     def compare_one(sample):
         feed = {**sample, **fixed}
         ref = reference(feed)
-        cand = candidate(sample)
+        cand = run_candidate(sample)
         if truth is None:
             return compare(ref, cand), error_histogram(ref, cand)
         exact = truth(feed)
         return compare_with_float64(exact, ref, cand), error_histogram(exact, cand)
 
-    compared = map_samples(compare_one, samples, parallel=parallel,
-                           on_done=lambda n: report(f"samples validated ({candidate_name})", n, len(samples)))
+    with sample_runner(candidate, len(samples), parallel=parallel) as (run_candidate, workers):
+        compared = map_samples(compare_one, samples, parallel=parallel, workers=workers,
+                               on_done=lambda n: report(f"samples validated ({candidate_name})", n, len(samples)))
     per_sample = [metrics for metrics, _ in compared]
     histograms = [histogram for _, histogram in compared]
     aggregated = aggregate(per_sample)

@@ -353,17 +353,9 @@ class CoreMLBackend(Backend):
         kept in fp32; ``emulate_fp16`` also rounds those through fp16. ``lowered`` is the lower
         stage's info, for inputs and outputs whose ONNX names were not valid MIL names.
         """
-        from edgebuild_coreml.interpreter import load_mlpackage, run_program
+        from edgebuild_coreml.interpreter.artifact_runner import ArtifactRunner
 
-        program = load_mlpackage(artifact)
-        to_mil = (lowered or {}).get("renamed_inputs", {})
-        to_onnx = {mil: onnx for onnx, mil in (lowered or {}).get("renamed_outputs", {}).items()}
-
-        def run(inputs):
-            outputs = run_program(program, {to_mil.get(k, k): v for k, v in inputs.items()}, fp16=emulate_fp16)
-            return {to_onnx.get(k, k): v for k, v in outputs.items()}
-
-        return run
+        return ArtifactRunner(artifact, emulate_fp16=emulate_fp16, lowered=lowered)
 
     # -- compute plan (``edgebuild plan``) ------------------------------------------------
     def compute_plan(self, build, store, registry, *, chip: str | None = None) -> dict:

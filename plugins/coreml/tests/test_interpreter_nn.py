@@ -59,6 +59,23 @@ def onnx_pads(mil_pad):
 # -- convolution -------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["numpy", "torch"])
+def conv_kernels(request):
+    """Each conv case on the interpreter's own numpy kernels and on torch's (what validation's
+    worker processes use where torch is installed)."""
+    from edgebuild_coreml.interpreter import torch_kernels
+
+    if request.param == "numpy":
+        yield "numpy"
+        return
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    assert torch_kernels.enable(threads=1)
+    yield "torch"
+    torch_kernels.disable()
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize(
     "shape, kernel, strides, dilations, pad, groups",
     [
@@ -75,7 +92,7 @@ def onnx_pads(mil_pad):
     ],
 )
 @pytest.mark.parametrize("banded", [False, True], ids=["whole", "row-bands"])
-def test_conv_matches_onnxruntime(monkeypatch, shape, kernel, strides, dilations, pad, groups, banded):
+def test_conv_matches_onnxruntime(monkeypatch, conv_kernels, shape, kernel, strides, dilations, pad, groups, banded):
     if banded:  # one output row per matmul, as on large images
         from edgebuild_coreml.interpreter import ops_conv
 
@@ -118,7 +135,8 @@ CONV_CASES = [  # (input shape, weight shape, groups): pointwise, im2col, depthw
 @pytest.mark.parametrize("shape, kernel, groups", CONV_CASES)
 @pytest.mark.parametrize("strides, dilations, padded", [(1, 1, False), (2, 1, True), (1, 2, True), (3, 2, False)])
 @pytest.mark.parametrize("tile", [1, 1 << 20], ids=["tile-1", "whole"])
-def test_conv_matches_its_definition(monkeypatch, shape, kernel, groups, strides, dilations, padded, tile):
+def test_conv_matches_its_definition(monkeypatch, conv_kernels, shape, kernel, groups, strides, dilations, padded,
+                                     tile):
     from edgebuild_coreml.interpreter import ops_conv
 
     monkeypatch.setattr(ops_conv, "TILE_ELEMENTS", tile)
@@ -215,7 +233,7 @@ def test_avg_pool_matches_onnxruntime(shape, kernel, strides, pad, exclude, ceil
 
 
 @pytest.mark.parametrize("ceil_mode", [False, True])
-def test_max_pool_matches_onnxruntime(ceil_mode):
+def test_max_pool_matches_onnxruntime(conv_kernels, ceil_mode):
     x = randn(2, 3, 10, 9)
     (got,) = run_mil(
         lambda x: mb.max_pool(x=x, kernel_sizes=[3, 2], strides=[2, 2], pad_type="custom",

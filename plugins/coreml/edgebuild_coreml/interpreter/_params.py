@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import torch_kernels as kernels
+
 
 def param(op, x: dict, name: str, fallback=None):
     """Value of parameter ``name``: the given input, else the op's default, else ``fallback``."""
@@ -56,6 +58,8 @@ def ints(value) -> list[int]:
 def as_float(value) -> np.ndarray:
     """Compute in fp32 at least: fp16 inputs are widened, the executor casts results back."""
     arr = np.asarray(value)
+    if arr.dtype == np.float16:
+        return kernels.cast(arr, np.float32)
     return arr if arr.dtype == np.float64 else arr.astype(np.float32, copy=False)
 
 

@@ -16,10 +16,19 @@ import numpy as np
 
 from edgebuild.errors import BuildError, EdgebuildError
 
+from . import torch_kernels as kernels
 from .control_flow import BLOCK_EVALUATORS
 from .loading import load_evaluators
+from .plan import (
+    Plan,
+    Step,
+    decompresses,
+    input_vars,
+    plan_for,
+    shape_matches,
+    tensor_type_of,
+)
 from .registry import EVALUATORS, INPLACE
-from .plan import Plan, Step, decompresses, input_vars, plan_for, shape_matches, tensor_type_of
 
 __all__ = ["input_vars", "load_mlpackage", "run_mlpackage", "run_program"]
 
@@ -130,9 +139,9 @@ class _Interpreter:
                         f"MIL program input {name!r} has shape {value.shape}, "
                         f"expected {tuple(shape)}"
                     )
-                value = value.astype(dtype, copy=False)
+                value = value if value.dtype == dtype else kernels.cast(value, dtype)
                 if self.fp16 and dtype == np.float32:
-                    value = value.astype(np.float16).astype(np.float32)
+                    value = kernels.round_to_half(value)
             env[var] = value
         return env
 
@@ -229,7 +238,11 @@ class _Interpreter:
             if isinstance(var, tuple):
                 args[name] = [self.value_of(v, env) for v in var]
             else:
-                args[name] = self.value_of(var, env)
+                value = args[name] = self.value_of(var, env)
+                if step.widens and getattr(value, "dtype", None) == np.float16:
+                    wide = self.plan.widened(var, value)
+                    if wide is not None:
+                        args[name] = wide
         return args, frozenset(donated)
 
     def _conform(self, var, declared, value, op=None):
@@ -244,9 +257,9 @@ class _Interpreter:
                 f"{array.shape} for {var.name!r}, which is declared {tuple(shape)}"
             )
         if array.dtype != dtype:
-            array = array.astype(dtype)
+            array = kernels.cast(array, dtype)
         if self.fp16 and dtype == np.float32:
-            array = array.astype(np.float16).astype(np.float32)
+            array = kernels.round_to_half(array)
         return array
 
 

@@ -7,8 +7,15 @@ import string
 
 import numpy as np
 
+from . import torch_kernels as kernels
 from ._params import as_float, ints, param, per_channel, scalar
-from ._windows import effective_kernel, explicit_pads, output_sizes, padded_rows, windows
+from ._windows import (
+    effective_kernel,
+    explicit_pads,
+    output_sizes,
+    padded_rows,
+    windows,
+)
 from .registry import evaluates
 
 TILE_ELEMENTS = 1 << 20  # gathered window values per matmul (4 MB in float32)
@@ -21,6 +28,30 @@ def _spatial_params(op, x, nd):
     pad_type = str(scalar(param(op, x, "pad_type", "valid")))
     pad = param(op, x, "pad", [0] * 2 * nd)
     return strides, dilations, groups, pad_type, pad
+
+
+_GEOMETRY_ATTRIBUTE = "_edgebuild_conv_geometry"
+_GEOMETRY_PARAMS = ("strides", "dilations", "groups", "pad_type", "pad")
+
+
+def _geometry(op, x, in_shape, weight_shape):
+    """(strides, dilations, groups, (before, after) pads, output sizes) of ``op`` on an input of
+    ``in_shape``: worked out once per op and input shape (the parameters are constants, whose
+    values the plan keeps: the same objects every run), as it costs as much as a small conv."""
+    key = (in_shape, weight_shape, *(id(x.get(name)) for name in _GEOMETRY_PARAMS))
+    cache = getattr(op, _GEOMETRY_ATTRIBUTE, None)
+    if cache is not None and cache[0] == key:
+        return cache[1]
+    nd = len(in_shape) - 2
+    strides, dilations, groups, pad_type, pad = _spatial_params(op, x, nd)
+    eff = effective_kernel(list(weight_shape[2:]), dilations)
+    pads = explicit_pads(pad_type, in_shape[2:], eff, strides, pad)
+    geometry = strides, dilations, groups, pads, output_sizes(in_shape[2:], eff, strides, pads)
+    try:
+        setattr(op, _GEOMETRY_ATTRIBUTE, (key, geometry))
+    except AttributeError:  # an object without attributes of its own (tests pass stand-ins)
+        pass
+    return geometry
 
 
 def _add_bias(out: np.ndarray, bias) -> np.ndarray:
@@ -40,19 +71,21 @@ def conv(op, x):
     """Convolution as matrix products: a 1x1 conv is one ``numpy.matmul`` over the input as it
     is; any other gathers its windows (im2col) a band of output rows at a time, so the gathered
     copy stays within ``TILE_ELEMENTS`` however large the image; a depthwise conv (one input
-    channel per output channel) sums kernel taps instead, as a matmul of width one would waste it."""
+    channel per output channel) sums kernel taps instead, as a matmul of width one would waste it.
+    Where torch's kernels are enabled (``torch_kernels``), every 2-D conv but the 1x1 one is its."""
     inp, weight = as_float(x["x"]), as_float(x["weight"])
-    nd = inp.ndim - 2
-    strides, dilations, groups, pad_type, pad = _spatial_params(op, x, nd)
+    strides, dilations, groups, pads, out_sizes = _geometry(op, x, inp.shape, weight.shape)
     kernel = list(weight.shape[2:])
-    eff = effective_kernel(kernel, dilations)
-    pads = explicit_pads(pad_type, inp.shape[2:], eff, strides, pad)
-    out_sizes = output_sizes(inp.shape[2:], eff, strides, pads)
     n, c_in = inp.shape[:2]
     c_out = weight.shape[0]
+    pointwise = groups == 1 and all(k == 1 for k in kernel) and not any(b or a for b, a in pads)
+    if not pointwise and n and c_out and all(out_sizes):
+        borrowed = kernels.conv2d(inp, weight, strides, dilations, pads, groups, bias=x.get("bias"))
+        if borrowed is not None:
+            return borrowed
     out = np.empty((n, c_out, *out_sizes), np.result_type(inp, weight))
     if out.size:
-        if groups == 1 and all(k == 1 for k in kernel) and not any(b or a for b, a in pads):
+        if pointwise:
             _pointwise(inp, weight, strides, out)
         elif c_in == groups and c_out == groups and _small_map(out, kernel):
             _depthwise_columns(inp, weight, strides, dilations, pads, out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import torch_kernels as kernels
 from ._params import as_float, ints, param, scalar
 from ._windows import explicit_pads, output_sizes, pad_spatial, windows
 from .registry import evaluates
@@ -33,6 +34,11 @@ def _kernel_axes(nd):
 def max_pool(op, x):
     inp = as_float(x["x"])
     kernel, strides, pads, out_sizes = _geometry(op, x, inp)
+    if kernels.enabled() and inp.ndim == 4:
+        padded = pad_spatial(inp, pads, out_sizes, kernel, strides, fill=-np.inf)
+        pooled = kernels.max_pool2d(padded, kernel, strides, out_sizes)
+        if pooled is not None:
+            return pooled
     win = _pooled(inp, kernel, strides, pads, out_sizes, -np.inf)
     return win.max(axis=_kernel_axes(len(kernel)))
 

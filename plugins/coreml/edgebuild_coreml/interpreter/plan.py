@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import torch_kernels as kernels
 from .registry import INPLACE
 
 #: bytes of expanded constants a plan may keep between runs (a dense copy of a compressed
@@ -70,10 +71,15 @@ def forget_plans(prog) -> None:
                 setattr(func, _PLANS_ATTRIBUTE, None)
 
 
+#: op types whose evaluators compute fp16 operands in fp32: their fp16 constant inputs (weights)
+#: are widened once per plan (see :meth:`Plan.widened`) instead of once per run
+WIDENING_OPS = frozenset({"conv", "conv_transpose", "linear", "matmul", "einsum"})
+
+
 class Step:
     """One op to evaluate: its evaluator, inputs, declared outputs and the values it releases."""
 
-    __slots__ = ("op", "op_type", "inputs", "outputs", "release", "donors")
+    __slots__ = ("op", "op_type", "inputs", "outputs", "release", "donors", "widens")
 
     def __init__(self, op, release: tuple):
         self.op = op
@@ -82,6 +88,7 @@ class Step:
                             for name, var in op.inputs.items())
         self.outputs = tuple((out, tensor_type_of(out), is_list_var(out)) for out in op.outputs)
         self.release = release
+        self.widens = op.op_type in WIDENING_OPS
         # inputs an in-place evaluator may overwrite: read once here and by no later op
         self.donors: tuple = ()
         if op.op_type in INPLACE:
@@ -101,6 +108,8 @@ class Plan:
         self._constants: dict = {}  # {Var: conformed value}, filled on first read
         self._cached_bytes = 0
         self._lock = threading.Lock()
+        self._widened: dict = {}  # {Var: (its fp16 value, that value as fp32)}
+        self._is_constant: dict = {}  # {Var: whether its value is a constant's}
 
     def matches(self, func) -> bool:
         return self._operations == tuple(func.operations)
@@ -120,7 +129,11 @@ class Plan:
         entry = self._constants.get(var)
         if entry is None:
             return None
-        sources, _, value = entry
+        sources, objects, value = entry
+        op = var.op
+        if op is None or not decompresses(op):  # the common case, checked without building tuples
+            holder = var._sym_val
+            return value if holder is not None and holder.val is objects[0] else None
         return value if _source_ids(var)[0] == sources else None
 
     def constant(self, var, compute: Callable[[], Any]) -> Any:
@@ -140,6 +153,29 @@ class Plan:
                 self._constants[var] = (ids, sources, value)
                 self._cached_bytes += size
         return value
+
+
+    def widened(self, var, value) -> Any:
+        """``value`` (fp16, ``var``'s) as fp32, kept while ``var``'s value stays the same object,
+        when ``var`` is a constant (a weight); None for any other value."""
+        entry = self._widened.get(var)
+        if entry is not None and entry[0] is value:
+            return entry[1]
+        constant = self._is_constant.get(var)
+        if constant is None:
+            op = var.op
+            constant = self._is_constant[var] = op is not None and (is_constant_op(op) or decompresses(op))
+        if not constant:
+            return None
+        wide = kernels.cast(value, np.float32)
+        with self._lock:
+            previous = self._widened.pop(var, None)
+            if previous is not None:
+                self._cached_bytes -= previous[1].nbytes
+            if self._cached_bytes + wide.nbytes <= EXPANDED_CACHE_BYTES:
+                self._widened[var] = (value, wide)
+                self._cached_bytes += wide.nbytes
+        return wide
 
 
 def _source_ids(var) -> tuple[tuple, tuple]:

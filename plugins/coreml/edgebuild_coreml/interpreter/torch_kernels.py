@@ -1,0 +1,113 @@
+"""Kernels PyTorch does several times faster than numpy, used where it is installed and the
+interpreter validates an artifact (``enable``): fp16 <-> fp32 casts (numpy converts half floats
+one element at a time, F16C or not, which made fp16 emulation cost more in casts than in
+arithmetic), 2-D convolutions that are not one matrix product (depthwise, strided, k x k),
+2-D max pooling (numpy's max over a strided window view goes element by element) and
+erf / exact GELU in float32 (the numpy reference computes them in float64 series, most of a
+transformer's time).
+
+Elsewhere (the fp16 guard, tests, a machine without torch) the numpy kernels run; both give
+the same casts bit for bit and the same convolutions up to summation order. Nothing here runs a
+model: each function is one kernel on arrays the interpreter hands it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_torch = None  # the torch module once enabled
+
+
+def enable(threads: int | None = None) -> bool:
+    """Use torch's kernels from now on in this process, if torch is installed; ``threads``:
+    its intra-op pool size (1 in a worker process that shares the cores with another)."""
+    global _torch
+    if _torch is None:
+        try:
+            import torch
+        except ImportError:
+            return False
+        _torch = torch
+    if threads is not None:
+        _torch.set_num_threads(threads)
+    return True
+
+
+def disable() -> None:
+    global _torch
+    _torch = None
+
+
+def enabled() -> bool:
+    return _torch is not None
+
+
+_HALF_PAIRS = {(np.dtype(np.float16), np.dtype(np.float32)), (np.dtype(np.float32), np.dtype(np.float16))}
+MIN_CAST_ELEMENTS = 4096  # below this numpy's per-call cost is the lower one
+
+
+def cast(array: np.ndarray, dtype) -> np.ndarray:
+    """``array.astype(dtype)`` (a new array of numpy's own, so later ops may overwrite it),
+    through torch for fp16 <-> fp32 when enabled."""
+    dtype = np.dtype(dtype)
+    if (_torch is None or (array.dtype, dtype) not in _HALF_PAIRS or array.size < MIN_CAST_ELEMENTS
+            or not array.flags.c_contiguous):
+        return array.astype(dtype)
+    out = np.empty(array.shape, dtype)
+    _torch.from_numpy(out).copy_(_torch.from_numpy(array))
+    return out
+
+
+def round_to_half(array: np.ndarray) -> np.ndarray:
+    """fp32 ``array`` rounded through fp16 (fp16 emulation), as a new fp32 array."""
+    return cast(cast(array, np.float16), np.float32)
+
+
+def conv2d(inp: np.ndarray, weight: np.ndarray, strides, dilations, pads, groups: int, *,
+           bias=None) -> np.ndarray | None:
+    """A 2-D float32 convolution ``[N, C, H, W] * [F, C/groups, kH, kW]`` plus ``bias`` [F]
+    (``pads``: (before, after) per spatial dim), or None when torch is not enabled or the arrays
+    are not 2-D float32 ones."""
+    if _torch is None or inp.ndim != 4 or inp.dtype != np.float32 or weight.dtype != np.float32:
+        return None
+    if bias is not None:
+        bias = np.asarray(bias)
+        if bias.dtype != np.float32:
+            return None
+        bias = _torch.from_numpy(np.ascontiguousarray(bias.reshape(-1)))
+    (top, bottom), (left, right) = pads
+    x = _torch.from_numpy(np.ascontiguousarray(inp))
+    if top != bottom or left != right:
+        x = _torch.nn.functional.pad(x, (left, right, top, bottom))
+        top = left = 0
+    out = _torch.nn.functional.conv2d(x, _torch.from_numpy(np.ascontiguousarray(weight)), stride=tuple(strides),
+                                      bias=bias, padding=(top, left), dilation=tuple(dilations), groups=groups)
+    return out.numpy()
+
+
+def erf(value: np.ndarray) -> np.ndarray | None:
+    """erf of a float32 array (float32, within an ulp or two of the float64 one), or None."""
+    if _torch is None or value.dtype != np.float32:
+        return None
+    return _torch.erf(_torch.from_numpy(np.ascontiguousarray(value))).numpy()
+
+
+_GELU_APPROXIMATIONS = {"none": "none", "tanh": "tanh"}
+
+
+def gelu(value: np.ndarray, approximate: str) -> np.ndarray | None:
+    """GELU of a float32 array (exact, ``"none"``, or the tanh approximation), or None."""
+    if _torch is None or value.dtype != np.float32 or approximate not in _GELU_APPROXIMATIONS:
+        return None
+    x = _torch.from_numpy(np.ascontiguousarray(value))
+    return _torch.nn.functional.gelu(x, approximate=_GELU_APPROXIMATIONS[approximate]).numpy()
+
+
+def max_pool2d(padded: np.ndarray, kernel, strides, out_sizes) -> np.ndarray | None:
+    """Max over ``kernel`` windows at ``strides`` of an already padded float32 ``[N, C, H, W]``,
+    the first ``out_sizes`` of them per dim, or None."""
+    if _torch is None or padded.ndim != 4 or padded.dtype != np.float32:
+        return None
+    pooled = _torch.nn.functional.max_pool2d(_torch.from_numpy(np.ascontiguousarray(padded)), tuple(kernel),
+                                             tuple(strides))
+    return pooled.numpy()[:, :, :out_sizes[0], :out_sizes[1]]

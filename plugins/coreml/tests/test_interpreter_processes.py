@@ -1,0 +1,86 @@
+"""The interpreter's runner in worker processes (what the validate stage uses to run samples on
+both cores): same results as in the build's process, errors whole, no worker left behind."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import numpy as np
+import pytest
+from coremltools.converters.mil import Builder as mb
+from edgebuild_coreml.interpreter import artifact_runner
+from edgebuild_coreml.interpreter.artifact_runner import (
+    PROCESS_MIN_ELEMENTS,
+    ArtifactRunner,
+    activation_elements,
+)
+from interpreter_programs import saved, spec
+
+from edgebuild.errors import BuildError
+
+
+def _conv_program():
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+
+    @mb.program(input_specs=[spec((1, 3, 16, 16))])
+    def prog(x):
+        y = mb.conv(x=x, weight=weight, pad_type="same", name="conv")
+        return mb.relu(x=mb.add(x=y, y=np.float32(0.5)), name="y_out")
+
+    return prog
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    path = saved(_conv_program(), tmp_path_factory.mktemp("pool") / "m.mlpackage")
+    # the ONNX name "y" was renamed to the MIL name "y_out" by the lower stage
+    return ArtifactRunner(path, lowered={"renamed_outputs": {"y": "y_out"}})
+
+
+def _samples(count):
+    rng = np.random.default_rng(1)
+    return [{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(count)]
+
+
+def test_workers_give_what_the_build_process_gives(runner):
+    from concurrent.futures import ThreadPoolExecutor
+
+    samples = _samples(4)
+    here = [runner(s) for s in samples]
+    with runner.in_processes(2) as pooled, ThreadPoolExecutor(2) as threads:
+        there = list(threads.map(pooled, samples))
+    for mine, theirs in zip(here, there):
+        assert set(theirs) == {"y"}
+        np.testing.assert_allclose(theirs["y"], mine["y"], rtol=1e-6, atol=1e-6)
+    assert not multiprocessing.active_children()
+
+
+def test_an_error_in_a_worker_keeps_its_message_and_hint(runner):
+    with runner.in_processes(2) as pooled, pytest.raises(BuildError, match=r"input\(s\) 'x' not given") as caught:
+        pooled({"z": np.zeros((1, 3, 16, 16), np.float32)})
+    assert "the program expects: 'x'" in caught.value.hint
+    assert not multiprocessing.active_children()
+
+
+def test_workers_are_killed_when_the_block_raises(runner):
+    with pytest.raises(KeyboardInterrupt), runner.in_processes(2) as pooled:
+        pooled(_samples(1)[0])
+        assert multiprocessing.active_children()
+        raise KeyboardInterrupt
+    assert not multiprocessing.active_children()
+
+
+def test_a_small_program_runs_one_sample_at_a_time_in_the_build_process(runner):
+    assert activation_elements(runner.program) < PROCESS_MIN_ELEMENTS
+    with runner.samples_in_parallel(2) as (run, workers):
+        assert (run, workers) == (runner, 1)
+
+
+def test_a_large_program_runs_its_samples_in_worker_processes(runner, monkeypatch):
+    monkeypatch.setattr(artifact_runner, "PROCESS_MIN_ELEMENTS", 1)
+    sample = _samples(1)[0]
+    with runner.samples_in_parallel(2) as (run, workers):
+        assert workers == 2 and run is not runner
+        np.testing.assert_allclose(run(sample)["y"], runner(sample)["y"], rtol=1e-6, atol=1e-6)
+    assert not multiprocessing.active_children()

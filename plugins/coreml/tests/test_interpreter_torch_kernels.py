@@ -1,0 +1,94 @@
+"""torch's kernels in the interpreter (validation's worker processes use them) give what numpy's do:
+fp16 casts bit for bit, convolutions up to summation order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from edgebuild_coreml.interpreter import torch_kernels
+from edgebuild_coreml.interpreter.ops_conv import conv
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def enabled():
+    threads = torch.get_num_threads()
+    assert torch_kernels.enable(threads=1)
+    yield
+    torch_kernels.disable()
+    torch.set_num_threads(threads)
+
+
+def test_half_casts_match_numpy_bit_for_bit(enabled):
+    every_half = np.arange(1 << 16, dtype=np.uint16).view(np.float16)  # normals, subnormals, infs, NaNs
+    np.testing.assert_array_equal(torch_kernels.cast(every_half, np.float32), every_half.astype(np.float32))
+    rng = np.random.default_rng(0)
+    wide = np.concatenate([rng.standard_normal(50_000) * 10.0 ** rng.integers(-9, 6, 50_000),
+                           [65504, 65519.99, 65520, -65520, 2.0 ** -24, 2.0 ** -25, 3 * 2.0 ** -26, -0.0]])
+    wide = wide.astype(np.float32)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(torch_kernels.cast(wide, np.float16), wide.astype(np.float16))
+        np.testing.assert_array_equal(torch_kernels.round_to_half(wide), wide.astype(np.float16).astype(np.float32))
+    assert torch_kernels.cast(wide, np.float16).base is None  # numpy's own: later ops may write into it
+
+
+class _Conv:
+    op_type, name = "conv", "conv"
+
+
+@pytest.mark.parametrize("shape, weight, strides, dilations, pad, groups", [
+    ((1, 16, 14, 14), (16, 1, 5, 5), [1, 1], [1, 1], [2, 2, 2, 2], 16),  # depthwise, small map
+    ((1, 8, 40, 40), (8, 1, 3, 3), [2, 2], [1, 1], [0, 1, 0, 1], 8),  # strided depthwise, asymmetric pads
+    ((2, 3, 23, 19), (6, 3, 3, 3), [2, 1], [1, 2], [1, 0, 2, 1], 1),  # im2col
+    ((1, 6, 9, 9), (4, 3, 2, 2), [1, 1], [1, 1], [0, 0, 0, 0], 2),  # grouped
+])
+def test_torch_conv_matches_numpy_conv(shape, weight, strides, dilations, pad, groups):
+    rng = np.random.default_rng(1)
+    x = {"x": rng.standard_normal(shape).astype(np.float32), "weight": rng.standard_normal(weight).astype(np.float32),
+         "bias": rng.standard_normal(weight[0]).astype(np.float32), "strides": np.array(strides),
+         "dilations": np.array(dilations), "pad_type": "custom", "pad": np.array(pad), "groups": np.int32(groups)}
+    mine = conv(_Conv(), x)
+    threads = torch.get_num_threads()
+    torch_kernels.enable(threads=1)
+    try:
+        theirs = conv(_Conv(), x)
+    finally:
+        torch_kernels.disable()
+        torch.set_num_threads(threads)
+    np.testing.assert_allclose(theirs, mine, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["none", "tanh"])
+def test_torch_gelu_and_erf_match_the_float64_reference(enabled, mode):
+    from edgebuild.reference.activations import gelu
+    from edgebuild.reference.special import erf
+
+    x = np.concatenate([np.linspace(-9, 9, 20_001), [0.0, -0.0, 1e-30, 40.0, -40.0]]).astype(np.float32)
+    # absolute: below x = -4 float32's 1 + erf cancels (as float32 hardware's does), GELU there is ~1e-6
+    np.testing.assert_allclose(torch_kernels.gelu(x, mode), gelu(x, mode), rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(torch_kernels.erf(x), erf(x), rtol=2e-6, atol=1e-7)
+    assert torch_kernels.gelu(x, "sigmoid") is None  # left to the numpy reference
+
+
+@pytest.mark.parametrize("shape, kernel, strides, pad, ceil_mode", [
+    ((1, 8, 24, 96), [3, 3], [2, 2], [1, 1, 1, 1], False),
+    ((2, 3, 11, 10), [2, 3], [2, 1], [0, 1, 1, 0], True),  # ceil mode: windows past the padding
+])
+def test_torch_max_pool_matches_numpy_max_pool(shape, kernel, strides, pad, ceil_mode):
+    from edgebuild_coreml.interpreter.ops_pool import max_pool
+
+    class _Pool:
+        op_type, name = "max_pool", "pool"
+
+    x = {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32), "kernel_sizes": np.array(kernel),
+         "strides": np.array(strides), "pad_type": "custom", "pad": np.array(pad), "ceil_mode": np.bool_(ceil_mode)}
+    mine = max_pool(_Pool(), x)
+    threads = torch.get_num_threads()
+    torch_kernels.enable(threads=1)
+    try:
+        theirs = max_pool(_Pool(), x)
+    finally:
+        torch_kernels.disable()
+        torch.set_num_threads(threads)
+    np.testing.assert_array_equal(theirs, mine)
