@@ -180,14 +180,13 @@ def export_onnx(model, path: Path, *, opset: int = 18) -> Path:
     -> logits, present.{i}.key/.value, with named dynamic dims."""
     from edgebuild_pytorch.onnx_route import save_model
 
-    onnx_model = export_decoder(model, opset=opset)
-    name_dims(onnx_model.graph)
-    save_model(onnx_model, path)
+    save_model(export_decoder(model, opset=opset), path)
     return path
 
 
 def export_decoder(model, *, opset: int = 18, repeat: bool = True):
-    """``model`` as an ``onnx_ir`` decoder. A stack of like layers is exported with two of them and
+    """``model`` as an ``onnx_ir`` decoder (the layout of ``export_onnx``), its weights the module's
+    own tensors, transposed ones computed when written. A stack of like layers is exported with two of them and
     grown to its depth (edgebuild_pytorch.layer_repeat) unless ``repeat`` is False or the two-layer
     graph does not allow it; then the whole model is exported."""
     from edgebuild_pytorch.layer_repeat import first_layers, layer_list, repeat_layers, repeatable
@@ -201,9 +200,12 @@ def export_decoder(model, *, opset: int = 18, repeat: bool = True):
                                       output_names=output_names(model))
         parameters = {f"model.{name}": p for name, p in model.named_parameters()}
         if repeat_layers(onnx_model.graph, parameters, layers, path):
+            name_dims(onnx_model.graph)
             return onnx_model
-    return export_model(export_program(model), opset=opset, input_names=input_names(model),
-                        output_names=output_names(model))
+    onnx_model = export_model(export_program(model), opset=opset, input_names=input_names(model),
+                              output_names=output_names(model))
+    name_dims(onnx_model.graph)
+    return onnx_model
 
 
 def name_dims(graph) -> None:

@@ -54,6 +54,11 @@ def save_model(model, path: Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     ir.save(model, path, external_data=path.name + ".data")
+    drop_written_pages(model)
+
+
+def drop_written_pages(model) -> None:
+    """Drop the resident pages of the module's memory-mapped weights ``model`` holds, once written."""
     drop_resident_pages(_torch_tensors(model.graph))
 
 
