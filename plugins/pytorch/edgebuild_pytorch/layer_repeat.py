@@ -182,6 +182,10 @@ def _initializer_kind(value, layer_path: str, used_by_layer0: set, in_unit: set)
         return "weight"
     if any(id(u) not in in_unit for u, _ in value.uses()):
         return "shared"
+    # The optimiser's folds lose the parameter names: a float tensor only layer 1 reads may be
+    # one of its weights, folded. Shape arithmetic and scalars are safe to copy per layer.
+    if value.dtype is not None and value.dtype.is_floating_point() and value.const_value.size > 1:
+        raise NotRepeatable(f"{value.name}: a float tensor of layer 1 that is not a parameter")
     return "constant"
 
 

@@ -63,10 +63,16 @@ def _attribute(attr):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_grown_graph_is_the_whole_export(family, tmp_path):
+def test_grown_graph_is_the_whole_export(family, tmp_path, monkeypatch):
+    from edgebuild_pytorch import layer_repeat
+
     model = deep_model(family, tmp_path)
     assert repeatable(model)
+    grew = []
+    repeat = layer_repeat.repeat_layers
+    monkeypatch.setattr(layer_repeat, "repeat_layers", lambda *a, **k: grew.append(repeat(*a, **k)) or grew[-1])
     grown = export_decoder(model, repeat=True)
+    assert grew == [True]
     whole = export_decoder(model, repeat=False)
     assert len(list(grown.graph)) == len(list(whole.graph))
     assert canonical(grown.graph) == canonical(whole.graph)
