@@ -110,9 +110,22 @@ class _Plan:
         self.carry_now = None  # the hidden state of the last layer added
 
 
+def _layers(nodes: list, layer_path: str) -> dict:
+    """id(node) -> its layer, or None outside the layers. A node the optimiser made (no module
+    path; e.g. slices merged into a Split) belongs to the layer all its users are in."""
+    layer = {id(n): _layer_of(n, layer_path) for n in nodes}
+    for node in reversed(nodes):
+        if SCOPES in node.metadata_props:
+            continue
+        users = {layer.get(id(user)) for value in node.outputs for user, _ in value.uses()}
+        if len(users) == 1:
+            layer[id(node)] = users.pop()
+    return layer
+
+
 def _plan(graph, layer_path: str) -> _Plan:
     nodes = list(graph)
-    layer = {id(n): _layer_of(n, layer_path) for n in nodes}
+    layer = _layers(nodes, layer_path)
     plan = _Plan()
     plan.unit = [n for n in nodes if layer[id(n)] == 1]
     if not plan.unit:
