@@ -64,10 +64,14 @@ class OnnxFrontend(Frontend):
     def import_model(self, path: Path, inputs: dict[str, dict], out_dir: Path, *, options: dict | None = None,
                      base_dir: Path | None = None) -> dict:
         path = Path(path)
+        return self.import_ir(load_checked(path), path, inputs, out_dir)
+
+    def import_ir(self, model: ir.Model, path: Path, inputs: dict[str, dict], out_dir: Path) -> dict:
+        """``import_model`` of a model already in memory (``path``: where it is from, for messages;
+        a frontend that exports ONNX hands its model over here instead of writing it twice)."""
         out_dir = Path(out_dir)
         notes: list[str] = []
         out_dir.mkdir(parents=True, exist_ok=True)
-        model = load_checked(path)
         with tempfile.TemporaryDirectory(prefix=".opset-upgrade.", dir=out_dir) as scratch:
             model = upgrade_opset(model, path, notes, scratch_dir=Path(scratch))
             lift_constants(model)

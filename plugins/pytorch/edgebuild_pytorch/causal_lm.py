@@ -178,13 +178,34 @@ def export_onnx(model, path: Path, *, opset: int = 18) -> Path:
     """Write ``model`` as an ONNX decoder at ``path`` (weights in ``<path>.data``) in the
     optimum layout: input_ids, attention_mask[, position_ids], past_key_values.{i}.key/.value
     -> logits, present.{i}.key/.value, with named dynamic dims."""
-    from edgebuild_pytorch.onnx_route import export_model, save_model
+    from edgebuild_pytorch.onnx_route import save_model
 
+    save_model(export_decoder(model, opset=opset), path)
+    return path
+
+
+def export_decoder(model, *, opset: int = 18, repeat: bool = True):
+    """``model`` as an ``onnx_ir`` decoder (the layout of ``export_onnx``), its weights the module's
+    own tensors, transposed ones computed when written. A stack of like layers is exported with two of them and
+    grown to its depth (edgebuild_pytorch.layer_repeat) unless ``repeat`` is False or the two-layer
+    graph does not allow it; then the whole model is exported."""
+    from edgebuild_pytorch.layer_repeat import first_layers, layer_list, repeat_layers, repeatable
+    from edgebuild_pytorch.onnx_route import export_model
+
+    if repeat and repeatable(model):
+        layers = cache_shape(model)[0]
+        path = f"model.{layer_list(model)[0]}"  # cache_io's module holds the model as .model
+        with first_layers(model):
+            onnx_model = export_model(export_program(model), opset=opset, input_names=input_names(model),
+                                      output_names=output_names(model))
+        parameters = {f"model.{name}": p for name, p in model.named_parameters()}
+        if repeat_layers(onnx_model.graph, parameters, layers, path):
+            name_dims(onnx_model.graph)
+            return onnx_model
     onnx_model = export_model(export_program(model), opset=opset, input_names=input_names(model),
                               output_names=output_names(model))
     name_dims(onnx_model.graph)
-    save_model(onnx_model, path)
-    return path
+    return onnx_model
 
 
 def name_dims(graph) -> None:

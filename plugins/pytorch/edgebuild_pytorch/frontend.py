@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -87,17 +86,17 @@ class PyTorchFrontend(Frontend):
         (``inputs`` may pin some, as for an ONNX source)."""
         from edgebuild.graph.frontend import OnnxFrontend
 
-        from edgebuild_pytorch.causal_lm import export_onnx, input_names, output_names
+        from edgebuild_pytorch.causal_lm import export_decoder, input_names, output_names
+        from edgebuild_pytorch.onnx_route import drop_written_pages
 
         loaded = load_source(path, opts, base_dir)
-        staging = out_dir / "exported"
         try:
-            export_onnx(loaded.module, staging / "model.onnx", opset=opts.opset)
-            report = OnnxFrontend().import_model(staging / "model.onnx", inputs or {}, out_dir)
+            # handed over in memory: the weights are written once, straight from the module's tensors
+            onnx_model = export_decoder(loaded.module, opset=opts.opset)
+            report = OnnxFrontend().import_ir(onnx_model, path, inputs or {}, out_dir)
+            drop_written_pages(onnx_model)
         except Exception as exc:
             raise _as_build_error(exc, path, "the causal LM export") from exc
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         names_in, names_out = input_names(loaded.module), output_names(loaded.module)
         report.update({"kind": "causal_lm", **loaded.details, "architecture": type(loaded.module).__name__,
                        "outputs_named": names_out, "route": "onnx", "artifact": "model.onnx",

@@ -54,6 +54,11 @@ def save_model(model, path: Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     ir.save(model, path, external_data=path.name + ".data")
+    drop_written_pages(model)
+
+
+def drop_written_pages(model) -> None:
+    """Drop the resident pages of the module's memory-mapped weights ``model`` holds, once written."""
     drop_resident_pages(_torch_tensors(model.graph))
 
 
@@ -72,9 +77,7 @@ def _torch_tensors(graph) -> list:
 def lazy_weight_transposes(graph, min_elements: int = 1024) -> int:
     """Replace each 2-D ``Transpose`` of an initializer by an initializer computed when it is
     written (and the source's mapped pages dropped then); returns how many were."""
-    import numpy as np
     import onnx_ir as ir
-    import torch
 
     count = 0
     for node in list(graph):
@@ -86,19 +89,7 @@ def lazy_weight_transposes(graph, min_elements: int = 1024) -> int:
         if (tensor is None or len(tensor.shape) != 2 or tensor.size < min_elements or output.is_graph_output()
                 or (perm is not None and list(perm.as_ints()) != [1, 0])):
             continue
-
-        def transposed(tensor=tensor):
-            array = np.ascontiguousarray(tensor.numpy().T)
-            raw = getattr(tensor, "raw", None)
-            if isinstance(raw, torch.Tensor):
-                drop_resident_pages([raw])
-            return array
-
-        rows, cols = tensor.shape
-        name = output.name
-        lazy = ir.LazyTensor(transposed, dtype=tensor.dtype, shape=ir.Shape([cols, rows]), name=name)
-        weight = ir.Value(name=f"{name}__weight", shape=ir.Shape([cols, rows]), type=ir.TensorType(tensor.dtype),
-                          const_value=lazy)
+        weight = transposed_when_written(tensor, f"{output.name}__weight", source.name)
         graph.register_initializer(weight)
         ir.convenience.replace_all_uses_with(output, weight)
         graph.remove(node, safe=True)
@@ -106,6 +97,30 @@ def lazy_weight_transposes(graph, min_elements: int = 1024) -> int:
             graph.initializers.pop(source.name)
         count += 1
     return count
+
+
+def transposed_when_written(tensor, name: str, source_name: str):
+    """An initializer value named ``name`` holding the 2-D ``tensor`` transposed, computed only when it
+    is written; ``meta["source_weight"]`` is ``source_name``, the initializer it stands for."""
+    import numpy as np
+    import onnx_ir as ir
+    import torch
+
+    def transposed():
+        raw = getattr(tensor, "raw", None)
+        if isinstance(raw, torch.Tensor):
+            # torch's blocked copy transposes several times faster than numpy's strided one
+            array = raw.detach().t().contiguous().numpy()
+            drop_resident_pages([raw])
+        else:
+            array = np.ascontiguousarray(tensor.numpy().T)
+        return ir.Tensor(array, name=name)
+
+    rows, cols = tensor.shape
+    lazy = ir.LazyTensor(transposed, dtype=tensor.dtype, shape=ir.Shape([cols, rows]), name=name)
+    weight = ir.Value(name=name, shape=ir.Shape([cols, rows]), type=ir.TensorType(tensor.dtype), const_value=lazy)
+    weight.meta["source_weight"] = source_name
+    return weight
 
 
 def _rename(graph, values, names: list[str]) -> None:
