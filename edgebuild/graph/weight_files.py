@@ -6,18 +6,22 @@ through Python costs a mapped read and a write of every byte. Instead the output
 kernel-side copy of the input's (``copy_file_range`` / ``sendfile``: the bytes never enter the
 process), the untouched tensors keep their offsets in it, and only tensors the passes made or
 changed go to a second file beside it. (Not a hard link: onnx_ir refuses to read external data
-from a file with more than one link.)
+from a file with more than one link.) The copy's digest is the input's: known already when the
+input is an earlier stage's output, else hashed from the input while the kernel copies it, so the
+store's scan of the output does not read the gigabytes again.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
+import threading
 from pathlib import Path
 
 import onnx_ir as ir
 
 from edgebuild.graph.external_data import iter_graphs, iter_tensors
+from edgebuild.store import hashstate
+from edgebuild.store.links import clone_or_copy
 
 EXTRA_SUFFIX = ".extra"  # the data file of new and changed tensors: <data file>.extra
 MIN_REUSED_SHARE = 0.5  # below this share of the input file still referenced, write a fresh file
@@ -56,7 +60,7 @@ def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data
         return False  # an external attribute tensor: its location would not follow
     target.parent.mkdir(parents=True, exist_ok=True)
     data = target.parent / data_name
-    shutil.copyfile(source_data, data)
+    copy_vouched(source_data, data)
     extra_name = data_name + EXTRA_SUFFIX
     offset = 0
     with open(target.parent / extra_name, "wb") as extra:
@@ -78,3 +82,25 @@ def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data
         (target.parent / extra_name).unlink()
     ir.save(model, target)
     return True
+
+
+def copy_vouched(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` in the kernel and vouch for the copy's digest (see
+    :mod:`edgebuild.store.hashstate`): the source's, hashed meanwhile on another core when not known
+    yet. Nothing is vouched if the source changed while it was copied."""
+    before = hashstate.stamp_of(os.stat(source))
+    found: list[tuple[str, tuple]] = []
+    def digest() -> None:
+        try:
+            found.append(hashstate.hashed_once(source))
+        except OSError:
+            pass  # then the store's scan hashes the copy
+
+    hasher = threading.Thread(target=digest, daemon=True)
+    hasher.start()
+    try:
+        clone_or_copy(source, target)  # a reflink where the file system shares extents
+    finally:
+        hasher.join()
+    if found and found[0][1] == before == hashstate.stamp_of(os.stat(source)):
+        hashstate.vouch(target, found[0][0])
