@@ -19,9 +19,9 @@ VALIDATION_RUNTIMES = ("interpreter", "coreml")  # validate.runtimes; "coreml" o
 
 
 def _load_onnx(path: Path):
-    import onnx_ir as ir
+    from edgebuild.graph.weight_files import load_stage_model
 
-    return ir.load(str(path))
+    return load_stage_model(path)  # the optimise stage's data file may link the import stage's
 
 
 class CoreMLBackend(Backend):
