@@ -29,12 +29,14 @@ def cast_checked(value: np.ndarray) -> tuple[np.ndarray, bool]:
     out = np.empty_like(value, dtype=np.float16)  # order K: the source's layout
     source, target = np.ravel(value, order="K"), np.ravel(out, order="K")
     if not (np.shares_memory(source, value) and np.shares_memory(target, out)):  # not a dense layout
-        out = value.astype(np.float16)
+        with np.errstate(over="ignore"):
+            out = value.astype(np.float16)
         return out, bool(np.isinf(out).any())
 
     def cast(start: int) -> bool:
         chunk = target[start:start + CHUNK_ELEMENTS]
-        np.copyto(chunk, source[start:start + CHUNK_ELEMENTS], casting="unsafe")
+        with np.errstate(over="ignore"):  # inf is what the check below looks for
+            np.copyto(chunk, source[start:start + CHUNK_ELEMENTS], casting="unsafe")
         return bool(np.isinf(chunk).any())
 
     starts = range(0, source.size, CHUNK_ELEMENTS)
