@@ -69,7 +69,7 @@ def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data
         return False  # an external attribute tensor: its location would not follow
     target.parent.mkdir(parents=True, exist_ok=True)
     data = target.parent / data_name
-    if not (link and link_vouched(source_data, data)):
+    if not (link and link_sealed(source_data, data)):
         copy_vouched(source_data, data)
     extra_name = data_name + EXTRA_SUFFIX
     offset = 0
@@ -116,7 +116,7 @@ def copy_vouched(source: Path, target: Path) -> None:
         hashstate.vouch(target, found[0][0])
 
 
-def link_vouched(source: Path, target: Path) -> bool:
+def link_sealed(source: Path, target: Path) -> bool:
     """Hard-link ``target`` to the store file ``source``, sealed read-only first, keeping its
     remembered digest for both names; False if it cannot be (another file system, no links)."""
     known = hashstate.known_sha256(source)
