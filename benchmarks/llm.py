@@ -27,8 +27,9 @@ coremltools guide row of the same precision (time, memory), and against the floo
 
     python benchmarks/llm.py [--small | --size medium] [--json] [--rows edgebuild-onnx-fp16,...] [--cache-dir DIR]
 
-A full run needs about 21 GB of free disk: the two 4.4 GB sources, and one build at a time, whose
-store holds the fp32 weights twice (import, optimise) and the package (the rows run one after another
+A full run needs about 17 GB of free disk: the two 4.4 GB sources, and one build at a time, whose
+store holds the fp32 weights once (the optimise stage's weight file is a hard link to the import
+stage's) and the package (the rows run one after another
 and each row's scratch directory is removed).
 """
 
