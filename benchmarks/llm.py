@@ -27,8 +27,9 @@ coremltools guide row of the same precision (time, memory), and against the floo
 
     python benchmarks/llm.py [--small | --size medium] [--json] [--rows edgebuild-onnx-fp16,...] [--cache-dir DIR]
 
-A full run needs about 21 GB of free disk: the two 4.4 GB sources, and one build at a time, whose
-store holds the fp32 weights twice (import, optimise) and the package (the rows run one after another
+A full run needs about 17 GB of free disk: the two 4.4 GB sources, and one build at a time, whose
+store holds the fp32 weights once (the optimise stage's weight file is a hard link to the import
+stage's) and the package (the rows run one after another
 and each row's scratch directory is removed).
 """
 
@@ -73,7 +74,7 @@ def current_rss_mb() -> float | None:
     return None
 
 
-_STARTED: list[float] = []
+_STARTED: list[tuple[float, float]] = []
 
 
 def imports_done() -> None:
@@ -81,11 +82,15 @@ def imports_done() -> None:
 
     gc.collect()
     print(json.dumps({"after_imports_mb": current_rss_mb()}), flush=True)
-    _STARTED.append(time.perf_counter())
+    _STARTED.append((time.perf_counter(), time.process_time()))
 
 
 def work_done(**extra) -> None:
-    print(json.dumps({"work_seconds": time.perf_counter() - _STARTED[-1], **extra}), flush=True)
+    """The work's wall time, and its CPU time (every thread's): on a shared machine the wall times
+    of two rows depend on the load each met, their CPU times much less."""
+    wall, cpu = _STARTED[-1]
+    print(json.dumps({"work_seconds": time.perf_counter() - wall, "work_cpu_seconds": time.process_time() - cpu,
+                      **extra}), flush=True)
 
 
 class StagePeaks:
@@ -364,7 +369,8 @@ def with_ratios(results: dict[str, dict], weight_mb: float) -> list[dict]:
     floor = results.get("io-floor", {})
     rows = []
     for name, run in results.items():
-        row = {"row": name, "seconds": run.get("work_seconds"), "process_seconds": run.get("process_seconds"),
+        row = {"row": name, "seconds": run.get("work_seconds"), "cpu_seconds": run.get("work_cpu_seconds"),
+               "cpu_vs_peer": None, "process_seconds": run.get("process_seconds"),
                "peak_mb": run.get("peak_mb"), "after_imports_mb": run.get("after_imports_mb"),
                "peak_delta_mb": None, "memory_ratio": None, "package_mb": None, "peer": PEER_OF.get(name),
                "time_vs_peer": None, "memory_vs_peer": None, "time_vs_floor": None, "error": run.get("error"),
@@ -384,6 +390,8 @@ def with_ratios(results: dict[str, dict], weight_mb: float) -> list[dict]:
             continue
         if row["seconds"] is not None and peer["seconds"]:
             row["time_vs_peer"] = row["seconds"] / peer["seconds"]
+        if row["cpu_seconds"] is not None and peer["cpu_seconds"]:
+            row["cpu_vs_peer"] = row["cpu_seconds"] / peer["cpu_seconds"]
         if row["peak_delta_mb"] is not None and peer["peak_delta_mb"]:
             row["memory_vs_peer"] = row["peak_delta_mb"] / peer["peak_delta_mb"]
     return rows
@@ -404,16 +412,18 @@ def _cell(value, spec: str, width: int) -> str:
 
 def print_table(rows: list[dict], weight_mb: float, parameters: int) -> None:
     print(f"{parameters / 1e9:.2f} B parameters, fp16 weights {weight_mb:.0f} MB")
-    print(f"{'row':<24} {'work s':>8} {'peak-imp MB':>12} {'x fp16 w':>9} {'pkg MB':>8} {'t/peer':>7} "
-          f"{'mem/peer':>9} {'t/floor':>8}")
-    print("-" * 92)
+    print(f"{'row':<24} {'work s':>8} {'cpu s':>7} {'peak-imp MB':>12} {'x fp16 w':>9} {'pkg MB':>8} {'t/peer':>7} "
+          f"{'cpu/peer':>9} {'mem/peer':>9} {'t/floor':>8}")
+    print("-" * 110)
     for r in rows:
-        print(f"{r['row']:<24} {_cell(r['seconds'], '.1f', 8)} {_cell(r['peak_delta_mb'], '.0f', 12)} "
+        print(f"{r['row']:<24} {_cell(r['seconds'], '.1f', 8)} {_cell(r.get('cpu_seconds'), '.1f', 7)} "
+              f"{_cell(r['peak_delta_mb'], '.0f', 12)} "
               f"{_cell(r['memory_ratio'], '.2f', 9)} {_cell(r['package_mb'], '.0f', 8)} "
-              f"{_cell(r['time_vs_peer'], '.2f', 7)} {_cell(r['memory_vs_peer'], '.2f', 9)} "
-              f"{_cell(r['time_vs_floor'], '.2f', 8)}")
+              f"{_cell(r['time_vs_peer'], '.2f', 7)} {_cell(r.get('cpu_vs_peer'), '.2f', 9)} "
+              f"{_cell(r['memory_vs_peer'], '.2f', 9)} {_cell(r['time_vs_floor'], '.2f', 8)}")
     print("peer: the coremltools guide-style module at the same precision; x fp16 w: (peak RSS - RSS after "
-          "imports) / fp16 weight bytes; t/floor: work time over one read + one fp16 write of the weights")
+          "imports) / fp16 weight bytes; t/floor: work time over one read + one fp16 write of the weights; cpu s: the "
+          "work's CPU seconds, all its threads (less sensitive to the machine's load than the wall time)")
     for r in rows:
         if r["stage_peaks"]:
             print(f"{r['row']} per stage (x fp16 w, anonymous / file MB at the peak): " + ", ".join(

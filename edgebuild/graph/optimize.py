@@ -22,7 +22,7 @@ import onnxscript.optimizer
 from edgebuild.errors import BuildError
 from edgebuild.graph.external_data import iter_graphs
 from edgebuild.graph.frontend import DATA_FILE, MODEL_FILE
-from edgebuild.graph.weight_files import save_reusing_data
+from edgebuild.graph.weight_files import load_stage_model, save_reusing_data
 from edgebuild.graph.quantized.activations import FloatActivations, count_weight_dequantizers
 
 
@@ -132,7 +132,7 @@ def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = N
     """
     start = time.perf_counter()
     model_path, out_dir = Path(model_path), Path(out_dir)
-    model = ir.load(model_path)
+    model = load_stage_model(model_path)
     selected = enabled_passes(passes, registry)
     before = op_counts(model)
     rules: dict[str, int] = {}
@@ -164,7 +164,7 @@ def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = N
         # Saving over the data file the model is mapped from would corrupt it: read it first.
         ir.external_data.load_to_model(model)
         ir.save(model, target, external_data=DATA_FILE)
-    elif not save_reusing_data(model, target, DATA_FILE, model_path.parent / DATA_FILE):
+    elif not save_reusing_data(model, target, DATA_FILE, model_path.parent / DATA_FILE, link=True):
         ir.save(model, target, external_data=DATA_FILE)
     after = op_counts(model)
     weights_quantized = count_weight_dequantizers(model)

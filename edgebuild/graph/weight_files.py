@@ -5,19 +5,30 @@ them as they were read: external tensors of the input's data file. Writing them 
 through Python costs a mapped read and a write of every byte. Instead the output's data file is a
 kernel-side copy of the input's (``copy_file_range`` / ``sendfile``: the bytes never enter the
 process), the untouched tensors keep their offsets in it, and only tensors the passes made or
-changed go to a second file beside it. (Not a hard link: onnx_ir refuses to read external data
-from a file with more than one link.)
+changed go to a second file beside it.
+
+When the input is an earlier stage's output (``link=True``), the data file is not copied at all but
+hard-linked to it: both are store files, sealed read-only, never written again. onnx_ir refuses to
+map external data from a file with more than one link (against a hostile model that links a file
+from elsewhere into its directory), so stage outputs are read with :func:`load_stage_model`, which
+makes the same containment check itself (:func:`check_external_data`) and then maps them by
+absolute path. A copy's digest is the input's: known already when the input is an earlier stage's
+output, else hashed from the input while the kernel copies it; the store's scan of the output does
+not read the gigabytes again either way.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
+import threading
 from pathlib import Path
 
 import onnx_ir as ir
 
-from edgebuild.graph.external_data import iter_graphs, iter_tensors
+from edgebuild.graph.external_data import check_external_data, iter_graphs, iter_tensors
+from edgebuild.store import hashstate
+from edgebuild.store.links import clone_or_copy
+from edgebuild.store.local import seal
 
 EXTRA_SUFFIX = ".extra"  # the data file of new and changed tensors: <data file>.extra
 MIN_REUSED_SHARE = 0.5  # below this share of the input file still referenced, write a fresh file
@@ -38,10 +49,12 @@ def _same_file(tensor, data: Path) -> bool:
         return False
 
 
-def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data: Path) -> bool:
-    """Save ``model`` at ``target`` with ``target.parent / data_name`` a copy of ``source_data``, which its unchanged external tensors keep pointing into; other tensors go to
-    ``data_name + EXTRA_SUFFIX``. Returns False, writing nothing, when that does not apply (no such
-    file, or less than ``MIN_REUSED_SHARE`` of it still referenced): save the usual way then."""
+def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data: Path, *, link: bool = False) -> bool:
+    """Save ``model`` at ``target`` with ``target.parent / data_name`` a copy of ``source_data`` (a
+    hard link with ``link``: ``source_data`` is an earlier stage's output), which its unchanged
+    external tensors keep pointing into; other tensors go to ``data_name + EXTRA_SUFFIX``. Returns
+    False, writing nothing, when that does not apply (no such file, or less than
+    ``MIN_REUSED_SHARE`` of it still referenced): save the usual way then."""
     source_data, target = Path(source_data), Path(target)
     if not source_data.is_file() or (target.parent / data_name).exists():
         return False
@@ -56,7 +69,8 @@ def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data
         return False  # an external attribute tensor: its location would not follow
     target.parent.mkdir(parents=True, exist_ok=True)
     data = target.parent / data_name
-    shutil.copyfile(source_data, data)
+    if not (link and link_sealed(source_data, data)):
+        copy_vouched(source_data, data)
     extra_name = data_name + EXTRA_SUFFIX
     offset = 0
     with open(target.parent / extra_name, "wb") as extra:
@@ -78,3 +92,56 @@ def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data
         (target.parent / extra_name).unlink()
     ir.save(model, target)
     return True
+
+
+def copy_vouched(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` in the kernel and vouch for the copy's digest (see
+    :mod:`edgebuild.store.hashstate`): the source's, hashed meanwhile on another core when not known
+    yet. Nothing is vouched if the source changed while it was copied."""
+    before = hashstate.stamp_of(os.stat(source))
+    found: list[tuple[str, tuple]] = []
+    def digest() -> None:
+        try:
+            found.append(hashstate.hashed_once(source))
+        except OSError:
+            pass  # then the store's scan hashes the copy
+
+    hasher = threading.Thread(target=digest, daemon=True)
+    hasher.start()
+    try:
+        clone_or_copy(source, target)  # a reflink where the file system shares extents
+    finally:
+        hasher.join()
+    if found and found[0][1] == before == hashstate.stamp_of(os.stat(source)):
+        hashstate.vouch(target, found[0][0])
+
+
+def link_sealed(source: Path, target: Path) -> bool:
+    """Hard-link ``target`` to the store file ``source``, sealed read-only first, keeping its
+    remembered digest for both names; False if it cannot be (another file system, no links)."""
+    known = hashstate.known_sha256(source)
+    if not seal(source):
+        return False
+    try:
+        os.link(source, target)
+    except OSError:
+        return False
+    if known is not None:  # sealing and linking move the inode's ctime, not its bytes
+        hashstate.vouch(source, known)
+        hashstate.vouch(target, known)
+    return True
+
+
+def load_stage_model(path: Path) -> ir.Model:
+    """An ONNX model a stage wrote (its weights stay mapped, not read). Its data file may be a hard
+    link to an earlier stage's (see the module docstring): every external tensor is checked to lie
+    inside the model's directory and within its file, then mapped by absolute path."""
+    path = Path(path)
+    model = ir.load(path)
+    check_external_data(model, path.parent)
+    for value, tensor in _initializer_tensors(model):
+        if isinstance(tensor, ir.ExternalTensor) and os.stat(tensor.path).st_nlink > 1:
+            value.const_value = ir.ExternalTensor(
+                os.path.realpath(tensor.path), tensor.offset, tensor.length, tensor.dtype, shape=tensor.shape,
+                name=tensor.name, doc_string=tensor.doc_string, metadata_props=tensor.metadata_props)
+    return model

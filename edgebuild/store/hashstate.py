@@ -3,6 +3,10 @@
 The same idea as DVC's state and Bazel's digest cache: stat is cheap, sha256 of a
 gigabyte is not. The DB only saves work: when SQLite cannot answer (another process holds a
 lock past the timeout, a read-only or damaged file), the file is hashed again, never failed.
+
+What this process remembered is also kept in memory, DB or not: a stage that copied or linked a
+file whose digest it knew (or hashed it while doing other work) vouches for the result, and the
+scan of its output then reads nothing (a decoder's weights are gigabytes, hashed at ~1.7 GB/s).
 """
 
 from __future__ import annotations
@@ -17,13 +21,18 @@ _CHUNK = 1 << 20
 _LOCK_TIMEOUT = 30.0  # seconds to wait for another process's write before hashing instead
 _local = threading.local()
 _db_path: Path | None = None
+_memo: dict[str, tuple[tuple[int, int, int, int], str]] = {}  # resolved path -> (stamp, sha256)
+_memo_lock = threading.Lock()
 
 
 def configure(db_path: Path | None) -> None:
-    """Use ``db_path`` as the state DB (None: hash every time)."""
+    """Use ``db_path`` as the state DB (None: hash every time, but for what this process vouched for
+    since)."""
     global _db_path
     _db_path = db_path
     _local.__dict__.clear()
+    with _memo_lock:
+        _memo.clear()
 
 
 def _connection() -> sqlite3.Connection | None:
@@ -77,16 +86,44 @@ def hashed(path: Path) -> tuple[str, tuple[int, int, int, int]]:
 
 def remember(path: Path, stamp: tuple[int, int, int, int], digest: str) -> None:
     """Record that ``path`` had ``digest`` while its stat was ``stamp``."""
-    _query("INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?, ?)", (str(Path(path).resolve()), *stamp, digest))
+    resolved = str(Path(path).resolve())
+    with _memo_lock:
+        _memo[resolved] = (tuple(stamp), digest)
+    _query("INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?, ?)", (resolved, *stamp, digest))
+
+
+def vouch(path: Path, digest: str) -> None:
+    """Record ``digest`` for ``path`` as it is now: for a file this process just made from bytes whose
+    digest it knew (a copy, a hard link, a file it hashed itself), so it need not be read again."""
+    remember(path, stamp_of(os.stat(path)), digest)
+
+
+def hashed_once(path: Path) -> tuple[str, tuple[int, int, int, int]]:
+    """(sha256, stamp) of ``path``: remembered if its stat is unchanged, else hashed and remembered."""
+    path = Path(path).resolve()
+    st = os.stat(path)
+    known = _remembered(path, st)
+    if known is not None:
+        return known, stamp_of(st)
+    digest, stamp = hashed(path)
+    remember(path, stamp, digest)
+    return digest, stamp
 
 
 def forget(folder: Path) -> None:
     """Drop what is remembered of the files under ``folder`` (an evicted store entry)."""
     prefix = str(Path(folder).resolve()) + os.sep  # (left behind, a row cannot match: a new file has a new ctime)
+    with _memo_lock:
+        for stale in [p for p in _memo if p.startswith(prefix)]:
+            del _memo[stale]
     _query("DELETE FROM state WHERE substr(path, 1, ?) = ?", (len(prefix), prefix))
 
 
 def _remembered(path: Path, st: os.stat_result) -> str | None:
+    with _memo_lock:
+        memo = _memo.get(str(path))
+    if memo is not None and memo[0] == stamp_of(st):
+        return memo[1]
     rows = _query("SELECT inode, size, mtime_ns, ctime_ns, sha256 FROM state WHERE path = ?", (str(path),))
     return rows[0][4] if rows and tuple(rows[0][:4]) == stamp_of(st) else None
 
@@ -106,3 +143,14 @@ def known_sha256(path: Path) -> str | None:
     """The remembered digest of ``path`` if its stat is unchanged, else None (no hashing)."""
     path = Path(path).resolve()
     return _remembered(path, os.stat(path))
+
+
+def link_vouched(source: Path, target: Path) -> None:
+    """Hard-link ``target`` to ``source`` and keep ``source``'s remembered digest for both names (a
+    link moves the inode's ctime, which would otherwise make the next look hash it again)."""
+    source = Path(source)
+    known = known_sha256(source)
+    os.link(source, target)
+    if known is not None:
+        vouch(source, known)
+        vouch(target, known)

@@ -19,9 +19,9 @@ VALIDATION_RUNTIMES = ("interpreter", "coreml")  # validate.runtimes; "coreml" o
 
 
 def _load_onnx(path: Path):
-    import onnx_ir as ir
+    from edgebuild.graph.weight_files import load_stage_model
 
-    return ir.load(str(path))
+    return load_stage_model(path)  # the optimise stage's data file may link the import stage's
 
 
 class CoreMLBackend(Backend):
@@ -248,7 +248,8 @@ class CoreMLBackend(Backend):
         result.program = None
         program = _saved_program(model, artifact)
         del model
-        gc.collect()
+        gc.collect()  # also removes coremltools' temporary package, whose weight file links ours
+        hashing = _hash_in_background(artifact)  # the store's scan of the output then reads nothing
         keep_fp32: set[str] = set()
         if "calibration" in params:
             guard = guard_run.get("result")
@@ -274,6 +275,7 @@ class CoreMLBackend(Backend):
             info["warnings"] = [w for w in warnings if w]
         plan_json = {**plan.to_json(), **policy.per_shape_plans(
             program, compute, policy.shape_choices(params["inputs"], result.input_names, params.get("generate")))}
+        hashing.join()
         return {
             "op_counts": result.op_counts,
             "renamed_inputs": renamed_inputs,
@@ -418,6 +420,25 @@ def _collections_skip_loaded_libraries():
         yield
     finally:
         gc.unfreeze()
+
+
+def _hash_in_background(artifact: Path):
+    """A started thread hashing the package's weight files (gigabytes for a decoder) on the other
+    core while the plan is made; what it hashed is remembered (edgebuild.store.hashstate)."""
+    import threading
+
+    from edgebuild.store.hashstate import hashed_once
+
+    def run() -> None:
+        for path in sorted((artifact / "Data").rglob("weights/*")):
+            try:
+                hashed_once(path)
+            except OSError:
+                pass  # the store's scan hashes it then
+
+    thread = threading.Thread(target=run, name="edgebuild-hash-weights", daemon=True)
+    thread.start()
+    return thread
 
 
 def _saved_program(model, artifact: Path):

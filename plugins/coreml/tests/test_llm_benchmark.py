@@ -20,7 +20,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[3]
-KEYS = {"row", "seconds", "process_seconds", "peak_mb", "after_imports_mb", "peak_delta_mb", "memory_ratio",
+KEYS = {"row", "seconds", "cpu_seconds", "cpu_vs_peer", "process_seconds", "peak_mb", "after_imports_mb", "peak_delta_mb", "memory_ratio",
         "package_mb", "peer", "time_vs_peer", "memory_vs_peer", "time_vs_floor", "error", "stage_peaks"}
 ROWS = {"edgebuild-onnx-fp16", "edgebuild-onnx-int4", "edgebuild-pytorch-fp16", "coremltools-guide-fp16",
         "coremltools-guide-int4", "coremltools-llama", "io-floor"}
@@ -47,8 +47,9 @@ def test_small_benchmark_json_rows(tmp_path):
         assert row["error"] is None, f"{name}: {row['error']}"
         assert _number(row["peak_delta_mb"]) and _number(row["memory_ratio"]), name
         assert _number(row["package_mb"]) and row["package_mb"] > 0, name
+        assert _number(row["cpu_seconds"]) and row["cpu_seconds"] > 0, name
     for name in ("edgebuild-onnx-fp16", "edgebuild-onnx-int4", "edgebuild-pytorch-fp16"):
-        assert _number(rows[name]["memory_vs_peer"]), name
+        assert _number(rows[name]["memory_vs_peer"]) and _number(rows[name]["cpu_vs_peer"]), name
         assert all(_number(peak["ratio"]) for peak in rows[name]["stage_peaks"].values()), name
     # the 4-bit packages hold about a quarter of the fp16 bytes
     assert rows["edgebuild-onnx-int4"]["package_mb"] < 0.5 * rows["edgebuild-onnx-fp16"]["package_mb"]

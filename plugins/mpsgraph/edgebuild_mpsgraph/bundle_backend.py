@@ -15,6 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from edgebuild.dag.stages import Stage
+from edgebuild.graph.weight_files import load_stage_model
 from edgebuild.protocols import Backend
 from edgebuild_mpsgraph.options import BundleOptions, preference
 
@@ -59,7 +60,7 @@ def type_kernel_outputs(model: ir.Model, kernels: dict) -> None:
 
 
 def load_model(path: Path, registry) -> tuple[ir.Model, dict]:
-    model = ir.load(str(path))
+    model = load_stage_model(path)  # its data file may link the import stage's
     ir.external_data.load_to_model(model)
     kernels = kernel_ops(registry)
     type_kernel_outputs(model, kernels)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,12 +193,34 @@ def quant_range(dtype: str, symmetric: bool) -> tuple[int, int]:
     return (low + 1 if symmetric else low), high
 
 
+SPLIT_ELEMENTS = 1 << 20  # a weight this large is quantised in slices of about this many elements
+THREADS = 2
+
+
 def quantize_blockwise(weight: np.ndarray, config: LinearWeights, block_sizes: list[int]):
     """(integer data shaped like ``weight``, scale, offset or None) with one scale per block.
 
     The scale is rounded to the weight's dtype first and the data quantised against that
     rounded scale, so dequantising what is stored gives the nearest representable values.
+    A large weight with an axis of one channel per block (per-channel and per-block modes) is
+    quantised in slices along it, on two threads (numpy releases the GIL): the float32 working
+    copy is a slice's, not the whole weight's.
     """
+    axis = next((i for i, b in enumerate(block_sizes) if b == 1 and weight.shape[i] > 1), None)
+    if axis is None or weight.size <= SPLIT_ELEMENTS:
+        return _quantize_blockwise(weight, config, block_sizes)
+    step = max(1, weight.shape[axis] * SPLIT_ELEMENTS // weight.size)
+    slices = [weight[(slice(None),) * axis + (slice(start, start + step),)]
+              for start in range(0, weight.shape[axis], step)]
+    with ThreadPoolExecutor(THREADS) as pool:
+        parts = list(pool.map(lambda part: _quantize_blockwise(part, config, block_sizes), slices))
+    data = np.concatenate([p[0] for p in parts], axis=axis)
+    scale = np.concatenate([p[1] for p in parts], axis=axis)
+    offset = None if parts[0][2] is None else np.concatenate([p[2] for p in parts], axis=axis)
+    return data, scale, offset
+
+
+def _quantize_blockwise(weight: np.ndarray, config: LinearWeights, block_sizes: list[int]):
     blocked_shape, scale_shape, reduce_axes = [], [], []
     for dim, block in zip(weight.shape, block_sizes):
         if block:

@@ -4,6 +4,7 @@ metadata, and an atomic write (a reader never sees a half-written package).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -117,6 +118,63 @@ def apply_metadata(model, metadata: Mapping[str, Any]) -> None:
             setattr(model, key, str(metadata[key]))
 
 
+# -- weight file ----------------------------------------------------------------------------
+@contextlib.contextmanager
+def weights_written_once():
+    """Within: coremltools writes each float weight to the weight file from the array itself, and
+    moves the weight file into the package it makes rather than copying it.
+
+    Its serializer otherwise hands an fp16 weight to the file writer through two full copies
+    (``flatten()``, then ``tobytes()``), and ``_create_mlpackage`` copies the finished weight file
+    (gigabytes for a decoder) from its temporary directory into the temporary package. Module
+    attributes of coremltools, restored after; the lower stages that run coremltools take turns
+    (``Stage.extra["exclusive"]``)."""
+    from coremltools.converters.mil.backend.mil import helper
+    from coremltools.models import model as ct_model
+
+    write, create = helper._get_offset_by_writing_data, ct_model._create_mlpackage
+    helper._get_offset_by_writing_data = lambda var, writer: _write_float_blob(var, writer) or write(var, writer)
+    ct_model._create_mlpackage = lambda spec, weights_dir=None, package_path=None: _package_moving_weights(
+        create, spec, weights_dir, package_path)
+    try:
+        yield
+    finally:
+        helper._get_offset_by_writing_data, ct_model._create_mlpackage = write, create
+
+
+def _write_float_blob(var, writer) -> int | None:
+    """The offset of fp16/fp32 ``var`` written from its own (contiguous) array; None for other types."""
+    from coremltools.converters.mil.mil import types
+
+    value = var.val
+    if not isinstance(value, np.ndarray):
+        return None
+    if var.dtype == types.fp16 and value.dtype == np.float16:
+        return writer.write_fp16_data(np.ascontiguousarray(value).reshape(-1).view(np.uint16))
+    if var.dtype == types.fp32 and value.dtype == np.float32:
+        return writer.write_float_data(np.ascontiguousarray(value).reshape(-1))
+    return None
+
+
+def _package_moving_weights(create, spec, weights_dir, package_path):
+    """coremltools' ``_create_mlpackage`` given an empty weights directory, the files then moved in."""
+    if weights_dir is None or not os.listdir(weights_dir):
+        return create(spec, weights_dir, package_path)
+    held = Path(tempfile.mkdtemp(prefix=".weights.", dir=Path(weights_dir).parent))
+    names = os.listdir(weights_dir)
+    try:
+        for name in names:
+            os.rename(Path(weights_dir) / name, held / name)
+        path = create(spec, weights_dir, package_path)
+        target = Path(path) / "Data" / "com.apple.CoreML" / "weights"
+        target.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            shutil.move(held / name, target / name)  # a rename on one file system
+        return path
+    finally:
+        shutil.rmtree(held, ignore_errors=True)
+
+
 # -- atomic save ----------------------------------------------------------------------------
 def save_atomically(model, path: Path) -> None:
     """Write beside ``path`` then rename, so ``path`` is either the old or the new package."""
@@ -136,8 +194,10 @@ def link_weight_files(src: str, dst: str) -> str:
     """``copytree``'s copy function for packages: a file in ``weights/`` is hard-linked (written
     once by coremltools and never changed, gigabytes for a decoder), anything else copied."""
     if Path(src).parent.name == "weights":
+        from edgebuild.store.hashstate import link_vouched
+
         try:
-            os.link(src, dst)
+            link_vouched(src, dst)  # the digest the store knows of src holds for dst: not hashed again
             return dst
         except OSError:  # another file system, or no hard links there
             pass
@@ -206,7 +266,7 @@ def save_mlpackage(
     precision_option = compute_precision(precision)
     pipeline = pass_pipeline(precision, keep_fp32=keep_fp32, before_cast=before_fp16_cast, passes=passes)
     try:
-        with validated_once(program):
+        with validated_once(program), weights_written_once():
             model = ct.convert(
                 program,
                 convert_to="mlprogram",

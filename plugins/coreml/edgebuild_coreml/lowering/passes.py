@@ -26,6 +26,8 @@ from coremltools.converters.mil.mil.passes.defs.quantization import add_fp16_cas
 from coremltools.converters.mil.mil.passes.graph_pass import AbstractGraphPass
 from coremltools.converters.mil.mil.passes.pass_registry import register_pass
 
+from edgebuild_coreml.lowering.fp16_weights import MIN_ELEMENTS as FP16_WEIGHT_ELEMENTS
+from edgebuild_coreml.lowering.fp16_weights import WeightCasts
 from edgebuild_coreml.memory import drop_mapped_pages
 
 FP16_CAST_PASS = "common::add_fp16_cast"
@@ -112,7 +114,23 @@ class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass
         if self.before_cast is not None:
             keep.update(self.before_cast(prog))
         self.op_selector = lambda op: op.name not in keep
-        super().apply(prog)
+        # each large weight is cast once, as its overflow is checked, and its cast op takes that value
+        with WeightCasts().serving_casts() as casts:
+            self._casts = casts
+            try:
+                super().apply(prog)
+            finally:
+                self._casts = None
+
+    _casts: WeightCasts | None = None
+
+    def is_valid_op(self, op) -> bool:
+        if op.op_type in self._UNSUPPORTED_FP16_OPS or (self.op_selector is not None and not self.op_selector(op)):
+            return False  # (not selected: its weights need no fp16 copy)
+        if self._casts is None:
+            return not self.fp16_overflow(op)
+        return not any(self._casts.overflows(var) if np.size(var.val) >= FP16_WEIGHT_ELEMENTS else _overflows(var)
+                       for var in _fp32_consts(op))
 
     def transform_op(self, op):
         weights = [var for var in _const_inputs(op) if var.is_tensor_or_scalar_of(dtype="fp32")
@@ -135,18 +153,20 @@ class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass
 
     @staticmethod
     def fp16_overflow(op) -> bool:
-        from edgebuild_coreml.fp16_guard import FP16_MAX, MEANT_AS_INFINITY, max_finite_magnitude
+        return any(_overflows(var) for var in _fp32_consts(op))
 
-        for inputs in op.inputs.values():
-            for var in inputs if isinstance(inputs, (list, tuple)) else (inputs,):
-                if var.op is None or var.op.op_type != "const" or not var.is_tensor_or_scalar_of(dtype="fp32"):
-                    continue
-                # Values meant as infinity may become fp16's inf; only real values must fit.
-                # a mapped weight's pages go as they are scanned: the cast reads it again, alone
-                value = np.asarray(var.op.val.val)
-                if max_finite_magnitude(value, below=MEANT_AS_INFINITY, drop_pages=True) > FP16_MAX:
-                    return True
-        return False
+
+def _fp32_consts(op) -> list:
+    return [var for inputs in op.inputs.values() for var in (inputs if isinstance(inputs, (list, tuple)) else (inputs,))
+            if var.op is not None and var.op.op_type == "const" and var.is_tensor_or_scalar_of(dtype="fp32")]
+
+
+def _overflows(var) -> bool:
+    """Whether the fp32 constant ``var`` holds a real value beyond fp16's range (values meant as
+    infinity may become fp16's inf). A mapped weight's pages go as they are scanned."""
+    from edgebuild_coreml.fp16_guard import FP16_MAX, MEANT_AS_INFINITY, max_finite_magnitude
+
+    return max_finite_magnitude(np.asarray(var.op.val.val), below=MEANT_AS_INFINITY, drop_pages=True) > FP16_MAX
 
 
 def _const_inputs(op) -> list:

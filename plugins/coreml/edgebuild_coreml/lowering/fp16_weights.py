@@ -1,0 +1,103 @@
+"""fp32 weights cast to fp16 once each, for the fp16 cast pass, with its overflow check on the result.
+
+coremltools' cast pass reads every fp32 weight twice: once to check that it fits fp16 (a scan of
+|x| over the whole constant, for each reader), once more to compute its ``cast`` op's value. Here
+a weight is cast when the pass first checks it, in chunks on two threads (numpy releases the GIL),
+and the fp16 result is checked for inf as it is made: a weight without any fits. Only a weight
+that became inf is scanned in fp32, to tell values meant as infinity (an attention mask from
+float32's min, which may become fp16's inf) from real ones out of range. The ``cast`` op the pass
+then makes for the weight takes the fp16 array already made as its value.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import numpy as np
+from coremltools.converters.mil.mil.ops.defs.iOS15.elementwise_unary import cast as cast_op
+
+from edgebuild_coreml.memory import drop_mapped_pages
+
+MIN_ELEMENTS = 4096  # smaller constants: coremltools' own check and cast are as cheap
+CHUNK_ELEMENTS = 1 << 22  # 16 MB of fp32 per step
+THREADS = 2
+
+
+def cast_checked(value: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(``value`` as fp16 in the same layout, whether any element became inf)."""
+    out = np.empty_like(value, dtype=np.float16)  # order K: the source's layout
+    source, target = np.ravel(value, order="K"), np.ravel(out, order="K")
+    if not (np.shares_memory(source, value) and np.shares_memory(target, out)):  # not a dense layout
+        with np.errstate(over="ignore"):
+            out = value.astype(np.float16)
+        return out, bool(np.isinf(out).any())
+
+    def cast(start: int) -> bool:
+        chunk = target[start:start + CHUNK_ELEMENTS]
+        with np.errstate(over="ignore"):  # inf is what the check below looks for
+            np.copyto(chunk, source[start:start + CHUNK_ELEMENTS], casting="unsafe")
+        return bool(np.isinf(chunk).any())
+
+    starts = range(0, source.size, CHUNK_ELEMENTS)
+    if len(starts) == 1:
+        return out, cast(0)
+    with ThreadPoolExecutor(THREADS) as pool:
+        return out, any(list(pool.map(cast, starts)))
+
+
+class WeightCasts:
+    """The fp16 values of the large fp32 constants the cast pass checked, until their casts take them."""
+
+    def __init__(self) -> None:
+        self._checked: dict[int, tuple[object, bool]] = {}  # id(var) -> (var, out of fp16's range)
+        self._made: dict[int, tuple[object, np.ndarray]] = {}  # id(var) -> (var, fp16 value)
+
+    def overflows(self, var) -> bool:
+        """Whether the fp32 constant ``var`` holds a real value fp16 cannot (cast once, on first ask)."""
+        known = self._checked.get(id(var))
+        if known is not None and known[0] is var:
+            return known[1]
+        value = np.asarray(var.val)
+        fp16, became_inf = cast_checked(value)
+        overflow = became_inf and _out_of_range(value)
+        self._checked[id(var)] = (var, overflow)
+        if not overflow:
+            self._made[id(var)] = (var, fp16)
+        drop_mapped_pages([value])  # a lowered weight viewing its mapped initializer: read once
+        return overflow
+
+    def take(self, var) -> np.ndarray | None:
+        """The fp16 value made for ``var``, handed over once."""
+        made = self._made.pop(id(var), None)
+        return made[1] if made is not None and made[0] is var else None
+
+    @contextmanager
+    def serving_casts(self):
+        """Within: a ``cast`` to fp16 of a constant checked here takes the value made, not a new one.
+        (A class attribute of coremltools' op, restored after; the lower stages that run coremltools'
+        passes take turns, see ``Stage.extra["exclusive"]``.)"""
+        original = cast_op.__dict__["get_cast_value"]
+        casts = self
+
+        def get_cast_value(cls, input_var, dtype_val):
+            if dtype_val == "fp16":
+                made = casts.take(input_var)
+                if made is not None:
+                    return made
+            return original.__func__(cls, input_var, dtype_val)
+
+        cast_op.get_cast_value = classmethod(get_cast_value)
+        try:
+            yield self
+        finally:
+            cast_op.get_cast_value = original
+            self._checked.clear()
+            self._made.clear()
+
+
+def _out_of_range(value: np.ndarray) -> bool:
+    """Whether fp32 ``value`` holds a real (not meant as infinite) value beyond fp16's range."""
+    from edgebuild_coreml.fp16_guard import FP16_MAX, MEANT_AS_INFINITY, max_finite_magnitude
+
+    return max_finite_magnitude(value, below=MEANT_AS_INFINITY) > FP16_MAX
