@@ -20,6 +20,9 @@ The model is benchmarks/llm_source.py's Llama (TinyLlama-1.1B's shape, random we
   failure (coremltools 9.0 has no conversion for transformers 5.x's ``diff``) is the peer's result;
 - ``I/O floor``: one read of the fp32 weights and one write of them as fp16, in 64 MB chunks.
 
+Every row starts with its source files in the page cache (read once, untimed, before its process
+starts), so no row pays a cold read the others do not.
+
 Memory is ``(peak RSS - RSS after imports) / fp16 weight bytes`` (2 bytes per parameter): each worker
 reports its resident set size once its libraries are loaded, and the middle process reads the worker's
 peak from ``getrusage(RUSAGE_CHILDREN)``. Time is the work after the imports. Ratios: against the
@@ -352,7 +355,23 @@ def _error_line(text: str) -> str:
     return (lines[-1] if lines else "failed")[:300]
 
 
+def source_files(row: str, source: dict) -> list[str]:
+    """The files a row reads its weights from: the ONNX export or the safetensors checkpoint."""
+    layout = "onnx/" if row.startswith("edgebuild-onnx") or row == "io-floor" else "pytorch/"
+    return [path for name, path in source.items() if name.startswith(layout)]
+
+
+def warm_page_cache(paths: list[str]) -> None:
+    """Read ``paths`` once, untimed, so every row starts with its source in the page cache: rows then
+    compare conversions, not which one happened to pay a cold read of 4 GB."""
+    for path in paths:
+        with open(path, "rb", buffering=0) as file:
+            while file.read(CHUNK):
+                pass
+
+
 def run_row(row: str, source: dict, scratch_root: Path) -> dict:
+    warm_page_cache(source_files(row, source))
     scratch = Path(tempfile.mkdtemp(prefix=f"{row}.", dir=scratch_root))
     try:
         done = subprocess.run([sys.executable, __file__, "--measure", row, json.dumps(source), str(scratch)],
