@@ -125,24 +125,45 @@ def _max_abs(value) -> float | None:
     return max_finite_magnitude(array)
 
 
+def _activation_peak(value) -> float | None:
+    """``_max_abs`` of an op's output: one max and one min over the whole array, which covers
+    the usual all-finite activation without the chunked scan's per-chunk calls."""
+    array = np.asarray(value)
+    if array.dtype.kind != "f" or array.size == 0:
+        return None
+    high, low = float(np.max(array)), float(np.min(array))
+    if np.isfinite(high) and np.isfinite(low):
+        return max(high, -low, 0.0)
+    return max_finite_magnitude(array)
+
+
 def activation_ranges(program, samples: Iterable) -> dict[str, float]:
-    """Largest |output| of every float-producing op over ``samples`` (read once, in order)."""
+    """Largest |output| of every float-producing op over ``samples`` (read once, in order).
+
+    The runs use one BLAS thread: the interpreter's matrix products (a conv's tile of windows,
+    a transformer's projections) are too small for OpenBLAS's pool to share, whose threads wait
+    on each other instead; on a busy machine that made the guard several times slower than one
+    thread, and on an idle one it was no faster.
+    """
+    from threadpoolctl import threadpool_limits
+
     ranges: dict[str, float] = {}
 
     def observe(op, outputs) -> None:
-        peaks = [m for m in map(_max_abs, outputs) if m is not None]
+        peaks = [m for m in map(_activation_peak, outputs) if m is not None]
         if peaks:
             ranges[op.name] = max(max(peaks), ranges.get(op.name, 0.0))
 
     from edgebuild_coreml.interpreter import run_program
     from edgebuild_coreml.interpreter.plan import forget_plans
 
-    try:
-        for sample in samples:
-            run_program(program, sample, observer=observe)
-            return_freed_memory()  # else each run's freed activations stay resident, and add up
-    finally:
-        forget_plans(program)  # the cast pass rewrites the program next: its plan would pin old ops
+    with threadpool_limits(limits=1, user_api="blas"):
+        try:
+            for sample in samples:
+                run_program(program, sample, observer=observe)
+                return_freed_memory()  # else each run's freed activations stay resident, and add up
+        finally:
+            forget_plans(program)  # the cast pass rewrites the program next: its plan would pin old ops
     return ranges
 
 
