@@ -32,9 +32,7 @@ def _float_operand(x, donated) -> tuple[np.ndarray, np.ndarray | None]:
 @evaluates("relu", inplace=True)
 def relu(op, x, donated=()):
     value, out = _float_operand(x, donated)
-    dtype = value.dtype.type
-    # a two-sided clip: numpy's maximum takes about twice as long on float arrays
-    return np.clip(value, dtype(0), dtype(np.inf), out=out)
+    return np.maximum(value, 0, out=out)
 
 
 @evaluates("relu6")

@@ -36,10 +36,11 @@ _REDUCTIONS = {
 }
 
 
-def _trailing_sum(value: np.ndarray, axes, keep_dims: bool) -> np.ndarray | None:
-    """The sum of a C-contiguous float32 array over its last axes (a global pool's) as one
-    matrix-vector product, several times faster than numpy's strided reduction; None for other
-    arrays and axes."""
+def _block_sum(value: np.ndarray, axes, keep_dims: bool) -> np.ndarray | None:
+    """The sum of a C-contiguous float32 array over a run of adjacent axes (a global pool's, a
+    height's), viewed as [outer, inner, rest] and summed over inner: one matrix-vector product
+    when outer or rest is 1, else one add.reduce (np.sum and np.mean cost several times more per
+    call on the small arrays of a conv net); None for other arrays and axes."""
     ndim = value.ndim
     if value.dtype != np.float32 or ndim == 0 or value.size == 0 or not value.flags.c_contiguous:
         return None
@@ -47,12 +48,18 @@ def _trailing_sum(value: np.ndarray, axes, keep_dims: bool) -> np.ndarray | None
     if any(not -ndim <= a < ndim for a in axes):
         return None  # numpy names the bad axis
     reduced = sorted({a % ndim for a in axes})
-    kept = ndim - len(reduced)
-    if len(reduced) != len(axes) or reduced != list(range(kept, ndim)):
+    if not reduced or len(reduced) != len(axes) or reduced != list(range(reduced[0], reduced[-1] + 1)):
         return None
-    inner = int(np.prod(value.shape[kept:]))
-    sums = value.reshape(-1, inner) @ np.ones(inner, np.float32)
-    return sums.reshape(value.shape[:kept] + (1,) * len(reduced) if keep_dims else value.shape[:kept])
+    start, stop = reduced[0], reduced[-1] + 1
+    shape = value.shape
+    inner, rest = int(np.prod(shape[start:stop])), int(np.prod(shape[stop:]))
+    if rest == 1:
+        sums = value.reshape(-1, inner) @ np.ones(inner, np.float32)
+    elif value.size == inner * rest:
+        sums = np.ones(inner, np.float32) @ value.reshape(inner, rest)
+    else:
+        sums = np.add.reduce(value.reshape(-1, inner, rest), axis=1)
+    return sums.reshape(shape[:start] + (1,) * len(reduced) * keep_dims + shape[stop:])
 
 
 @evaluates(*_REDUCTIONS)
@@ -60,7 +67,7 @@ def reduce(op, x):
     keep_dims = bool(x.get("keep_dims", False))
     value = _widened(np.asarray(x["x"]))
     if op.op_type in ("reduce_sum", "reduce_mean"):
-        sums = _trailing_sum(value, _axes(x), keep_dims)
+        sums = _block_sum(value, _axes(x), keep_dims)
         if sums is not None and op.op_type == "reduce_mean":
             sums /= np.float32(value.size // sums.size)  # elements summed per result
         if sums is not None:
