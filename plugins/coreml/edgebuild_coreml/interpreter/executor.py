@@ -17,6 +17,7 @@ import numpy as np
 from edgebuild.errors import BuildError, EdgebuildError
 
 from . import torch_kernels as kernels
+from .compiled import CompiledFunction
 from .control_flow import BLOCK_EVALUATORS
 from .loading import load_evaluators
 from .plan import (
@@ -68,10 +69,23 @@ def run_program(
     plan = plan_for(func, fp16=fp16)
     interpreter = _Interpreter(plan, observer=observer)
     env = interpreter.bind_function_inputs(func, inputs, states)
-    outputs = interpreter.run_block(func, env)
+    outputs = None
+    if observer is None:  # the observer sees every op on the generic loop
+        compiled = plan.compiled_function(func, lambda: _compile(plan, func))
+        if compiled is not None:
+            outputs = compiled.run(env)  # None: a constant past the cache's cap, run generically
+    if outputs is None:
+        outputs = interpreter.run_block(func, env)
     if states is not None:
         states.update(interpreter.states_written)
     return {var.name: value for var, value in zip(func.outputs, outputs)}
+
+
+def _compile(plan: Plan, func) -> CompiledFunction | None:
+    if not CompiledFunction.eligible(func):
+        return None
+    fp16 = plan.fp16
+    return CompiledFunction(plan, func, lambda var, declared, value: _conform(var, declared, value, fp16))
 
 
 def load_mlpackage(path: str | os.PathLike):
@@ -246,24 +260,29 @@ class _Interpreter:
         return args, frozenset(donated)
 
     def _conform(self, var, declared, value, op=None):
-        """Cast ``value`` to ``var``'s declared dtype (and fp16-round if emulating)."""
-        if declared is None:
-            return value
-        dtype, shape = declared
-        array = value if isinstance(value, np.ndarray) else np.asarray(value)
-        if op is not None and not shape_matches(array.shape, shape):
-            raise BuildError(
-                f"MIL interpreter: op {op.name!r} ({op.op_type}) produced shape "
-                f"{array.shape} for {var.name!r}, which is declared {tuple(shape)}"
-            )
-        if array.dtype != dtype:
-            array = kernels.cast(array, dtype)
-        if self.fp16 and dtype == np.float32:
-            array = kernels.round_to_half(array)
-        return array
+        return _conform(var, declared, value, self.fp16, op)
 
 
 _MISSING = object()
+
+
+def _conform(var, declared, value, fp16: bool, op=None):
+    """Cast ``value`` to ``var``'s declared dtype (and fp16-round if emulating); an op's output
+    (``op`` given) must have the declared shape."""
+    if declared is None:
+        return value
+    dtype, shape = declared
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if op is not None and not shape_matches(array.shape, shape):
+        raise BuildError(
+            f"MIL interpreter: op {op.name!r} ({op.op_type}) produced shape "
+            f"{array.shape} for {var.name!r}, which is declared {tuple(shape)}"
+        )
+    if array.dtype != dtype:
+        array = kernels.cast(array, dtype)
+    if fp16 and dtype == np.float32:
+        array = kernels.round_to_half(array)
+    return array
 
 
 def _state_value(var, given) -> np.ndarray:

@@ -36,10 +36,42 @@ _REDUCTIONS = {
 }
 
 
+def _block_sum(value: np.ndarray, axes, keep_dims: bool) -> np.ndarray | None:
+    """The sum of a C-contiguous float32 array over a run of adjacent axes (a global pool's, a
+    height's), viewed as [outer, inner, rest] and summed over inner: one matrix-vector product
+    when outer or rest is 1, else one add.reduce (np.sum and np.mean cost several times more per
+    call on the small arrays of a conv net); None for other arrays and axes."""
+    ndim = value.ndim
+    if value.dtype != np.float32 or ndim == 0 or value.size == 0 or not value.flags.c_contiguous:
+        return None
+    axes = tuple(range(ndim)) if axes is None else axes
+    if any(not -ndim <= a < ndim for a in axes):
+        return None  # numpy names the bad axis
+    reduced = sorted({a % ndim for a in axes})
+    if not reduced or len(reduced) != len(axes) or reduced != list(range(reduced[0], reduced[-1] + 1)):
+        return None
+    start, stop = reduced[0], reduced[-1] + 1
+    shape = value.shape
+    inner, rest = int(np.prod(shape[start:stop])), int(np.prod(shape[stop:]))
+    if rest == 1:
+        sums = value.reshape(-1, inner) @ np.ones(inner, np.float32)
+    elif value.size == inner * rest:
+        sums = np.ones(inner, np.float32) @ value.reshape(inner, rest)
+    else:
+        sums = np.add.reduce(value.reshape(-1, inner, rest), axis=1)
+    return sums.reshape(shape[:start] + (1,) * len(reduced) * keep_dims + shape[stop:])
+
+
 @evaluates(*_REDUCTIONS)
 def reduce(op, x):
     keep_dims = bool(x.get("keep_dims", False))
     value = _widened(np.asarray(x["x"]))
+    if op.op_type in ("reduce_sum", "reduce_mean"):
+        sums = _block_sum(value, _axes(x), keep_dims)
+        if sums is not None and op.op_type == "reduce_mean":
+            sums /= np.float32(value.size // sums.size)  # elements summed per result
+        if sums is not None:
+            return sums
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return _REDUCTIONS[op.op_type](value, _axes(x), keep_dims)
 

@@ -28,6 +28,7 @@ SMALL_CONSTANT_BYTES = 1024  # kept without counting
 
 _PLANS_ATTRIBUTE = "_edgebuild_interpreter_plans"
 _plans_lock = threading.Lock()
+_NOT_COMPILED = object()
 
 
 class _PlanSlot(dict):
@@ -110,6 +111,22 @@ class Plan:
         self._lock = threading.Lock()
         self._widened: dict = {}  # {Var: (its fp16 value, that value as fp32)}
         self._is_constant: dict = {}  # {Var: whether its value is a constant's}
+        self._compiled: Any = _NOT_COMPILED  # see compiled_function
+
+    def compiled_function(self, func, compile: Callable[[], Any]) -> Any:
+        """``compile()``-d once for this plan (a CompiledFunction, or None when ``func`` does
+        not compile): the ops are the plan's, so it lives as long as the plan."""
+        compiled = self._compiled
+        if compiled is _NOT_COMPILED:
+            with self._lock:
+                if self._compiled is _NOT_COMPILED:
+                    self._compiled = compile()
+                compiled = self._compiled
+        return compiled
+
+    def release_of(self, op) -> tuple:
+        """The Vars no op after top-level ``op`` reads."""
+        return tuple(self._release.get(op, ()))
 
     def matches(self, func) -> bool:
         return self._operations == tuple(func.operations)
@@ -118,7 +135,7 @@ class Plan:
         """The ops of ``block`` to evaluate, in order (constants and lazily expanded weights left out)."""
         steps = self._steps.get(block)
         if steps is None:
-            steps = [Step(op, tuple(self._release.get(op, ())))
+            steps = [Step(op, self.release_of(op))
                      for op in block.operations if not is_constant_op(op) and not decompresses(op)]
             self._steps[block] = steps
         return steps

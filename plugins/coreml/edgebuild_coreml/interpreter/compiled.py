@@ -1,0 +1,280 @@
+"""A planned function compiled to one small callable per op over a slot array.
+
+The generic executor looks every value up by its Var in a dict, checks each constant's cache
+entry when it is read, looks up the evaluator and conforms every output through the general
+path, on every op of every run: for a small conv net that is a quarter of the time. Here that
+work is done once: every value gets a slot (an index into a list), each op becomes a closure
+with its evaluator, the slots it reads, writes and frees, and its outputs' declared types bound;
+the constants are conformed once into a template the run starts from. A run only copies the
+template, binds the inputs and calls the closures in order.
+
+Only straight-line functions compile (no cond/while_loop blocks, no states, no compressed
+weights expanded on read); the executor runs the others, and any run with an observer, through
+its generic loop. The semantics are the generic loop's: values freed after their last reader,
+in-place evaluators handed the inputs nobody else holds, outputs cast to their declared dtype
+(and rounded through fp16 when emulating).
+"""
+
+from __future__ import annotations
+
+import sys
+from operator import itemgetter
+from typing import Any, Callable
+
+import numpy as np
+
+from edgebuild.errors import BuildError, EdgebuildError
+
+from . import torch_kernels as kernels
+from .control_flow import BLOCK_EVALUATORS
+from .plan import Plan, Step, decompresses, is_constant_op, shape_matches, tensor_type_of
+from .registry import EVALUATORS, INPLACE
+
+Conform = Callable[[Any, Any, Any], Any]  # (var, declared type, value) -> conformed constant
+
+
+class CompiledFunction:
+    """The closures of a function's ops, its constants' template and its input/output slots."""
+
+    def __init__(self, plan: Plan, func, conform: Conform):
+        self._plan = plan
+        self._conform = conform
+        self._slot_of: dict = {}
+        for var in func.inputs.values():
+            self._slot(var)
+        constants = []
+        self._runs = []
+        for op in func.operations:
+            for out in op.outputs:
+                self._slot(out)
+            if is_constant_op(op):
+                constants.extend(op.outputs)
+                continue
+            step = Step(op, plan.release_of(op))
+            self._runs.append(_compile_step(step, self._slot_of, plan))
+        read = {var for op in func.operations if not is_constant_op(op) for var in _inputs(op)}
+        read.update(func.outputs)
+        self._constants = [var for var in constants if var in read]
+        self._outputs = [self._slot_of[var] for var in func.outputs]
+        self._template: list | None = None
+        self._sources: list = []  # (const Var, the stored value its template entry was made from)
+
+    @staticmethod
+    def eligible(func) -> bool:
+        """Whether ``func`` is straight-line with an evaluator for every op (else: generic loop)."""
+        for op in func.operations:
+            if op.blocks or op.op_type in BLOCK_EVALUATORS or decompresses(op):
+                return False
+            if not is_constant_op(op) and EVALUATORS.entry(op.op_type) is None:
+                return False
+        return True
+
+    def _slot(self, var) -> int:
+        slot = self._slot_of.get(var)
+        if slot is None:
+            slot = self._slot_of[var] = len(self._slot_of)
+        return slot
+
+    def run(self, env: dict) -> list | None:
+        """Outputs of the function on the bound inputs ``env`` {input Var: value} (consumed), or
+        None when its constants do not fit the plan's cache (the caller runs the generic loop)."""
+        slots = self._slots()
+        if slots is None:
+            return None
+        slot_of = self._slot_of
+        for var, value in env.items():
+            slots[slot_of[var]] = value
+        env.clear()  # the slots hold the inputs alone: one nobody else holds may be overwritten
+        for run in self._runs:
+            run(slots)
+        return [slots[i] for i in self._outputs]
+
+    def _slots(self) -> list | None:
+        """A fresh slot list holding every constant, made again when a constant's stored value
+        was swapped since (compression's sensitivity analysis does that in place)."""
+        template = self._template
+        if template is not None:
+            for var, source in self._sources:
+                holder = var._sym_val
+                if holder is None or holder.val is not source:
+                    template = None
+                    break
+        if template is None:
+            template = self._make_template()
+            if template is None:
+                return None
+        return template.copy()
+
+    def _make_template(self) -> list | None:
+        plan, conform = self._plan, self._conform
+        template: list = [None] * len(self._slot_of)
+        sources = []
+        for var in self._constants:
+            value = plan.constant(var, lambda var=var: conform(var, tensor_type_of(var), var.val))
+            if plan.cached(var) is not value:  # past the cache's cap: the generic loop frees it
+                return None
+            template[self._slot_of[var]] = value
+            holder = var._sym_val
+            sources.append((var, None if holder is None else holder.val))
+        self._template, self._sources = template, sources
+        return template
+
+
+def _inputs(op):
+    for var in op.inputs.values():
+        yield from (var if isinstance(var, (list, tuple)) else (var,))
+
+
+def _compile_step(step: Step, slot_of: dict, plan: Plan) -> Callable[[list], None]:
+    """The closure running ``step``: gather, evaluate, conform, free."""
+    op = step.op
+    entry = EVALUATORS.entry(step.op_type)  # its evaluator read per call, as the generic loop looks it up
+    gather = _gatherer(step, slot_of, plan)
+    donors = tuple((name, slot_of[var]) for name, var in step.donors) if step.op_type in INPLACE else ()
+    store = _storer(step, slot_of, plan.fp16)
+    donor_slots = {slot for _, slot in donors}
+    frees = tuple(slot_of[var] for var in step.release if var in slot_of and slot_of[var] not in donor_slots)
+
+    def run(slots: list) -> None:
+        try:
+            evaluator = entry.obj
+            if evaluator is None:
+                raise BuildError(f"MIL interpreter has no evaluator for op type {op.op_type!r} (op {op.name!r})",
+                                 hint="add one with @evaluates in edgebuild_coreml.interpreter")
+            args = gather(slots)
+            if donors:
+                donated = set()
+                for name, slot in donors:
+                    slots[slot] = None  # read by no later op: now only ``args`` holds it
+                    value = args[name]
+                    if sys.getrefcount(value) == 3 and _owns_writable_memory(value):  # args, value, the call
+                        donated.add(name)
+                del value
+                results = evaluator(op, args, donated=donated)
+            else:
+                results = evaluator(op, args)
+        except EdgebuildError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - report which op broke, keep the cause
+            raise BuildError(
+                f"MIL interpreter failed on op {op.name!r} ({op.op_type}): {type(exc).__name__}: {exc}"
+            ) from exc
+        store(slots, results)
+        for slot in frees:
+            slots[slot] = None
+
+    return run
+
+
+def _gatherer(step: Step, slot_of: dict, plan: Plan) -> Callable[[list], dict]:
+    """A function from the slots to the evaluator's args {param name: value}."""
+    names = tuple(name for name, _ in step.inputs)
+    lists = any(isinstance(var, tuple) for _, var in step.inputs)
+    # fp16 weights of an op that computes in fp32: widened once per plan (see Plan.widened)
+    widened = tuple((name, var) for name, var in step.inputs
+                    if step.widens and not isinstance(var, tuple) and var.op is not None
+                    and is_constant_op(var.op) and _declared_dtype(var) == np.float16)
+    if lists:
+        reads = tuple((name, tuple(slot_of[v] for v in var) if isinstance(var, tuple) else slot_of[var])
+                      for name, var in step.inputs)
+
+        def gather(slots):
+            return {name: [slots[i] for i in slot] if isinstance(slot, tuple) else slots[slot]
+                    for name, slot in reads}
+    elif len(names) == 1:
+        [name], slot = names, slot_of[step.inputs[0][1]]
+
+        def gather(slots):
+            return {name: slots[slot]}
+    elif names:
+        values = itemgetter(*(slot_of[var] for _, var in step.inputs))
+
+        def gather(slots):
+            return dict(zip(names, values(slots)))
+    else:
+        def gather(slots):
+            return {}
+    if not widened:
+        return gather
+
+    def gather_widened(slots):
+        args = gather(slots)
+        for name, var in widened:
+            value = args[name]
+            if getattr(value, "dtype", None) == np.float16:
+                wide = plan.widened(var, value)
+                if wide is not None:
+                    args[name] = wide
+        return args
+
+    return gather_widened
+
+
+def _declared_dtype(var):
+    declared = tensor_type_of(var)
+    return None if declared is None else declared[0]
+
+
+def _storer(step: Step, slot_of: dict, fp16: bool) -> Callable[[list, Any], None]:
+    """A function writing an evaluator's results, conformed to their declared types, to the slots."""
+    op = step.op
+    conformers = tuple((slot_of[out], _conformer(op, out, declared, fp16)) for out, declared, _ in step.outputs)
+    if len(conformers) == 1 and not step.outputs[0][2]:
+        [(slot, conform)] = conformers
+
+        def store_one(slots, result):
+            if isinstance(result, (tuple, list)):
+                if len(result) != 1:
+                    raise _arity_error(op, len(result))
+                result = result[0]
+            slots[slot] = conform(result)
+
+        return store_one
+    if len(conformers) == 1:
+        [(slot, conform)] = conformers
+
+        def store_list(slots, result):
+            slots[slot] = conform(result)
+
+        return store_list
+
+    def store_many(slots, results):
+        if len(results) != len(conformers):
+            raise _arity_error(op, len(results))
+        for (slot, conform), value in zip(conformers, results):
+            slots[slot] = conform(value)
+
+    return store_many
+
+
+def _arity_error(op, got: int) -> BuildError:
+    return BuildError(f"MIL interpreter: evaluator for {op.op_type!r} returned {got} values, "
+                      f"op {op.name!r} has {len(op.outputs)} outputs")
+
+
+def _conformer(op, var, declared, fp16: bool) -> Callable[[Any], Any]:
+    """``value`` -> ``value`` cast to ``var``'s declared dtype (and fp16-rounded if emulating),
+    its shape checked against the declared one."""
+    if declared is None:
+        return lambda value: value
+    dtype, shape = declared
+    rounds = fp16 and dtype == np.float32
+    static = tuple(int(d) for d in shape) if all(isinstance(d, (int, np.integer)) for d in shape) else None
+    ndarray, cast, round_to_half = np.ndarray, kernels.cast, kernels.round_to_half
+
+    def conform(value):
+        array = value if isinstance(value, ndarray) else np.asarray(value)
+        if array.shape != static and (static is not None or not shape_matches(array.shape, shape)):
+            raise BuildError(f"MIL interpreter: op {op.name!r} ({op.op_type}) produced shape "
+                             f"{array.shape} for {var.name!r}, which is declared {tuple(shape)}")
+        if array.dtype != dtype:
+            array = cast(array, dtype)
+        if rounds:
+            array = round_to_half(array)
+        return array
+
+    return conform
+
+
+def _owns_writable_memory(value) -> bool:
+    return isinstance(value, np.ndarray) and value.base is None and value.flags.writeable
