@@ -206,6 +206,7 @@ def _recipe_inputs(recipe: str) -> dict:
 def measure(tool: str, recipe: str, variant: str, source: str, cache: str) -> dict:
     """Middle process: run one worker, report its wall time, peak RSS and RSS after imports (MB)."""
     # the worker's temporaries (a --no-cache build's stage outputs), removed once it is timed
+    os.makedirs(cache, exist_ok=True)  # the baseline runs before anything made it
     scratch = tempfile.mkdtemp(prefix="scratch-", dir=cache)
     try:
         start = time.perf_counter()
