@@ -11,6 +11,17 @@ from edgebuild_coreml.interpreter.ops_conv import conv
 torch = pytest.importorskip("torch")
 
 
+
+def on_torch_kernels(compute):
+    """``compute()`` with torch's kernels on, on one thread as a worker runs them; torch's pool restored."""
+    threads = torch.get_num_threads()
+    torch_kernels.enable(threads=1)
+    try:
+        return compute()
+    finally:
+        torch_kernels.disable()
+        torch.set_num_threads(threads)
+
 @pytest.fixture
 def enabled():
     threads = torch.get_num_threads()
@@ -49,13 +60,7 @@ def test_torch_conv_matches_numpy_conv(shape, weight, strides, dilations, pad, g
          "bias": rng.standard_normal(weight[0]).astype(np.float32), "strides": np.array(strides),
          "dilations": np.array(dilations), "pad_type": "custom", "pad": np.array(pad), "groups": np.int32(groups)}
     mine = conv(_Conv(), x)
-    threads = torch.get_num_threads()
-    torch_kernels.enable(threads=1)
-    try:
-        theirs = conv(_Conv(), x)
-    finally:
-        torch_kernels.disable()
-        torch.set_num_threads(threads)
+    theirs = on_torch_kernels(lambda: conv(_Conv(), x))
     np.testing.assert_allclose(theirs, mine, rtol=1e-5, atol=1e-5)
 
 
@@ -84,11 +89,5 @@ def test_torch_max_pool_matches_numpy_max_pool(shape, kernel, strides, pad, ceil
     x = {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32), "kernel_sizes": np.array(kernel),
          "strides": np.array(strides), "pad_type": "custom", "pad": np.array(pad), "ceil_mode": np.bool_(ceil_mode)}
     mine = max_pool(_Pool(), x)
-    threads = torch.get_num_threads()
-    torch_kernels.enable(threads=1)
-    try:
-        theirs = max_pool(_Pool(), x)
-    finally:
-        torch_kernels.disable()
-        torch.set_num_threads(threads)
+    theirs = on_torch_kernels(lambda: max_pool(_Pool(), x))
     np.testing.assert_array_equal(theirs, mine)

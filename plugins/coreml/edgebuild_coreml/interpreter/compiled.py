@@ -28,7 +28,7 @@ from edgebuild.errors import BuildError, EdgebuildError
 from . import torch_kernels as kernels
 from .control_flow import BLOCK_EVALUATORS
 from .plan import Plan, Step, decompresses, is_constant_op, shape_matches, tensor_type_of
-from .registry import EVALUATORS, INPLACE
+from .registry import EVALUATORS, INPLACE, evaluation_failed, no_evaluator
 
 Conform = Callable[[Any, Any, Any], Any]  # (var, declared type, value) -> conformed constant
 
@@ -139,8 +139,7 @@ def _compile_step(step: Step, slot_of: dict, plan: Plan) -> Callable[[list], Non
         try:
             evaluator = entry.obj
             if evaluator is None:
-                raise BuildError(f"MIL interpreter has no evaluator for op type {op.op_type!r} (op {op.name!r})",
-                                 hint="add one with @evaluates in edgebuild_coreml.interpreter")
+                raise no_evaluator(op)
             args = gather(slots)
             if donors:
                 donated = set()
@@ -156,9 +155,7 @@ def _compile_step(step: Step, slot_of: dict, plan: Plan) -> Callable[[list], Non
         except EdgebuildError:
             raise
         except Exception as exc:  # noqa: BLE001 - report which op broke, keep the cause
-            raise BuildError(
-                f"MIL interpreter failed on op {op.name!r} ({op.op_type}): {type(exc).__name__}: {exc}"
-            ) from exc
+            raise evaluation_failed(op, exc) from exc
         store(slots, results)
         for slot in frees:
             slots[slot] = None

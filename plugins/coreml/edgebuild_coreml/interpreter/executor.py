@@ -29,7 +29,7 @@ from .plan import (
     shape_matches,
     tensor_type_of,
 )
-from .registry import EVALUATORS, INPLACE
+from .registry import EVALUATORS, INPLACE, evaluation_failed, no_evaluator
 
 __all__ = ["input_vars", "load_mlpackage", "run_mlpackage", "run_program"]
 
@@ -206,11 +206,7 @@ class _Interpreter:
             if step.op_type in BLOCK_EVALUATORS:
                 results = BLOCK_EVALUATORS[step.op_type](op, args, self, env)
             elif evaluator is None:
-                raise BuildError(
-                    f"MIL interpreter has no evaluator for op type {op.op_type!r} "
-                    f"(op {op.name!r})",
-                    hint="add one with @evaluates in edgebuild_coreml.interpreter",
-                )
+                raise no_evaluator(op)
             elif step.donors and step.op_type in INPLACE:
                 results = evaluator(op, args, donated=donated)
             else:
@@ -218,10 +214,7 @@ class _Interpreter:
         except EdgebuildError:
             raise
         except Exception as exc:  # noqa: BLE001 - report which op broke, keep the cause
-            raise BuildError(
-                f"MIL interpreter failed on op {op.name!r} ({op.op_type}): "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+            raise evaluation_failed(op, exc) from exc
         outputs = step.outputs
         if len(outputs) == 1 and (outputs[0][2] or not isinstance(results, (tuple, list))):
             results = (results,)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from edgebuild.errors import BuildError
 from edgebuild.plugin import OpTable
 
 # MIL ops carry no opset: each op type holds one evaluator (a second one is an error naming both)
@@ -38,3 +39,14 @@ def evaluates(*op_types: str, inplace: bool = False):
         return fn
 
     return decorate
+
+
+def no_evaluator(op) -> BuildError:
+    """The error for an op type no evaluator is registered for."""
+    return BuildError(f"MIL interpreter has no evaluator for op type {op.op_type!r} (op {op.name!r})",
+                      hint="add one with @evaluates in edgebuild_coreml.interpreter")
+
+
+def evaluation_failed(op, exc: Exception) -> BuildError:
+    """The error for an evaluator that raised: which op broke (the cause is chained by the caller)."""
+    return BuildError(f"MIL interpreter failed on op {op.name!r} ({op.op_type}): {type(exc).__name__}: {exc}")
