@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from collections.abc import Callable
@@ -87,6 +88,17 @@ def cpu_threads() -> int:
     if configured.isdigit() and int(configured) > 0:
         return int(configured)
     return os.cpu_count() or 1
+
+
+def blas_threads(limit: int):
+    """A context manager (and an object whose life holds it) capping BLAS pools at ``limit``
+    threads, through threadpoolctl where installed: numeric work that runs in several threads or
+    processes at once gives each one BLAS thread, or the pools take turns on the cores."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=limit, user_api="blas")
 
 
 def standard_domain(domain: str | None) -> str:

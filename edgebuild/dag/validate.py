@@ -11,7 +11,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from edgebuild.errors import BuildError, UsageError
-from edgebuild.plugin import cpu_threads
+from edgebuild.plugin import blas_threads, cpu_threads
 from edgebuild.recipe.formats import source_format
 from edgebuild.recipe.shapes import per_dim
 
@@ -154,7 +154,7 @@ def map_samples(fn: Callable, samples: list, *, parallel: bool = True, workers: 
         return collect(fn(sample) for sample in samples)
     from concurrent.futures import ThreadPoolExecutor
 
-    with _blas_threads(1), ThreadPoolExecutor(workers, thread_name_prefix="validate") as pool:
+    with blas_threads(1), ThreadPoolExecutor(workers, thread_name_prefix="validate") as pool:
         return collect(pool.map(fn, samples))
 
 
@@ -173,14 +173,6 @@ def sample_runner(runner: Runner, samples: int, *, parallel: bool = True):
         return
     with offer(workers) as chosen:
         yield chosen
-
-
-def _blas_threads(limit: int):
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=limit, user_api="blas")
 
 
 def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner, base_dir: Path,

@@ -145,7 +145,7 @@ def activation_ranges(program, samples: Iterable) -> dict[str, float]:
     on each other instead; on a busy machine that made the guard several times slower than one
     thread, and on an idle one it was no faster.
     """
-    from threadpoolctl import threadpool_limits
+    from edgebuild.plugin import blas_threads
 
     ranges: dict[str, float] = {}
 
@@ -157,7 +157,7 @@ def activation_ranges(program, samples: Iterable) -> dict[str, float]:
     from edgebuild_coreml.interpreter import run_program
     from edgebuild_coreml.interpreter.plan import forget_plans
 
-    with threadpool_limits(limits=1, user_api="blas"):
+    with blas_threads(1):
         try:
             for sample in samples:
                 run_program(program, sample, observer=observe)

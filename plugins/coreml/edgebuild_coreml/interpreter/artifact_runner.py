@@ -146,12 +146,9 @@ _blas_limit = None  # kept alive: the limit holds while the object does
 
 def _start_worker(artifact: str, emulate_fp16: bool, to_mil: dict, to_onnx: dict) -> None:
     global _worker, _blas_limit
-    try:
-        from threadpoolctl import threadpool_limits
+    from edgebuild.plugin import blas_threads
 
-        _blas_limit = threadpool_limits(limits=1, user_api="blas")  # the other worker has the other core
-    except ImportError:
-        pass
+    _blas_limit = blas_threads(1)  # the other worker has the other core
     from . import torch_kernels
 
     # torch's casts and convolutions where it is installed, on this worker's one core; not in the
