@@ -122,13 +122,12 @@ def link_sealed(source: Path, target: Path) -> bool:
     known = hashstate.known_sha256(source)
     if not seal(source):
         return False
+    if known is not None:  # sealing moves the inode's ctime, not its bytes
+        hashstate.vouch(source, known)
     try:
-        os.link(source, target)
+        hashstate.link_vouched(source, target)
     except OSError:
         return False
-    if known is not None:  # sealing and linking move the inode's ctime, not its bytes
-        hashstate.vouch(source, known)
-        hashstate.vouch(target, known)
     return True
 
 

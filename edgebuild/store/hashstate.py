@@ -130,13 +130,7 @@ def _remembered(path: Path, st: os.stat_result) -> str | None:
 
 def file_sha256(path: Path) -> str:
     """sha256 of ``path``, from the state DB when the file's stat is unchanged since it was hashed."""
-    path = Path(path).resolve()
-    known = _remembered(path, os.stat(path))
-    if known is not None:
-        return known
-    digest, stamp = hashed(path)
-    remember(path, stamp, digest)
-    return digest
+    return hashed_once(path)[0]
 
 
 def known_sha256(path: Path) -> str | None:
