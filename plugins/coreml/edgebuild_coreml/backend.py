@@ -199,8 +199,10 @@ class CoreMLBackend(Backend):
         ``passes``: the pass list (``lowering.passes``); ``"default"`` is coremltools' own, for
         comparisons.
         """
+        from edgebuild_coreml.lowering.reshape_shapes import solving_reshapes_directly
+
         _import_lowering_libraries()  # before the freeze, so the collections below skip them
-        with _collections_skip_loaded_libraries():
+        with _collections_skip_loaded_libraries(), solving_reshapes_directly():
             try:
                 return self._lower(model_path, artifact, params, registry, validate_section=validate_section,
                                    base_dir=base_dir, where=where, passes=passes)
