@@ -19,7 +19,7 @@ RNG = np.random.default_rng(7)
 
 @pytest.mark.parametrize("make", [
     lambda a: a,  # C order
-    lambda a: a.T,  # a transposed view: cast in the source's layout
+    lambda a: a.T,  # a transposed view: cast into C order a tile at a time
     lambda a: a[:, ::2],  # not dense: the plain cast
 ], ids=["c-order", "transposed", "strided"])
 def test_chunked_cast_equals_astype(make, monkeypatch):
@@ -28,6 +28,18 @@ def test_chunked_cast_equals_astype(make, monkeypatch):
     fp16, became_inf = fp16_weights.cast_checked(value)
     assert fp16.dtype == np.float16 and fp16.shape == value.shape and not became_inf
     np.testing.assert_array_equal(fp16, value.astype(np.float16))
+
+
+def test_a_transposed_matrix_is_cast_into_c_order(monkeypatch):
+    monkeypatch.setattr(fp16_weights, "TILE", 16)  # tiles cut at the edges, on both threads
+    value = (RNG.standard_normal((90, 70)).astype(np.float32) * 100).T
+    value[3, 60] = 7e4
+    fp16, became_inf = fp16_weights.cast_checked(value)
+    assert fp16.flags.c_contiguous and became_inf
+    np.testing.assert_array_equal(fp16, value.astype(np.float16))
+    fp32 = fp16_weights.in_c_order(value)
+    assert fp32.dtype == np.float32 and fp32.flags.c_contiguous
+    np.testing.assert_array_equal(fp32, value)
 
 
 def test_chunked_cast_sees_inf_in_any_chunk(monkeypatch):

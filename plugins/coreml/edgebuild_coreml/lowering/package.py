@@ -146,9 +146,13 @@ def _write_float_blob(var, writer) -> int | None:
     """The offset of fp16/fp32 ``var`` written from its own (contiguous) array; None for other types."""
     from coremltools.converters.mil.mil import types
 
+    from edgebuild_coreml.lowering.fp16_weights import in_c_order
+
     value = var.val
     if not isinstance(value, np.ndarray):
         return None
+    if value.ndim == 2 and not value.flags.c_contiguous:  # a transposed view of an fp32 initializer
+        value = in_c_order(value)
     if var.dtype == types.fp16 and value.dtype == np.float16:
         return writer.write_fp16_data(np.ascontiguousarray(value).reshape(-1).view(np.uint16))
     if var.dtype == types.fp32 and value.dtype == np.float32:
