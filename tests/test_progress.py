@@ -16,8 +16,9 @@ from edgebuild.dag.stages import Result, Stage
 from edgebuild.store.local import Store
 
 
-def _events_of(store=None, *, steps: int = 3) -> list[tuple]:
-    """Run one stage that reports ``steps`` sub-steps; every executor event, in order."""
+def _events_of(store=None, *, steps: int = 3, scratch=None) -> list[tuple]:
+    """Run one stage that reports ``steps`` sub-steps; every executor event, in order. Without a
+    store the stage's output is a temporary under ``scratch``."""
     def produce(inputs, out):
         for done in range(1, steps + 1):
             progress.report("things done", done, steps)
@@ -26,14 +27,15 @@ def _events_of(store=None, *, steps: int = 3) -> list[tuple]:
     events = []
     resolve = Stage("resolve", {}, [], {}, resolve=lambda: Result("resolve", "k", "d", None, {}, "cached", 0.0))
     job = Job("r:v", [resolve, Stage("work", {"n": steps}, ["resolve"], {}, produce=produce)])
-    Executor(store, on_event=lambda label, event, payload: events.append((label, event, payload))).run([job])
+    Executor(store, on_event=lambda label, event, payload: events.append((label, event, payload)),
+             scratch=scratch).run([job])
     assert job.error is None
     return events
 
 
 @pytest.mark.parametrize("with_store", [False, True])
 def test_a_stage_sub_steps_reach_the_display_between_start_and_done(tmp_path, with_store):
-    events = _events_of(Store(tmp_path / "store") if with_store else None)
+    events = _events_of(Store(tmp_path / "store")) if with_store else _events_of(scratch=tmp_path)
     work = [(event, payload) for _, event, payload in events if event.startswith("work:")]
     assert [event for event, _ in work] == ["work:start", *["work:progress"] * 4, "work:done"]
     steps = [payload for event, payload in work if event == "work:progress"]
