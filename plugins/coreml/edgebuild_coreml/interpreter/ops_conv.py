@@ -118,23 +118,58 @@ def _band_windows(inp, pads, out_sizes, kernel, strides, dilations, start, stop)
     return windows(padded, kernel, strides, dilations, [stop - start, *out_sizes[1:]])
 
 
+# Output pixels' worth of gathered windows per band of ``_im2col``: one buffer of this size (1 MB
+# in float32) is filled and multiplied band after band, so it stays in cache and its pages are
+# touched once per conv (the build maps every large block afresh, and a fresh page costs a fault).
+IM2COL_BAND_ELEMENTS = 1 << 18
+
+
 def _im2col(inp, weight, strides, dilations, pads, groups, out):
+    """Windows gathered one kernel tap at a time into a ``[N, C, K, rows, *O_rest]`` band (rows
+    of the matrix are (channel, tap), as weight's ``[Cg, *K]`` flattens; columns the output
+    pixels), each tap a strided copy of the input itself: no padded copy, and no 6-D transposed
+    copy, which numpy does an element at a time. The product goes straight into ``out``."""
     n, c_in = inp.shape[:2]
     c_out, kernel = out.shape[1], list(weight.shape[2:])
-    nd, out_sizes = len(kernel), list(out.shape[2:])
-    taps, rest = int(np.prod(kernel, dtype=np.int64)), int(np.prod(out_sizes[1:], dtype=np.int64))
-    w = weight.reshape(groups, c_out // groups, (c_in // groups) * taps)  # [G, Fg, Cg*K]
-    out_rows = out.reshape(n, groups, c_out // groups, out_sizes[0], rest)
-    # window axes [N, C, rows, *O_rest, *K] -> [N, C, *K, rows, *O_rest]: rows of the matrix
-    # are (channel, tap), columns the output pixels, as weight's [Cg, *K] flattens
-    order = (0, 1, *range(2 + nd, 2 + 2 * nd), *range(2, 2 + nd))
-    for start, stop in _bands(out_sizes, n * c_in * taps * rest):
-        win = _band_windows(inp, pads, out_sizes, kernel, strides, dilations, start, stop)
-        cols = np.empty((n, c_in, *kernel, stop - start, *out_sizes[1:]), out.dtype)
-        np.copyto(cols, win.transpose(order))
-        cols = cols.reshape(n, groups, w.shape[2], (stop - start) * rest)
-        product = np.matmul(w, cols)  # [N, G, Fg, rows * rest]
-        out_rows[:, :, :, start:stop] = product.reshape(n, groups, c_out // groups, stop - start, rest)
+    out_sizes, rest_sizes = list(out.shape[2:]), list(out.shape[3:])
+    taps = list(itertools.product(*(range(k) for k in kernel)))
+    rest = int(np.prod(rest_sizes, dtype=np.int64))
+    column_elements = n * c_in * len(taps) * rest  # per output row
+    w = weight.reshape(groups, c_out // groups, (c_in // groups) * len(taps))  # [G, Fg, Cg*K]
+    out_columns = out.reshape(n, groups, c_out // groups, out_sizes[0] * rest)
+    band_rows = max(1, min(out_sizes[0], IM2COL_BAND_ELEMENTS // max(column_elements, 1)))
+    buffer = np.empty(column_elements * band_rows, out.dtype)
+    for start in range(0, out_sizes[0], band_rows):
+        stop = min(start + band_rows, out_sizes[0])
+        cols = buffer[:column_elements * (stop - start)].reshape(n, c_in, len(taps), stop - start, *rest_sizes)
+        for index, tap in enumerate(taps):
+            _gather_tap(inp, cols[:, :, index], tap, strides, dilations, pads, start, stop)
+        np.matmul(w, cols.reshape(n, groups, w.shape[2], (stop - start) * rest),
+                  out=out_columns[..., start * rest:stop * rest])
+
+
+def _gather_tap(inp, dst, tap, strides, dilations, pads, start, stop):
+    """``dst [N, C, stop - start, *O_rest]`` = the input under kernel tap ``tap`` for output rows
+    ``[start, stop)``: a strided copy of the part inside the input, zeros where the tap reads padding."""
+    bounds = [(start, stop), *((0, size) for size in dst.shape[3:])]
+    inside, source = [], []
+    for d, ((begin, end), t) in enumerate(zip(bounds, tap)):
+        stride, offset = strides[d], t * dilations[d] - pads[d][0]  # output o reads input o*stride + offset
+        lo = max(begin, -(offset // stride))
+        hi = max(lo, min(end, (inp.shape[2 + d] - 1 - offset) // stride + 1))
+        if hi == lo:
+            dst[...] = 0
+            return
+        inside.append((lo - begin, hi - begin, end - begin))
+        source.append(slice(lo * stride + offset, (hi - 1) * stride + offset + 1, stride))
+    every = (slice(None), slice(None))
+    dst[every + tuple(slice(lo, hi) for lo, hi, _ in inside)] = inp[every + tuple(source)]
+    for d, (lo, hi, extent) in enumerate(inside):
+        leading = every + (slice(None),) * d
+        if lo > 0:
+            dst[leading + (slice(0, lo),)] = 0
+        if hi < extent:
+            dst[leading + (slice(hi, extent),)] = 0
 
 
 SMALL_MAP_PIXELS = 256  # output pixels per channel below which a depthwise conv gathers its windows
