@@ -48,15 +48,17 @@ def _running_max(padded, kernel, strides, out_sizes):
     a running ``np.maximum`` over that dim's taps: sum(K) whole-array calls where a max over the
     windows view makes prod(K) strided passes (169 for a 13x13 SPP pool). Exact, NaN-propagating."""
     result = padded
-    for axis, (k, s, size) in enumerate(zip(kernel, strides, out_sizes), start=2):
-        def tap(t, source=result, axis=axis, s=s, size=size):
-            return source[(slice(None),) * axis + (slice(t, t + (size - 1) * s + 1, s),)]
-
-        reduced = tap(0).copy()
-        for t in range(1, k):
-            np.maximum(reduced, tap(t), out=reduced)
+    for axis, (k, stride, size) in enumerate(zip(kernel, strides, out_sizes), start=2):
+        reduced = _tap_along(result, axis, 0, stride, size).copy()
+        for tap in range(1, k):
+            np.maximum(reduced, _tap_along(result, axis, tap, stride, size), out=reduced)
         result = reduced
     return result
+
+
+def _tap_along(array, axis, tap, stride, size):
+    """The ``size`` elements along ``axis`` that kernel tap ``tap`` reads, as a view."""
+    return array[(slice(None),) * axis + (slice(tap, tap + (size - 1) * stride + 1, stride),)]
 
 
 @evaluates("l2_pool")
