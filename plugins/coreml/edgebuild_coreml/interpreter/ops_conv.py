@@ -134,42 +134,55 @@ def _im2col(inp, weight, strides, dilations, pads, groups, out):
     out_sizes, rest_sizes = list(out.shape[2:]), list(out.shape[3:])
     taps = list(itertools.product(*(range(k) for k in kernel)))
     rest = int(np.prod(rest_sizes, dtype=np.int64))
-    column_elements = n * c_in * len(taps) * rest  # per output row
     w = weight.reshape(groups, c_out // groups, (c_in // groups) * len(taps))  # [G, Fg, Cg*K]
     out_columns = out.reshape(n, groups, c_out // groups, out_sizes[0] * rest)
-    band_rows = max(1, min(out_sizes[0], IM2COL_BAND_ELEMENTS // max(column_elements, 1)))
-    buffer = np.empty(column_elements * band_rows, out.dtype)
+    band_rows = max(1, min(out_sizes[0], IM2COL_BAND_ELEMENTS // max(n * c_in * len(taps) * rest, 1)))
+    # zeros: where a tap reads the padding of the dims after the first, every band leaves them be
+    cols = np.zeros((n, c_in, len(taps), band_rows, *rest_sizes), out.dtype)
+    matrix = cols.reshape(n, groups, w.shape[2], band_rows * rest)  # a shorter last band: its leading columns
+    placements = [_tap_placement(inp.shape[2:], rest_sizes, tap, strides, dilations, pads) for tap in taps]
     for start in range(0, out_sizes[0], band_rows):
         stop = min(start + band_rows, out_sizes[0])
-        cols = buffer[:column_elements * (stop - start)].reshape(n, c_in, len(taps), stop - start, *rest_sizes)
-        for index, tap in enumerate(taps):
-            _gather_tap(inp, cols[:, :, index], tap, strides, dilations, pads, start, stop)
-        np.matmul(w, cols.reshape(n, groups, w.shape[2], (stop - start) * rest),
-                  out=out_columns[..., start * rest:stop * rest])
+        for index, placement in enumerate(placements):
+            if placement is not None:
+                _gather_rows(inp, cols[:, :, index], placement, start, stop)
+        np.matmul(w, matrix[..., :(stop - start) * rest], out=out_columns[..., start * rest:stop * rest])
 
 
-def _gather_tap(inp, dst, tap, strides, dilations, pads, start, stop):
-    """``dst [N, C, stop - start, *O_rest]`` = the input under kernel tap ``tap`` for output rows
-    ``[start, stop)``: a strided copy of the part inside the input, zeros where the tap reads padding."""
-    bounds = [(start, stop), *((0, size) for size in dst.shape[3:])]
+def _tap_placement(in_sizes, rest_sizes, tap, strides, dilations, pads):
+    """Where kernel tap ``tap`` reads: (its first dim's offset and stride, the output slices of
+    the other dims inside the input, the input slices they read); None if it reads only padding there.
+    Output position o of a dim reads input position o * stride + offset."""
+    offsets = [t * d - before for t, d, (before, _) in zip(tap, dilations, pads)]
     inside, source = [], []
-    for d, ((begin, end), t) in enumerate(zip(bounds, tap)):
-        stride, offset = strides[d], t * dilations[d] - pads[d][0]  # output o reads input o*stride + offset
-        lo = max(begin, -(offset // stride))
-        hi = max(lo, min(end, (inp.shape[2 + d] - 1 - offset) // stride + 1))
+    for size, out_size, stride, offset in zip(in_sizes[1:], rest_sizes, strides[1:], offsets[1:]):
+        lo, hi = _inside(0, out_size, stride, offset, size)
         if hi == lo:
-            dst[...] = 0
-            return
-        inside.append((lo - begin, hi - begin, end - begin))
+            return None
+        inside.append(slice(lo, hi))
         source.append(slice(lo * stride + offset, (hi - 1) * stride + offset + 1, stride))
+    return offsets[0], strides[0], tuple(inside), tuple(source)
+
+
+def _inside(begin, end, stride, offset, size):
+    """Output positions [lo, hi) within [begin, end) that read inside an input dim of ``size``."""
+    lo = min(end, max(begin, -(offset // stride)))
+    return lo, max(lo, min(end, (size - 1 - offset) // stride + 1))
+
+
+def _gather_rows(inp, dst, placement, start, stop):
+    """``dst [N, C, rows, *O_rest]`` = the input under one tap for output rows ``[start, stop)``;
+    zeros in the rows that read the first dim's padding."""
+    offset, stride, inside, source = placement
+    lo, hi = _inside(start, stop, stride, offset, inp.shape[2])
     every = (slice(None), slice(None))
-    dst[every + tuple(slice(lo, hi) for lo, hi, _ in inside)] = inp[every + tuple(source)]
-    for d, (lo, hi, extent) in enumerate(inside):
-        leading = every + (slice(None),) * d
-        if lo > 0:
-            dst[leading + (slice(0, lo),)] = 0
-        if hi < extent:
-            dst[leading + (slice(hi, extent),)] = 0
+    if hi > lo:
+        rows = slice(lo * stride + offset, (hi - 1) * stride + offset + 1, stride)
+        dst[every + (slice(lo - start, hi - start),) + inside] = inp[every + (rows,) + source]
+    if lo > start:
+        dst[:, :, :lo - start] = 0
+    if hi < stop:
+        dst[:, :, hi - start:stop - start] = 0
 
 
 SMALL_MAP_PIXELS = 256  # output pixels per channel below which a depthwise conv gathers its windows
