@@ -80,6 +80,29 @@ def test_silu_writes_into_out_and_keeps_ieee_results():
     np.testing.assert_allclose(own, want, rtol=1e-15, atol=0)
 
 
+def test_float32_sigmoid_and_silu_take_the_direct_form_within_float32_rounding(monkeypatch):
+    """float32 slices above -88 compute 1 / (1 + exp(-x)) and x / (1 + exp(-x)) directly; slices
+    reaching below (where exp(-x) would overflow) or holding a NaN go the stable way."""
+    monkeypatch.setattr(slices, "SLICE_VALUES", 64)
+    direct = np.linspace(-88, 88, 64 * 50, dtype=np.float32)
+    mixed = RNG.permutation(np.concatenate([direct, EXTREMES.astype(np.float32), [-88.5, -95.0, -103.0]]))
+    for x in (direct, mixed.astype(np.float32), (RNG.standard_normal((3, 40, 7)) * 30).astype(np.float32)):
+        with np.errstate(invalid="ignore"):  # the closed form's own -inf * 0
+            want_silu = _closed(lambda v: v * _sigmoid(v), x)
+        want_sigmoid = _closed(_sigmoid, x).astype(np.float32)
+        np.testing.assert_allclose(activations.sigmoid(x), want_sigmoid, rtol=3e-7, atol=1e-44)
+        got = activations.silu(x)
+        assert got.dtype == np.float32
+        # atol: below -88 the stable form multiplies a denormal sigmoid, of a few significant bits
+        np.testing.assert_allclose(got, want_silu.astype(np.float32), rtol=3e-7, atol=1e-40)
+        own = x.copy()
+        assert activations.silu(own, out=own) is own
+        np.testing.assert_array_equal(own, got)
+        strided = np.empty(x.shape[::-1], np.float32).T  # an ``out`` with no flat view
+        assert activations.silu(x, out=strided) is strided
+        np.testing.assert_array_equal(strided, got)
+
+
 @pytest.mark.parametrize("mode", ["none", "tanh", "sigmoid"])
 def test_gelu_modes(mode):
     closed = {

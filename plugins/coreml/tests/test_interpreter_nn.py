@@ -97,6 +97,7 @@ def test_conv_matches_onnxruntime(monkeypatch, conv_kernels, shape, kernel, stri
         from edgebuild_coreml.interpreter import ops_conv
 
         monkeypatch.setattr(ops_conv, "TILE_ELEMENTS", 1)
+        monkeypatch.setattr(ops_conv, "IM2COL_BAND_ELEMENTS", 1)
     x, w, b = randn(*shape), randn(*kernel), randn(kernel[0])
     (got,) = run_mil(
         lambda x: mb.conv(x=x, weight=w, bias=b, strides=strides, dilations=dilations,
@@ -140,6 +141,7 @@ def test_conv_matches_its_definition(monkeypatch, conv_kernels, shape, kernel, g
     from edgebuild_coreml.interpreter import ops_conv
 
     monkeypatch.setattr(ops_conv, "TILE_ELEMENTS", tile)
+    monkeypatch.setattr(ops_conv, "IM2COL_BAND_ELEMENTS", tile)
     nd = len(shape) - 2
     pads = [(1, 2) if padded else (0, 0)] * nd
     x, w, b = randn(*shape), randn(*kernel), randn(kernel[0])
@@ -243,6 +245,24 @@ def test_max_pool_matches_onnxruntime(conv_kernels, ceil_mode):
     (want,) = run_onnx("MaxPool", {"x": x}, kernel_shape=[3, 2], strides=[2, 2],
                        pads=[1, 1, 1, 1], ceil_mode=int(ceil_mode))
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kernel, pad", [(13, 6), (5, 2)])
+def test_max_pool_spp_kernels_match_onnxruntime(kernel, pad):
+    """YOLO's SPP pools (stride 1, 'same' padding, kernels up to 13x13 on a 13x13 map), which the
+    numpy path takes one spatial dim at a time; a NaN spreads over every window holding it."""
+    x = randn(1, 8, 13, 13)
+    x[0, 3, 6, 2] = np.nan
+    (got,) = run_mil(
+        lambda x: mb.max_pool(x=x, kernel_sizes=[kernel, kernel], strides=[1, 1], pad_type="custom",
+                              pad=[pad] * 4),
+        x=x,
+    )
+    (want,) = run_onnx("MaxPool", {"x": x}, kernel_shape=[kernel, kernel], strides=[1, 1], pads=[pad] * 4)
+    np.testing.assert_array_equal(got[:, [0, 1, 2, 4]], want[:, [0, 1, 2, 4]])
+    spread = np.zeros((13, 13), bool)
+    spread[max(6 - pad, 0):6 + pad + 1, max(2 - pad, 0):2 + pad + 1] = True
+    assert np.array_equal(np.isnan(got[0, 3]), spread)
 
 
 def test_pool_same_padding_3d_and_l2():

@@ -118,23 +118,71 @@ def _band_windows(inp, pads, out_sizes, kernel, strides, dilations, start, stop)
     return windows(padded, kernel, strides, dilations, [stop - start, *out_sizes[1:]])
 
 
+# Output pixels' worth of gathered windows per band of ``_im2col``: one buffer of this size (1 MB
+# in float32) is filled and multiplied band after band, so it stays in cache and its pages are
+# touched once per conv (the build maps every large block afresh, and a fresh page costs a fault).
+IM2COL_BAND_ELEMENTS = 1 << 18
+
+
 def _im2col(inp, weight, strides, dilations, pads, groups, out):
+    """Windows gathered one kernel tap at a time into a ``[N, C, K, rows, *O_rest]`` band (rows
+    of the matrix are (channel, tap), as weight's ``[Cg, *K]`` flattens; columns the output
+    pixels), each tap a strided copy of the input itself: no padded copy, and no 6-D transposed
+    copy, which numpy does an element at a time. The product goes straight into ``out``."""
     n, c_in = inp.shape[:2]
     c_out, kernel = out.shape[1], list(weight.shape[2:])
-    nd, out_sizes = len(kernel), list(out.shape[2:])
-    taps, rest = int(np.prod(kernel, dtype=np.int64)), int(np.prod(out_sizes[1:], dtype=np.int64))
-    w = weight.reshape(groups, c_out // groups, (c_in // groups) * taps)  # [G, Fg, Cg*K]
-    out_rows = out.reshape(n, groups, c_out // groups, out_sizes[0], rest)
-    # window axes [N, C, rows, *O_rest, *K] -> [N, C, *K, rows, *O_rest]: rows of the matrix
-    # are (channel, tap), columns the output pixels, as weight's [Cg, *K] flattens
-    order = (0, 1, *range(2 + nd, 2 + 2 * nd), *range(2, 2 + nd))
-    for start, stop in _bands(out_sizes, n * c_in * taps * rest):
-        win = _band_windows(inp, pads, out_sizes, kernel, strides, dilations, start, stop)
-        cols = np.empty((n, c_in, *kernel, stop - start, *out_sizes[1:]), out.dtype)
-        np.copyto(cols, win.transpose(order))
-        cols = cols.reshape(n, groups, w.shape[2], (stop - start) * rest)
-        product = np.matmul(w, cols)  # [N, G, Fg, rows * rest]
-        out_rows[:, :, :, start:stop] = product.reshape(n, groups, c_out // groups, stop - start, rest)
+    out_sizes, rest_sizes = list(out.shape[2:]), list(out.shape[3:])
+    taps = list(itertools.product(*(range(k) for k in kernel)))
+    rest = int(np.prod(rest_sizes, dtype=np.int64))
+    w = weight.reshape(groups, c_out // groups, (c_in // groups) * len(taps))  # [G, Fg, Cg*K]
+    out_columns = out.reshape(n, groups, c_out // groups, out_sizes[0] * rest)
+    band_rows = max(1, min(out_sizes[0], IM2COL_BAND_ELEMENTS // max(n * c_in * len(taps) * rest, 1)))
+    # zeros: where a tap reads the padding of the dims after the first, every band leaves them be
+    cols = np.zeros((n, c_in, len(taps), band_rows, *rest_sizes), out.dtype)
+    matrix = cols.reshape(n, groups, w.shape[2], band_rows * rest)  # a shorter last band: its leading columns
+    placements = [_tap_placement(inp.shape[2:], rest_sizes, tap, strides, dilations, pads) for tap in taps]
+    for start in range(0, out_sizes[0], band_rows):
+        stop = min(start + band_rows, out_sizes[0])
+        for index, placement in enumerate(placements):
+            if placement is not None:
+                _gather_rows(inp, cols[:, :, index], placement, start, stop)
+        np.matmul(w, matrix[..., :(stop - start) * rest], out=out_columns[..., start * rest:stop * rest])
+
+
+def _tap_placement(in_sizes, rest_sizes, tap, strides, dilations, pads):
+    """Where kernel tap ``tap`` reads: (its first dim's offset and stride, the output slices of
+    the other dims inside the input, the input slices they read); None if it reads only padding there.
+    Output position o of a dim reads input position o * stride + offset."""
+    offsets = [t * d - before for t, d, (before, _) in zip(tap, dilations, pads)]
+    inside, source = [], []
+    for size, out_size, stride, offset in zip(in_sizes[1:], rest_sizes, strides[1:], offsets[1:]):
+        lo, hi = _inside(0, out_size, stride, offset, size)
+        if hi == lo:
+            return None
+        inside.append(slice(lo, hi))
+        source.append(slice(lo * stride + offset, (hi - 1) * stride + offset + 1, stride))
+    return offsets[0], strides[0], tuple(inside), tuple(source)
+
+
+def _inside(begin, end, stride, offset, size):
+    """Output positions [lo, hi) within [begin, end) that read inside an input dim of ``size``."""
+    lo = min(end, max(begin, -(offset // stride)))
+    return lo, max(lo, min(end, (size - 1 - offset) // stride + 1))
+
+
+def _gather_rows(inp, dst, placement, start, stop):
+    """``dst [N, C, rows, *O_rest]`` = the input under one tap for output rows ``[start, stop)``;
+    zeros in the rows that read the first dim's padding."""
+    offset, stride, inside, source = placement
+    lo, hi = _inside(start, stop, stride, offset, inp.shape[2])
+    every = (slice(None), slice(None))
+    if hi > lo:
+        rows = slice(lo * stride + offset, (hi - 1) * stride + offset + 1, stride)
+        dst[every + (slice(lo - start, hi - start),) + inside] = inp[every + (rows,) + source]
+    if lo > start:
+        dst[:, :, :lo - start] = 0
+    if hi < stop:
+        dst[:, :, hi - start:stop - start] = 0
 
 
 SMALL_MAP_PIXELS = 256  # output pixels per channel below which a depthwise conv gathers its windows
