@@ -63,12 +63,12 @@ def round_to_half(array: np.ndarray) -> np.ndarray:
     return cast(cast(array, np.float16), np.float32)
 
 
-def conv2d(inp: np.ndarray, weight: np.ndarray, strides, dilations, pads, groups: int, *,
-           bias=None) -> np.ndarray | None:
-    """A 2-D float32 convolution ``[N, C, H, W] * [F, C/groups, kH, kW]`` plus ``bias`` [F]
-    (``pads``: (before, after) per spatial dim), or None when torch is not enabled or the arrays
-    are not 2-D float32 ones."""
-    if _torch is None or inp.ndim != 4 or inp.dtype != np.float32 or weight.dtype != np.float32:
+def conv2d_prepared(weight: np.ndarray, bias, strides, dilations, pads, groups: int) -> tuple | None:
+    """What ``conv2d`` needs of a 2-D float32 convolution ``[F, C/groups, kH, kW]`` plus ``bias``
+    [F] (``pads``: (before, after) per spatial dim), made once per op: its weight and bias as
+    torch tensors (sharing the arrays' memory) and its geometry as torch's arguments; None when
+    torch is not enabled or the arrays are not float32 ones of a 2-D conv."""
+    if _torch is None or weight.ndim != 4 or weight.dtype != np.float32:
         return None
     if bias is not None:
         bias = np.asarray(bias)
@@ -76,13 +76,24 @@ def conv2d(inp: np.ndarray, weight: np.ndarray, strides, dilations, pads, groups
             return None
         bias = _torch.from_numpy(np.ascontiguousarray(bias.reshape(-1)))
     (top, bottom), (left, right) = pads
-    x = _torch.from_numpy(np.ascontiguousarray(inp))
-    if top != bottom or left != right:
-        x = _torch.nn.functional.pad(x, (left, right, top, bottom))
+    pad_first = None
+    if top != bottom or left != right:  # torch pads both sides alike: the input is padded first
+        pad_first = (left, right, top, bottom)
         top = left = 0
-    out = _torch.nn.functional.conv2d(x, _torch.from_numpy(np.ascontiguousarray(weight)), stride=tuple(strides),
-                                      bias=bias, padding=(top, left), dilation=tuple(dilations), groups=groups)
-    return out.numpy()
+    return (_torch.from_numpy(np.ascontiguousarray(weight)), bias, tuple(int(s) for s in strides), (top, left),
+            tuple(int(d) for d in dilations), int(groups), pad_first)
+
+
+def conv2d(inp: np.ndarray, prepared: tuple) -> np.ndarray | None:
+    """The convolution ``prepared`` (``conv2d_prepared``) of a float32 ``[N, C, H, W]`` input,
+    or None for another input."""
+    if _torch is None or inp.ndim != 4 or inp.dtype != np.float32:
+        return None
+    weight, bias, strides, padding, dilations, groups, pad_first = prepared
+    x = _torch.from_numpy(np.ascontiguousarray(inp))
+    if pad_first is not None:
+        x = _torch.nn.functional.pad(x, pad_first)
+    return _torch.conv2d(x, weight, bias, strides, padding, dilations, groups).numpy()
 
 
 def erf(value: np.ndarray) -> np.ndarray | None:
