@@ -74,20 +74,3 @@ def test_torch_gelu_and_erf_match_the_float64_reference(enabled, mode):
     np.testing.assert_allclose(torch_kernels.gelu(x, mode), gelu(x, mode), rtol=2e-6, atol=1e-6)
     np.testing.assert_allclose(torch_kernels.erf(x), erf(x), rtol=2e-6, atol=1e-7)
     assert torch_kernels.gelu(x, "sigmoid") is None  # left to the numpy reference
-
-
-@pytest.mark.parametrize("shape, kernel, strides, pad, ceil_mode", [
-    ((1, 8, 24, 96), [3, 3], [2, 2], [1, 1, 1, 1], False),
-    ((2, 3, 11, 10), [2, 3], [2, 1], [0, 1, 1, 0], True),  # ceil mode: windows past the padding
-])
-def test_torch_max_pool_matches_numpy_max_pool(shape, kernel, strides, pad, ceil_mode):
-    from edgebuild_coreml.interpreter.ops_pool import max_pool
-
-    class _Pool:
-        op_type, name = "max_pool", "pool"
-
-    x = {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32), "kernel_sizes": np.array(kernel),
-         "strides": np.array(strides), "pad_type": "custom", "pad": np.array(pad), "ceil_mode": np.bool_(ceil_mode)}
-    mine = max_pool(_Pool(), x)
-    theirs = on_torch_kernels(lambda: max_pool(_Pool(), x))
-    np.testing.assert_array_equal(theirs, mine)

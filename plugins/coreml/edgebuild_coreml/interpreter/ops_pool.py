@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
-from . import torch_kernels as kernels
 from ._params import as_float, ints, param, scalar
 from ._windows import explicit_pads, output_sizes, pad_spatial, windows
 from .registry import evaluates
@@ -30,17 +31,36 @@ def _kernel_axes(nd):
     return tuple(range(-nd, 0))
 
 
+#: kernel taps up to which max_pool takes the maximum tap by tap (one ``np.maximum`` over the
+#: whole output per tap); past it, over a strided window view (whose ``max`` goes element by
+#: element: several times slower on a conv net's pools, as is torch's NCHW max_pool2d on one thread)
+MAX_TAPS = 16
+
+
 @evaluates("max_pool")
 def max_pool(op, x):
     inp = as_float(x["x"])
     kernel, strides, pads, out_sizes = _geometry(op, x, inp)
-    if kernels.enabled() and inp.ndim == 4:
-        padded = pad_spatial(inp, pads, out_sizes, kernel, strides, fill=-np.inf)
-        pooled = kernels.max_pool2d(padded, kernel, strides, out_sizes)
-        if pooled is not None:
-            return pooled
+    if int(np.prod(kernel)) <= MAX_TAPS and all(out_sizes):
+        inside = not any(b or a for b, a in pads) and all(
+            (o - 1) * s + k <= size for o, s, k, size in zip(out_sizes, strides, kernel, inp.shape[2:]))
+        padded = inp if inside else pad_spatial(inp, pads, out_sizes, kernel, strides, fill=-np.inf)
+        return _max_over_taps(padded, kernel, strides, out_sizes)
     win = _pooled(inp, kernel, strides, pads, out_sizes, -np.inf)
     return win.max(axis=_kernel_axes(len(kernel)))
+
+
+def _max_over_taps(padded: np.ndarray, kernel, strides, out_sizes) -> np.ndarray:
+    """The maximum of every window, kernel tap by kernel tap: each tap reads a strided view of
+    ``padded`` (every window's element at that tap) into the running maximum."""
+    out = None
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        view = padded[(Ellipsis, *(slice(t, t + (o - 1) * s + 1, s) for t, o, s in zip(tap, out_sizes, strides)))]
+        if out is None:
+            out = view.copy()
+        else:
+            np.maximum(out, view, out=out)
+    return out
 
 
 @evaluates("l2_pool")

@@ -1,8 +1,7 @@
 """Kernels PyTorch does several times faster than numpy, used where it is installed and the
 interpreter validates an artifact (``enable``): fp16 <-> fp32 casts (numpy converts half floats
 one element at a time, F16C or not, which made fp16 emulation cost more in casts than in
-arithmetic), 2-D convolutions that are not one matrix product (depthwise, strided, k x k),
-2-D max pooling (numpy's max over a strided window view goes element by element) and
+arithmetic), 2-D convolutions that are not one matrix product (depthwise, strided, k x k) and
 erf / exact GELU in float32 (the numpy reference computes them in float64 series, most of a
 transformer's time).
 
@@ -112,13 +111,3 @@ def gelu(value: np.ndarray, approximate: str) -> np.ndarray | None:
         return None
     x = _torch.from_numpy(np.ascontiguousarray(value))
     return _torch.nn.functional.gelu(x, approximate=_GELU_APPROXIMATIONS[approximate]).numpy()
-
-
-def max_pool2d(padded: np.ndarray, kernel, strides, out_sizes) -> np.ndarray | None:
-    """Max over ``kernel`` windows at ``strides`` of an already padded float32 ``[N, C, H, W]``,
-    the first ``out_sizes`` of them per dim, or None."""
-    if _torch is None or padded.ndim != 4 or padded.dtype != np.float32:
-        return None
-    pooled = _torch.nn.functional.max_pool2d(_torch.from_numpy(np.ascontiguousarray(padded)), tuple(kernel),
-                                             tuple(strides))
-    return pooled.numpy()[:, :, :out_sizes[0], :out_sizes[1]]

@@ -1,0 +1,50 @@
+"""The interpreter's per-op fast paths give what the general ones give: max pooling tap by tap
+against the strided-window maximum, and evaluators whose parsed parameters, broadcast checks and
+reduction layouts are kept on the op (``_params.per_op``) against a fresh op each call, also
+when the op is handed other shapes or other constants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from edgebuild_coreml.interpreter import ops_pool
+from edgebuild_coreml.interpreter.ops_pool import max_pool
+
+RNG = np.random.default_rng(11)
+
+
+class _Op:
+    """A stand-in for a MIL op: the evaluators read its type and name, and keep caches on it."""
+
+    def __init__(self, op_type):
+        self.op_type, self.name = op_type, op_type
+
+
+def _pool_args(shape, kernel, strides, pad, ceil_mode, pad_type="custom"):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[::37] = np.nan  # NaN propagates through both
+    return {"x": x, "kernel_sizes": np.array(kernel), "strides": np.array(strides), "pad_type": pad_type,
+            "pad": np.array(pad), "ceil_mode": np.bool_(ceil_mode)}
+
+
+@pytest.mark.parametrize("shape, kernel, strides, pad, ceil_mode", [
+    ((1, 200, 2, 96), [2, 2], [2, 2], [0, 0, 0, 0], False),  # ppocr_cls's pool
+    ((1, 8, 24, 96), [3, 3], [2, 2], [1, 1, 1, 1], False),
+    ((2, 3, 11, 10), [2, 3], [2, 1], [0, 1, 1, 0], True),  # ceil mode: windows past the padding
+    ((2, 3, 11, 10), [3, 3], [2, 2], [0, 0, 0, 0], True),  # ceil mode without padding
+    ((1, 4, 17), [3], [2], [1, 1], False),  # 1-D
+    ((1, 2, 5, 6, 7), [2, 3, 2], [2, 2, 3], [0, 1, 1, 0, 0, 1], False),  # 3-D
+])
+def test_max_pool_tap_by_tap_matches_the_window_maximum(monkeypatch, shape, kernel, strides, pad, ceil_mode):
+    x = _pool_args(shape, kernel, strides, pad, ceil_mode)
+    by_taps = max_pool(_Op("max_pool"), x)
+    monkeypatch.setattr(ops_pool, "MAX_TAPS", 0)
+    by_windows = max_pool(_Op("max_pool"), x)
+    assert by_taps.shape == by_windows.shape and by_taps.dtype == by_windows.dtype
+    np.testing.assert_array_equal(by_taps, by_windows)
+    assert not np.shares_memory(by_taps, x["x"])  # a fresh array: later ops may write into it
+
+
+def test_a_large_pool_kernel_takes_the_window_maximum():
+    x = _pool_args((1, 3, 9, 9), [9, 9], [1, 1], [0, 0, 0, 0], False)
+    np.testing.assert_array_equal(max_pool(_Op("max_pool"), x), np.max(x["x"], axis=(2, 3), keepdims=True))
