@@ -48,3 +48,32 @@ def test_max_pool_tap_by_tap_matches_the_window_maximum(monkeypatch, shape, kern
 def test_a_large_pool_kernel_takes_the_window_maximum():
     x = _pool_args((1, 3, 9, 9), [9, 9], [1, 1], [0, 0, 0, 0], False)
     np.testing.assert_array_equal(max_pool(_Op("max_pool"), x), np.max(x["x"], axis=(2, 3), keepdims=True))
+
+
+def test_an_op_handed_other_shapes_or_constants_is_worked_out_again():
+    from edgebuild_coreml.interpreter.ops_activation import sigmoid_hard
+    from edgebuild_coreml.interpreter.ops_elementwise import binary_in_place
+    from edgebuild_coreml.interpreter.ops_reduce import reduce
+
+    def fresh(evaluate, op_type, x):
+        return evaluate(_Op(op_type), {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in x.items()})
+
+    mean, hard, mul = _Op("reduce_mean"), _Op("sigmoid_hard"), _Op("mul")
+    for shape in [(1, 8, 3, 5), (2, 8, 3, 5), (1, 8, 4, 5), (1, 8, 4, 5)]:  # a shape again: the kept layout
+        x = RNG.standard_normal(shape).astype(np.float32)
+        for axes in (np.array([2, 3], np.int32), np.array([1], np.int32)):
+            args = {"x": x, "axes": axes, "keep_dims": np.bool_(True)}
+            np.testing.assert_allclose(reduce(mean, args), fresh(reduce, "reduce_mean", args), rtol=1e-6)
+            np.testing.assert_allclose(reduce(mean, args), np.mean(x, axis=tuple(axes), keepdims=True), rtol=1e-5,
+                                       atol=1e-6)
+        for alpha, beta in ((np.float32(0.2), np.float32(0.5)), (np.float32(1 / 6), np.float32(0.5))):
+            args = {"x": x, "alpha": alpha, "beta": beta}
+            np.testing.assert_array_equal(sigmoid_hard(hard, args), np.clip(x * alpha + beta, 0, 1))
+        for y in (RNG.standard_normal(shape).astype(np.float32), RNG.standard_normal((1, 8, 1, 1)).astype(np.float32),
+                  np.float32(3)):
+            args = {"x": x.copy(), "y": y}
+            donated = binary_in_place(mul, args, donated=("x",))
+            assert donated is args["x"]  # written into the donated operand, its shape and type the result's
+            np.testing.assert_array_equal(donated, x * y)
+        widened = {"x": x, "y": np.float16(2)}  # fp16 and fp32 mixed: not written into the undonated operand
+        np.testing.assert_array_equal(binary_in_place(mul, widened, donated=()), x * np.float32(2))
