@@ -44,6 +44,16 @@ def test_half_casts_match_numpy_bit_for_bit(enabled):
     assert torch_kernels.cast(wide, np.float16).base is None  # numpy's own: later ops may write into it
 
 
+def test_half_casts_of_strided_arrays_match_numpy(enabled):
+    # a channels-last map, a transposed one, a strided slice; a reversed view stays numpy's
+    maps = np.random.default_rng(3).standard_normal((1, 8, 24, 96)).astype(np.float16)
+    for view in (maps.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2), maps.transpose(0, 1, 3, 2),
+                 maps[:, :, ::2, 1::3], maps[:, :, ::-1]):
+        widened = torch_kernels.cast(view, np.float32)
+        np.testing.assert_array_equal(widened, view.astype(np.float32))
+        assert widened.base is None and widened.flags.writeable
+
+
 class _Conv:
     op_type, name = "conv", "conv"
 

@@ -84,7 +84,7 @@ def conv(op, x):
     pointwise = groups == 1 and all(k == 1 for k in kernel) and not any(b or a for b, a in pads)
     if not pointwise and n and c_out and all(out_sizes) and kernels.enabled():
         prepared = per_op(op, "_edgebuild_torch_conv", (weight, bias, geometry), (),
-                          lambda: kernels.conv2d_prepared(weight, bias, strides, dilations, pads, groups, inp.shape))
+                          lambda: kernels.conv2d_prepared(weight, bias, strides, dilations, pads, groups))
         borrowed = None if prepared is None else kernels.conv2d(inp, prepared)
         if borrowed is not None:
             return borrowed

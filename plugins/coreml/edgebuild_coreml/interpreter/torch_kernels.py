@@ -12,8 +12,6 @@ model: each function is one kernel on arrays the interpreter hands it.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 _torch = None  # the torch module once enabled
@@ -52,9 +50,9 @@ def cast(array: np.ndarray, dtype) -> np.ndarray:
     through torch for fp16 <-> fp32 when enabled."""
     dtype = np.dtype(dtype)
     if (_torch is None or (array.dtype, dtype) not in _HALF_PAIRS or array.size < MIN_CAST_ELEMENTS
-            or not array.flags.c_contiguous):
+            or any(stride < 0 for stride in array.strides)):  # torch takes no negative strides
         return array.astype(dtype)
-    out = np.empty(array.shape, dtype)
+    out = np.empty(array.shape, dtype)  # C-ordered whatever the strides of ``array``
     _torch.from_numpy(out).copy_(_torch.from_numpy(array))
     return out
 
@@ -64,13 +62,14 @@ def round_to_half(array: np.ndarray) -> np.ndarray:
     return cast(cast(array, np.float16), np.float32)
 
 
-def conv2d_prepared(weight: np.ndarray, bias, strides, dilations, pads, groups: int, in_shape) -> tuple | None:
+def conv2d_prepared(weight: np.ndarray, bias, strides, dilations, pads, groups: int) -> tuple | None:
     """What ``conv2d`` needs of a 2-D float32 convolution ``[F, C/groups, kH, kW]`` plus ``bias``
-    [F] (``pads``: (before, after) per spatial dim) on inputs of ``in_shape``, made once per op:
-    its weight and bias as torch tensors (sharing the arrays' memory), its geometry as torch's
-    arguments and, where oneDNN takes them, its weight packed in oneDNN's layout; None when torch
-    is not enabled or the arrays are not float32 ones of a 2-D conv."""
-    if _torch is None or weight.ndim != 4 or weight.dtype != np.float32 or len(in_shape) != 4:
+    [F] (``pads``: (before, after) per spatial dim), made once per op: its weight and bias as
+    torch tensors (sharing the arrays' memory) and its geometry as torch's arguments; None when
+    torch is not enabled or the arrays are not float32 ones of a 2-D conv. (Packing the weight
+    for oneDNN once, through torch's internal mkldnn calls, measured no faster over a whole
+    small conv net: its result comes channels last, and laying it out again costs what it saves.)"""
+    if _torch is None or weight.ndim != 4 or weight.dtype != np.float32:
         return None
     if bias is not None:
         bias = np.asarray(bias)
@@ -81,66 +80,20 @@ def conv2d_prepared(weight: np.ndarray, bias, strides, dilations, pads, groups: 
     pad_first = None
     if top != bottom or left != right:  # torch pads both sides alike: the input is padded first
         pad_first = (left, right, top, bottom)
-        in_shape = (*in_shape[:2], in_shape[2] + top + bottom, in_shape[3] + left + right)
         top = left = 0
-    plain = (_torch.from_numpy(np.ascontiguousarray(weight)), bias, tuple(int(s) for s in strides), (top, left),
-             tuple(int(d) for d in dilations), int(groups))
-    return (*plain, pad_first, _packed(plain, tuple(int(d) for d in in_shape)))
-
-
-def _packed(plain: tuple, in_shape: tuple):
-    """``plain``'s weight packed for oneDNN (``mkldnn``) when that computes the conv faster, else
-    None. torch's own conv2d reorders the weight and sets up oneDNN's convolution on every call:
-    on a small map that is most of its time (a depthwise 5x5 on 88x3x96 took 85 us, 65 us packed),
-    while on large maps the packed call measured slower (a depthwise 3x3 on 32x112x112: 340 us
-    against 155 us), with no simple rule between; so both are timed here, once per op, on a
-    probe input. The packed call is torch's internal one, so its result is checked against the
-    plain one's first: either gives the same conv, only the time differs."""
-    weight, bias, strides, padding, dilations, groups = plain
-    try:
-        if not _torch.backends.mkldnn.is_available():
-            return None
-        packed = _torch._C._nn.mkldnn_reorder_conv2d_weight(weight.to_mkldnn(), list(padding), list(strides),
-                                                             list(dilations), groups, list(in_shape))
-        probe = _torch.from_numpy(np.random.default_rng(0).standard_normal(in_shape, np.float32))
-        fast = _packed_conv(probe, packed, bias, padding, strides, dilations, groups)
-    except Exception:  # noqa: BLE001 - a torch without (this form of) the internal call: the plain one
-        return None
-    plain_result = _torch.conv2d(probe, weight, bias, strides, padding, dilations, groups)
-    if fast.shape != plain_result.shape or not _torch.allclose(fast, plain_result, rtol=1e-4, atol=1e-4):
-        return None
-    packed_seconds, plain_seconds = [], []
-    for _ in range(PACKING_TRIALS):  # alternated, the least of each: the machine may be busy
-        packed_seconds.append(_seconds(lambda: _packed_conv(probe, packed, bias, padding, strides, dilations, groups)))
-        plain_seconds.append(_seconds(lambda: _torch.conv2d(probe, weight, bias, strides, padding, dilations, groups)))
-    return packed if min(packed_seconds) < min(plain_seconds) else None
-
-
-PACKING_TRIALS = 3
-
-
-def _seconds(call) -> float:
-    start = time.perf_counter()
-    call()
-    return time.perf_counter() - start
-
-
-def _packed_conv(x, packed, bias, padding, strides, dilations, groups):
-    return _torch.ops.mkldnn._convolution_pointwise(x, packed, bias, list(padding), list(strides), list(dilations),
-                                                    groups, "none", [], "")
+    return (_torch.from_numpy(np.ascontiguousarray(weight)), bias, tuple(int(s) for s in strides), (top, left),
+            tuple(int(d) for d in dilations), int(groups), pad_first)
 
 
 def conv2d(inp: np.ndarray, prepared: tuple) -> np.ndarray | None:
-    """The convolution ``prepared`` (``conv2d_prepared``) of a float32 ``[N, C, H, W]`` input of
-    the shape it was prepared for, or None for another input."""
+    """The convolution ``prepared`` (``conv2d_prepared``) of a float32 ``[N, C, H, W]`` input,
+    or None for another input."""
     if _torch is None or inp.ndim != 4 or inp.dtype != np.float32:
         return None
-    weight, bias, strides, padding, dilations, groups, pad_first, packed = prepared
+    weight, bias, strides, padding, dilations, groups, pad_first = prepared
     x = _torch.from_numpy(np.ascontiguousarray(inp))
     if pad_first is not None:
         x = _torch.nn.functional.pad(x, pad_first)
-    if packed is not None:
-        return _packed_conv(x, packed, bias, padding, strides, dilations, groups).numpy()
     return _torch.conv2d(x, weight, bias, strides, padding, dilations, groups).numpy()
 
 
