@@ -10,6 +10,7 @@ import numpy as np
 
 from edgebuild.reference.reductions import log_sum_exp
 
+from . import torch_kernels as kernels
 from ._params import per_op
 from .registry import evaluates
 
@@ -19,7 +20,7 @@ def _axes(axes) -> tuple[int, ...] | None:
 
 
 def _widened(value: np.ndarray) -> np.ndarray:
-    return value.astype(np.float32) if value.dtype == np.float16 else value
+    return kernels.cast(value, np.float32) if value.dtype == np.float16 else value
 
 
 _REDUCTIONS = {
