@@ -59,6 +59,7 @@ class CompiledFunction:
         self._template: list | None = None
         self._holders: list = []  # each constant's value holder when the template was made
         self._sources: list = []  # and the value it held then
+        self._value_of = _value_of
 
     @staticmethod
     def eligible(func) -> bool:
@@ -113,6 +114,10 @@ class CompiledFunction:
         self._template = template
         self._holders = [var._sym_val for var in self._constants]
         self._sources = [holder.val for holder in self._holders]
+        # coremltools' value holders keep their value in ``_val`` behind a Python property: read
+        # directly where every holder does, hundreds of property calls a run are saved
+        direct = all(getattr(holder, "_val", _MISSING) is value for holder, value in zip(self._holders, self._sources))
+        self._value_of = _stored_value_of if direct else _value_of
         return template
 
     def _unchanged(self) -> bool:
@@ -120,11 +125,13 @@ class CompiledFunction:
         same value holder, with the same value in it (checked in C loops: a conv net has hundreds
         of constants, a Python loop over them cost a few percent of its run)."""
         return (all(map(is_, map(_sym_val_of, self._constants), self._holders))
-                and all(map(is_, map(_value_of, self._holders), self._sources)))
+                and all(map(is_, map(self._value_of, self._holders), self._sources)))
 
 
 _sym_val_of = attrgetter("_sym_val")
 _value_of = attrgetter("val")
+_stored_value_of = attrgetter("_val")
+_MISSING = object()
 
 
 def _inputs(op):
