@@ -58,8 +58,9 @@ class CompiledFunction:
         self._outputs = [self._slot_of[var] for var in func.outputs]
         self._template: list | None = None
         self._holders: list = []  # each constant's value holder when the template was made
-        self._sources: list = []  # and the value it held then
-        self._value_of = _value_of
+        # (holders, the values they held then): those read through ``_val``, the others
+        self._stored: tuple[list, list] = ([], [])
+        self._others: tuple[list, list] = ([], [])
 
     @staticmethod
     def eligible(func) -> bool:
@@ -113,11 +114,13 @@ class CompiledFunction:
             template[self._slot_of[var]] = value
         self._template = template
         self._holders = [var._sym_val for var in self._constants]
-        self._sources = [holder.val for holder in self._holders]
-        # coremltools' value holders keep their value in ``_val`` behind a Python property: read
-        # directly where every holder does, hundreds of property calls a run are saved
-        direct = all(getattr(holder, "_val", _MISSING) is value for holder, value in zip(self._holders, self._sources))
-        self._value_of = _stored_value_of if direct else _value_of
+        sources = [holder.val for holder in self._holders]
+        # coremltools' tensor and number holders keep their value in ``_val`` behind a Python
+        # property: those are read directly (hundreds of property calls a run saved), the others
+        # (strings, booleans) through ``val``
+        direct = [getattr(holder, "_val", _MISSING) is value for holder, value in zip(self._holders, sources)]
+        self._stored = ([h for h, d in zip(self._holders, direct) if d], [v for v, d in zip(sources, direct) if d])
+        self._others = ([h for h, d in zip(self._holders, direct) if not d], [v for v, d in zip(sources, direct) if not d])
         return template
 
     def _unchanged(self) -> bool:
@@ -125,7 +128,8 @@ class CompiledFunction:
         same value holder, with the same value in it (checked in C loops: a conv net has hundreds
         of constants, a Python loop over them cost a few percent of its run)."""
         return (all(map(is_, map(_sym_val_of, self._constants), self._holders))
-                and all(map(is_, map(self._value_of, self._holders), self._sources)))
+                and all(map(is_, map(_stored_value_of, self._stored[0]), self._stored[1]))
+                and all(map(is_, map(_value_of, self._others[0]), self._others[1])))
 
 
 _sym_val_of = attrgetter("_sym_val")
