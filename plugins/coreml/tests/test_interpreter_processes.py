@@ -84,3 +84,29 @@ def test_a_large_program_runs_its_samples_in_worker_processes(runner, monkeypatc
         assert workers == 2 and run is not runner
         np.testing.assert_allclose(run(sample)["y"], runner(sample)["y"], rtol=1e-6, atol=1e-6)
     assert not multiprocessing.active_children()
+
+
+def test_a_worker_that_dies_fails_the_calls_with_a_hint(runner):
+    import os
+    import signal
+
+    with runner.in_processes(2) as pooled:
+        pooled(_samples(1)[0])
+        for worker in multiprocessing.active_children():
+            os.kill(worker.pid, signal.SIGKILL)
+        for _ in range(3):  # every later call too, none of them waiting forever for a worker
+            with pytest.raises(BuildError, match="died") as caught:
+                pooled(_samples(1)[0])
+            assert "EDGEBUILD_VALIDATE_WORKERS=1" in caught.value.hint
+    assert not multiprocessing.active_children()
+
+
+def test_calls_from_more_threads_than_workers_wait_for_an_idle_one(runner):
+    from concurrent.futures import ThreadPoolExecutor
+
+    samples = _samples(12)
+    with runner.in_processes(2) as pooled, ThreadPoolExecutor(5) as threads:
+        there = list(threads.map(pooled, samples))
+    for sample, theirs in zip(samples, there):
+        np.testing.assert_allclose(theirs["y"], runner(sample)["y"], rtol=1e-6, atol=1e-6)
+    assert not multiprocessing.active_children()

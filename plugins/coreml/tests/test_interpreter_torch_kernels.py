@@ -44,6 +44,16 @@ def test_half_casts_match_numpy_bit_for_bit(enabled):
     assert torch_kernels.cast(wide, np.float16).base is None  # numpy's own: later ops may write into it
 
 
+def test_half_casts_of_strided_arrays_match_numpy(enabled):
+    # a channels-last map, a transposed one, a strided slice; a reversed view stays numpy's
+    maps = np.random.default_rng(3).standard_normal((1, 8, 24, 96)).astype(np.float16)
+    for view in (maps.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2), maps.transpose(0, 1, 3, 2),
+                 maps[:, :, ::2, 1::3], maps[:, :, ::-1]):
+        widened = torch_kernels.cast(view, np.float32)
+        np.testing.assert_array_equal(widened, view.astype(np.float32))
+        assert widened.base is None and widened.flags.writeable
+
+
 class _Conv:
     op_type, name = "conv", "conv"
 
@@ -74,20 +84,3 @@ def test_torch_gelu_and_erf_match_the_float64_reference(enabled, mode):
     np.testing.assert_allclose(torch_kernels.gelu(x, mode), gelu(x, mode), rtol=2e-6, atol=1e-6)
     np.testing.assert_allclose(torch_kernels.erf(x), erf(x), rtol=2e-6, atol=1e-7)
     assert torch_kernels.gelu(x, "sigmoid") is None  # left to the numpy reference
-
-
-@pytest.mark.parametrize("shape, kernel, strides, pad, ceil_mode", [
-    ((1, 8, 24, 96), [3, 3], [2, 2], [1, 1, 1, 1], False),
-    ((2, 3, 11, 10), [2, 3], [2, 1], [0, 1, 1, 0], True),  # ceil mode: windows past the padding
-])
-def test_torch_max_pool_matches_numpy_max_pool(shape, kernel, strides, pad, ceil_mode):
-    from edgebuild_coreml.interpreter.ops_pool import max_pool
-
-    class _Pool:
-        op_type, name = "max_pool", "pool"
-
-    x = {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32), "kernel_sizes": np.array(kernel),
-         "strides": np.array(strides), "pad_type": "custom", "pad": np.array(pad), "ceil_mode": np.bool_(ceil_mode)}
-    mine = max_pool(_Pool(), x)
-    theirs = on_torch_kernels(lambda: max_pool(_Pool(), x))
-    np.testing.assert_array_equal(theirs, mine)

@@ -7,6 +7,8 @@ program was loaded back from a serialized model. ``param`` falls back to the op 
 
 from __future__ import annotations
 
+from operator import is_
+
 import numpy as np
 
 from . import torch_kernels as kernels
@@ -66,3 +68,28 @@ def as_float(value) -> np.ndarray:
 def per_channel(values, rank: int) -> np.ndarray:
     """Reshape a [C] vector to broadcast along axis 1 of a rank-``rank`` tensor."""
     return np.asarray(values).reshape((1, -1) + (1,) * (rank - 2))
+
+
+def channel_bias(bias, out: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(``bias`` [C] shaped to add along ``out``'s channels (axis 1), whether it adds in place:
+    the result type is ``out``'s own)."""
+    shaped = per_channel(as_float(bias), out.ndim)
+    return shaped, np.result_type(out, shaped) == out.dtype
+
+
+def per_op(op, attribute: str, sources: tuple, shapes: tuple, make):
+    """``make()``, worked out once per op and kept on it (as ``attribute``) while the op is given
+    the same ``sources`` (its constant parameters and weights: the plan's objects, the same every
+    run, compared by identity and held so their ids stay theirs) and equal ``shapes``: what
+    depends only on those (parsed parameters, broadcast checks, reshaped weights) costs a small
+    op's run as much as its arithmetic."""
+    cached = getattr(op, attribute, None)
+    if (cached is not None and cached[1] == shapes and len(cached[0]) == len(sources)
+            and all(map(is_, cached[0], sources))):
+        return cached[2]
+    value = make()
+    try:
+        setattr(op, attribute, (sources, shapes, value))
+    except AttributeError:  # an object without attributes of its own (tests pass stand-ins)
+        pass
+    return value

@@ -14,9 +14,10 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import pickle
+import queue
+import traceback
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
@@ -79,15 +80,14 @@ class ArtifactRunner:
         """A runner whose calls run in ``workers`` processes (see ``samples_in_parallel``)."""
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(_preload())
-        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                                   initargs=(str(self.artifact), self.emulate_fp16, self.to_mil, self.to_onnx))
+        pool = _WorkerPool(context, workers, (str(self.artifact), self.emulate_fp16, self.to_mil, self.to_onnx))
         try:
-            yield lambda inputs: _result(pool.submit(_run_in_worker, dict(inputs)), self.artifact)
+            yield pool.run
         except BaseException:
-            _kill(pool)
+            pool.kill()
             raise
         else:
-            pool.shutdown(wait=True)
+            pool.stop()
 
 
 #: values (elements) a program's ops produce per sample below which samples run one at a time
@@ -114,28 +114,85 @@ def activation_elements(program, function: str = "main") -> int:
     return total
 
 
-def _result(future, artifact: Path) -> dict:
-    try:
-        kind, value = future.result()
-    except BrokenProcessPool:
-        raise BuildError(f"an interpreter worker process running {artifact.name} died (out of memory?)",
-                         hint="set EDGEBUILD_VALIDATE_WORKERS=1 to run validation samples one at a time "
-                              "in the build's own process") from None
-    if kind == "error":
-        error_type, message, hint = value
-        raise error_type(message, hint=hint)
-    return value
+class _WorkerPool:
+    """``workers`` processes, each serving samples over a duplex pipe of its own: a call takes an
+    idle worker's connection (from any thread), sends the sample, waits for its reply and hands
+    the connection back. concurrent.futures' process pool moves a sample through queues and a
+    feeder thread: a 600 KB input costs ~3 ms a round trip there, ~0.1 ms over a socket pair,
+    which for a small conv net is the difference between the IPC and the math."""
+
+    def __init__(self, context, workers: int, setup: tuple):
+        self._artifact = Path(setup[0])
+        self._processes: list = []
+        self._connections: list = []
+        self._idle: queue.SimpleQueue = queue.SimpleQueue()  # idle connections; None once one died
+        self._broken = False
+        try:
+            for index in range(workers):
+                here, there = context.Pipe(duplex=True)
+                process = context.Process(target=_serve, args=(there, *setup), daemon=True,
+                                          name=f"edgebuild-interpreter-{index}")
+                process.start()
+                there.close()  # the worker's end lives on in the worker alone: its death reads as EOF here
+                self._processes.append(process)
+                self._connections.append(here)
+                self._idle.put(here)
+        except BaseException:
+            self.kill()
+            raise
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict:
+        request = pickle.dumps(dict(inputs), protocol=5)
+        connection = self._idle.get()
+        if connection is None or self._broken:
+            self._idle.put(connection)  # wakes the next caller, which fails alike
+            raise self._died()
+        try:
+            connection.send_bytes(request)
+            reply = connection.recv_bytes()
+        except (EOFError, OSError):
+            self._broken = True
+            self._idle.put(None)
+            raise self._died() from None
+        self._idle.put(connection)
+        kind, value = pickle.loads(reply)
+        if kind == "error":
+            error_type, message, hint = value
+            raise error_type(message, hint=hint)
+        if kind == "raise":
+            error, remote_traceback = value
+            raise error from _WorkerTraceback(remote_traceback)
+        return value
+
+    def _died(self) -> BuildError:
+        return BuildError(f"an interpreter worker process running {self._artifact.name} died (out of memory?)",
+                          hint="set EDGEBUILD_VALIDATE_WORKERS=1 to run validation samples one at a time "
+                               "in the build's own process")
+
+    def stop(self) -> None:
+        """Let every worker finish: each leaves when its connection closes."""
+        for connection in self._connections:
+            connection.close()
+        for process in self._processes:
+            process.join(timeout=STOP_SECONDS)
+        self.kill()  # any that did not leave in time
+
+    def kill(self) -> None:
+        """Stop every worker now, whatever it runs."""
+        for process in self._processes:
+            if process.is_alive():
+                process.terminate()
+        for process in self._processes:
+            process.join(timeout=5)
+        for connection in self._connections:
+            connection.close()
 
 
-def _kill(pool: ProcessPoolExecutor) -> None:
-    """Stop ``pool`` now: queued samples cancelled, running workers terminated."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(timeout=5)
+STOP_SECONDS = 60  # a worker still busy this long after the pool is left is terminated
+
+
+class _WorkerTraceback(Exception):
+    """The traceback of an unexpected error in a worker, as text: the cause of the error raised here."""
 
 
 # -- in the worker process -------------------------------------------------------------------
@@ -159,13 +216,72 @@ def _start_worker(artifact: str, emulate_fp16: bool, to_mil: dict, to_onnx: dict
     from .executor import load_mlpackage
 
     runner.program = load_mlpackage(runner.artifact)
+    _warm(runner.program, emulate_fp16)
     _worker = runner
 
 
+def _warm(program, emulate_fp16: bool) -> None:
+    """Run ``program`` once on zeros, when its inputs have static shapes, so that its plan, its
+    compiled closures, its constants' template and each op's cached geometry are made at the
+    worker's start rather than in the first sample it is sent. Zeros are not a valid input for
+    every model: an error here is left for a real sample to meet."""
+    from .executor import run_program
+    from .plan import tensor_type_of
+
+    zeros = {}
+    for name, var in program.functions["main"].inputs.items():
+        declared = tensor_type_of(var)
+        if declared is None or not all(isinstance(d, (int, np.integer)) for d in declared[1]):
+            return
+        zeros[name] = np.zeros(tuple(int(d) for d in declared[1]), declared[0])
+    try:
+        run_program(program, zeros, fp16=emulate_fp16)
+    except Exception:  # noqa: BLE001, S110 - see above
+        pass
+
+
+def _serve(connection, artifact: str, emulate_fp16: bool, to_mil: dict, to_onnx: dict) -> None:
+    """A worker's life: set up, then answer each sample on ``connection`` until it closes. A
+    setup that failed answers every sample with its error."""
+    failed = None
+    try:
+        _start_worker(artifact, emulate_fp16, to_mil, to_onnx)
+    except Exception as exc:  # noqa: BLE001 - crosses back as each sample's error
+        failed = _failure(exc)
+    try:
+        while True:
+            try:
+                request = connection.recv_bytes()
+            except EOFError:  # the pool was left
+                return
+            reply = failed or _run_in_worker(pickle.loads(request))
+            connection.send_bytes(_pickled(reply))
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the build process reports it
+        return
+
+
 def _run_in_worker(inputs: dict) -> tuple[str, object]:
-    """``("ok", outputs)`` or ``("error", (type, message, hint))``: an edgebuild error crosses
-    back whole (its hint would be lost in pickling the exception itself)."""
+    """``("ok", outputs)``, ``("error", (type, message, hint))``: an edgebuild error crosses back
+    whole (its hint would be lost in pickling the exception itself), or ``("raise", (error,
+    traceback text))`` for any other."""
     try:
         return "ok", _worker(inputs)
-    except EdgebuildError as exc:
+    except Exception as exc:  # noqa: BLE001 - crosses back to the caller
+        return _failure(exc)
+
+
+def _failure(exc: Exception) -> tuple[str, object]:
+    if isinstance(exc, EdgebuildError):
         return "error", (type(exc), exc.message, exc.hint)
+    return "raise", (exc, "".join(traceback.format_exception(exc)))
+
+
+def _pickled(reply: tuple) -> bytes:
+    try:
+        return pickle.dumps(reply, protocol=5)
+    except Exception:  # noqa: BLE001 - an error object that does not pickle crosses as text
+        kind, value = reply
+        if kind != "raise":
+            raise
+        error, text = value
+        return pickle.dumps(("raise", (RuntimeError(f"{type(error).__name__}: {error}"), text)), protocol=5)

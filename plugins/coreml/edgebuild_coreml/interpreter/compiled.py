@@ -18,7 +18,7 @@ in-place evaluators handed the inputs nobody else holds, outputs cast to their d
 from __future__ import annotations
 
 import sys
-from operator import itemgetter
+from operator import attrgetter, is_, itemgetter
 from typing import Any, Callable
 
 import numpy as np
@@ -57,7 +57,10 @@ class CompiledFunction:
         self._constants = [var for var in constants if var in read]
         self._outputs = [self._slot_of[var] for var in func.outputs]
         self._template: list | None = None
-        self._sources: list = []  # (const Var, the stored value its template entry was made from)
+        self._holders: list = []  # each constant's value holder when the template was made
+        # (holders, the values they held then): those read through ``_val``, the others
+        self._stored: tuple[list, list] = ([], [])
+        self._others: tuple[list, list] = ([], [])
 
     @staticmethod
     def eligible(func) -> bool:
@@ -93,12 +96,8 @@ class CompiledFunction:
         """A fresh slot list holding every constant, made again when a constant's stored value
         was swapped since (compression's sensitivity analysis does that in place)."""
         template = self._template
-        if template is not None:
-            for var, source in self._sources:
-                holder = var._sym_val
-                if holder is None or holder.val is not source:
-                    template = None
-                    break
+        if template is not None and not self._unchanged():
+            template = None
         if template is None:
             template = self._make_template()
             if template is None:
@@ -108,16 +107,35 @@ class CompiledFunction:
     def _make_template(self) -> list | None:
         plan, conform = self._plan, self._conform
         template: list = [None] * len(self._slot_of)
-        sources = []
         for var in self._constants:
             value = plan.constant(var, lambda var=var: conform(var, tensor_type_of(var), var.val))
-            if plan.cached(var) is not value:  # past the cache's cap: the generic loop frees it
+            if plan.cached(var) is not value:  # past the cache's cap (the generic loop frees it), or no value holder
                 return None
             template[self._slot_of[var]] = value
-            holder = var._sym_val
-            sources.append((var, None if holder is None else holder.val))
-        self._template, self._sources = template, sources
+        self._template = template
+        self._holders = [var._sym_val for var in self._constants]
+        sources = [holder.val for holder in self._holders]
+        # coremltools' tensor and number holders keep their value in ``_val`` behind a Python
+        # property: those are read directly (hundreds of property calls a run saved), the others
+        # (strings, booleans) through ``val``
+        direct = [getattr(holder, "_val", _MISSING) is value for holder, value in zip(self._holders, sources)]
+        self._stored = ([h for h, d in zip(self._holders, direct) if d], [v for v, d in zip(sources, direct) if d])
+        self._others = ([h for h, d in zip(self._holders, direct) if not d], [v for v, d in zip(sources, direct) if not d])
         return template
+
+    def _unchanged(self) -> bool:
+        """Whether every constant still holds the value its template entry was made from: the
+        same value holder, with the same value in it (checked in C loops: a conv net has hundreds
+        of constants, a Python loop over them cost a few percent of its run)."""
+        return (all(map(is_, map(_sym_val_of, self._constants), self._holders))
+                and all(map(is_, map(_stored_value_of, self._stored[0]), self._stored[1]))
+                and all(map(is_, map(_value_of, self._others[0]), self._others[1])))
+
+
+_sym_val_of = attrgetter("_sym_val")
+_value_of = attrgetter("val")
+_stored_value_of = attrgetter("_val")
+_MISSING = object()
 
 
 def _inputs(op):

@@ -8,7 +8,7 @@ import string
 import numpy as np
 
 from . import torch_kernels as kernels
-from ._params import as_float, ints, param, per_channel, scalar
+from ._params import as_float, channel_bias, ints, param, per_channel, per_op, scalar
 from ._windows import (
     effective_kernel,
     explicit_pads,
@@ -66,36 +66,68 @@ def _add_bias(out: np.ndarray, bias) -> np.ndarray:
     return out
 
 
-@evaluates("conv")
-def conv(op, x):
-    """Convolution as matrix products: a 1x1 conv is one ``numpy.matmul`` over the input as it
-    is; any other gathers its windows (im2col) a band of output rows at a time, so the gathered
-    copy stays within ``TILE_ELEMENTS`` however large the image; a depthwise conv (one input
-    channel per output channel) sums kernel taps instead, as a matmul of width one would waste it.
-    Where torch's kernels are enabled (``torch_kernels``), every 2-D conv but the 1x1 one is its."""
-    inp, weight = as_float(x["x"]), as_float(x["weight"])
+def _conv_call(op, x, inp, weight, bias):
+    """``value -> conv(value)`` for inputs of ``inp``'s shape and type: what depends only on the
+    op's constants and that shape (its geometry, the kernel that computes it, torch's tensors, the
+    bias's channel shape) is worked out here, once per op, as it costs a small conv about as much
+    as its arithmetic."""
     strides, dilations, groups, pads, out_sizes = _geometry(op, x, inp.shape, weight.shape)
     kernel = list(weight.shape[2:])
     n, c_in = inp.shape[:2]
     c_out = weight.shape[0]
     pointwise = groups == 1 and all(k == 1 for k in kernel) and not any(b or a for b, a in pads)
     if not pointwise and n and c_out and all(out_sizes):
-        borrowed = kernels.conv2d(inp, weight, strides, dilations, pads, groups, bias=x.get("bias"))
-        if borrowed is not None:
-            return borrowed
-    out = np.empty((n, c_out, *out_sizes), np.result_type(inp, weight))
-    if out.size:
-        if pointwise:
-            _pointwise(inp, weight, strides, out)
-        elif c_in == groups and c_out == groups and _small_map(out, kernel):
-            _depthwise_columns(inp, weight, strides, dilations, pads, out)
-        elif c_in == groups and c_out == groups and all(s == 1 for s in strides):
-            _depthwise_flat(inp, weight, dilations, pads, out)
-        elif c_in == groups and c_out == groups:
-            _depthwise(inp, weight, strides, dilations, pads, out)
-        else:
-            _im2col(inp, weight, strides, dilations, pads, groups, out)
-    return _add_bias(out, x.get("bias"))
+        prepared = kernels.conv2d_prepared(weight, bias, strides, dilations, pads, groups)
+        if prepared is not None and inp.ndim == 4 and inp.dtype == np.float32:
+            return lambda value: kernels.conv2d(value, prepared)
+    out_shape, out_dtype = (n, c_out, *out_sizes), np.result_type(inp, weight)
+    laid_out = np.empty(out_shape, out_dtype)  # what the kernels' choice reads: the output's shape
+    if not laid_out.size:
+        compute = None
+    elif pointwise:
+        def compute(value, out):
+            _pointwise(value, weight, strides, out)
+    elif c_in == groups and c_out == groups and _small_map(laid_out, kernel):
+        def compute(value, out):
+            _depthwise_columns(value, weight, strides, dilations, pads, out)
+    elif c_in == groups and c_out == groups and all(s == 1 for s in strides):
+        def compute(value, out):
+            _depthwise_flat(value, weight, dilations, pads, out)
+    elif c_in == groups and c_out == groups:
+        def compute(value, out):
+            _depthwise(value, weight, strides, dilations, pads, out)
+    else:
+        def compute(value, out):
+            _im2col(value, weight, strides, dilations, pads, groups, out)
+    shaped, in_place = (None, True) if bias is None else channel_bias(bias, laid_out)
+
+    def call(value):
+        out = np.empty(out_shape, out_dtype)
+        if compute is not None:
+            compute(value, out)
+        if shaped is None:
+            return out
+        if not in_place:
+            return out + shaped
+        out += shaped
+        return out
+
+    return call
+
+
+@evaluates("conv")
+def conv(op, x):
+    """Convolution as matrix products: a 1x1 conv is one ``numpy.matmul`` over the input as it
+    is; any other gathers its windows (im2col) a band of output rows at a time, so the gathered
+    copy stays within ``TILE_ELEMENTS`` however large the image; a depthwise conv (one input
+    channel per output channel) sums kernel taps instead, as a matmul of width one would waste it.
+    Where torch's kernels are enabled (``torch_kernels``), every 2-D conv but the 1x1 one is its
+    (1x1 ones measured no faster there), bias included. The call for the op's constants and the
+    input's shape is made once per op (``_conv_call``)."""
+    inp, weight, bias = as_float(x["x"]), as_float(x["weight"]), x.get("bias")
+    call = per_op(op, "_edgebuild_conv_call", (weight, bias, *map(x.get, _GEOMETRY_PARAMS)),
+                  (inp.shape, inp.dtype, kernels.enabled()), lambda: _conv_call(op, x, inp, weight, bias))
+    return call(inp)
 
 
 def _pointwise(inp, weight, strides, out):

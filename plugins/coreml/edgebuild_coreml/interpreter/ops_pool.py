@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import torch_kernels as kernels
 from ._params import as_float, ints, param, scalar
 from ._windows import explicit_pads, output_sizes, pad_spatial, windows
 from .registry import evaluates
@@ -34,19 +33,18 @@ def _kernel_axes(nd):
 def max_pool(op, x):
     inp = as_float(x["x"])
     kernel, strides, pads, out_sizes = _geometry(op, x, inp)
-    if kernels.enabled() and inp.ndim == 4:
-        padded = pad_spatial(inp, pads, out_sizes, kernel, strides, fill=-np.inf)
-        pooled = kernels.max_pool2d(padded, kernel, strides, out_sizes)
-        if pooled is not None:
-            return pooled
-    padded = pad_spatial(inp, pads, out_sizes, kernel, strides, fill=-np.inf)
+    inside = not any(b or a for b, a in pads) and all(
+        (o - 1) * s + k <= size for o, s, k, size in zip(out_sizes, strides, kernel, inp.shape[2:]))
+    padded = inp if inside else pad_spatial(inp, pads, out_sizes, kernel, strides, fill=-np.inf)
     return _running_max(padded, kernel, strides, out_sizes)
 
 
 def _running_max(padded, kernel, strides, out_sizes):
     """Max pooling one spatial dim at a time (a window's max is the max of its rows' maxima), each
     a running ``np.maximum`` over that dim's taps: sum(K) whole-array calls where a max over the
-    windows view makes prod(K) strided passes (169 for a 13x13 SPP pool). Exact, NaN-propagating."""
+    windows view makes prod(K) strided passes (169 for a 13x13 SPP pool), element by element, and
+    torch's NCHW max_pool2d on one thread is several times slower still. Exact, NaN-propagating;
+    the result is a fresh array (later ops may write into it)."""
     result = padded
     for axis, (k, stride, size) in enumerate(zip(kernel, strides, out_sizes), start=2):
         reduced = _tap_along(result, axis, 0, stride, size).copy()

@@ -10,16 +10,17 @@ import numpy as np
 
 from edgebuild.reference.reductions import log_sum_exp
 
+from . import torch_kernels as kernels
+from ._params import per_op
 from .registry import evaluates
 
 
-def _axes(x) -> tuple[int, ...] | None:
-    axes = x.get("axes")
+def _axes(axes) -> tuple[int, ...] | None:
     return None if axes is None else tuple(int(a) for a in np.atleast_1d(axes))
 
 
 def _widened(value: np.ndarray) -> np.ndarray:
-    return value.astype(np.float32) if value.dtype == np.float16 else value
+    return kernels.cast(value, np.float32) if value.dtype == np.float16 else value
 
 
 _REDUCTIONS = {
@@ -36,13 +37,34 @@ _REDUCTIONS = {
 }
 
 
-def _block_sum(value: np.ndarray, axes, keep_dims: bool) -> np.ndarray | None:
+def _block_sum(op, value: np.ndarray, axes, keep_dims: bool) -> np.ndarray | None:
     """The sum of a C-contiguous float32 array over a run of adjacent axes (a global pool's, a
     height's), viewed as [outer, inner, rest] and summed over inner: one matrix-vector product
     when outer or rest is 1, else one add.reduce (np.sum and np.mean cost several times more per
-    call on the small arrays of a conv net); None for other arrays and axes."""
-    ndim = value.ndim
-    if value.dtype != np.float32 or ndim == 0 or value.size == 0 or not value.flags.c_contiguous:
+    call on the small arrays of a conv net); None for other arrays and axes. The layout is worked
+    out once per op and input shape."""
+    if value.dtype != np.float32 or not value.flags.c_contiguous:
+        return None
+    layout = per_op(op, "_edgebuild_block_sum", (axes, keep_dims), (value.shape,),
+                    lambda: _block_layout(value.shape, _axes(axes), bool(keep_dims)))
+    if layout is None:
+        return None
+    how, shape, ones, result_shape = layout
+    if how == "rows":
+        sums = value.reshape(shape) @ ones
+    elif how == "columns":
+        sums = ones @ value.reshape(shape)
+    else:
+        sums = np.add.reduce(value.reshape(shape), axis=1)
+    return sums.reshape(result_shape)
+
+
+def _block_layout(shape: tuple, axes, keep_dims: bool) -> tuple | None:
+    """(how, the shape to view the input as, the vector of ones it multiplies, the result's
+    shape) of ``_block_sum`` over ``axes`` of an array of ``shape``, or None."""
+    ndim = len(shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    if ndim == 0 or size == 0:
         return None
     axes = tuple(range(ndim)) if axes is None else axes
     if any(not -ndim <= a < ndim for a in axes):
@@ -51,29 +73,28 @@ def _block_sum(value: np.ndarray, axes, keep_dims: bool) -> np.ndarray | None:
     if not reduced or len(reduced) != len(axes) or reduced != list(range(reduced[0], reduced[-1] + 1)):
         return None
     start, stop = reduced[0], reduced[-1] + 1
-    shape = value.shape
-    inner, rest = int(np.prod(shape[start:stop])), int(np.prod(shape[stop:]))
+    inner, rest = int(np.prod(shape[start:stop], dtype=np.int64)), int(np.prod(shape[stop:], dtype=np.int64))
+    result_shape = shape[:start] + (1,) * len(reduced) * keep_dims + shape[stop:]
+    ones = np.ones(inner, np.float32)
     if rest == 1:
-        sums = value.reshape(-1, inner) @ np.ones(inner, np.float32)
-    elif value.size == inner * rest:
-        sums = np.ones(inner, np.float32) @ value.reshape(inner, rest)
-    else:
-        sums = np.add.reduce(value.reshape(-1, inner, rest), axis=1)
-    return sums.reshape(shape[:start] + (1,) * len(reduced) * keep_dims + shape[stop:])
+        return "rows", (-1, inner), ones, result_shape
+    if size == inner * rest:
+        return "columns", (inner, rest), ones, result_shape
+    return "blocks", (-1, inner, rest), None, result_shape
 
 
 @evaluates(*_REDUCTIONS)
 def reduce(op, x):
-    keep_dims = bool(x.get("keep_dims", False))
+    keep_dims = x.get("keep_dims", False)
     value = _widened(np.asarray(x["x"]))
     if op.op_type in ("reduce_sum", "reduce_mean"):
-        sums = _block_sum(value, _axes(x), keep_dims)
+        sums = _block_sum(op, value, x.get("axes"), keep_dims)
         if sums is not None and op.op_type == "reduce_mean":
             sums /= np.float32(value.size // sums.size)  # elements summed per result
         if sums is not None:
             return sums
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return _REDUCTIONS[op.op_type](value, _axes(x), keep_dims)
+        return _REDUCTIONS[op.op_type](value, _axes(x.get("axes")), bool(keep_dims))
 
 
 @evaluates("reduce_argmax", "reduce_argmin")

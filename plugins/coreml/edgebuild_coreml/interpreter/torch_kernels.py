@@ -1,8 +1,7 @@
 """Kernels PyTorch does several times faster than numpy, used where it is installed and the
 interpreter validates an artifact (``enable``): fp16 <-> fp32 casts (numpy converts half floats
 one element at a time, F16C or not, which made fp16 emulation cost more in casts than in
-arithmetic), 2-D convolutions that are not one matrix product (depthwise, strided, k x k),
-2-D max pooling (numpy's max over a strided window view goes element by element) and
+arithmetic), 2-D convolutions that are not one matrix product (depthwise, strided, k x k) and
 erf / exact GELU in float32 (the numpy reference computes them in float64 series, most of a
 transformer's time).
 
@@ -51,9 +50,9 @@ def cast(array: np.ndarray, dtype) -> np.ndarray:
     through torch for fp16 <-> fp32 when enabled."""
     dtype = np.dtype(dtype)
     if (_torch is None or (array.dtype, dtype) not in _HALF_PAIRS or array.size < MIN_CAST_ELEMENTS
-            or not array.flags.c_contiguous):
+            or any(stride < 0 for stride in array.strides)):  # torch takes no negative strides
         return array.astype(dtype)
-    out = np.empty(array.shape, dtype)
+    out = np.empty(array.shape, dtype)  # C-ordered whatever the strides of ``array``
     _torch.from_numpy(out).copy_(_torch.from_numpy(array))
     return out
 
@@ -63,12 +62,14 @@ def round_to_half(array: np.ndarray) -> np.ndarray:
     return cast(cast(array, np.float16), np.float32)
 
 
-def conv2d(inp: np.ndarray, weight: np.ndarray, strides, dilations, pads, groups: int, *,
-           bias=None) -> np.ndarray | None:
-    """A 2-D float32 convolution ``[N, C, H, W] * [F, C/groups, kH, kW]`` plus ``bias`` [F]
-    (``pads``: (before, after) per spatial dim), or None when torch is not enabled or the arrays
-    are not 2-D float32 ones."""
-    if _torch is None or inp.ndim != 4 or inp.dtype != np.float32 or weight.dtype != np.float32:
+def conv2d_prepared(weight: np.ndarray, bias, strides, dilations, pads, groups: int) -> tuple | None:
+    """What ``conv2d`` needs of a 2-D float32 convolution ``[F, C/groups, kH, kW]`` plus ``bias``
+    [F] (``pads``: (before, after) per spatial dim), made once per op: its weight and bias as
+    torch tensors (sharing the arrays' memory) and its geometry as torch's arguments; None when
+    torch is not enabled or the arrays are not float32 ones of a 2-D conv. (Packing the weight
+    for oneDNN once, through torch's internal mkldnn calls, measured no faster over a whole
+    small conv net: its result comes channels last, and laying it out again costs what it saves.)"""
+    if _torch is None or weight.ndim != 4 or weight.dtype != np.float32:
         return None
     if bias is not None:
         bias = np.asarray(bias)
@@ -76,13 +77,24 @@ def conv2d(inp: np.ndarray, weight: np.ndarray, strides, dilations, pads, groups
             return None
         bias = _torch.from_numpy(np.ascontiguousarray(bias.reshape(-1)))
     (top, bottom), (left, right) = pads
-    x = _torch.from_numpy(np.ascontiguousarray(inp))
-    if top != bottom or left != right:
-        x = _torch.nn.functional.pad(x, (left, right, top, bottom))
+    pad_first = None
+    if top != bottom or left != right:  # torch pads both sides alike: the input is padded first
+        pad_first = (left, right, top, bottom)
         top = left = 0
-    out = _torch.nn.functional.conv2d(x, _torch.from_numpy(np.ascontiguousarray(weight)), stride=tuple(strides),
-                                      bias=bias, padding=(top, left), dilation=tuple(dilations), groups=groups)
-    return out.numpy()
+    return (_torch.from_numpy(np.ascontiguousarray(weight)), bias, tuple(int(s) for s in strides), (top, left),
+            tuple(int(d) for d in dilations), int(groups), pad_first)
+
+
+def conv2d(inp: np.ndarray, prepared: tuple) -> np.ndarray | None:
+    """The convolution ``prepared`` (``conv2d_prepared``) of a float32 ``[N, C, H, W]`` input,
+    or None for another input."""
+    if _torch is None or inp.ndim != 4 or inp.dtype != np.float32:
+        return None
+    weight, bias, strides, padding, dilations, groups, pad_first = prepared
+    x = _torch.from_numpy(np.ascontiguousarray(inp))
+    if pad_first is not None:
+        x = _torch.nn.functional.pad(x, pad_first)
+    return _torch.conv2d(x, weight, bias, strides, padding, dilations, groups).numpy()
 
 
 def erf(value: np.ndarray) -> np.ndarray | None:
@@ -101,13 +113,3 @@ def gelu(value: np.ndarray, approximate: str) -> np.ndarray | None:
         return None
     x = _torch.from_numpy(np.ascontiguousarray(value))
     return _torch.nn.functional.gelu(x, approximate=_GELU_APPROXIMATIONS[approximate]).numpy()
-
-
-def max_pool2d(padded: np.ndarray, kernel, strides, out_sizes) -> np.ndarray | None:
-    """Max over ``kernel`` windows at ``strides`` of an already padded float32 ``[N, C, H, W]``,
-    the first ``out_sizes`` of them per dim, or None."""
-    if _torch is None or padded.ndim != 4 or padded.dtype != np.float32:
-        return None
-    pooled = _torch.nn.functional.max_pool2d(_torch.from_numpy(np.ascontiguousarray(padded)), tuple(kernel),
-                                             tuple(strides))
-    return pooled.numpy()[:, :, :out_sizes[0], :out_sizes[1]]
