@@ -136,12 +136,14 @@ CONV_CASES = [  # (input shape, weight shape, groups): pointwise, im2col, depthw
 @pytest.mark.parametrize("shape, kernel, groups", CONV_CASES)
 @pytest.mark.parametrize("strides, dilations, padded", [(1, 1, False), (2, 1, True), (1, 2, True), (3, 2, False)])
 @pytest.mark.parametrize("tile", [1, 1 << 20], ids=["tile-1", "whole"])
+@pytest.mark.parametrize("gather", ["taps", "windows"])
 def test_conv_matches_its_definition(monkeypatch, conv_kernels, shape, kernel, groups, strides, dilations, padded,
-                                     tile):
+                                     tile, gather):
     from edgebuild_coreml.interpreter import ops_conv
 
     monkeypatch.setattr(ops_conv, "TILE_ELEMENTS", tile)
     monkeypatch.setattr(ops_conv, "IM2COL_BAND_ELEMENTS", tile)
+    monkeypatch.setattr(ops_conv, "IM2COL_TAP_MIN_ELEMENTS", 0 if gather == "taps" else 1 << 62)
     nd = len(shape) - 2
     pads = [(1, 2) if padded else (0, 0)] * nd
     x, w, b = randn(*shape), randn(*kernel), randn(kernel[0])

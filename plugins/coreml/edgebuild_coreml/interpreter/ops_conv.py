@@ -96,9 +96,12 @@ def _conv_call(op, x, inp, weight, bias):
     elif c_in == groups and c_out == groups:
         def compute(value, out):
             _depthwise(value, weight, strides, dilations, pads, out)
-    else:
+    elif n * c_in * int(np.prod(out_sizes, dtype=np.int64)) >= IM2COL_TAP_MIN_ELEMENTS:
         def compute(value, out):
             _im2col(value, weight, strides, dilations, pads, groups, out)
+    else:
+        def compute(value, out):
+            _im2col_windows(value, weight, strides, dilations, pads, groups, out)
     shaped, in_place = (None, True) if bias is None else channel_bias(bias, laid_out)
 
     def call(value):
@@ -215,6 +218,32 @@ def _gather_rows(inp, dst, placement, start, stop):
         dst[:, :, :lo - start] = 0
     if hi < stop:
         dst[:, :, hi - start:stop - start] = 0
+
+
+# Elements one kernel tap gathers (over the whole output) below which ``_im2col`` would spend more
+# in a numpy call per tap than it saves: a 1-D conv of a short frame with 256 taps, say.
+IM2COL_TAP_MIN_ELEMENTS = 4096
+
+
+def _im2col_windows(inp, weight, strides, dilations, pads, groups, out):
+    """``_im2col`` for small maps with many taps: every window gathered by one copy of the
+    (padded) input's window view per band of output rows, whatever the number of taps."""
+    n, c_in = inp.shape[:2]
+    c_out, kernel = out.shape[1], list(weight.shape[2:])
+    nd, out_sizes = len(kernel), list(out.shape[2:])
+    taps, rest = int(np.prod(kernel, dtype=np.int64)), int(np.prod(out_sizes[1:], dtype=np.int64))
+    w = weight.reshape(groups, c_out // groups, (c_in // groups) * taps)  # [G, Fg, Cg*K]
+    out_rows = out.reshape(n, groups, c_out // groups, out_sizes[0], rest)
+    # window axes [N, C, rows, *O_rest, *K] -> [N, C, *K, rows, *O_rest]: rows of the matrix
+    # are (channel, tap), columns the output pixels, as weight's [Cg, *K] flattens
+    order = (0, 1, *range(2 + nd, 2 + 2 * nd), *range(2, 2 + nd))
+    for start, stop in _bands(out_sizes, n * c_in * taps * rest):
+        win = _band_windows(inp, pads, out_sizes, kernel, strides, dilations, start, stop)
+        cols = np.empty((n, c_in, *kernel, stop - start, *out_sizes[1:]), out.dtype)
+        np.copyto(cols, win.transpose(order))
+        cols = cols.reshape(n, groups, w.shape[2], (stop - start) * rest)
+        product = np.matmul(w, cols)  # [N, G, Fg, rows * rest]
+        out_rows[:, :, :, start:stop] = product.reshape(n, groups, c_out // groups, stop - start, rest)
 
 
 SMALL_MAP_PIXELS = 256  # output pixels per channel below which a depthwise conv gathers its windows
