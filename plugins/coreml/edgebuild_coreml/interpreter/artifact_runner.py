@@ -224,10 +224,15 @@ def _warm(program, emulate_fp16: bool) -> None:
     """Run ``program`` once on zeros, when its inputs have static shapes, so that its plan, its
     compiled closures, its constants' template and each op's cached geometry are made at the
     worker's start rather than in the first sample it is sent. Zeros are not a valid input for
-    every model: an error here is left for a real sample to meet."""
+    every model: an error here is left for a real sample to meet. Only a straight-line program
+    is warmed (one the compiled plan runs): a loop whose trip count comes from the input could
+    run on zeros for as long as it likes."""
+    from .compiled import CompiledFunction
     from .executor import run_program
     from .plan import tensor_type_of
 
+    if not CompiledFunction.eligible(program.functions["main"]):
+        return
     zeros = {}
     for name, var in program.functions["main"].inputs.items():
         declared = tensor_type_of(var)
