@@ -30,28 +30,17 @@ def _spatial_params(op, x, nd):
     return strides, dilations, groups, pad_type, pad
 
 
-_GEOMETRY_ATTRIBUTE = "_edgebuild_conv_geometry"
 _GEOMETRY_PARAMS = ("strides", "dilations", "groups", "pad_type", "pad")
 
 
 def _geometry(op, x, in_shape, weight_shape):
     """(strides, dilations, groups, (before, after) pads, output sizes) of ``op`` on an input of
-    ``in_shape``: worked out once per op and input shape (the parameters are constants, whose
-    values the plan keeps: the same objects every run), as it costs as much as a small conv."""
-    key = (in_shape, weight_shape, *(id(x.get(name)) for name in _GEOMETRY_PARAMS))
-    cache = getattr(op, _GEOMETRY_ATTRIBUTE, None)
-    if cache is not None and cache[0] == key:
-        return cache[1]
+    ``in_shape`` (worked out once per op and shape: see ``_conv_call``)."""
     nd = len(in_shape) - 2
     strides, dilations, groups, pad_type, pad = _spatial_params(op, x, nd)
     eff = effective_kernel(list(weight_shape[2:]), dilations)
     pads = explicit_pads(pad_type, in_shape[2:], eff, strides, pad)
-    geometry = strides, dilations, groups, pads, output_sizes(in_shape[2:], eff, strides, pads)
-    try:
-        setattr(op, _GEOMETRY_ATTRIBUTE, (key, geometry))
-    except AttributeError:  # an object without attributes of its own (tests pass stand-ins)
-        pass
-    return geometry
+    return strides, dilations, groups, pads, output_sizes(in_shape[2:], eff, strides, pads)
 
 
 def _add_bias(out: np.ndarray, bias) -> np.ndarray:
