@@ -91,3 +91,30 @@ def test_linked_and_copied_weight_files_are_not_hashed_again(tmp_path, monkeypat
     assert "model.onnx.data" not in reads
     assert imported["model.onnx.data"]["sha256"] == optimised["model.onnx.data"]["sha256"] == real(tmp_path / "opt" / "model.onnx.data")
     hashstate.configure(None)
+
+
+def test_a_copy_made_ahead_is_vouched_and_one_left_early_is_removed(tmp_path, monkeypatch):
+    import threading
+
+    from edgebuild.graph.weight_files import copying
+    from edgebuild.store import links
+
+    source = tmp_path / "weights.bin"
+    source.write_bytes(os.urandom(3 * 4096 + 5))
+    hashstate.configure(None)  # what this process vouched for is remembered in memory
+    monkeypatch.setattr(links, "FICLONE", -1)  # no reflink here: the chunked kernel copy
+    monkeypatch.setattr(links, "COPY_CHUNK", 4096)
+    with copying(source, tmp_path / "copy.bin") as wait:
+        wait()
+    assert (tmp_path / "copy.bin").read_bytes() == source.read_bytes()
+    assert hashstate.known_sha256(tmp_path / "copy.bin") == hashstate.file_sha256(source)
+
+    with pytest.raises(KeyError), copying(source, tmp_path / "left.bin"):
+        raise KeyError("the export failed")
+    assert not (tmp_path / "left.bin").exists()
+
+    stop = threading.Event()
+    stop.set()
+    assert links.clone_or_copy(source, tmp_path / "stopped.bin", stop) is False
+    assert (tmp_path / "stopped.bin").stat().st_size < source.stat().st_size
+    hashstate.configure(None)

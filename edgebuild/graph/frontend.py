@@ -10,6 +10,7 @@ itself, and onnx_ir keeps external tensors memory-mapped until the save writes t
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -66,9 +67,13 @@ class OnnxFrontend(Frontend):
         path = Path(path)
         return self.import_ir(load_checked(path), path, inputs, out_dir)
 
-    def import_ir(self, model: ir.Model, path: Path, inputs: dict[str, dict], out_dir: Path) -> dict:
+    def import_ir(self, model: ir.Model, path: Path, inputs: dict[str, dict], out_dir: Path, *,
+                  data_copied_from: Path | None = None) -> dict:
         """``import_model`` of a model already in memory (``path``: where it is from, for messages;
-        a frontend that exports ONNX hands its model over here instead of writing it twice)."""
+        a frontend that exports ONNX hands its model over here instead of writing it twice).
+        ``data_copied_from``: ``out_dir / DATA_FILE`` is a vouched copy of that file, made while
+        the frontend exported (``weight_files.copying``); kept if the model's weights point into
+        it, else removed."""
         out_dir = Path(out_dir)
         notes: list[str] = []
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -83,8 +88,13 @@ class OnnxFrontend(Frontend):
                     fold_fixed_input(model, value, spec, notes)
                 else:
                     pin_input(value, spec)
-            if not _single_data_file(model) or not save_reusing_data(model, out_dir / MODEL_FILE, DATA_FILE,
-                                                                     _single_data_file(model)):
+            source_data = _single_data_file(model)
+            copied = data_copied_from is not None and source_data is not None and _same_path(source_data,
+                                                                                          data_copied_from)
+            if not source_data or not save_reusing_data(model, out_dir / MODEL_FILE, DATA_FILE, source_data,
+                                                        copied=copied):
+                if data_copied_from is not None:
+                    (out_dir / DATA_FILE).unlink(missing_ok=True)
                 ir.save(model, out_dir / MODEL_FILE, external_data=DATA_FILE)
         report = import_report(model, notes)
         # Unmap the weights now rather than whenever the cyclic graph (nodes <-> values) is
@@ -99,6 +109,13 @@ def _single_data_file(model: ir.Model) -> Path | None:
     paths = {Path(t.path) for t in iter_tensors(model) if isinstance(t, ir.ExternalTensor)}
     path = paths.pop() if len(paths) == 1 else None
     return path if path is not None and path.suffix != ".onnx" else None  # not weights inside a proto
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def unmap_weights(model: ir.Model) -> None:

@@ -25,6 +25,8 @@ from edgebuild.graph.frontend import DATA_FILE, MODEL_FILE
 from edgebuild.graph.weight_files import load_stage_model, save_reusing_data
 from edgebuild.graph.quantized.activations import FloatActivations, count_weight_dequantizers
 
+FOLD_INPUT_LIMIT = 8192  # elements: onnxscript's default input size limit for folding
+
 
 def forget_last_matches() -> None:
     """Drop the graph onnxscript's default rewrite rules still point at after optimising.
@@ -40,6 +42,18 @@ def forget_last_matches() -> None:
         for field in ("_graph", "_match", "_current_node", "_tracer"):
             if hasattr(matcher, field):
                 setattr(matcher, field, None)
+
+
+def keep_weight_transposes(node: ir.Node) -> bool | None:
+    """False for a ``Transpose`` of a weight (an initializer above the folding size limit), else
+    None (onnxscript's own rules). onnxscript always folds a Transpose that is its input's only
+    reader: for ``x @ W.T`` that stores a transposed second copy of every weight, which backends
+    reading ``W`` through the Transpose (Core ML's ``linear`` wants [out, in]) never need."""
+    if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx") or not node.inputs:
+        return None
+    source = node.inputs[0]
+    tensor = source.const_value if source is not None and source.is_initializer() else None
+    return False if tensor is not None and tensor.size > FOLD_INPUT_LIMIT else None
 
 
 def op_counts(model: ir.Model) -> dict[str, int]:
@@ -143,7 +157,7 @@ def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = N
             rules[name] = run_pass(name, graph_pass, model)
     input_names = [value.name for value in model.graph.inputs]
     removed = FloatActivations().apply(model) if activations == "float" else 0
-    onnxscript.optimizer.optimize_ir(model)
+    onnxscript.optimizer.optimize_ir(model, should_fold=keep_weight_transposes)
     keep_input_names(model.graph, input_names)
     forget_last_matches()
     for name, graph_pass in selected:

@@ -19,8 +19,10 @@ not read the gigabytes again either way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import onnx_ir as ir
@@ -49,14 +51,16 @@ def _same_file(tensor, data: Path) -> bool:
         return False
 
 
-def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data: Path, *, link: bool = False) -> bool:
+def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data: Path, *, link: bool = False,
+                      copied: bool = False) -> bool:
     """Save ``model`` at ``target`` with ``target.parent / data_name`` a copy of ``source_data`` (a
-    hard link with ``link``: ``source_data`` is an earlier stage's output), which its unchanged
-    external tensors keep pointing into; other tensors go to ``data_name + EXTRA_SUFFIX``. Returns
-    False, writing nothing, when that does not apply (no such file, or less than
-    ``MIN_REUSED_SHARE`` of it still referenced): save the usual way then."""
+    hard link with ``link``: ``source_data`` is an earlier stage's output; already made with
+    ``copied``: see ``copying``), which its unchanged external tensors keep pointing into; other
+    tensors go to ``data_name + EXTRA_SUFFIX``. Returns False, writing nothing, when that does not
+    apply (no such file, or less than ``MIN_REUSED_SHARE`` of it still referenced): save the usual
+    way then."""
     source_data, target = Path(source_data), Path(target)
-    if not source_data.is_file() or (target.parent / data_name).exists():
+    if not source_data.is_file() or (target.parent / data_name).exists() != copied:
         return False
     tensors = _initializer_tensors(model)
     reused = sum(t.length or 0 for _, t in tensors if _same_file(t, source_data))
@@ -69,7 +73,7 @@ def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data
         return False  # an external attribute tensor: its location would not follow
     target.parent.mkdir(parents=True, exist_ok=True)
     data = target.parent / data_name
-    if not (link and link_sealed(source_data, data)):
+    if not copied and not (link and link_sealed(source_data, data)):
         copy_vouched(source_data, data)
     extra_name = data_name + EXTRA_SUFFIX
     offset = 0
@@ -94,10 +98,11 @@ def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data
     return True
 
 
-def copy_vouched(source: Path, target: Path) -> None:
+def copy_vouched(source: Path, target: Path, stop: threading.Event | None = None) -> bool:
     """Copy ``source`` to ``target`` in the kernel and vouch for the copy's digest (see
     :mod:`edgebuild.store.hashstate`): the source's, hashed meanwhile on another core when not known
-    yet. Nothing is vouched if the source changed while it was copied."""
+    yet. Nothing is vouched if the source changed while it was copied. ``stop``: as for
+    ``clone_or_copy``; returns whether the copy is complete."""
     before = hashstate.stamp_of(os.stat(source))
     found: list[tuple[str, tuple]] = []
     def digest() -> None:
@@ -109,11 +114,46 @@ def copy_vouched(source: Path, target: Path) -> None:
     hasher = threading.Thread(target=digest, daemon=True)
     hasher.start()
     try:
-        clone_or_copy(source, target)  # a reflink where the file system shares extents
+        complete = clone_or_copy(source, target, stop)  # a reflink where the file system shares extents
     finally:
         hasher.join()
-    if found and found[0][1] == before == hashstate.stamp_of(os.stat(source)):
+    if complete and found and found[0][1] == before == hashstate.stamp_of(os.stat(source)):
         hashstate.vouch(target, found[0][0])
+    return complete
+
+
+@contextlib.contextmanager
+def copying(source: Path, target: Path) -> Iterator[Callable[[], None]]:
+    """``copy_vouched(source, target)`` on another thread while inside, for a caller with other work
+    meanwhile (an exporter: the copy is disk time, the export CPU time). Yields ``wait()``, which
+    returns once the copy is complete (raising what the copy raised). Leaving without having waited
+    (an error, Ctrl-C) stops the copy at its next chunk and removes ``target``."""
+    stop, failure = threading.Event(), []
+
+    def run() -> None:
+        try:
+            copy_vouched(source, target, stop)
+        except BaseException as exc:  # handed to the waiting thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="edgebuild-copy", daemon=True)
+    thread.start()
+    waited = False
+
+    def wait() -> None:
+        nonlocal waited
+        thread.join()
+        waited = True
+        if failure:
+            raise failure[0]
+
+    try:
+        yield wait
+    finally:
+        if not waited:
+            stop.set()
+            thread.join()
+            Path(target).unlink(missing_ok=True)
 
 
 def link_sealed(source: Path, target: Path) -> bool:

@@ -25,14 +25,33 @@ def link_or_copy(src, dst) -> None:
 FICLONE = 0x40049409  # Linux ioctl: share the extents of another file (btrfs, XFS, ...)
 
 
-def clone_or_copy(src, dst) -> None:
+COPY_CHUNK = 256 << 20  # bytes per system call of a copy that can be stopped
+
+
+def clone_or_copy(src, dst, stop=None) -> bool:
+    """Copy ``src`` to ``dst`` (its bytes and times): a reflink where the file system shares
+    extents, else a kernel-side copy. ``stop`` (a ``threading.Event``) ends the copy at its next
+    chunk once set; returns whether the copy is complete (``dst`` is then partial)."""
     try:
         import fcntl
 
         with open(src, "rb") as source, open(dst, "wb") as target:
             fcntl.ioctl(target.fileno(), FICLONE, source.fileno())
         shutil.copystat(src, dst)
-        return
+        return True
     except (ImportError, OSError):
         pass
-    shutil.copy2(src, dst)
+    if stop is None or not hasattr(os, "sendfile"):
+        shutil.copy2(src, dst)
+        return True
+    with open(src, "rb") as source, open(dst, "wb") as target:
+        size, offset = os.fstat(source.fileno()).st_size, 0
+        while offset < size:
+            if stop.is_set():
+                return False
+            sent = os.sendfile(target.fileno(), source.fileno(), offset, min(COPY_CHUNK, size - offset))
+            if sent == 0:
+                break  # the source shrank: what it holds now was copied
+            offset += sent
+    shutil.copystat(src, dst)
+    return True

@@ -40,16 +40,18 @@ def _bias_vector(value, channels: int | None, axis_from_end: int, out_rank: int 
 
 
 def is_weight(value) -> bool:
-    """A constant, or the dequantised form of one (weights kept compressed)."""
+    """A constant, the dequantised form of one (weights kept compressed), or a 2-D one read
+    transposed (``x @ W.T`` with ``W`` stored once, as nn.Linear holds it)."""
     if const_array(value) is not None:
         return True
     producer = value.producer() if value is not None else None
-    return (
-        producer is not None
-        and producer.op_type == "DequantizeLinear"
-        and producer.domain in ("", "ai.onnx")
-        and const_array(producer.inputs[0]) is not None
-    )
+    if producer is None or producer.domain not in ("", "ai.onnx") or const_array(producer.inputs[0]) is None:
+        return False
+    if producer.op_type == "DequantizeLinear":
+        return True
+    perm = producer.attributes.get("perm")
+    return producer.op_type == "Transpose" and rank(producer.inputs[0]) == 2 and (
+        perm is None or list(perm.as_ints()) == [1, 0])
 
 
 # ---- Conv + Add ------------------------------------------------------------------------

@@ -2,10 +2,10 @@
 
 GPT-2, Gemma and many small decoders use one table for both ends: ``Gather(E, ids)`` and
 ``MatMul(h, Transpose(E))``. Folding the Transpose would store a transposed second copy. The
-rule writes the head as ``edgebuild::Linear(h, E^T)`` instead: Linear's weight is laid out
-[in, out], so backends that keep weights as [out, in] (Core ML's ``linear``) get back
-exactly ``E``, the embedding's own values, and store them once (Core ML's const
-deduplication merges the two).
+rule writes the head as ``edgebuild::Linear(h, Transpose(E))`` instead, the Transpose kept
+(the optimise stage does not fold a weight's): Linear's weight is laid out [in, out], so
+backends that keep weights as [out, in] (Core ML's ``linear``) read exactly ``E`` through it,
+the embedding's own values, and store them once.
 
 Exporters often fold that Transpose themselves (torch's optimiser; the PyTorch plugin turns it
 into a lazily transposed initializer): the head is then ``MatMul(h, W)`` with ``W`` a second
@@ -23,7 +23,6 @@ from onnxscript.rewriter import pattern
 from edgebuild.graph.fusion_rules._values import (
     EDGEBUILD_DOMAIN,
     const_array,
-    new_initializer,
 )
 
 
@@ -38,8 +37,8 @@ def _replacement(op, x, table, transposed):
         return None
     if not any(use.node.op_type == "Gather" for use in table.uses()):
         return None  # not an embedding table: fuse_bias's constant folding handles the rest
-    weight = new_initializer(op, np.ascontiguousarray(array.T), table, "tied_head")
-    return op.Linear(x, weight, _domain=EDGEBUILD_DOMAIN)
+    # read through the Transpose, not folded: backends that keep weights [out, in] get E itself
+    return op.Linear(x, op.Transpose(table, perm=[1, 0]), _domain=EDGEBUILD_DOMAIN)
 
 
 def _folded_target(op, x, weight):

@@ -46,6 +46,28 @@ def drop_mapped_pages(arrays) -> int:
     Writable arrays are left alone (a private page written to would be lost)."""
     import numpy as np
 
-    return drop_resident_ranges(
-        (low, high - low) for low, high in (np.lib.array_utils.byte_bounds(a) for a in arrays
-                                            if isinstance(a, np.ndarray) and not a.flags.writeable))
+    read_only, others = [], []
+    for array in arrays:
+        if isinstance(array, np.ndarray) and not array.flags.writeable:
+            low, high = np.lib.array_utils.byte_bounds(array)
+            (read_only if views_read_only_mmap(array) else others).append((low, high - low))
+    return (drop_resident_ranges(read_only, read_only_mapped=True) if read_only else 0) + (
+        drop_resident_ranges(others) if others else 0)
+
+
+def views_read_only_mmap(array) -> bool:
+    """Whether ``array``'s memory belongs to a Python ``mmap`` opened read-only (as onnx_ir maps
+    external weights): such a mapping was never writable, so its pages can always be dropped."""
+    import mmap
+
+    import numpy as np
+
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if isinstance(base, memoryview):  # np.frombuffer's base: a view of the buffer's owner
+        base = base.obj
+    if not isinstance(base, mmap.mmap) or base.closed:
+        return False
+    with memoryview(base) as view:
+        return view.readonly

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -84,16 +85,27 @@ class PyTorchFrontend(Frontend):
                           base_dir: Path | None, start: float) -> dict:
         """A causal LM: exported with its KV cache as graph inputs and outputs, dims left dynamic
         (``inputs`` may pin some, as for an ONNX source)."""
-        from edgebuild.graph.frontend import OnnxFrontend
+        from edgebuild.graph.frontend import DATA_FILE, OnnxFrontend
+        from edgebuild.graph.weight_files import copying
+        from edgebuild.mapped_pages import file_offsets
 
         from edgebuild_pytorch.causal_lm import export_decoder, input_names, output_names
+        from edgebuild_pytorch.file_weights import reference_file_weights
         from edgebuild_pytorch.onnx_route import drop_written_pages
 
         loaded = load_source(path, opts, base_dir)
         try:
-            # handed over in memory: the weights are written once, straight from the module's tensors
-            onnx_model = export_decoder(loaded.module, opset=opts.opset)
-            report = OnnxFrontend().import_ir(onnx_model, path, inputs or {}, out_dir)
+            # Handed over in memory, its weights pointing into the checkpoint where they are its
+            # bytes unchanged: the import keeps a copy of that file, made while the model exports.
+            mapped = bool(file_offsets(path))
+            out_dir.mkdir(parents=True, exist_ok=True)
+            with copying(path, out_dir / DATA_FILE) if mapped else contextlib.nullcontext() as copied:
+                onnx_model = export_decoder(loaded.module, opset=opts.opset)
+                if mapped:
+                    reference_file_weights(onnx_model.graph, path)
+                    copied()
+                report = OnnxFrontend().import_ir(onnx_model, path, inputs or {}, out_dir,
+                                                  data_copied_from=path if mapped else None)
             drop_written_pages(onnx_model)
         except Exception as exc:
             raise _as_build_error(exc, path, "the causal LM export") from exc

@@ -101,7 +101,8 @@ def lazy_weight_transposes(graph, min_elements: int = 1024) -> int:
 
 def transposed_when_written(tensor, name: str, source_name: str):
     """An initializer value named ``name`` holding the 2-D ``tensor`` transposed, computed only when it
-    is written; ``meta["source_weight"]`` is ``source_name``, the initializer it stands for."""
+    is written; ``meta["source_weight"]`` is ``source_name``, the initializer it stands for, and
+    ``meta["transposed_from"]`` ``tensor``."""
     import numpy as np
     import onnx_ir as ir
     import torch
@@ -120,6 +121,7 @@ def transposed_when_written(tensor, name: str, source_name: str):
     lazy = ir.LazyTensor(transposed, dtype=tensor.dtype, shape=ir.Shape([cols, rows]), name=name)
     weight = ir.Value(name=name, shape=ir.Shape([cols, rows]), type=ir.TensorType(tensor.dtype), const_value=lazy)
     weight.meta["source_weight"] = source_name
+    weight.meta["transposed_from"] = tensor  # edgebuild_pytorch.file_weights may read it in place
     return weight
 
 

@@ -210,3 +210,36 @@ def test_the_source_generator_is_the_frontends_else_onnxruntime():
     decoder = llm_families.onnx_decoder("llama")
     generator, name = source_generator(get_registry(), _variant(str(decoder), None, None), decoder)
     assert (type(generator), name) == (OnnxGenerator, "onnxruntime")
+
+
+def test_import_keeps_the_checkpoint_as_its_weight_file(tmp_path):
+    """The exported weights point into a copy of the safetensors file (nn.Linear's read through a
+    Transpose), instead of being written again, and the decoder still generates as the source."""
+    import filecmp
+
+    import onnx
+
+    weights = llm_families.checkpoint("llama") / "model.safetensors"
+    PyTorchFrontend().import_model(weights, {}, tmp_path, options={"kind": "causal_lm"})
+    assert filecmp.cmp(weights, tmp_path / "model.onnx.data", shallow=False)
+    graph = onnx.load(tmp_path / "model.onnx", load_external_data=False).graph
+    location = {t.name: dict((e.key, e.value) for e in t.external_data)["location"]
+                for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+    read_transposed = {n.input[0] for n in graph.node if n.op_type == "Transpose" and n.input[0] in location}
+    assert read_transposed and {location[name] for name in read_transposed} == {"model.onnx.data"}
+    assert sum(1 for where in location.values() if where == "model.onnx.data") > len(read_transposed)
+    tokens, _ = OnnxGenerator(tmp_path / "model.onnx").generate(PROMPTS[1], 4)
+    assert tokens == TorchGenerator(source_model("llama")).generate(PROMPTS[1], 4)[0]
+
+
+def test_weights_changed_in_memory_are_written_not_referenced(tmp_path):
+    from edgebuild_pytorch.causal_lm import export_decoder
+    from edgebuild_pytorch.file_weights import reference_file_weights
+
+    weights = llm_families.checkpoint("llama") / "model.safetensors"
+    model = load_source(weights, PyTorchOptions(kind="causal_lm")).module
+    exported = export_decoder(model)
+    with torch.no_grad():
+        next(model.parameters()).mul_(1.0)  # a write: the mapping's page is a private copy now
+    assert reference_file_weights(exported.graph, weights) == 0
+    assert not any(n.op_type == "Transpose" and n.name.endswith("__read") for n in exported.graph)

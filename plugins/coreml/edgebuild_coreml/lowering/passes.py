@@ -28,7 +28,7 @@ from coremltools.converters.mil.mil.passes.pass_registry import register_pass
 
 from edgebuild_coreml.lowering.fp16_weights import MIN_ELEMENTS as FP16_WEIGHT_ELEMENTS
 from edgebuild_coreml.lowering.fp16_weights import WeightCasts
-from edgebuild_coreml.memory import drop_mapped_pages
+from edgebuild_coreml.memory import drop_mapped_pages, views_read_only_mmap
 
 FP16_CAST_PASS = "common::add_fp16_cast"
 # fp32 constants of this many elements or more are folded to fp16 as soon as they are cast
@@ -201,7 +201,9 @@ def _fold_fp16_casts(var) -> int:
         block.replace_uses_of_var_after_op(anchor_op=cast, old_var=out, new_var=folded)
         block.remove_ops([cast])
     value = var.val
-    freed = int(np.asarray(value).nbytes)
+    # A view of a mapped weight file holds no memory once its pages are dropped (below): only
+    # values of the process's own count towards the next collection.
+    freed = 0 if views_read_only_mmap(value) else int(np.asarray(value).nbytes)
     block.remove_ops([const_op])
     # The cast pass iterates over a list of every op it started with, removed ones included, so
     # the removed const would keep its fp32 value alive until the pass ends: let go of it here.

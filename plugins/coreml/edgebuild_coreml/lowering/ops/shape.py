@@ -185,5 +185,9 @@ _BY_AXES = {"Squeeze": _squeeze, "Unsqueeze": _unsqueeze}
 def transpose(ctx, node):
     x = ctx.input(node, 0)
     rank = rank_of(x)
-    perm = ctx.attr(node, "perm") or list(range(rank))[::-1]
-    return mb.transpose(x=x, perm=[int(p) for p in perm], name=ctx.name(node))
+    perm = [int(p) for p in ctx.attr(node, "perm") or list(range(rank))[::-1]]
+    if isinstance(x, np.ndarray):
+        # A view, whatever its size: a weight read transposed (x @ W.T kept unfolded) gives its
+        # reader W's own [out, in] memory back, which MIL ``linear`` wants, with no copy made.
+        return x.transpose(perm)
+    return mb.transpose(x=x, perm=perm, name=ctx.name(node))
