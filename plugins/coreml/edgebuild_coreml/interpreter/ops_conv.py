@@ -6,6 +6,7 @@ import itertools
 import string
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from . import torch_kernels as kernels
 from ._params import as_float, channel_bias, ints, param, per_channel, per_op, scalar
@@ -70,6 +71,8 @@ def _conv_call(op, x, inp, weight, bias):
         if prepared is not None and inp.ndim == 4 and inp.dtype == np.float32:
             return lambda value: kernels.conv2d(value, prepared)
     out_shape, out_dtype = (n, c_out, *out_sizes), np.result_type(inp, weight)
+    if groups == 1 and not pointwise and n and c_out and all(out_sizes) and _few_pixels(n, c_in, out_sizes, kernel):
+        return _pixel_rows_call(inp.shape, weight, bias, strides, dilations, pads, out_sizes, out_dtype)
     laid_out = np.empty(out_shape, out_dtype)  # what the kernels' choice reads: the output's shape
     if not laid_out.size:
         compute = None
@@ -212,6 +215,55 @@ def _gather_rows(inp, dst, placement, start, stop):
 # Elements one kernel tap gathers (over the whole output) below which ``_im2col`` would spend more
 # in a numpy call per tap than it saves: a 1-D conv of a short frame with 256 taps, say.
 IM2COL_TAP_MIN_ELEMENTS = 4096
+
+
+def _few_pixels(n, c_in, out_sizes, kernel) -> bool:
+    """Whether a conv's output maps are small enough (a few pixels per sample, silero_vad's
+    frames) for ``_pixel_rows_call``: one gathered matrix of every window, within two tiles."""
+    pixels = int(np.prod(out_sizes, dtype=np.int64))
+    return pixels <= SMALL_MAP_PIXELS and n * pixels * c_in * int(np.prod(kernel, dtype=np.int64)) <= 2 * TILE_ELEMENTS
+
+
+def _pixel_rows_call(in_shape, weight, bias, strides, dilations, pads, out_sizes, dtype):
+    """``value -> conv(value)`` for a small map of one group: every window gathered by one copy
+    into a ``[N * pixels, C * K]`` matrix (rows the output pixels of every sample, so a batch of
+    short frames is one matrix product, not one per sample with a few columns) times the weight
+    ``[C * K, F]`` transposed once here. The result is ``[N, pixels, F]`` memory returned as a
+    ``[N, F, *O]`` view (channels last): numpy's ops read any strides, and laying it out again
+    would cost a conv this small as much as its product."""
+    n, c_in = in_shape[:2]
+    c_out, kernel = weight.shape[0], list(weight.shape[2:])
+    nd = len(kernel)
+    pixels = int(np.prod(out_sizes, dtype=np.int64))
+    w_t = np.ascontiguousarray(weight.reshape(c_out, -1).T, dtype=dtype)  # [C*K, F]
+    b = None if bias is None else as_float(bias).reshape(-1)
+    padded_sizes = [before + size + after for size, (before, after) in zip(in_shape[2:], pads)]
+    interior = (slice(None), slice(None)) + tuple(slice(b_, b_ + size) for size, (b_, _) in zip(in_shape[2:], pads))
+    padding = any(before or after for before, after in pads)
+    windows_shape = (n, *out_sizes, c_in, *kernel)
+    back = (0, nd + 1, *range(1, nd + 1))  # [N, *O, F] -> [N, F, *O]
+
+    def call(value):
+        if padding:
+            source = np.zeros((n, c_in, *padded_sizes), dtype)
+            source[interior] = value
+        else:
+            source = value
+        st = source.strides
+        view = as_strided(source, windows_shape,
+                          (st[0], *(st[2 + d] * strides[d] for d in range(nd)), st[1],
+                           *(st[2 + d] * dilations[d] for d in range(nd))), writeable=False)
+        cols = np.empty((n * pixels, w_t.shape[0]), dtype)
+        np.copyto(cols.reshape(windows_shape), view)
+        product = np.matmul(cols, w_t)
+        if b is not None:
+            if np.result_type(product, b) != product.dtype:
+                product = product + b
+            else:
+                product += b
+        return product.reshape(n, *out_sizes, c_out).transpose(back)
+
+    return call
 
 
 def _im2col_windows(inp, weight, strides, dilations, pads, groups, out):
