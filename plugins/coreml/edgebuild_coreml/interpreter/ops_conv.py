@@ -96,7 +96,12 @@ def _conv_call(op, x, inp, weight, bias):
             _im2col_windows(value, weight, strides, dilations, pads, groups, out)
     shaped, in_place = (None, True) if bias is None else channel_bias(bias, laid_out)
 
+    by_pixel = _pixels_by_channels(weight, bias, out_shape, out_dtype) if pointwise and all(
+        s == 1 for s in strides) and laid_out.size else None
+
     def call(value):
+        if by_pixel is not None and kernels.channels_last(value):
+            return by_pixel(value)
         out = np.empty(out_shape, out_dtype)
         if compute is not None:
             compute(value, out)
@@ -130,6 +135,28 @@ def _pointwise(inp, weight, strides, out):
     n, c_in = inp.shape[:2]
     picked = inp[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
     np.matmul(weight.reshape(weight.shape[0], c_in), picked.reshape(n, c_in, -1), out=out.reshape(n, out.shape[1], -1))
+
+
+def _pixels_by_channels(weight, bias, out_shape, dtype):
+    """``value -> conv(value)`` of a stride-1 1x1 conv on a channels-last input (a depthwise
+    conv's result): ``[N, pixels, C] @ weight [C, F]``, a view of the input as it lies, its result
+    ``[N, pixels, F]`` returned channels last in turn (``[N, F, *spatial]`` shape)."""
+    n, c_out, spatial = out_shape[0], out_shape[1], out_shape[2:]
+    w_t = np.ascontiguousarray(weight.reshape(c_out, -1).T, dtype=dtype)  # [C, F]
+    b = None if bias is None else as_float(bias).reshape(-1)
+    nd = len(spatial)
+    to_pixels, back = (0, *range(2, 2 + nd), 1), (0, nd + 1, *range(1, nd + 1))
+
+    def call(value):
+        product = np.matmul(value.transpose(to_pixels).reshape(n, -1, w_t.shape[0]), w_t)
+        if b is not None:
+            if np.result_type(product, b) != product.dtype:
+                product = product + b
+            else:
+                product += b
+        return product.reshape(n, *spatial, c_out).transpose(back)
+
+    return call
 
 
 def _bands(out_sizes, row_elements):

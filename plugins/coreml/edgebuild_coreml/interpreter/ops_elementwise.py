@@ -69,6 +69,9 @@ def binary_in_place(op, x, donated=()):
     fn = _BINARY[op.op_type]
     result_type, shape = _broadcast(op, a, b)
     if result_type == np.float16:
+        borrowed = kernels.half_binary(op.op_type, a, b)
+        if borrowed is not None:
+            return borrowed
         # numpy's fp16 loops convert each element to fp32 and back; widened whole, the result
         # rounded once to fp16 (the executor casts it) is the same, bit for bit, and faster
         a, b = _widened(a), _widened(b)
