@@ -245,10 +245,12 @@ IM2COL_TAP_MIN_ELEMENTS = 4096
 
 
 def _few_pixels(n, c_in, out_sizes, kernel) -> bool:
-    """Whether a conv's output maps are small enough (a few pixels per sample, silero_vad's
-    frames) for ``_pixel_rows_call``: one gathered matrix of every window, within two tiles."""
+    """Whether a conv is one of a batch of small maps (a few pixels per sample, silero_vad's
+    frames) for ``_pixel_rows_call``: one gathered matrix of every window, within one im2col
+    band. A single sample's conv keeps the other paths, whose product has as many columns."""
     pixels = int(np.prod(out_sizes, dtype=np.int64))
-    return pixels <= SMALL_MAP_PIXELS and n * pixels * c_in * int(np.prod(kernel, dtype=np.int64)) <= 2 * TILE_ELEMENTS
+    return (n > 1 and pixels <= SMALL_MAP_PIXELS
+            and n * pixels * c_in * int(np.prod(kernel, dtype=np.int64)) <= IM2COL_BAND_ELEMENTS)
 
 
 def _pixel_rows_call(in_shape, weight, bias, strides, dilations, pads, out_sizes, dtype):
