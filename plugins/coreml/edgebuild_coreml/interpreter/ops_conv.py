@@ -137,6 +137,17 @@ def _pointwise(inp, weight, strides, out):
     np.matmul(weight.reshape(weight.shape[0], c_in), picked.reshape(n, c_in, -1), out=out.reshape(n, out.shape[1], -1))
 
 
+def _plus_last_axis(product: np.ndarray, bias) -> np.ndarray:
+    """``product + bias`` along its last axis (channels last); in place (``product`` is a fresh
+    array) when the result type is its own."""
+    if bias is None:
+        return product
+    if np.result_type(product, bias) != product.dtype:
+        return product + bias
+    product += bias
+    return product
+
+
 def _pixels_by_channels(weight, bias, out_shape, dtype):
     """``value -> conv(value)`` of a stride-1 1x1 conv on a channels-last input (a depthwise
     conv's result): ``[N, pixels, C] @ weight [C, F]``, a view of the input as it lies, its result
@@ -149,11 +160,7 @@ def _pixels_by_channels(weight, bias, out_shape, dtype):
 
     def call(value):
         product = np.matmul(value.transpose(to_pixels).reshape(n, -1, w_t.shape[0]), w_t)
-        if b is not None:
-            if np.result_type(product, b) != product.dtype:
-                product = product + b
-            else:
-                product += b
+        product = _plus_last_axis(product, b)
         return product.reshape(n, *spatial, c_out).transpose(back)
 
     return call
@@ -285,11 +292,7 @@ def _pixel_rows_call(in_shape, weight, bias, strides, dilations, pads, out_sizes
         cols = np.empty((n * pixels, w_t.shape[0]), dtype)
         np.copyto(cols.reshape(windows_shape), view)
         product = np.matmul(cols, w_t)
-        if b is not None:
-            if np.result_type(product, b) != product.dtype:
-                product = product + b
-            else:
-                product += b
+        product = _plus_last_axis(product, b)
         return product.reshape(n, *out_sizes, c_out).transpose(back)
 
     return call
