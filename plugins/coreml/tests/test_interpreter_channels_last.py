@@ -122,3 +122,4 @@ def test_a_channels_last_view_of_an_array_nobody_else_holds_may_be_overwritten()
     held = np.ones((1, 3, 4, 8), np.float32)
     assert not _owns_writable_memory(held.transpose(0, 3, 1, 2))  # ``held`` still reads it
     assert not _owns_writable_memory(np.ones((2, 8), np.float32)[:1])  # a part of an array
+    assert not _owns_writable_memory(np.ones((4, 8), np.float32).T)  # a transpose keeps its own layout

@@ -293,12 +293,14 @@ def _conformer(op, var, declared, fp16: bool) -> Callable[[Any], Any]:
 
 def _owns_writable_memory(value) -> bool:
     """Whether ``value`` (held only by the caller) is the one holder of its memory: an array of
-    its own, or a view over the whole of an array nobody else holds (a channels-last result:
-    a transposed view of a fresh product)."""
+    its own, or a channels-last view over the whole of an array nobody else holds (a 1x1 conv's
+    ``[pixels, F]`` product; other views, a transpose's, stay unwritten: their strided layout
+    would outlive the op)."""
     if not isinstance(value, np.ndarray) or not value.flags.writeable:
         return False
     base = value.base
     if base is None:
         return True
-    # held by ``value``, this frame and the call
-    return type(base) is np.ndarray and base.base is None and base.nbytes == value.nbytes and sys.getrefcount(base) == 3
+    # ``base`` held by ``value``, this frame and the call
+    return (type(base) is np.ndarray and base.base is None and base.nbytes == value.nbytes
+            and kernels.channels_last(value) and sys.getrefcount(base) == 3)
