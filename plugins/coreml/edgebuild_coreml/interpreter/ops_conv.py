@@ -151,14 +151,18 @@ def _plus_last_axis(product: np.ndarray, bias) -> np.ndarray:
 def _pixels_by_channels(weight, bias, out_shape, dtype):
     """``value -> conv(value)`` of a stride-1 1x1 conv on a channels-last input (a depthwise
     conv's result): ``[N, pixels, C] @ weight [C, F]``, a view of the input as it lies, its result
-    ``[N, pixels, F]`` returned channels last in turn (``[N, F, *spatial]`` shape)."""
+    ``[N, pixels, F]`` returned channels last in turn (``[N, F, *spatial]`` shape). The transposed
+    weight is made at the first such input: most 1x1 convs never see one."""
     n, c_out, spatial = out_shape[0], out_shape[1], out_shape[2:]
-    w_t = np.ascontiguousarray(weight.reshape(c_out, -1).T, dtype=dtype)  # [C, F]
-    b = None if bias is None else as_float(bias).reshape(-1)
     nd = len(spatial)
     to_pixels, back = (0, *range(2, 2 + nd), 1), (0, nd + 1, *range(1, nd + 1))
+    made: list = []  # [(weight [C, F], bias [F] or None)] once made
 
     def call(value):
+        if not made:
+            made.append((np.ascontiguousarray(weight.reshape(c_out, -1).T, dtype=dtype),
+                         None if bias is None else as_float(bias).reshape(-1)))
+        w_t, b = made[0]
         product = np.matmul(value.transpose(to_pixels).reshape(n, -1, w_t.shape[0]), w_t)
         product = _plus_last_axis(product, b)
         return product.reshape(n, *spatial, c_out).transpose(back)
