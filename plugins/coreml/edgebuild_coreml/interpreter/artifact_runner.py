@@ -68,9 +68,17 @@ class ArtifactRunner:
         in each; they are stopped on leaving, killed if the block raised (an error or an
         interrupt). A program whose whole activations are small (an RNN cell over a short
         frame) runs one sample at a time here: shipping its samples to a process, or taking
-        turns on the GIL with another thread, costs more than it computes."""
-        if workers <= 1 or activation_elements(self.program) < PROCESS_MIN_ELEMENTS:
+        turns on the GIL with another thread, costs more than it computes. Its BLAS calls run
+        on one thread meanwhile, as a worker's do: its matrices are small, and a BLAS pool
+        waiting on a busy second core made a small program's matmul ten times slower."""
+        if workers <= 1:
             yield self, 1
+            return
+        if activation_elements(self.program) < PROCESS_MIN_ELEMENTS:
+            from edgebuild.plugin import blas_threads
+
+            with blas_threads(1):
+                yield self, 1
             return
         with self.in_processes(workers) as run:
             yield run, workers

@@ -292,4 +292,15 @@ def _conformer(op, var, declared, fp16: bool) -> Callable[[Any], Any]:
 
 
 def _owns_writable_memory(value) -> bool:
-    return isinstance(value, np.ndarray) and value.base is None and value.flags.writeable
+    """Whether ``value`` (held only by the caller) is the one holder of its memory: an array of
+    its own, or a channels-last view over the whole of an array nobody else holds (a 1x1 conv's
+    ``[pixels, F]`` product; other views, a transpose's, stay unwritten: their strided layout
+    would outlive the op)."""
+    if not isinstance(value, np.ndarray) or not value.flags.writeable:
+        return False
+    base = value.base
+    if base is None:
+        return True
+    # ``base`` held by ``value``, this frame and the call
+    return (type(base) is np.ndarray and base.base is None and base.nbytes == value.nbytes
+            and kernels.channels_last(value) and sys.getrefcount(base) == 3)

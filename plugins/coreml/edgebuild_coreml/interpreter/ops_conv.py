@@ -6,6 +6,7 @@ import itertools
 import string
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from . import torch_kernels as kernels
 from ._params import as_float, channel_bias, ints, param, per_channel, per_op, scalar
@@ -70,6 +71,8 @@ def _conv_call(op, x, inp, weight, bias):
         if prepared is not None and inp.ndim == 4 and inp.dtype == np.float32:
             return lambda value: kernels.conv2d(value, prepared)
     out_shape, out_dtype = (n, c_out, *out_sizes), np.result_type(inp, weight)
+    if groups == 1 and not pointwise and n and c_out and all(out_sizes) and _few_pixels(n, c_in, out_sizes, kernel):
+        return _pixel_rows_call(inp.shape, weight, bias, strides, dilations, pads, out_sizes, out_dtype)
     laid_out = np.empty(out_shape, out_dtype)  # what the kernels' choice reads: the output's shape
     if not laid_out.size:
         compute = None
@@ -93,7 +96,12 @@ def _conv_call(op, x, inp, weight, bias):
             _im2col_windows(value, weight, strides, dilations, pads, groups, out)
     shaped, in_place = (None, True) if bias is None else channel_bias(bias, laid_out)
 
+    by_pixel = _pixels_by_channels(weight, bias, out_shape, out_dtype) if pointwise and all(
+        s == 1 for s in strides) and laid_out.size else None
+
     def call(value):
+        if by_pixel is not None and kernels.channels_last(value):
+            return by_pixel(value)
         out = np.empty(out_shape, out_dtype)
         if compute is not None:
             compute(value, out)
@@ -127,6 +135,39 @@ def _pointwise(inp, weight, strides, out):
     n, c_in = inp.shape[:2]
     picked = inp[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
     np.matmul(weight.reshape(weight.shape[0], c_in), picked.reshape(n, c_in, -1), out=out.reshape(n, out.shape[1], -1))
+
+
+def _plus_last_axis(product: np.ndarray, bias) -> np.ndarray:
+    """``product + bias`` along its last axis (channels last); in place (``product`` is a fresh
+    array) when the result type is its own."""
+    if bias is None:
+        return product
+    if np.result_type(product, bias) != product.dtype:
+        return product + bias
+    product += bias
+    return product
+
+
+def _pixels_by_channels(weight, bias, out_shape, dtype):
+    """``value -> conv(value)`` of a stride-1 1x1 conv on a channels-last input (a depthwise
+    conv's result): ``[N, pixels, C] @ weight [C, F]``, a view of the input as it lies, its result
+    ``[N, pixels, F]`` returned channels last in turn (``[N, F, *spatial]`` shape). The transposed
+    weight is made at the first such input: most 1x1 convs never see one."""
+    n, c_out, spatial = out_shape[0], out_shape[1], out_shape[2:]
+    nd = len(spatial)
+    to_pixels, back = (0, *range(2, 2 + nd), 1), (0, nd + 1, *range(1, nd + 1))
+    made: list = []  # [(weight [C, F], bias [F] or None)] once made
+
+    def call(value):
+        if not made:
+            made.append((np.ascontiguousarray(weight.reshape(c_out, -1).T, dtype=dtype),
+                         None if bias is None else as_float(bias).reshape(-1)))
+        w_t, b = made[0]
+        product = np.matmul(value.transpose(to_pixels).reshape(n, -1, w_t.shape[0]), w_t)
+        product = _plus_last_axis(product, b)
+        return product.reshape(n, *spatial, c_out).transpose(back)
+
+    return call
 
 
 def _bands(out_sizes, row_elements):
@@ -212,6 +253,53 @@ def _gather_rows(inp, dst, placement, start, stop):
 # Elements one kernel tap gathers (over the whole output) below which ``_im2col`` would spend more
 # in a numpy call per tap than it saves: a 1-D conv of a short frame with 256 taps, say.
 IM2COL_TAP_MIN_ELEMENTS = 4096
+
+
+def _few_pixels(n, c_in, out_sizes, kernel) -> bool:
+    """Whether a conv is one of a batch of small maps (a few pixels per sample, silero_vad's
+    frames) for ``_pixel_rows_call``: one gathered matrix of every window, within one im2col
+    band. A single sample's conv keeps the other paths, whose product has as many columns."""
+    pixels = int(np.prod(out_sizes, dtype=np.int64))
+    return (n > 1 and pixels <= SMALL_MAP_PIXELS
+            and n * pixels * c_in * int(np.prod(kernel, dtype=np.int64)) <= IM2COL_BAND_ELEMENTS)
+
+
+def _pixel_rows_call(in_shape, weight, bias, strides, dilations, pads, out_sizes, dtype):
+    """``value -> conv(value)`` for a small map of one group: every window gathered by one copy
+    into a ``[N * pixels, C * K]`` matrix (rows the output pixels of every sample, so a batch of
+    short frames is one matrix product, not one per sample with a few columns) times the weight
+    ``[C * K, F]`` transposed once here. The result is ``[N, pixels, F]`` memory returned as a
+    ``[N, F, *O]`` view (channels last): numpy's ops read any strides, and laying it out again
+    would cost a conv this small as much as its product."""
+    n, c_in = in_shape[:2]
+    c_out, kernel = weight.shape[0], list(weight.shape[2:])
+    nd = len(kernel)
+    pixels = int(np.prod(out_sizes, dtype=np.int64))
+    w_t = np.ascontiguousarray(weight.reshape(c_out, -1).T, dtype=dtype)  # [C*K, F]
+    b = None if bias is None else as_float(bias).reshape(-1)
+    padded_sizes = [before + size + after for size, (before, after) in zip(in_shape[2:], pads)]
+    interior = (slice(None), slice(None)) + tuple(slice(b_, b_ + size) for size, (b_, _) in zip(in_shape[2:], pads))
+    padding = any(before or after for before, after in pads)
+    windows_shape = (n, *out_sizes, c_in, *kernel)
+    back = (0, nd + 1, *range(1, nd + 1))  # [N, *O, F] -> [N, F, *O]
+
+    def call(value):
+        if padding:
+            source = np.zeros((n, c_in, *padded_sizes), dtype)
+            source[interior] = value
+        else:
+            source = value
+        st = source.strides
+        view = as_strided(source, windows_shape,
+                          (st[0], *(st[2 + d] * strides[d] for d in range(nd)), st[1],
+                           *(st[2 + d] * dilations[d] for d in range(nd))), writeable=False)
+        cols = np.empty((n * pixels, w_t.shape[0]), dtype)
+        np.copyto(cols.reshape(windows_shape), view)
+        product = np.matmul(cols, w_t)
+        product = _plus_last_axis(product, b)
+        return product.reshape(n, *out_sizes, c_out).transpose(back)
+
+    return call
 
 
 def _im2col_windows(inp, weight, strides, dilations, pads, groups, out):

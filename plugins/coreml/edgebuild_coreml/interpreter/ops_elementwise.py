@@ -55,7 +55,10 @@ _KEEPS_FLOAT_TYPE = ("add", "sub", "mul", "real_div", "maximum", "minimum")
 
 @evaluates(*(op_type for op_type in _BINARY if op_type not in _KEEPS_FLOAT_TYPE))
 def binary(op, x):
-    return _BINARY[op.op_type](x["x"], x["y"])
+    a, b = x["x"], x["y"]
+    if op.op_type == "pow":  # numpy's fp16 power converts each element: see binary_in_place
+        a, b = _widened(a), _widened(b)
+    return _BINARY[op.op_type](a, b)
 
 
 @evaluates(*_KEEPS_FLOAT_TYPE, inplace=True)
@@ -66,6 +69,9 @@ def binary_in_place(op, x, donated=()):
     fn = _BINARY[op.op_type]
     result_type, shape = _broadcast(op, a, b)
     if result_type == np.float16:
+        borrowed = kernels.half_binary(op.op_type, a, b)
+        if borrowed is not None:
+            return borrowed
         # numpy's fp16 loops convert each element to fp32 and back; widened whole, the result
         # rounded once to fp16 (the executor casts it) is the same, bit for bit, and faster
         a, b = _widened(a), _widened(b)
@@ -126,6 +132,10 @@ _UNARY = {
 def unary(op, x, donated=()):
     value = x["x"]
     out = value if "x" in donated and value.dtype.kind == "f" and op.op_type != "logical_not" else None
+    if value.dtype == np.float16 and op.op_type != "logical_not":
+        # numpy's fp16 loops compute each element in fp32 and round it back: widened whole, the
+        # result rounded once to fp16 (the executor casts it) is the same to the fp16 ulp, and faster
+        value = out = kernels.cast(value, np.float32)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         return _UNARY[op.op_type](value, out=out)
 

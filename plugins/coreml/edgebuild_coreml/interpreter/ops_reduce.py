@@ -43,12 +43,16 @@ def _block_sum(op, value: np.ndarray, axes, keep_dims: bool) -> np.ndarray | Non
     when outer or rest is 1, else one add.reduce (np.sum and np.mean cost several times more per
     call on the small arrays of a conv net); None for other arrays and axes. The layout is worked
     out once per op and input shape."""
-    if value.dtype != np.float32 or not value.flags.c_contiguous:
+    if value.dtype != np.float32:
         return None
+    if not value.flags.c_contiguous:
+        return _channels_last_block_sum(op, value, axes, keep_dims)
     layout = per_op(op, "_edgebuild_block_sum", (axes, keep_dims), (value.shape,),
                     lambda: _block_layout(value.shape, _axes(axes), bool(keep_dims)))
-    if layout is None:
-        return None
+    return None if layout is None else _summed(value, layout)
+
+
+def _summed(value: np.ndarray, layout: tuple) -> np.ndarray:
     how, shape, ones, result_shape = layout
     if how == "rows":
         sums = value.reshape(shape) @ ones
@@ -57,6 +61,31 @@ def _block_sum(op, value: np.ndarray, axes, keep_dims: bool) -> np.ndarray | Non
     else:
         sums = np.add.reduce(value.reshape(shape), axis=1)
     return sums.reshape(result_shape)
+
+
+def _channels_last_block_sum(op, value: np.ndarray, axes, keep_dims: bool) -> np.ndarray | None:
+    """``_block_sum`` of a channels-last array (``torch_kernels.channels_last``) over all of its
+    spatial axes (a global pool): the sum over the pixels of its ``[N, pixels, C]`` memory."""
+    if not kernels.channels_last(value):
+        return None
+    layout = per_op(op, "_edgebuild_block_sum_channels_last", (axes, keep_dims), (value.shape,),
+                    lambda: _channels_last_layout(value.shape, _axes(axes), bool(keep_dims)))
+    if layout is None:
+        return None
+    pixels_last, inner, result_shape = layout
+    return _summed(value.transpose(pixels_last), inner).reshape(result_shape)
+
+
+def _channels_last_layout(shape: tuple, axes, keep_dims: bool) -> tuple | None:
+    """(the transpose to ``[N, *spatial, C]``, its ``_block_layout``, the result's shape) for
+    ``_channels_last_block_sum``, or None unless ``axes`` are the spatial ones."""
+    ndim = len(shape)
+    if axes is None or any(not -ndim <= a < ndim for a in axes) or sorted(a % ndim for a in axes) != list(range(2, ndim)):
+        return None
+    pixels_last = (0, *range(2, ndim), 1)
+    inner = _block_layout(tuple(shape[a] for a in pixels_last), tuple(range(1, ndim - 1)), False)
+    result_shape = shape[:2] + (1,) * (ndim - 2) * keep_dims
+    return None if inner is None else (pixels_last, inner, result_shape)
 
 
 def _block_layout(shape: tuple, axes, keep_dims: bool) -> tuple | None:

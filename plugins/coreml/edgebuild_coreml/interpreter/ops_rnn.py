@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._params import as_float, param, scalar
+from ._params import as_float, param, per_op, scalar
 from .ops_activation import RECURRENT_ACTIVATIONS
 from .registry import evaluates
 
@@ -57,6 +57,51 @@ def _lstm_pass(seq, h, c, w_ih, w_hh, bias, peephole, clip, acts):
     return list(hiddens), h, c
 
 
+_DEFAULT_ACTS = (RECURRENT_ACTIVATIONS["sigmoid"], RECURRENT_ACTIVATIONS["tanh"], RECURRENT_ACTIVATIONS["tanh"])
+
+
+def _halved_sigmoid_gates(w_ih, w_hh, bias):
+    """(input weight [In, 4H], recurrent weight [H, 4H], bias [4H]) transposed for ``x @ w``, the
+    sigmoid gates' columns halved (see ``_lstm_pass_default``)."""
+    hidden = w_hh.shape[1]
+    half = np.ones(4 * hidden, np.result_type(w_ih, w_hh, bias))
+    half[:3 * hidden] = 0.5  # gates [input, forget, output] halved, [cell] as it is
+    return (np.ascontiguousarray(w_ih.T * half), np.ascontiguousarray(w_hh.T * half), bias * half)
+
+
+def _lstm_pass_default(seq, h, c, halved, clip):
+    """``_lstm_pass`` with sigmoid gates and tanh cell and output (every LSTM an ONNX model
+    names no activations for) in a few whole-row numpy calls per step, into buffers made once:
+    sigmoid(x) is ``0.5 * tanh(x / 2) + 0.5``, and the halving is folded into the sigmoid gates'
+    weights and bias (``halved``: ``_halved_sigmoid_gates``; exact, a power of two), so one
+    ``tanh`` serves all four gates. Per-step Python is what a short sequence costs."""
+    w_ih_t, w_hh_t, bias = halved
+    hidden = h.shape[-1]
+    inputs = seq @ w_ih_t + bias  # all input projections at once: [s, b, 4H]
+    dtype = np.result_type(h, inputs)
+    hiddens = np.empty((len(inputs),) + h.shape, dtype)
+    c = np.array(c, dtype)  # updated in place below
+    gates = np.empty(inputs.shape[1:], dtype)
+    scratch = np.empty(h.shape, dtype)
+    i, f, o, z = (gates[..., k * hidden:(k + 1) * hidden] for k in range(4))
+    sigmoids = gates[..., :3 * hidden]
+    for step, projected in enumerate(inputs):
+        np.matmul(h, w_hh_t, out=gates)
+        gates += projected
+        np.tanh(gates, out=gates)
+        sigmoids *= 0.5
+        sigmoids += 0.5
+        c *= f
+        np.multiply(i, z, out=scratch)
+        c += scratch
+        if clip is not None:
+            np.clip(c, -clip, clip, out=c)
+        h = hiddens[step]
+        np.tanh(c, out=h)
+        h *= o
+    return list(hiddens), h, c
+
+
 @evaluates("lstm")
 def lstm(op, x):
     seq = as_float(x["x"])
@@ -73,11 +118,15 @@ def lstm(op, x):
     hidden = np.asarray(x["weight_hh"]).shape[1]
 
     def run(suffix, h, c, reverse):
+        raw = (x[f"weight_ih{suffix}"], x[f"weight_hh{suffix}"], x.get(f"bias{suffix}"))  # the plan's constants
         w_ih, w_hh = as_float(x[f"weight_ih{suffix}"]), as_float(x[f"weight_hh{suffix}"])
         bias = x.get(f"bias{suffix}")
         bias = np.zeros(4 * hidden, np.float32) if bias is None else as_float(bias)
         peephole = x.get(f"peephole{suffix}")
         peephole = None if peephole is None else as_float(peephole)
+        if peephole is None and acts == _DEFAULT_ACTS:
+            halved = per_op(op, f"_edgebuild_lstm_halved{suffix}", raw, (), lambda: _halved_sigmoid_gates(w_ih, w_hh, bias))
+            return _lstm_pass_default(_steps(seq, reverse), h, c, halved, clip)
         hiddens, h, c = _lstm_pass(_steps(seq, reverse), h, c, w_ih, w_hh, bias, peephole, clip, acts)
         return hiddens, h, c
 

@@ -74,7 +74,7 @@ def forget_plans(prog) -> None:
 
 #: op types whose evaluators compute fp16 operands in fp32: their fp16 constant inputs (weights)
 #: are widened once per plan (see :meth:`Plan.widened`) instead of once per run
-WIDENING_OPS = frozenset({"conv", "conv_transpose", "linear", "matmul", "einsum"})
+WIDENING_OPS = frozenset({"conv", "conv_transpose", "linear", "matmul", "einsum", "lstm", "gru", "rnn"})
 
 
 class Step:

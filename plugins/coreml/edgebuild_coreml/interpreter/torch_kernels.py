@@ -52,9 +52,27 @@ def cast(array: np.ndarray, dtype) -> np.ndarray:
     if (_torch is None or (array.dtype, dtype) not in _HALF_PAIRS or array.size < MIN_CAST_ELEMENTS
             or any(stride < 0 for stride in array.strides)):  # torch takes no negative strides
         return array.astype(dtype)
-    out = np.empty(array.shape, dtype)  # C-ordered whatever the strides of ``array``
+    # in ``array``'s own layout where it is a dense one (channels last stays so: no transposing
+    # copy), else C-ordered
+    out = np.empty_like(array, dtype) if channels_last(array) else np.empty(array.shape, dtype)
     _torch.from_numpy(out).copy_(_torch.from_numpy(array))
     return out
+
+
+_HALF_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "real_div": "div", "maximum": "maximum", "minimum": "minimum"}
+
+
+def half_binary(op_type: str, a, b) -> np.ndarray | None:
+    """MIL ``op_type`` (add, sub, mul, real_div, maximum, minimum) of two fp16 arrays as an fp16
+    array, or None (not enabled, another operand, a small one). torch computes each element in
+    fp32 and rounds it once to fp16, as numpy's widened operands and the executor's cast of the
+    result do, bit for bit, without the three casts: an fp16 program's activations are
+    multiplied and added in fp16 all along. The result keeps the operands' layout."""
+    if (_torch is None or op_type not in _HALF_BINARY or not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray)
+            or a.dtype != np.float16 or b.dtype != np.float16 or max(a.size, b.size) < MIN_CAST_ELEMENTS
+            or any(stride < 0 for stride in a.strides + b.strides)):
+        return None
+    return getattr(_torch, _HALF_BINARY[op_type])(_torch.from_numpy(a), _torch.from_numpy(b)).numpy()
 
 
 def round_to_half(array: np.ndarray) -> np.ndarray:
@@ -81,17 +99,36 @@ def conv2d_prepared(weight: np.ndarray, bias, strides, dilations, pads, groups: 
     if top != bottom or left != right:  # torch pads both sides alike: the input is padded first
         pad_first = (left, right, top, bottom)
         top = left = 0
-    return (_torch.from_numpy(np.ascontiguousarray(weight)), bias, tuple(int(s) for s in strides), (top, left),
-            tuple(int(d) for d in dilations), int(groups), pad_first)
+    torch_weight = _torch.from_numpy(np.ascontiguousarray(weight))
+    depthwise = groups > 1 and groups == weight.shape[0] and weight.shape[1] == 1
+    if depthwise:
+        # a depthwise conv computes channels last: oneDNN's NCHW path reorders its input and
+        # output every call, twice the time on a small map. Its result stays channels last for
+        # the ops after it (``channels_last``), so of a chain only the first conv lays out its input
+        torch_weight = torch_weight.contiguous(memory_format=_torch.channels_last)
+    return (torch_weight, bias, tuple(int(s) for s in strides), (top, left),
+            tuple(int(d) for d in dilations), int(groups), pad_first, depthwise)
+
+
+def channels_last(array: np.ndarray) -> bool:
+    """Whether ``array`` ``[N, C, *spatial]`` is laid out ``[N, *spatial, C]`` (and not also in C
+    order, as one of a single pixel or channel is): what a depthwise conv's torch result and the
+    ops reading it keep, as numpy's elementwise ops keep their operands' layout."""
+    return (array.ndim >= 3 and not array.flags.c_contiguous
+            and array.transpose(0, *range(2, array.ndim), 1).flags.c_contiguous)
 
 
 def conv2d(inp: np.ndarray, prepared: tuple) -> np.ndarray | None:
-    """The convolution ``prepared`` (``conv2d_prepared``) of a float32 ``[N, C, H, W]`` input,
-    or None for another input."""
+    """The convolution ``prepared`` (``conv2d_prepared``) of a float32 ``[N, C, H, W]`` input
+    (in C order or channels last), or None for another input. The result is channels last where
+    torch computed it so (a depthwise conv, or any conv of a channels-last input)."""
     if _torch is None or inp.ndim != 4 or inp.dtype != np.float32:
         return None
-    weight, bias, strides, padding, dilations, groups, pad_first = prepared
-    x = _torch.from_numpy(np.ascontiguousarray(inp))
+    weight, bias, strides, padding, dilations, groups, pad_first, depthwise = prepared
+    laid_last = channels_last(inp)
+    x = _torch.from_numpy(inp if inp.flags.c_contiguous or laid_last else np.ascontiguousarray(inp))
+    if depthwise and not laid_last:
+        x = x.contiguous(memory_format=_torch.channels_last)
     if pad_first is not None:
         x = _torch.nn.functional.pad(x, pad_first)
     return _torch.conv2d(x, weight, bias, strides, padding, dilations, groups).numpy()
