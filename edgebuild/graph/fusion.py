@@ -16,8 +16,6 @@ import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import pattern
 
 from edgebuild.graph.external_data import iter_graphs
-from edgebuild.graph.fusion_rules._values import EDGEBUILD_DOMAIN
-
 from edgebuild.graph.fusion_rules import (
     activations,
     attention,
@@ -31,6 +29,7 @@ from edgebuild.graph.fusion_rules import (
     rotary,
     tied_embeddings,
 )
+from edgebuild.graph.fusion_rules._values import EDGEBUILD_DOMAIN
 
 MAX_ROUNDS = 8
 
