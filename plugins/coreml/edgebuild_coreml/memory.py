@@ -52,8 +52,9 @@ def heap_blocks_reused():
     handed back to the OS as the block ends.
 
     For repeated runs of the interpreter (the fp16 guard's calibration samples): each activation
-    mapped on its own is a fresh mapping whose every page faults in zeroed, about a third of a
-    conv net's run; from the heap, a run reuses what the previous op freed. The resident set is
+    mapped on its own is a fresh mapping whose every page faults in zeroed (a 416x416 conv net's
+    run: 0.145 s that way, 0.114 s from the heap); from the heap, a run reuses what the previous
+    op freed. The resident set is
     trimmed after each sample by the caller (:func:`return_freed_memory`), and again here.
     """
     mallopt = libc_function("mallopt")
