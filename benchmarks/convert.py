@@ -142,7 +142,11 @@ def work_edgebuild(recipe: str, variant: str, _source: str, cache: str) -> None:
 
 def work_edgebuild_run(recipe: str, variant: str, _source: str, cache: str) -> None:
     """The stages as ``edgebuild run --no-cache`` runs them (validate left out), with no preloading:
-    its wall time is what a user waits for, library imports included."""
+    its wall time is what a user waits for, library imports included (and the interpreter's exit,
+    which the ``edgebuild`` command shortens as it starts)."""
+    from edgebuild.__main__ import skip_collections_at_exit
+
+    skip_collections_at_exit()
     from edgebuild.build.jobs import load_variants, plan_jobs
     from edgebuild.dag.executor import Executor
     from edgebuild.registry import get_registry

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from edgebuild.dag import progress
+from edgebuild.dag.collections_scope import older_objects_frozen
 from edgebuild.dag.interrupt import Interrupts
 from edgebuild.dag.keys import stage_key
 from edgebuild.dag.stages import Result, Stage
@@ -202,7 +203,8 @@ class Executor:
         return Result(stage.name, key, entry.digest, entry.out, entry.info, status, seconds)
 
     def _produce(self, stage: Stage, inputs: dict[str, Result], out: Path) -> dict:
-        with self._exclusive(stage.extra.get("exclusive")), self._interrupts.stage_body():
+        with self._exclusive(stage.extra.get("exclusive")), self._interrupts.stage_body(), \
+                older_objects_frozen(collect_at_end=True):  # the body's collections skip the libraries
             return progress.announced(stage.produce)(inputs, out) or {}
 
     @contextmanager

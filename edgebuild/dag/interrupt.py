@@ -40,6 +40,7 @@ class Interrupts:
         self._lock = threading.Lock()
         self._inside: dict[int, int] = {}  # thread id -> nesting depth of stage bodies
         self._done = threading.Event()
+        self._wake = threading.Event()  # set by Ctrl-C and by the end of the run: the deliverer sleeps until then
 
     def check(self) -> None:
         """Raise KeyboardInterrupt if Ctrl-C was pressed (before a stage starts, after a run)."""
@@ -48,6 +49,7 @@ class Interrupts:
 
     def request(self) -> None:
         self.requested.set()
+        self._wake.set()
 
     @contextmanager
     def stage_body(self):
@@ -94,14 +96,14 @@ class Interrupts:
             yield self
         finally:
             self._done.set()
+            self._wake.set()  # the deliverer ends now, not at its next poll
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
             deliverer.join()
 
     def _deliver(self) -> None:
+        self._wake.wait()
         while not self._done.is_set():
-            if not self.requested.wait(REPEAT_SECONDS):
-                continue
             # the first KeyboardInterrupt is the signal's own; repeat only for bodies that swallowed it
             if self._done.wait(REPEAT_SECONDS):
                 return

@@ -15,6 +15,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import pattern
 
+from edgebuild.graph.external_data import iter_graphs
 from edgebuild.graph.fusion_rules import (
     activations,
     attention,
@@ -28,6 +29,7 @@ from edgebuild.graph.fusion_rules import (
     rotary,
     tied_embeddings,
 )
+from edgebuild.graph.fusion_rules._values import EDGEBUILD_DOMAIN
 
 MAX_ROUNDS = 8
 
@@ -41,6 +43,8 @@ class GraphPass:
     ``before_folding`` passes run before constant folding, for patterns folding would erase.
     ``prepare`` normalises the graph first (e.g. constants to one side) to keep patterns few;
     ``commute`` asks onnxscript to also try every operand order of Add/Mul in the patterns.
+    ``creates``: every (domain, op type) the rules' replacements may add to a graph; when given,
+    each round tries only the rules that can match (see ``apply``).
     """
 
     name: str
@@ -51,15 +55,30 @@ class GraphPass:
     before_folding: bool = False
     commute: bool = True
     prepare: Callable[[ir.Model], None] | None = None
+    creates: frozenset[tuple[str, str]] | None = None
 
     def apply(self, model: ir.Model) -> int:
         if self.prepare is not None:
             self.prepare(model)
-        # Built per run and dropped after: onnxscript's matchers hold on to the last graph they
-        # matched, and with it every weight of the model.
-        rule_set = pattern.RewriteRuleSet(list(self.rules()), commute=self.commute)
+        rules = list(self.rules())
+        tried: list[pattern.RewriteRule] = []
+        rule_set = None
         total = 0
         for _ in range(MAX_ROUNDS):
+            # A round in which no rule finds every op it names in the graph rewrites nothing, and
+            # is skipped. With ``creates`` declared, a round tries only the rules whose ops are in
+            # the graph or among those its rewrites may add (onnxscript tries every rule on every
+            # node: most of a pass's time went to rules that could not match); the rules that
+            # fire, and their order, are the same.
+            present = op_identifiers(model)
+            if not any(may_match(rule, present) for rule in rules):
+                break
+            reachable = present | self.creates if self.creates is not None else None
+            applicable = rules if reachable is None else [rule for rule in rules if may_match(rule, reachable)]
+            if applicable != tried:
+                # Built per run and dropped after: onnxscript's matchers hold on to the last graph
+                # they matched, and with it every weight of the model.
+                rule_set, tried = pattern.RewriteRuleSet(applicable, commute=self.commute), applicable
             fired = rule_set.apply_to_model(model)
             total += fired
             if not fired:
@@ -70,6 +89,57 @@ class GraphPass:
             if self.min_opset is not None:
                 raise_onnx_opset(model, self.min_opset)
         return total
+
+
+def _domain(domain: str) -> str:
+    return "" if domain == "ai.onnx" else domain
+
+
+def op_identifiers(model: ir.Model) -> set[tuple[str, str]]:
+    """(domain, op type) of every node: graph, subgraphs and model functions."""
+    graphs = [*iter_graphs(model.graph), *model.functions.values()]
+    return {(_domain(node.domain), node.op_type) for graph in graphs for node in graph}
+
+
+def required_ops(rule: pattern.RewriteRule) -> set[tuple[str, str]] | None:
+    """The (domain, op type) pairs every match of ``rule`` contains: the ops of its pattern's output
+    nodes and of the nodes producing their inputs, transitively, not counting alternatives (an
+    ``OrValue``'s branches) or ops given as patterns. None when the pattern cannot be read
+    (an onnxscript whose rules are built differently): the rule is then always tried."""
+    target = getattr(rule, "_target_pattern", None)
+    outputs = getattr(target, "output_nodes", None)
+    if outputs is None:
+        return None
+    required: set[tuple[str, str]] = set()
+    seen: set[int] = set()
+    stack = list(outputs)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        identifier = _constant_op(node)
+        if identifier is not None:
+            required.add(identifier)
+        for value in node.inputs:
+            # only a node output's producer is certain to be matched; an OrValue has no producer
+            producer = value.producer() if value is not None and type(value).__name__ == "NodeOutputPattern" else None
+            if producer is not None:
+                stack.append(producer)
+    return required
+
+
+def _constant_op(node) -> tuple[str, str] | None:
+    """(domain, op type) of a node pattern naming both as constants (a commuted copy keeps them as
+    string patterns only), else None."""
+    if any(type(part).__name__ != "StringConstantPattern" for part in (node.domain, node.op)):
+        return None
+    return _domain(node.domain.value()), node.op.value()
+
+
+def may_match(rule: pattern.RewriteRule, present: set[tuple[str, str]]) -> bool:
+    required = required_ops(rule)
+    return required is None or required <= present
 
 
 def raise_onnx_opset(model: ir.Model, version: int) -> None:
@@ -99,6 +169,7 @@ PASSES: dict[str, GraphPass] = {
             "fuse_bias",
             "Conv + Add -> Conv with bias; Gemm / MatMul [+ Add] -> edgebuild::Linear",
             bias.rules,
+            creates=frozenset({("", "Conv"), (EDGEBUILD_DOMAIN, "Linear")}),
         ),
         GraphPass(
             "fuse_activations",
@@ -108,6 +179,8 @@ PASSES: dict[str, GraphPass] = {
             min_opset=activations.MIN_OPSET,
             commute=False,  # the rules list their own operand orders
             prepare=activations.constants_to_the_right,
+            creates=frozenset({("", "Clip"), ("", "HardSigmoid"), ("", "HardSwish"), (EDGEBUILD_DOMAIN, "Silu"),
+                               (EDGEBUILD_DOMAIN, "Gelu")}),
         ),
         GraphPass(
             "fuse_layer_norm",

@@ -414,14 +414,13 @@ def _collections_skip_loaded_libraries():
 
     Pymil graphs are cyclic, so the stage collects several times (coremltools once more inside
     ``ct.convert``); each full collection over the libraries costs about a second. The objects go
-    back to the collector when the stage ends. (``gc.freeze`` is process-wide: a stage running in
-    another thread meanwhile has its older objects skipped too, which delays, never loses, a free.)
+    back to the collector when the last scope open ends (``edgebuild.dag.collections_scope``: the
+    executor opens one around every stage body, before this stage's own imports).
     """
-    gc.freeze()
-    try:
+    from edgebuild.dag.collections_scope import older_objects_frozen
+
+    with older_objects_frozen():
         yield
-    finally:
-        gc.unfreeze()
 
 
 def _hash_in_background(artifact: Path):

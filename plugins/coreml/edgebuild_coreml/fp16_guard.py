@@ -24,7 +24,7 @@ import numpy as np
 
 from edgebuild_coreml.compute import FP16_GUARD_SAMPLES as MAX_CALIBRATION_SAMPLES
 from edgebuild_coreml.interpreter.executor import input_vars
-from edgebuild_coreml.memory import return_freed_memory
+from edgebuild_coreml.memory import heap_blocks_reused, return_freed_memory
 
 FP16_MAX = 65504.0
 # Constants this large (attention masks built from float32's min, say) stand for infinity, as
@@ -157,7 +157,7 @@ def activation_ranges(program, samples: Iterable) -> dict[str, float]:
     from edgebuild_coreml.interpreter import run_program
     from edgebuild_coreml.interpreter.plan import forget_plans
 
-    with blas_threads(1):
+    with blas_threads(1), heap_blocks_reused():
         try:
             for sample in samples:
                 run_program(program, sample, observer=observe)

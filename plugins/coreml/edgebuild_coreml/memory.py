@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from edgebuild.mapped_pages import drop_resident_ranges, libc_function
 
+from contextlib import contextmanager
+
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+MAPPED_BLOCK_BYTES = 256 * 1024  # map_large_blocks: blocks this large are mapped on their own
+REUSED_BLOCK_BYTES = 32 << 20  # heap_blocks_reused: up to this (glibc's largest threshold) from the heap
+_large_blocks_mapped = False
 
 
 def return_freed_memory() -> None:
@@ -33,9 +38,35 @@ def map_large_blocks() -> None:
     activation freed by the interpreter goes back to the OS at once. glibc otherwise raises
     its threshold to the largest block freed so far and keeps later ones of that size in the
     heap, where they stay resident."""
+    global _large_blocks_mapped
     mallopt = libc_function("mallopt")
     if mallopt is not None:
-        mallopt(M_MMAP_THRESHOLD, 256 * 1024)
+        mallopt(M_MMAP_THRESHOLD, MAPPED_BLOCK_BYTES)
+        _large_blocks_mapped = True
+
+
+@contextmanager
+def heap_blocks_reused():
+    """Within: blocks below REUSED_BLOCK_BYTES come from glibc's heap again (when
+    :func:`map_large_blocks` is in effect; else nothing changes), and the freed heap pages are
+    handed back to the OS as the block ends.
+
+    For repeated runs of the interpreter (the fp16 guard's calibration samples): each activation
+    mapped on its own is a fresh mapping whose every page faults in zeroed (a 416x416 conv net's
+    run: 0.145 s that way, 0.114 s from the heap); from the heap, a run reuses what the previous
+    op freed. The resident set is
+    trimmed after each sample by the caller (:func:`return_freed_memory`), and again here.
+    """
+    mallopt = libc_function("mallopt")
+    if mallopt is None or not _large_blocks_mapped:
+        yield
+        return
+    mallopt(M_MMAP_THRESHOLD, REUSED_BLOCK_BYTES)
+    try:
+        yield
+    finally:
+        mallopt(M_MMAP_THRESHOLD, MAPPED_BLOCK_BYTES)
+        return_freed_memory()
 
 
 def drop_mapped_pages(arrays) -> int:

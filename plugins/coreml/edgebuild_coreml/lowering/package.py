@@ -179,6 +179,31 @@ def _package_moving_weights(create, spec, weights_dir, package_path):
         shutil.rmtree(held, ignore_errors=True)
 
 
+# -- debug text ------------------------------------------------------------------------------
+@contextlib.contextmanager
+def program_text_only_when_logged():
+    """Within: a pymil program formats itself as text only when coremltools' debug log is on.
+
+    coremltools' pass pipeline puts the whole program into a debug message before and after
+    each pipeline as an f-string, which formats every op even though the message is dropped
+    (tens of ms on a conv net). ``Program.__str__`` is a class attribute of coremltools, restored
+    after; the lower stages that run coremltools take turns (``Stage.extra["exclusive"]``)."""
+    import logging
+
+    from coremltools import _logger
+    from coremltools.converters.mil.mil.program import Program
+
+    if _logger.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    text = Program.__str__
+    Program.__str__ = lambda self: "<MIL program; its text is formatted with coremltools' debug log on>"
+    try:
+        yield
+    finally:
+        Program.__str__ = text
+
+
 # -- atomic save ----------------------------------------------------------------------------
 def save_atomically(model, path: Path) -> None:
     """Write beside ``path`` then rename, so ``path`` is either the old or the new package."""
@@ -270,7 +295,7 @@ def save_mlpackage(
     precision_option = compute_precision(precision)
     pipeline = pass_pipeline(precision, keep_fp32=keep_fp32, before_cast=before_fp16_cast, passes=passes)
     try:
-        with validated_once(program), weights_written_once():
+        with validated_once(program), weights_written_once(), program_text_only_when_logged():
             model = ct.convert(
                 program,
                 convert_to="mlprogram",
