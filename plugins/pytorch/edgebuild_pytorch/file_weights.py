@@ -59,6 +59,8 @@ def reference_file_weights(graph, checkpoint: Path) -> int:
     nodes = [_transposed(graph, value, weight) for value, weight in transposes]
     if first is not None and nodes:
         graph.insert_before(first, nodes)  # before every reader
+    else:
+        graph.extend(nodes)  # (a graph of initializers only: read by its outputs)
     return len(references) + len(transposes)
 
 
