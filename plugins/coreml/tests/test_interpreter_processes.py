@@ -43,6 +43,12 @@ def _samples(count):
     return [{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(count)]
 
 
+def _assert_same_outputs(actual, expected):
+    """Workers compute convs with torch's kernels, this process with numpy's: the same fp32 sums
+    in another order, so they agree to rounding relative to the outputs' scale, not bit for bit."""
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6 * float(np.abs(expected).max()))
+
+
 def test_workers_give_what_the_build_process_gives(runner):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -52,7 +58,7 @@ def test_workers_give_what_the_build_process_gives(runner):
         there = list(threads.map(pooled, samples))
     for mine, theirs in zip(here, there):
         assert set(theirs) == {"y"}
-        np.testing.assert_allclose(theirs["y"], mine["y"], rtol=1e-6, atol=1e-6)
+        _assert_same_outputs(theirs["y"], mine["y"])
     assert not multiprocessing.active_children()
 
 
@@ -82,7 +88,7 @@ def test_a_large_program_runs_its_samples_in_worker_processes(runner, monkeypatc
     sample = _samples(1)[0]
     with runner.samples_in_parallel(2) as (run, workers):
         assert workers == 2 and run is not runner
-        np.testing.assert_allclose(run(sample)["y"], runner(sample)["y"], rtol=1e-6, atol=1e-6)
+        _assert_same_outputs(run(sample)["y"], runner(sample)["y"])
     assert not multiprocessing.active_children()
 
 
@@ -108,5 +114,5 @@ def test_calls_from_more_threads_than_workers_wait_for_an_idle_one(runner):
     with runner.in_processes(2) as pooled, ThreadPoolExecutor(5) as threads:
         there = list(threads.map(pooled, samples))
     for sample, theirs in zip(samples, there):
-        np.testing.assert_allclose(theirs["y"], runner(sample)["y"], rtol=1e-6, atol=1e-6)
+        _assert_same_outputs(theirs["y"], runner(sample)["y"])
     assert not multiprocessing.active_children()

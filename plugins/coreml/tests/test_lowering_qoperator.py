@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from onnx_cases import lower, lower_and_run, rand, run_onnxruntime, single_node_model
+from onnx_cases import int8_weights, lower, lower_and_run, rand, run_onnxruntime, single_node_model
 
 from edgebuild.graph.quantized.qoperator import DecomposeQOperator
 
@@ -72,7 +72,7 @@ def check_qoperator(op_type, inputs, *, initializers, attrs=None, domain=MS, ops
 @pytest.mark.parametrize("group", [1, 4])
 def test_qlinear_conv(act, per_channel, group):
     out_channels, in_channels = 8, 4
-    weight = _ints((out_channels, in_channels // group, 3, 3), np.int8, seed=1)
+    weight = int8_weights((out_channels, in_channels // group, 3, 3), seed=1)
     w_scale = rand(out_channels, seed=2, low=0.002, high=0.01) if per_channel else np.float32(0.005)
     w_zero = np.zeros(out_channels, np.int8) if per_channel else np.int8(0)
     inputs = {
@@ -91,7 +91,7 @@ def test_qlinear_conv(act, per_channel, group):
 def test_qlinear_matmul(act, per_column):
     inputs = {
         "a": _ints((2, 5, 16), act, seed=5), "a_scale": np.float32(0.03), "a_zero_point": _zero(act),
-        "b": _ints((16, 6), np.int8, seed=6),
+        "b": int8_weights((16, 6), seed=6),
         "b_scale": rand(6, seed=7, low=0.002, high=0.01) if per_column else np.float32(0.004),
         "b_zero_point": np.zeros(6, np.int8) if per_column else np.int8(0),
         "y_scale": np.float32(0.1), "y_zero_point": _zero(act),
@@ -105,7 +105,7 @@ def test_qlinear_matmul(act, per_column):
 @pytest.mark.parametrize("per_column", [False, True])
 def test_qgemm(trans_b, quantized_output, per_column):
     n = 6
-    b = _ints((n, 16) if trans_b else (16, n), np.int8, seed=8)
+    b = int8_weights((n, 16) if trans_b else (16, n), seed=8)
     inputs = {
         "A": _ints((4, 16), np.uint8, seed=9), "a_scale": np.float32(0.02), "a_zero_point": np.uint8(120),
         "B": b, "b_scale": rand(n, seed=10, low=0.002, high=0.01) if per_column else np.float32(0.005),
