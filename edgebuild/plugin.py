@@ -25,6 +25,7 @@
         LOWERINGS.register_all(register)
 
 - :func:`cpu_threads` is how many threads a stage's own thread pools may start.
+- :func:`unique_name` names a new value or tensor beside the ones a graph already has.
 """
 
 from __future__ import annotations
@@ -99,6 +100,17 @@ def blas_threads(limit: int):
     except ImportError:
         return contextlib.nullcontext()
     return threadpool_limits(limits=limit, user_api="blas")
+
+
+def unique_name(base: str, taken: set[str], *, separator: str = "_", first: int = 2) -> str:
+    """``base``, or ``base + separator + n`` for the first ``n`` from ``first`` up, whichever
+    is not in ``taken``; the name returned is added to ``taken``."""
+    candidate, n = base, first
+    while candidate in taken:
+        candidate = f"{base}{separator}{n}"
+        n += 1
+    taken.add(candidate)
+    return candidate
 
 
 def standard_domain(domain: str | None) -> str:

@@ -74,3 +74,12 @@ def test_lazy_answers_known_attributes_without_importing_its_target():
 def test_cpu_threads_follows_a_thread_budget_else_the_machine(monkeypatch, budget, expected):
     monkeypatch.setenv("OMP_NUM_THREADS", budget)
     assert cpu_threads() == (expected or os.cpu_count() or 1)
+
+
+def test_unique_name_counts_past_the_names_taken():
+    from edgebuild.plugin import unique_name
+
+    taken = {"w", "w_2"}
+    assert unique_name("w", taken) == "w_3" and "w_3" in taken
+    assert unique_name("b", taken) == "b" and "b" in taken
+    assert unique_name("w", taken, separator="__", first=1) == "w__1"

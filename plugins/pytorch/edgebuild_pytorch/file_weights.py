@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgebuild.mapped_pages import file_offsets
+from edgebuild.plugin import unique_name
 
 
 def reference_file_weights(graph, checkpoint: Path) -> int:
@@ -49,7 +50,8 @@ def reference_file_weights(graph, checkpoint: Path) -> int:
             continue
         weight = references.get(key)
         if weight is None:
-            name = _free_name(taken, value.meta.get("source_weight") or f"{value.name}__source")
+            name = unique_name(value.meta.get("source_weight") or f"{value.name}__source", taken, separator="__",
+                               first=1)
             weight = ir.Value(name=name, shape=ir.Shape(tensor.shape), type=ir.TensorType(tensor.dtype),
                               const_value=_external(tensor, location, checkpoint, name))
             graph.register_initializer(weight)
@@ -95,12 +97,3 @@ def _external(tensor, location: tuple[int, int], checkpoint: Path, name: str):
     offset, size = location
     return ir.ExternalTensor(checkpoint.name, offset, size, tensor.dtype, shape=ir.Shape(tensor.shape),
                              name=name, base_dir=checkpoint.parent)
-
-
-def _free_name(taken: set, name: str) -> str:
-    candidate, n = name, 0
-    while candidate in taken:
-        n += 1
-        candidate = f"{name}__{n}"
-    taken.add(candidate)
-    return candidate

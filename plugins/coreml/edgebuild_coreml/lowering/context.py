@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import onnx_ir as ir
 
+from edgebuild.plugin import unique_name
 from edgebuild_coreml.lowering.errors import LoweringError, TargetTooOld
 
 TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18", "iOS26")
@@ -32,12 +33,7 @@ def unique_identifier(name: str, taken: set[str], *, prefix: str, empty: str) ->
         base = empty
     elif base[0].isdigit():
         base = prefix + base
-    candidate, n = base, 1
-    while candidate in taken:
-        n += 1
-        candidate = f"{base}_{n}"
-    taken.add(candidate)
-    return candidate
+    return unique_name(base, taken)
 
 
 class LoweringContext:
