@@ -3,9 +3,10 @@
 A decoder's weights are gigabytes; a pass over the graph (fusion, folding) leaves nearly all of
 them as they were read: external tensors of the input's data file. Writing them one by one
 through Python costs a mapped read and a write of every byte. Instead the output's data file is a
-kernel-side copy of the input's (``copy_file_range`` / ``sendfile``: the bytes never enter the
-process), the untouched tensors keep their offsets in it, and only tensors the passes made or
-changed go to a second file beside it.
+clone of the input's where the file system can (APFS, btrfs, XFS: no bytes written), else a
+kernel-side copy (Linux's ``sendfile``: the bytes never enter the process; see
+``edgebuild.store.links.clone_or_copy``), the untouched tensors keep their offsets in it, and only
+tensors the passes made or changed go to a second file beside it.
 
 When the input is an earlier stage's output (``link=True``), the data file is not copied at all but
 hard-linked to it: both are store files, sealed read-only, never written again. onnx_ir refuses to

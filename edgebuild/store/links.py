@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sys
 
 from edgebuild.store.local import seal
 
@@ -26,32 +28,81 @@ FICLONE = 0x40049409  # Linux ioctl: share the extents of another file (btrfs, X
 
 
 COPY_CHUNK = 256 << 20  # bytes per system call of a copy that can be stopped
+BUFFER_CHUNK = 16 << 20  # bytes per read of a copy through this process (no kernel file-to-file copy)
 
 
 def clone_or_copy(src, dst, stop=None) -> bool:
-    """Copy ``src`` to ``dst`` (its bytes and times): a reflink where the file system shares
-    extents, else a kernel-side copy. ``stop`` (a ``threading.Event``) ends the copy at its next
-    chunk once set; returns whether the copy is complete (``dst`` is then partial)."""
+    """Copy ``src`` to ``dst`` (its bytes and times): a clone where the file system shares
+    extents (APFS, btrfs, XFS), else a kernel-side copy, else a copy through one reused buffer.
+    ``stop`` (a ``threading.Event``) ends the copy at its next chunk once set; returns whether
+    the copy is complete (``dst`` is then partial)."""
+    if _clone(src, dst):
+        shutil.copystat(src, dst)
+        return True
+    if stop is None:
+        shutil.copy2(src, dst)
+        return True
+    with open(src, "rb") as source, open(dst, "wb") as target:
+        size = os.fstat(source.fileno()).st_size
+        complete = (_copy_in_kernel(source.fileno(), target.fileno(), size, stop) if _KERNEL_COPY is not None
+                    else _copy_buffered(source, target, stop))
+    if complete:
+        shutil.copystat(src, dst)
+    return complete
+
+
+def _clone(src, dst) -> bool:
+    """A copy-on-write clone of ``src`` at ``dst``: macOS's clonefile(2) (APFS), Linux's FICLONE
+    ioctl (btrfs, XFS); False where the file system or platform has neither."""
+    if sys.platform == "darwin":
+        return _clonefile(src, dst)
     try:
         import fcntl
 
         with open(src, "rb") as source, open(dst, "wb") as target:
             fcntl.ioctl(target.fileno(), FICLONE, source.fileno())
-        shutil.copystat(src, dst)
         return True
     except (ImportError, OSError):
-        pass
-    if stop is None or not hasattr(os, "sendfile"):
-        shutil.copy2(src, dst)
-        return True
-    with open(src, "rb") as source, open(dst, "wb") as target:
-        size, offset = os.fstat(source.fileno()).st_size, 0
-        while offset < size:
-            if stop.is_set():
-                return False
-            sent = os.sendfile(target.fileno(), source.fileno(), offset, min(COPY_CHUNK, size - offset))
-            if sent == 0:
-                break  # the source shrank: what it holds now was copied
-            offset += sent
-    shutil.copystat(src, dst)
+        return False
+
+
+def _clonefile(src, dst) -> bool:
+    import ctypes
+
+    try:
+        clonefile = ctypes.CDLL(None, use_errno=True).clonefile
+    except (OSError, AttributeError):
+        return False
+    clonefile.argtypes, clonefile.restype = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32), ctypes.c_int
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(dst)  # clonefile makes its target; it refuses one that exists
+    return clonefile(os.fsencode(os.fspath(src)), os.fsencode(os.fspath(dst)), 0) == 0
+
+
+# Linux's sendfile copies between two files in the kernel (across file systems too, unlike
+# copy_file_range); macOS's and the BSDs' write only to sockets, so there the bytes pass through
+# this process.
+_KERNEL_COPY = getattr(os, "sendfile", None) if sys.platform.startswith("linux") else None
+
+
+def _copy_in_kernel(source: int, target: int, size: int, stop) -> bool:
+    offset = 0
+    while offset < size:
+        if stop.is_set():
+            return False
+        sent = _KERNEL_COPY(target, source, offset, min(COPY_CHUNK, size - offset))
+        if sent == 0:
+            break  # the source shrank: what it holds now was copied
+        offset += sent
     return True
+
+
+def _copy_buffered(source, target, stop) -> bool:
+    buffer = memoryview(bytearray(BUFFER_CHUNK))
+    while True:
+        if stop.is_set():
+            return False
+        read = source.readinto(buffer)
+        if not read:
+            return True
+        target.write(buffer[:read])
