@@ -26,11 +26,16 @@ def drop_resident_pages(tensors: Iterable) -> int:
 @contextlib.contextmanager
 def pages_dropped_after_use(module) -> Iterator[None]:
     """While inside, each submodule's own parameters are dropped after its forward ran, so an
-    eager call over a mapped model keeps about one layer of weights resident."""
+    eager call over a mapped model keeps about one layer of weights resident. TorchScript
+    modules take no Python hooks (their calls never come back to Python): theirs are dropped on
+    leaving."""
+    from torch.jit import ScriptModule
+
     def after_forward(submodule, _inputs, _output):
         drop_resident_pages(submodule.parameters(recurse=False))
 
-    handles = [sub.register_forward_hook(after_forward) for sub in module.modules()]
+    handles = [sub.register_forward_hook(after_forward) for sub in module.modules()
+               if not isinstance(sub, ScriptModule)]
     try:
         yield
     finally:

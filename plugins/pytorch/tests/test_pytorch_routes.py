@@ -1,5 +1,6 @@
 """Both routes on small modules: ONNX (checked with onnxruntime) and coremltools (checked with
-the MIL interpreter), each against the eager module. Exporting takes seconds: all slow."""
+the MIL interpreter), each against the eager module. Exporting takes seconds: slow, but for the
+TorchScript import (about a second), which runs by default."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from edgebuild_pytorch.frontend import PyTorchFrontend  # noqa: E402
 
 import pytorch_test_factories as factories  # noqa: E402
 
-pytestmark = pytest.mark.slow
 X = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
 
 
@@ -36,6 +36,7 @@ def tiny(tmp_path):
     return path, expected
 
 
+@pytest.mark.slow
 def test_state_dict_through_onnx(tiny, tmp_path):
     path, expected = tiny
     out = tmp_path / "out"
@@ -62,6 +63,7 @@ def test_torchscript_with_fixed_scalar_through_onnx(tmp_path):
     np.testing.assert_allclose(got, np.tanh(x * np.linspace(-1, 1, 8) * 2.0), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_exported_program_file(tiny, tmp_path):
     path, expected = tiny
     module = factories.TinyNet().eval()
@@ -83,6 +85,7 @@ def run_mlpackage(path, feed):
     return run_program(load_mlpackage(path), feed)
 
 
+@pytest.mark.slow
 def test_state_dict_through_coremltools(tiny, tmp_path):
     path, expected = tiny
     out = tmp_path / "out"
@@ -96,6 +99,7 @@ def test_state_dict_through_coremltools(tiny, tmp_path):
         np.testing.assert_allclose(np.asarray(got[name]), expected[name], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_auto_falls_back_to_coremltools_with_the_reason(tiny, tmp_path, monkeypatch):
     import edgebuild_pytorch.onnx_route as onnx_route
 
@@ -114,6 +118,7 @@ def test_auto_falls_back_to_coremltools_with_the_reason(tiny, tmp_path, monkeypa
     np.testing.assert_allclose(np.asarray(got["logits"]), expected["logits"], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_forced_onnx_route_reports_the_exporter_failure(tiny, tmp_path, monkeypatch):
     import edgebuild_pytorch.onnx_route as onnx_route
 
