@@ -49,7 +49,9 @@ CALIBRATION_SAMPLES = 8
 # QDQ differ by 0.9990, three times as much). A QOperator source is integer kernels with one
 # requantisation per op; 1-step differences compound through ~50 layers into a quantised softmax
 # of 2-4 classes, where one step is ~0.4%. Matching to 0.9999 would take exact integer emulation.
-COSINE = {"qdq": 0.9995, "qoperator": 0.998}
+# onnxruntime's float kernels round differently per instruction set: on an AVX2-only CPU orientation
+# QDQ measured 0.999459, so QDQ is held to onnxruntime's own agreement with itself (0.9990).
+COSINE = {"qdq": 0.999, "qoperator": 0.998}
 DEFAULT_COSINE = 0.9999  # ppocr_cls QDQ, the default-run case
 
 DEFAULT = [("ppocr_cls", "qdq")]
@@ -78,7 +80,8 @@ def calibration_inputs(recipe: str) -> list[dict[str, np.ndarray]]:
 
 
 def quantize(recipe: str, fmt: str, cache: Path, out: Path) -> Path:
-    """quantize_static in ``fmt`` (qdq | qoperator): per-channel int8 weights, uint8 activations."""
+    """quantize_static in ``fmt`` (qdq | qoperator): per-channel int8 weights (7-bit in QOperator
+    graphs), uint8 activations."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -109,9 +112,13 @@ def quantize(recipe: str, fmt: str, cache: Path, out: Path) -> Path:
         onnx.save(model, str(upgraded))
         # (its symbolic shape inference trips over these graphs; onnx's shape inference is enough)
         quant_pre_process(str(upgraded), str(prepared), skip_symbolic_shape=True)
+    # QOperator graphs run onnxruntime's integer kernels, which sum 7-bit weights exactly on every
+    # x86 CPU (onnx_cases.INT8_EXACT_RANGE); a QDQ graph with quantised activations runs unoptimised,
+    # in float kernels
     quantize_static(str(prepared), str(target), RecipeInputs(),
                     quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
-                    per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+                    per_channel=True, reduce_range=fmt == "qoperator", activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
     return target
 
 
