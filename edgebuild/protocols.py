@@ -68,6 +68,12 @@ class Frontend(Protocol):
         they become build prerequisites (``--depfile``)."""
         return []
 
+    def source_files(self, path: Path) -> list[Path]:
+        """Files beside the source model ``path`` that are part of its content (an ONNX model's
+        external data): their digests join the resolve stage's, so editing one alone rebuilds, and
+        they become build prerequisites like the model."""
+        return []
+
     def reference(self, path: Path, inputs: dict, options: Any, base_dir: Optional[Path] = None) -> Optional[Runner]:
         """A runner that evaluates the source itself (PyTorch: the eager module), or None to let
         validation run onnxruntime on the imported ONNX model."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +13,7 @@ from edgebuild.dag.executor import Job
 from edgebuild.dag.stages import Result, artifact_of, pipeline
 from edgebuild.errors import UsageError
 from edgebuild.recipe import Variant, load_recipe
+from edgebuild.recipe.formats import source_format
 from edgebuild.store import hashstate
 from edgebuild.store.local import Store
 
@@ -45,10 +48,23 @@ def source_resolver(variant: Variant, registry, store: Store):
                              base_dir=variant.base_dir))
         digest = hashstate.file_sha256(path)  # remembered by stat, so this is free when unchanged
         fetched = scheme != "file" and path.stat().st_mtime >= wall - 1
-        return Result("resolve", digest, digest, path, {"uri": uri, "sha256": digest},
+        info = {"uri": uri, "sha256": digest}
+        companions = source_files(registry, variant, path)
+        if companions:  # the model's content is these files too (its external data)
+            info["files"] = {str(p.relative_to(path.parent)): hashstate.file_sha256(p) for p in companions}
+            digest = hashlib.sha256(json.dumps([digest, info["files"]], sort_keys=True).encode()).hexdigest()
+        return Result("resolve", digest, digest, path, info,
                       "ran" if fetched else "cached", round(time.perf_counter() - start, 3))
 
     return resolve
+
+
+def source_files(registry, variant: Variant, path: Path) -> list[Path]:
+    """The files beside the resolved source that its frontend counts as its content (see
+    ``Frontend.source_files``); none for a frontend that does not say."""
+    frontend = registry.get("frontends", source_format(variant.recipe.source))
+    named = getattr(frontend, "source_files", None)
+    return list(named(path)) if named is not None else []
 
 
 @dataclass
@@ -101,6 +117,9 @@ def local_inputs(build: Build) -> list[Path]:
     """``planned_inputs`` with the source the resolver found (a download is not a local input)."""
     resolved = build.job.results.get("resolve")
     downloaded = build.variant.recipe.source.model.split(":")[0] in ("pypi", "https")
-    return planned_inputs(build, resolved.path if resolved is not None and not downloaded else None)
+    paths = planned_inputs(build, resolved.path if resolved is not None and not downloaded else None)
+    if resolved is not None and not downloaded:
+        paths += [resolved.path.parent / name for name in resolved.info.get("files", {})]
+    return paths
 
 

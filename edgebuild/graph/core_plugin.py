@@ -17,7 +17,10 @@ def edgebuild_register_resolvers(register):
 
 @hookimpl
 def edgebuild_register_frontends(register):
-    register("onnx", Lazy("edgebuild.graph.frontend:OnnxFrontend"))
+    from edgebuild.graph.source_files import external_data_files
+
+    # known: the resolve stage asks every run, without importing onnx_ir for it
+    register("onnx", Lazy("edgebuild.graph.frontend:OnnxFrontend").known(source_files=external_data_files))
 
 
 # name -> (on by default, runs before constant folding); the passes themselves live in

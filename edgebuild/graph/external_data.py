@@ -47,10 +47,12 @@ def iter_tensors(model: ir.Model) -> Iterator[ir.TensorProtocol]:
                     yield from attr.value
 
 
-def check_external_data(model: ir.Model, model_dir: Path) -> int:
+def check_external_data(model: ir.Model, model_dir: Path, *, references: bool = False) -> int:
     """Raise BuildError unless every external tensor lies inside ``model_dir`` and in bounds.
 
-    Returns the number of external tensors checked.
+    ``references``: ``model_dir`` is a store entry, whose data file may be a symbolic link to the
+    source's (``edgebuild.store.links.refer``): the link itself must lie inside, its target may
+    not. Returns the number of external tensors checked.
     """
     root = Path(os.path.realpath(model_dir))
     sizes: dict[Path, int] = {}
@@ -68,7 +70,14 @@ def check_external_data(model: ir.Model, model_dir: Path) -> int:
             )
         # realpath also resolves symlinks, so a link pointing outside is caught too.
         resolved = Path(os.path.realpath(root / location))
-        if resolved != root and root not in resolved.parents:
+        if references:  # only the file's own name may be a link (a reference), no folder above it
+            named = Path(os.path.realpath((root / location).parent)) / Path(location).name
+            inside = named.parent == root or root in named.parent.parents
+            if not named.is_symlink():
+                inside = inside and (resolved == root or root in resolved.parents)
+        else:
+            inside = resolved == root or root in resolved.parents
+        if not inside:
             raise BuildError(
                 f"tensor {name!r} points at external data file {location!r}, "
                 f"which lies outside the model's directory",

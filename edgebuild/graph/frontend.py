@@ -67,6 +67,11 @@ class OnnxFrontend(Frontend):
         path = Path(path)
         return self.import_ir(load_checked(path), path, inputs, out_dir)
 
+    def source_files(self, path: Path) -> list[Path]:
+        from edgebuild.graph.source_files import external_data_files
+
+        return external_data_files(path)
+
     def import_ir(self, model: ir.Model, path: Path, inputs: dict[str, dict], out_dir: Path, *,
                   data_copied_from: Path | None = None) -> dict:
         """``import_model`` of a model already in memory (``path``: where it is from, for messages;

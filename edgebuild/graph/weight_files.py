@@ -8,6 +8,9 @@ kernel-side copy (Linux's ``sendfile``: the bytes never enter the process; see
 ``edgebuild.store.links.clone_or_copy``), the untouched tensors keep their offsets in it, and only
 tensors the passes made or changed go to a second file beside it.
 
+A large source data file is not copied into the import stage's entry at all: the entry refers to
+it by a symbolic link (``edgebuild.store.links.refer``), which later stages' entries repeat.
+
 When the input is an earlier stage's output (``link=True``), the data file is not copied at all but
 hard-linked to it: both are store files, sealed read-only, never written again. onnx_ir refuses to
 map external data from a file with more than one link (against a hostile model that links a file
@@ -30,7 +33,7 @@ import onnx_ir as ir
 
 from edgebuild.graph.external_data import check_external_data, iter_graphs, iter_tensors
 from edgebuild.store import hashstate
-from edgebuild.store.links import clone_or_copy
+from edgebuild.store.links import clone_or_copy, refer
 from edgebuild.store.local import seal
 
 EXTRA_SUFFIX = ".extra"  # the data file of new and changed tensors: <data file>.extra
@@ -55,8 +58,9 @@ def _same_file(tensor, data: Path) -> bool:
 def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data: Path, *, link: bool = False,
                       copied: bool = False) -> bool:
     """Save ``model`` at ``target`` with ``target.parent / data_name`` a copy of ``source_data`` (a
-    hard link with ``link``: ``source_data`` is an earlier stage's output; already made with
-    ``copied``: see ``copying``), which its unchanged external tensors keep pointing into; other
+    hard link with ``link``: ``source_data`` is an earlier stage's output; a reference to a large
+    source file: ``edgebuild.store.links.refer``; already made with ``copied``: see ``copying``),
+    which its unchanged external tensors keep pointing into; other
     tensors go to ``data_name + EXTRA_SUFFIX``. Returns False, writing nothing, when that does not
     apply (no such file, or less than ``MIN_REUSED_SHARE`` of it still referenced): save the usual
     way then."""
@@ -74,7 +78,7 @@ def save_reusing_data(model: ir.Model, target: Path, data_name: str, source_data
         return False  # an external attribute tensor: its location would not follow
     target.parent.mkdir(parents=True, exist_ok=True)
     data = target.parent / data_name
-    if not copied and not (link and link_sealed(source_data, data)):
+    if not copied and not (link and link_sealed(source_data, data)) and not refer(source_data, data):
         copy_vouched(source_data, data)
     extra_name = data_name + EXTRA_SUFFIX
     offset = 0
@@ -174,13 +178,14 @@ def link_sealed(source: Path, target: Path) -> bool:
 
 def load_stage_model(path: Path) -> ir.Model:
     """An ONNX model a stage wrote (its weights stay mapped, not read). Its data file may be a hard
-    link to an earlier stage's (see the module docstring): every external tensor is checked to lie
-    inside the model's directory and within its file, then mapped by absolute path."""
+    link to an earlier stage's, or a reference to the source's (see the module docstring): every
+    external tensor is checked to lie inside the model's directory (a reference: its link) and
+    within its file, then mapped by absolute path."""
     path = Path(path)
     model = ir.load(path)
-    check_external_data(model, path.parent)
+    check_external_data(model, path.parent, references=True)
     for value, tensor in _initializer_tensors(model):
-        if isinstance(tensor, ir.ExternalTensor) and os.stat(tensor.path).st_nlink > 1:
+        if isinstance(tensor, ir.ExternalTensor) and (os.path.islink(tensor.path) or os.stat(tensor.path).st_nlink > 1):
             value.const_value = ir.ExternalTensor(
                 os.path.realpath(tensor.path), tensor.offset, tensor.length, tensor.dtype, shape=tensor.shape,
                 name=tensor.name, doc_string=tensor.doc_string, metadata_props=tensor.metadata_props)

@@ -4,6 +4,7 @@ coremltools' own cast pass makes."""
 from __future__ import annotations
 
 import copy
+import sys
 
 import numpy as np
 import pytest
@@ -15,26 +16,38 @@ from edgebuild_coreml.lowering import fp16_weights
 from edgebuild_coreml.lowering.passes import guarded_fp16_cast
 
 RNG = np.random.default_rng(7)
+torch = pytest.importorskip("torch")
+CASTERS = pytest.mark.parametrize("caster", [None, torch], ids=["numpy", "torch"])
 
 
+@pytest.fixture(autouse=True)
+def small_pieces(monkeypatch):
+    """Steps small enough that the test arrays are cut into several, at their edges too, on both threads."""
+    monkeypatch.setattr(fp16_weights, "CHUNK_ELEMENTS", 1000)
+    monkeypatch.setattr(fp16_weights, "TILE", 16)
+    monkeypatch.setattr(fp16_weights, "BAND_ROWS", 16)
+
+
+@CASTERS
 @pytest.mark.parametrize("make", [
     lambda a: a,  # C order
-    lambda a: a.T,  # a transposed view: cast into C order a tile at a time
+    lambda a: a.T,  # a transposed view: cast into C order a tile (a band) at a time
     lambda a: a[:, ::2],  # not dense: the plain cast
-], ids=["c-order", "transposed", "strided"])
-def test_chunked_cast_equals_astype(make, monkeypatch):
-    monkeypatch.setattr(fp16_weights, "CHUNK_ELEMENTS", 1000)  # several chunks, on both threads
+    lambda a: a.reshape(4, 24, 130),  # C order, three dimensions
+], ids=["c-order", "transposed", "strided", "3-d"])
+def test_chunked_cast_equals_astype(make, caster):
     value = make(RNG.standard_normal((96, 130)).astype(np.float32) * 100)
-    fp16, became_inf = fp16_weights.cast_checked(value)
+    value.flat[::97] = RNG.standard_normal(value.flat[::97].size).astype(np.float32) * 1e-6  # subnormal in fp16
+    fp16, became_inf = fp16_weights.cast_checked(value, caster)
     assert fp16.dtype == np.float16 and fp16.shape == value.shape and not became_inf
     np.testing.assert_array_equal(fp16, value.astype(np.float16))
 
 
-def test_a_transposed_matrix_is_cast_into_c_order(monkeypatch):
-    monkeypatch.setattr(fp16_weights, "TILE", 16)  # tiles cut at the edges, on both threads
+@CASTERS
+def test_a_transposed_matrix_is_cast_into_c_order(caster):
     value = (RNG.standard_normal((90, 70)).astype(np.float32) * 100).T
     value[3, 60] = 7e4
-    fp16, became_inf = fp16_weights.cast_checked(value)
+    fp16, became_inf = fp16_weights.cast_checked(value, caster)
     assert fp16.flags.c_contiguous and became_inf
     np.testing.assert_array_equal(fp16, value.astype(np.float16))
     fp32 = fp16_weights.in_c_order(value)
@@ -42,11 +55,19 @@ def test_a_transposed_matrix_is_cast_into_c_order(monkeypatch):
     np.testing.assert_array_equal(fp32, value)
 
 
-def test_chunked_cast_sees_inf_in_any_chunk(monkeypatch):
-    monkeypatch.setattr(fp16_weights, "CHUNK_ELEMENTS", 1000)
+@CASTERS
+@pytest.mark.parametrize("layout", ["c-order", "transposed"])
+def test_chunked_cast_sees_inf_in_any_chunk(caster, layout):
     value = RNG.standard_normal((64, 100)).astype(np.float32)
     value[50, 7] = 7e4
-    assert fp16_weights.cast_checked(value)[1]
+    assert fp16_weights.cast_checked(value if layout == "c-order" else value.T, caster)[1]
+
+
+def test_torch_casts_when_imported_or_worth_its_import(monkeypatch):
+    assert fp16_weights.half_caster(0) is torch  # imported: free to use
+    monkeypatch.setitem(sys.modules, "torch", None)  # not imported, and not importable
+    assert fp16_weights.half_caster(0) is None
+    assert fp16_weights.half_caster(fp16_weights.TORCH_WORTH_BYTES) is None
 
 
 def _program(weight: np.ndarray):

@@ -87,6 +87,7 @@ class PyTorchFrontend(Frontend):
         (``inputs`` may pin some, as for an ONNX source)."""
         from edgebuild.graph.frontend import DATA_FILE, OnnxFrontend
         from edgebuild.graph.weight_files import copying
+        from edgebuild.store.links import refer
         from edgebuild.mapped_pages import file_offsets
 
         from edgebuild_pytorch.causal_lm import export_decoder, input_names, output_names
@@ -96,14 +97,17 @@ class PyTorchFrontend(Frontend):
         loaded = load_source(path, opts, base_dir)
         try:
             # Handed over in memory, its weights pointing into the checkpoint where they are its
-            # bytes unchanged: the import keeps a copy of that file, made while the model exports.
+            # bytes unchanged: the import refers to that file (a large one), else keeps a copy of
+            # it, made while the model exports.
             mapped = bool(file_offsets(path))
             out_dir.mkdir(parents=True, exist_ok=True)
-            with copying(path, out_dir / DATA_FILE) if mapped else contextlib.nullcontext() as copied:
+            referred = mapped and refer(path, out_dir / DATA_FILE)
+            with copying(path, out_dir / DATA_FILE) if mapped and not referred else contextlib.nullcontext() as copied:
                 onnx_model = export_decoder(loaded.module, opset=opts.opset)
                 if mapped:
                     reference_file_weights(onnx_model.graph, path)
-                    copied()
+                    if not referred:
+                        copied()
                 report = OnnxFrontend().import_ir(onnx_model, path, inputs or {}, out_dir,
                                                   data_copied_from=path if mapped else None)
             drop_written_pages(onnx_model)

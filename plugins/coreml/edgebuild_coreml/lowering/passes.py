@@ -115,7 +115,7 @@ class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass
             keep.update(self.before_cast(prog))
         self.op_selector = lambda op: op.name not in keep
         # each large weight is cast once, as its overflow is checked, and its cast op takes that value
-        with WeightCasts().serving_casts() as casts:
+        with WeightCasts(_large_fp32_bytes(prog)).serving_casts() as casts:
             self._casts = casts
             try:
                 super().apply(prog)
@@ -154,6 +154,13 @@ class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass
     @staticmethod
     def fp16_overflow(op) -> bool:
         return any(_overflows(var) for var in _fp32_consts(op))
+
+
+def _large_fp32_bytes(prog) -> int:
+    """Bytes of the fp32 constants the cast pass casts through ``WeightCasts``."""
+    return sum(np.size(op.outputs[0].val) * 4 for function in prog.functions.values()
+               for op in function.find_ops(op_type="const")
+               if op.outputs[0].is_tensor_or_scalar_of(dtype="fp32") and np.size(op.outputs[0].val) >= FP16_WEIGHT_ELEMENTS)
 
 
 def _fp32_consts(op) -> list:
