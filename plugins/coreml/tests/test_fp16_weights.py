@@ -57,10 +57,15 @@ def test_a_transposed_matrix_is_cast_into_c_order(caster):
 
 @CASTERS
 @pytest.mark.parametrize("layout", ["c-order", "transposed"])
-def test_chunked_cast_sees_inf_in_any_chunk(caster, layout):
+@pytest.mark.parametrize("special", [7e4, -7e4, np.inf], ids=["over", "under", "inf"])
+def test_chunked_cast_sees_inf_in_any_chunk(caster, layout, special):
     value = RNG.standard_normal((64, 100)).astype(np.float32)
-    value[50, 7] = 7e4
+    value[50, 7] = special
     assert fp16_weights.cast_checked(value if layout == "c-order" else value.T, caster)[1]
+    value[3, 3] = np.nan  # a NaN hides the extremes: inf is still found
+    assert fp16_weights.cast_checked(value if layout == "c-order" else value.T, caster)[1]
+    value[50, 7] = 1.0
+    assert not fp16_weights.cast_checked(value if layout == "c-order" else value.T, caster)[1]
 
 
 def test_torch_casts_when_imported_or_worth_its_import(monkeypatch):

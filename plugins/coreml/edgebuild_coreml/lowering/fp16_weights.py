@@ -30,7 +30,7 @@ MIN_ELEMENTS = 4096  # smaller constants: coremltools' own check and cast are as
 CHUNK_ELEMENTS = 1 << 22  # 16 MB of fp32 per step
 THREADS = 2
 TORCH_WORTH_BYTES = 2 << 30  # fp32 weights to cast above which importing torch pays for itself
-BAND_ROWS = 256  # source rows cast per step by torch: a band of a transposed matrix stays in cache
+BAND_ROWS = 256  # rows of a transposed matrix's source cast per step by torch: a band stays in cache
 
 
 def half_caster(weight_bytes: int):
@@ -75,27 +75,30 @@ def cast_checked(value: np.ndarray, torch=None) -> tuple[np.ndarray, bool]:
 
 
 def _torch_cast_checked(value: np.ndarray, torch) -> tuple[np.ndarray, bool]:
-    """``cast_checked`` through torch (a C-ordered array or a transposed matrix), a piece at a time
-    on two threads (torch releases the GIL), each piece checked for inf while in cache. A
-    transposed matrix goes by bands of ``BAND_ROWS`` rows of its [K, N] source: each band is cast
-    contiguously, then stored transposed into the result's columns."""
-    out = np.empty(value.shape, np.float16)
+    """``cast_checked`` through torch, for a C-ordered array or a transposed matrix (by bands of
+    ``BAND_ROWS`` rows of its [K, N] source: each band cast contiguously, then stored transposed).
+    The result is torch's allocation (numpy's, with its huge-page advice, faulted in at half the
+    speed here)."""
+    transposed = _transposed_matrix(value)
     with warnings.catch_warnings():  # a read-only (mapped) weight: torch warns, though it only reads
         warnings.simplefilter("ignore", UserWarning)
-        if _transposed_matrix(value):
-            source, target = torch.from_numpy(value.T), torch.from_numpy(out).t()
-            step = BAND_ROWS
-        else:
-            source, target = torch.from_numpy(value.reshape(-1)), torch.from_numpy(out.reshape(-1))
-            step = CHUNK_ELEMENTS
+        source = torch.from_numpy(value.T if transposed else value)
+    if transposed:
+        out = torch.empty(value.shape, dtype=torch.float16)
+        for start in range(0, source.shape[0], BAND_ROWS):
+            out.t()[start:start + BAND_ROWS].copy_(source[start:start + BAND_ROWS].to(torch.float16))
+    else:
+        out = source.to(torch.float16)
+    return out.numpy(), _has_inf(out, torch)
 
-    def piece(start: int) -> bool:
-        half = source[start:start + step].to(torch.float16)
-        target[start:start + step].copy_(half)
+
+def _has_inf(half, torch) -> bool:
+    """Whether the fp16 tensor ``half`` holds an inf: one pass for its extremes (``isinf().any()``
+    makes a boolean tensor first, several times slower), unless it holds a NaN."""
+    low, high = torch.aminmax(half.reshape(-1))
+    if torch.isnan(low) or torch.isnan(high):
         return bool(torch.isinf(half).any())
-
-    with ThreadPoolExecutor(THREADS) as pool:
-        return out, any(list(pool.map(piece, range(0, source.shape[0], step))))
+    return bool(torch.isinf(low) or torch.isinf(high))
 
 
 TILE = 256  # rows and columns of a tile: a tile of the source and of the result stay in cache
