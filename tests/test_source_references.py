@@ -22,7 +22,7 @@ from edgebuild.graph.optimize import optimize
 from edgebuild.graph.source_files import external_data_files
 from edgebuild.graph.weight_files import load_stage_model
 from edgebuild.store import links
-from edgebuild_testplugin.cli_runner import edgebuild
+from edgebuild_testplugin.cli_runner import assert_usage_error, edgebuild
 
 RNG = np.random.default_rng(11)
 RECIPE = """\
@@ -196,3 +196,19 @@ def test_entries_referring_to_an_edited_file_are_not_served(ext_project, cli, re
     code, _, err = cli("cache", "clear")
     assert code == 0, err
     assert (ext_project / "src" / "w.bin").read_bytes() == new
+
+
+def test_an_unreadable_weight_file_is_a_clear_error(ext_project, cli, monkeypatch):
+    from edgebuild.store import hashstate
+
+    real = hashstate.file_sha256
+
+    def refuse(path, *args, **kwargs):
+        if Path(path).name == "w.bin":
+            raise PermissionError(13, "Permission denied")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(hashstate, "file_sha256", refuse)
+    code, _, err = cli("run", "recipe.yaml")
+    assert_usage_error(code, err, "w.bin", "m.onnx names cannot be read (Permission denied)", "permissions")
+    assert not (ext_project / "out").exists()

@@ -51,12 +51,20 @@ def source_resolver(variant: Variant, registry, store: Store):
         info = {"uri": uri, "sha256": digest}
         companions = source_files(registry, variant, path)
         if companions:  # the model's content is these files too (its external data)
-            info["files"] = {str(p.relative_to(path.parent)): hashstate.file_sha256(p) for p in companions}
+            info["files"] = {str(p.relative_to(path.parent)): _readable_digest(p, path) for p in companions}
             digest = hashlib.sha256(json.dumps([digest, info["files"]], sort_keys=True).encode()).hexdigest()
         return Result("resolve", digest, digest, path, info,
                       "ran" if fetched else "cached", round(time.perf_counter() - start, 3))
 
     return resolve
+
+
+def _readable_digest(file: Path, model: Path) -> str:
+    try:
+        return hashstate.file_sha256(file)
+    except OSError as exc:
+        raise UsageError(f"{file}: the weight file {model.name} names cannot be read ({exc.strerror or exc})",
+                         hint="check the file's permissions, or export the model again") from None
 
 
 def source_files(registry, variant: Variant, path: Path) -> list[Path]:

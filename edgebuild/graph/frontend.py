@@ -77,8 +77,8 @@ class OnnxFrontend(Frontend):
         """``import_model`` of a model already in memory (``path``: where it is from, for messages;
         a frontend that exports ONNX hands its model over here instead of writing it twice).
         ``data_copied_from``: ``out_dir / DATA_FILE`` is a vouched copy of that file, made while
-        the frontend exported (``weight_files.copying``); kept if the model's weights point into
-        it, else removed."""
+        the frontend exported (``weight_files.copying``), or a reference to it (``links.refer``);
+        kept if the model's weights point into it, else removed."""
         out_dir = Path(out_dir)
         notes: list[str] = []
         out_dir.mkdir(parents=True, exist_ok=True)

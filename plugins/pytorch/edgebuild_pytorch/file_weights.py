@@ -7,7 +7,8 @@ writing the graph reads, transposes and writes every weight byte once more.
 
 Here each initializer whose bytes are an unchanged range of the checkpoint becomes an external
 tensor at that range, and a lazily transposed one a ``Transpose`` node over such a tensor. The
-core's ONNX import then copies the checkpoint whole in the kernel (``save_reusing_data``), and a
+import stage's entry then refers to the checkpoint (a large one; a small one is copied whole in
+the kernel: ``edgebuild.store.links.refer``, ``save_reusing_data``), and a
 backend reads ``W`` through the Transpose: Core ML's ``linear`` wants exactly ``W``'s [out, in].
 """
 
