@@ -17,7 +17,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-_CHUNK = 1 << 20
+_CHUNK = 32 << 20
 _LOCK_TIMEOUT = 30.0  # seconds to wait for another process's write before hashing instead
 _local = threading.local()
 _db_path: Path | None = None
@@ -62,9 +62,12 @@ def _query(sql: str, args: tuple) -> list[tuple]:
 
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
+    with open(path, "rb", buffering=0) as handle:
+        # one reused buffer, and few calls: each read and update gives up the GIL, and a hash on
+        # its own thread (beside a stage's Python work) waits up to 5 ms to get it back each time
+        buffer = memoryview(bytearray(max(1, min(_CHUNK, os.fstat(handle.fileno()).st_size))))
+        while size := handle.readinto(buffer):
+            digest.update(buffer[:size])
     return digest.hexdigest()
 
 

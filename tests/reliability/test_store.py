@@ -105,6 +105,18 @@ def test_entry_is_served_by_stat_only_while_inode_size_mtime_and_ctime_are_uncha
     assert not entry.path.exists()
 
 
+@pytest.mark.parametrize("size", [0, 1, 7, 16, 23])
+def test_file_digest_reads_in_chunks_and_equals_hashlibs(tmp_path, monkeypatch, size):
+    import hashlib
+
+    from edgebuild.store import hashstate
+
+    monkeypatch.setattr(hashstate, "_CHUNK", 8)  # several reads and a short last one
+    data = os.urandom(size)
+    (tmp_path / "f").write_bytes(data)
+    assert hashstate.sha256_of(tmp_path / "f") == hashlib.sha256(data).hexdigest()
+
+
 def test_delivered_store_files_are_read_only_and_others_keep_their_mode(project, tmp_path, cli):
     """Producers may copy an upstream file and rewrite the copy (coremltools' save does), so only
     what an output links is sealed."""
