@@ -212,3 +212,14 @@ def test_an_unreadable_weight_file_is_a_clear_error(ext_project, cli, monkeypatc
     code, _, err = cli("run", "recipe.yaml")
     assert_usage_error(code, err, "w.bin", "m.onnx names cannot be read (Permission denied)", "permissions")
     assert not (ext_project / "out").exists()
+
+
+@pytest.mark.parametrize("at", [0, 5, 6, 7, 8, 9, 15])
+def test_the_scan_finds_the_key_across_read_boundaries(tmp_path, at):
+    from edgebuild.graph.source_files import _holds
+
+    data = bytearray(b"x" * 40)
+    data[at:at + 4] = b"KEY!"
+    (tmp_path / "f").write_bytes(bytes(data))
+    assert _holds(tmp_path / "f", b"KEY!", chunk=8)
+    assert not _holds(tmp_path / "f", b"KEY?", chunk=8)

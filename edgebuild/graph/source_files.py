@@ -3,7 +3,6 @@ asks on every run, before anything heavy is imported)."""
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,12 +17,8 @@ def external_data_files(path: Path) -> list[Path]:
     sorted; files missing or outside are left to the import's checks. A model without external
     data is found so by a scan of its bytes, not a parse (a single-file model may be gigabytes)."""
     path = Path(path)
-    with open(path, "rb") as file:
-        if os.fstat(file.fileno()).st_size == 0:
-            return []
-        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            if data.find(_LOCATION_KEY) < 0:
-                return []
+    if not _holds(path, _LOCATION_KEY):
+        return []
     import onnx  # only now: most runs of a model without external data never import it
 
     try:
@@ -42,6 +37,18 @@ def external_data_files(path: Path) -> list[Path]:
         if root in file.parents and file.is_file():
             found.add(path.parent / os.path.relpath(file, root))
     return sorted(found)
+
+
+def _holds(path: Path, needle: bytes, chunk: int = 1 << 20) -> bool:
+    """Whether the file holds ``needle``, read a piece at a time (a mapping of the whole file would
+    count a gigabyte model in the process's resident memory)."""
+    tail = b""
+    with open(path, "rb") as file:
+        while piece := file.read(chunk):
+            if needle in tail + piece[:len(needle) - 1] or needle in piece:
+                return True
+            tail = piece[-(len(needle) - 1):]
+    return False
 
 
 def _proto_tensors(graph) -> Iterator:

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 _CHUNK = 32 << 20
+_MIN_CHUNK = 1 << 20
 _LOCK_TIMEOUT = 30.0  # seconds to wait for another process's write before hashing instead
 _local = threading.local()
 _db_path: Path | None = None
@@ -65,9 +66,10 @@ def sha256_of(path: Path) -> str:
     with open(path, "rb", buffering=0) as handle:
         # one reused buffer, and few calls: each read and update gives up the GIL, and a hash on
         # its own thread (beside a stage's Python work) waits up to 5 ms to get it back each time
-        buffer = memoryview(bytearray(max(1, min(_CHUNK, os.fstat(handle.fileno()).st_size))))
-        while size := handle.readinto(buffer):
-            digest.update(buffer[:size])
+        size = os.fstat(handle.fileno()).st_size  # buffer: 1/16 of the file, 1 MB at least, 32 MB at most
+        buffer = memoryview(bytearray(max(1, min(_CHUNK, max(_MIN_CHUNK, size // 16), size))))
+        while read := handle.readinto(buffer):
+            digest.update(buffer[:read])
     return digest.hexdigest()
 
 

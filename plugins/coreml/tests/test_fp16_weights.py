@@ -69,9 +69,10 @@ def test_chunked_cast_sees_inf_in_any_chunk(caster, layout, special):
 
 
 def test_torch_casts_when_imported_or_worth_its_import(monkeypatch):
-    assert fp16_weights.half_caster(0) is torch  # imported: free to use
+    assert fp16_weights.half_caster(fp16_weights.TORCH_MIN_BYTES) is torch  # imported: free to use
+    assert fp16_weights.half_caster(fp16_weights.TORCH_MIN_BYTES - 1) is None  # numpy's casts are as quick
     monkeypatch.setitem(sys.modules, "torch", None)  # not imported, and not importable
-    assert fp16_weights.half_caster(0) is None
+    assert fp16_weights.half_caster(fp16_weights.TORCH_MIN_BYTES) is None
     assert fp16_weights.half_caster(fp16_weights.TORCH_WORTH_BYTES) is None
 
 

@@ -9,9 +9,10 @@ float32's min, which may become fp16's inf) from real ones out of range. The ``c
 then makes for the weight takes the fp16 array already made as its value.
 
 numpy converts fp32 to fp16 one element at a time (about 0.6 GB/s of fp32 here, F16C or not);
-PyTorch's vectorised cast is 5-15x faster. A program with gigabytes of weights (a decoder) casts
-through torch when it is installed (``half_caster``): its import, 2-3 s, is repaid above
-``TORCH_WORTH_BYTES``, and costs nothing once the process has it. Both give the same bits.
+PyTorch's vectorised cast is 5-15x faster. A program with hundreds of MB of weights casts through
+torch when the process has imported it, and one with gigabytes (a decoder) imports it when it is
+installed (``half_caster``): its import, 2-3 s, is repaid above ``TORCH_WORTH_BYTES``. Both give
+the same bits.
 """
 
 from __future__ import annotations
@@ -29,13 +30,17 @@ from edgebuild_coreml.memory import drop_mapped_pages
 MIN_ELEMENTS = 4096  # smaller constants: coremltools' own check and cast are as cheap
 CHUNK_ELEMENTS = 1 << 22  # 16 MB of fp32 per step
 THREADS = 2
+TORCH_MIN_BYTES = 256 << 20  # fp32 weights to cast from which torch casts them, once imported
 TORCH_WORTH_BYTES = 2 << 30  # fp32 weights to cast above which importing torch pays for itself
 BAND_ROWS = 256  # rows of a transposed matrix's source cast per step by torch: a band stays in cache
 
 
 def half_caster(weight_bytes: int):
-    """The torch module when it should cast ``weight_bytes`` of fp32 weights to fp16: already
-    imported, or importable and worth importing for that many bytes; else None (numpy casts)."""
+    """The torch module when it should cast ``weight_bytes`` of fp32 weights to fp16: at least
+    ``TORCH_MIN_BYTES`` (below, its first calls' set-up costs more than numpy's casts), and torch
+    already imported, or importable and worth importing for that many bytes; else None (numpy)."""
+    if weight_bytes < TORCH_MIN_BYTES:
+        return None
     torch = sys.modules.get("torch")
     if torch is None and weight_bytes >= TORCH_WORTH_BYTES:
         try:
