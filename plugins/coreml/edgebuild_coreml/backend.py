@@ -87,7 +87,7 @@ class CoreMLBackend(Backend):
 
         def package(results, out: Path) -> dict:
             return self.package(results[last].path / ARTIFACT, out / ARTIFACT,
-                                dict(metadata, source_sha256=results["resolve"].digest))
+                                dict(metadata, source_sha256=results["resolve"].info["sha256"]))
 
         stages.append(Stage("package", {"metadata": metadata}, [last, "resolve"], plugins, produce=package,
                             extra={"artifact": ARTIFACT, **serial}))
