@@ -23,6 +23,7 @@ from edgebuild.graph.source_files import external_data_files
 from edgebuild.graph.weight_files import load_stage_model
 from edgebuild.store import links
 from edgebuild_testplugin.cli_runner import assert_usage_error, edgebuild
+from edgebuild_testplugin.models import point_external_data
 
 RNG = np.random.default_rng(11)
 RECIPE = """\
@@ -78,13 +79,7 @@ def test_external_data_files_are_found_by_scan_then_parse(tmp_path):
 
 
 def test_data_outside_the_folder_is_not_a_source_file(tmp_path):
-    model = _write_model(tmp_path / "inner" / "m.onnx")
-    proto = onnx.load(str(model), load_external_data=False)
-    for tensor in proto.graph.initializer:
-        for entry in tensor.external_data:
-            if entry.key == "location":
-                entry.value = "../w.bin"
-    onnx.save_model(proto, str(model))
+    model = point_external_data(_write_model(tmp_path / "inner" / "m.onnx"), "../w.bin")
     os.replace(tmp_path / "inner" / "w.bin", tmp_path / "w.bin")
     assert external_data_files(model) == []  # the import refuses it, naming the tensor
 
@@ -123,12 +118,7 @@ def test_a_reference_from_a_stage_may_point_outside_a_link_in_a_folder_may_not(t
     load_stage_model(tmp_path / "imp" / "model.onnx")  # the entry's own reference: fine
     (tmp_path / "hostile").mkdir()
     os.symlink(src.parent, tmp_path / "hostile" / "sub")  # a folder link leading out
-    proto = onnx.load(str(tmp_path / "imp" / "model.onnx"), load_external_data=False)
-    for tensor in proto.graph.initializer:
-        for entry in tensor.external_data:
-            if entry.key == "location":
-                entry.value = "sub/w.bin"
-    onnx.save_model(proto, str(tmp_path / "hostile" / "model.onnx"))
+    point_external_data(tmp_path / "imp" / "model.onnx", "sub/w.bin", save_to=tmp_path / "hostile" / "model.onnx")
     with pytest.raises(BuildError, match="outside the model's directory"):
         load_stage_model(tmp_path / "hostile" / "model.onnx")
 

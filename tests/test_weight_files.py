@@ -18,6 +18,7 @@ from edgebuild.graph.optimize import optimize
 from edgebuild.graph.weight_files import load_stage_model
 from edgebuild.store import hashstate
 from edgebuild.store.local import scan
+from edgebuild_testplugin.models import point_external_data
 
 RNG = np.random.default_rng(3)
 
@@ -67,13 +68,8 @@ def test_optimise_links_the_import_weight_file_and_reads_back_through_it(tmp_pat
 
 def test_load_stage_model_refuses_data_outside_its_folder(tmp_path):
     src = _gather_matmul_model(tmp_path / "inner" / "m.onnx")
-    proto = onnx.load(str(src), load_external_data=False)
-    for tensor in proto.graph.initializer:
-        for entry in tensor.external_data:
-            if entry.key == "location":
-                entry.value = "../outside.bin"
+    point_external_data(src, "../outside.bin")
     (tmp_path / "outside.bin").write_bytes((src.parent / "w.bin").read_bytes())
-    onnx.save_model(proto, str(src))
     with pytest.raises(BuildError, match="outside the model's directory"):
         load_stage_model(src)
 

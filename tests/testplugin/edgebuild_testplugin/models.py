@@ -68,3 +68,16 @@ def save_model(path: Path, nodes, inputs, outputs, initializers, opset: int = 17
     graph = helper.make_graph(nodes, path.stem, inputs, outputs, initializers)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
     return path
+
+
+def point_external_data(path: Path, location: str, save_to: Path | None = None) -> Path:
+    """Rewrite every external tensor of the model at ``path`` to read from ``location`` (a path
+    onnx's own save refuses: ``../x.bin``, a linked folder); saved at ``save_to``, else in place."""
+    proto = onnx.load(str(path), load_external_data=False)
+    for tensor in proto.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = location
+    target = save_to or path
+    onnx.save_model(proto, str(target))
+    return target
