@@ -213,3 +213,19 @@ def test_the_scan_finds_the_key_across_read_boundaries(tmp_path, at):
     (tmp_path / "f").write_bytes(bytes(data))
     assert _holds(tmp_path / "f", b"KEY!", chunk=8)
     assert not _holds(tmp_path / "f", b"KEY?", chunk=8)
+
+
+def test_an_upgraded_models_scratch_weights_are_copied_not_referred_to(tmp_path, refer_every_size):
+    """An opset-11 model is converted with its weights written to a scratch folder inside the
+    entry, removed once saved: the entry must hold a copy of them, not a link that would dangle."""
+    src = _write_model(tmp_path / "src" / "m.onnx")
+    proto = onnx.load(str(src))
+    proto.opset_import[0].version = 11
+    onnx.save_model(proto, str(src), save_as_external_data=True, location="w.bin", size_threshold=0)
+    report = OnnxFrontend().import_model(src, {}, tmp_path / "imp")
+    assert any("opset upgraded" in note for note in report.get("notes", [])), report
+    held = tmp_path / "imp" / "model.onnx.data"
+    assert held.is_file() and not held.is_symlink()
+    model = load_stage_model(tmp_path / "imp" / "model.onnx")
+    for tensor in onnx.load(str(src)).graph.initializer:
+        np.testing.assert_array_equal(_weights(model)[tensor.name], numpy_helper.to_array(tensor))

@@ -31,7 +31,8 @@ REFERENCE_MIN_BYTES = 64 << 20  # smaller source files are copied: the entry the
 def refer(source, target) -> bool:
     """Make ``target`` (in a store entry being built) a symbolic link to the file ``source`` (a
     source model's weight file, or an earlier entry's reference to one) resolves to, when that
-    file is at least ``REFERENCE_MIN_BYTES``; False, making nothing, otherwise.
+    file is at least ``REFERENCE_MIN_BYTES`` and lies outside ``target``'s folder; False, making
+    nothing, otherwise.
 
     The entry then holds the source's bytes without a copy of them (4.4 GB for a 1.1B decoder in
     fp32: most of its import on a disk that writes 400 MB/s). Nothing is done to the file itself:
@@ -40,6 +41,9 @@ def refer(source, target) -> bool:
     for the build's key, and the digest is remembered by the file's stat): if the file changes,
     every entry referring to it stops being intact and is rebuilt, never served."""
     real = os.path.realpath(source)
+    entry = os.path.realpath(os.path.dirname(os.path.abspath(target)))
+    if os.path.commonpath([real, entry]) == entry:
+        return False  # a file of the entry being built (a scratch file the stage then removes)
     try:
         if not os.path.isfile(real) or os.path.getsize(real) < REFERENCE_MIN_BYTES:
             return False
