@@ -23,7 +23,7 @@ from edgebuild.graph.source_files import external_data_files
 from edgebuild.graph.weight_files import load_stage_model
 from edgebuild.store import links
 from edgebuild_testplugin.cli_runner import assert_usage_error, edgebuild
-from edgebuild_testplugin.models import point_external_data
+from edgebuild_testplugin.models import no_passes, point_external_data
 
 RNG = np.random.default_rng(11)
 RECIPE = """\
@@ -55,12 +55,6 @@ def _weights(model) -> dict[str, np.ndarray]:
     return {v.name: v.const_value.numpy() for v in model.graph.initializers.values()}
 
 
-def _no_passes() -> dict[str, bool]:
-    from edgebuild.registry import get_registry
-
-    return {name: False for name in get_registry().tables["passes"]}
-
-
 @pytest.fixture
 def refer_every_size(monkeypatch):
     monkeypatch.setattr(links, "REFERENCE_MIN_BYTES", 0)
@@ -89,7 +83,7 @@ def test_a_large_weight_file_is_referred_to_through_import_and_optimise(tmp_path
     data = src.parent / "w.bin"
     before = os.stat(data)
     OnnxFrontend().import_model(src, {}, tmp_path / "imp")
-    optimize(tmp_path / "imp" / "model.onnx", tmp_path / "opt", passes=_no_passes())
+    optimize(tmp_path / "imp" / "model.onnx", tmp_path / "opt", passes=no_passes())
     for stage in ("imp", "opt"):
         held = tmp_path / stage / "model.onnx.data"
         assert held.is_symlink() and os.readlink(held) == os.path.realpath(data)

@@ -18,7 +18,7 @@ from edgebuild.graph.optimize import optimize
 from edgebuild.graph.weight_files import load_stage_model
 from edgebuild.store import hashstate
 from edgebuild.store.local import scan
-from edgebuild_testplugin.models import point_external_data
+from edgebuild_testplugin.models import no_passes, point_external_data
 
 RNG = np.random.default_rng(3)
 
@@ -37,12 +37,6 @@ def _gather_matmul_model(path):
     return path
 
 
-def _no_passes() -> dict[str, bool]:
-    from edgebuild.registry import get_registry
-
-    return {name: False for name in get_registry().tables["passes"]}
-
-
 def _run(path, feeds):
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
 
@@ -50,7 +44,7 @@ def _run(path, feeds):
 def test_optimise_links_the_import_weight_file_and_reads_back_through_it(tmp_path):
     src = _gather_matmul_model(tmp_path / "src" / "m.onnx")
     OnnxFrontend().import_model(src, {}, tmp_path / "imp")
-    optimize(tmp_path / "imp" / "model.onnx", tmp_path / "opt", passes=_no_passes())
+    optimize(tmp_path / "imp" / "model.onnx", tmp_path / "opt", passes=no_passes())
     imported, optimised = tmp_path / "imp" / "model.onnx.data", tmp_path / "opt" / "model.onnx.data"
     assert os.path.samefile(imported, optimised) and os.stat(optimised).st_nlink == 2
     assert not os.stat(imported).st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)  # sealed first
@@ -82,7 +76,7 @@ def test_linked_and_copied_weight_files_are_not_hashed_again(tmp_path, monkeypat
     real = hashstate.sha256_of
     monkeypatch.setattr(hashstate, "sha256_of", lambda p: reads.append(os.path.basename(p)) or real(p))
     imported = scan(tmp_path / "imp")  # the copy was vouched for with the source's digest
-    optimize(tmp_path / "imp" / "model.onnx", tmp_path / "opt", passes=_no_passes())
+    optimize(tmp_path / "imp" / "model.onnx", tmp_path / "opt", passes=no_passes())
     optimised = scan(tmp_path / "opt")  # the link keeps the import's digest
     assert "model.onnx.data" not in reads
     assert imported["model.onnx.data"]["sha256"] == optimised["model.onnx.data"]["sha256"] == real(tmp_path / "opt" / "model.onnx.data")

@@ -81,3 +81,10 @@ def point_external_data(path: Path, location: str, save_to: Path | None = None) 
     target = save_to or path
     onnx.save_model(proto, str(target))
     return target
+
+
+def no_passes() -> dict[str, bool]:
+    """The optimise stage's ``passes`` with every registered pass off: weights stay as imported."""
+    from edgebuild.registry import get_registry
+
+    return {name: False for name in get_registry().tables["passes"]}
