@@ -25,6 +25,26 @@ def test_nested_scopes_unfreeze_with_the_outer_one():
     assert gc.get_freeze_count() == 0
 
 
+def test_young_objects_are_collected_less_often_inside_and_as_before_after():
+    before = gc.get_threshold()
+    with older_objects_frozen():
+        with older_objects_frozen():
+            inside = gc.get_threshold()
+        assert gc.get_threshold() == inside  # the inner scope leaves the outer one's setting
+    assert inside[0] >= 100_000 and inside[1:] == before[1:]
+    assert gc.get_threshold() == before
+
+
+def test_a_switched_off_collector_stays_off():
+    before = gc.get_threshold()
+    gc.set_threshold(0)
+    try:
+        with older_objects_frozen():
+            assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*before)
+
+
 def test_a_scope_collects_its_own_garbage_as_it_ends():
     import weakref
 
