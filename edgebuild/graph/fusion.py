@@ -30,6 +30,7 @@ from edgebuild.graph.fusion_rules import (
     tied_embeddings,
 )
 from edgebuild.graph.fusion_rules._values import EDGEBUILD_DOMAIN
+from edgebuild.graph.rule_matching import tried_at_their_first_op
 
 MAX_ROUNDS = 8
 
@@ -79,7 +80,8 @@ class GraphPass:
                 # Built per run and dropped after: onnxscript's matchers hold on to the last graph
                 # they matched, and with it every weight of the model.
                 rule_set, tried = pattern.RewriteRuleSet(applicable, commute=self.commute), applicable
-            fired = rule_set.apply_to_model(model)
+            with tried_at_their_first_op(applicable):
+                fired = rule_set.apply_to_model(model)
             total += fired
             if not fired:
                 break

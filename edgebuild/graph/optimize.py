@@ -18,12 +18,14 @@ from pathlib import Path
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
+import onnxscript.rewriter
 
 from edgebuild.errors import BuildError
 from edgebuild.graph.external_data import iter_graphs
 from edgebuild.graph.frontend import DATA_FILE, MODEL_FILE
 from edgebuild.graph.weight_files import load_stage_model, save_reusing_data
 from edgebuild.graph.quantized.activations import FloatActivations, count_weight_dequantizers
+from edgebuild.graph.rule_matching import tried_at_their_first_op
 
 FOLD_INPUT_LIMIT = 8192  # elements: onnxscript's default input size limit for folding
 
@@ -157,7 +159,8 @@ def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = N
             rules[name] = run_pass(name, graph_pass, model)
     input_names = [value.name for value in model.graph.inputs]
     removed = FloatActivations().apply(model) if activations == "float" else 0
-    onnxscript.optimizer.optimize_ir(model, should_fold=keep_weight_transposes)
+    with tried_at_their_first_op(getattr(onnxscript.rewriter, "_DEFAULT_REWRITE_RULES", ())):
+        onnxscript.optimizer.optimize_ir(model, should_fold=keep_weight_transposes)
     keep_input_names(model.graph, input_names)
     forget_last_matches()
     for name, graph_pass in selected:
