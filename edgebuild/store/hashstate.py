@@ -15,10 +15,15 @@ import hashlib
 import os
 import sqlite3
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 _CHUNK = 32 << 20
 _MIN_CHUNK = 1 << 20
+_SMALL_PIECE = 256 << 10
+_SLOW_PIECE_SECONDS = 0.002  # a 256 KB piece read and hashed from the page cache takes about 0.25 ms
+_SLOW_PIECES = 4
 _LOCK_TIMEOUT = 30.0  # seconds to wait for another process's write before hashing instead
 _local = threading.local()
 _db_path: Path | None = None
@@ -64,13 +69,33 @@ def _query(sql: str, args: tuple) -> list[tuple]:
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb", buffering=0) as handle:
-        # one reused buffer, and few calls: each read and update gives up the GIL, and a hash on
-        # its own thread (beside a stage's Python work) waits up to 5 ms to get it back each time
-        size = os.fstat(handle.fileno()).st_size  # buffer: 1/16 of the file, 1 MB at least, 32 MB at most
-        buffer = memoryview(bytearray(max(1, min(_CHUNK, max(_MIN_CHUNK, size // 16), size))))
-        while read := handle.readinto(buffer):
-            digest.update(buffer[:read])
+        for data in _pieces(handle, os.fstat(handle.fileno()).st_size):
+            digest.update(data)
     return digest.hexdigest()
+
+
+def _pieces(handle, size: int) -> Iterator[memoryview]:
+    """The file in pieces of _SMALL_PIECE bytes while they come quickly, then in large ones.
+
+    A small piece is still in the CPU's cache when it is hashed; a large one is read back from
+    memory (a page-cached 4.4 GB checkpoint: 1.15 GB/s against 0.77). But every read and update
+    gives up the GIL, and beside a busy Python thread (a hash in the background of a stage, or
+    builds run side by side) each waits up to 5 ms to get it back; a cold disk is slow to answer
+    too. A few pieces that take that long (not one: the machine may just have been busy) switch
+    to few large reads: 1/16 of the file, 1 MB at least, 32 MB at most.
+    """
+    small = memoryview(bytearray(min(_SMALL_PIECE, max(size, 1))))
+    slow = 0
+    while slow < _SLOW_PIECES:
+        started = time.perf_counter()
+        read = handle.readinto(small)
+        if not read:
+            return
+        yield small[:read]
+        slow += time.perf_counter() - started > _SLOW_PIECE_SECONDS
+    large = memoryview(bytearray(max(1, min(_CHUNK, max(_MIN_CHUNK, size // 16), size))))
+    while read := handle.readinto(large):
+        yield large[:read]
 
 
 def stamp_of(st: os.stat_result) -> tuple[int, int, int, int]:

@@ -105,16 +105,33 @@ def test_entry_is_served_by_stat_only_while_inode_size_mtime_and_ctime_are_uncha
     assert not entry.path.exists()
 
 
-@pytest.mark.parametrize("size", [0, 1, 7, 16, 23])
-def test_file_digest_reads_in_chunks_and_equals_hashlibs(tmp_path, monkeypatch, size):
+@pytest.mark.parametrize("slow", [False, True], ids=["small-pieces", "switching-to-large"])
+@pytest.mark.parametrize("size", [0, 1, 7, 16, 23, 100])
+def test_file_digest_reads_in_chunks_and_equals_hashlibs(tmp_path, monkeypatch, size, slow):
     import hashlib
 
     from edgebuild.store import hashstate
 
+    monkeypatch.setattr(hashstate, "_SMALL_PIECE", 3)
     monkeypatch.setattr(hashstate, "_CHUNK", 8)  # several reads and a short last one
+    monkeypatch.setattr(hashstate, "_SLOW_PIECE_SECONDS", -1.0 if slow else 60.0)
     data = os.urandom(size)
     (tmp_path / "f").write_bytes(data)
     assert hashstate.sha256_of(tmp_path / "f") == hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_a_hash_whose_pieces_wait_switches_to_large_reads(tmp_path, monkeypatch, slow):
+    from edgebuild.store import hashstate
+
+    monkeypatch.setattr(hashstate, "_SMALL_PIECE", 2)
+    monkeypatch.setattr(hashstate, "_MIN_CHUNK", 10)
+    monkeypatch.setattr(hashstate, "_SLOW_PIECE_SECONDS", -1.0 if slow else 60.0)  # every piece waits, or none
+    (tmp_path / "f").write_bytes(os.urandom(50))
+    with open(tmp_path / "f", "rb", buffering=0) as handle:
+        sizes = [len(piece) for piece in hashstate._pieces(handle, 50)]
+    assert sum(sizes) == 50
+    assert sizes == ([2] * hashstate._SLOW_PIECES + [10, 10, 10, 10, 2] if slow else [2] * 25)
 
 
 def test_delivered_store_files_are_read_only_and_others_keep_their_mode(project, tmp_path, cli):
