@@ -111,6 +111,17 @@ def test_run_off_a_terminal_prints_plain_start_and_finish_lines(project):
     assert lines[-1] == "comparison of the variants: out/index.html"
 
 
+def test_resolve_is_announced_when_it_hashes_a_source_and_not_when_the_digest_is_known(project):
+    recipe = project()
+    source = next(recipe.parent.glob("*.onnx"))
+    source.write_bytes(source.read_bytes())  # new contents' stat: the digest must be read again
+    first = edgebuild("run", recipe, check=0).stderr.splitlines()
+    again = edgebuild("run", recipe, "--no-cache", check=0).stderr.splitlines()
+    assert "tiny:default resolve   started" in first
+    assert "tiny:default resolve   started" not in again
+    assert any(line.startswith("tiny:default resolve ") for line in again)
+
+
 def test_run_quiet_prints_nothing_on_success_and_keeps_the_json(project):
     recipe = project()
     done = edgebuild("run", recipe, "-q", "--json", check=0)
@@ -149,3 +160,14 @@ def test_validate_reports_each_sample(tmp_path):
                           tmp_path, candidate_name="interpreter")
     assert seen == [("samples validated (interpreter)", k, 3) for k in (1, 2, 3)]
     assert record["failures"] == []
+
+
+def test_a_stage_is_announced_started_once_whichever_part_says_so():
+    from edgebuild.dag import progress
+
+    heard = []
+    with progress.reporting(lambda step, done, total: heard.append(step)):
+        progress.report(progress.STARTED, 0)
+        progress.report("files hashed", 1, 2)
+        progress.report(progress.STARTED, 0)
+    assert heard == [progress.STARTED, "files hashed"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgebuild.build.outputs import check_output_dir, output_location
+from edgebuild.dag import progress
 from edgebuild.dag.executor import Job
 from edgebuild.dag.stages import Result, artifact_of, pipeline
 from edgebuild.errors import UsageError
@@ -44,12 +45,16 @@ def source_resolver(variant: Variant, registry, store: Store):
         if resolver is None:
             raise UsageError(f"source.model: no installed resolver for {scheme!r} sources")
         start, wall = time.perf_counter(), time.time()
+        if scheme != "file":
+            progress.report(progress.STARTED, 0)  # a download may follow
         path = Path(resolver(uri, sha256=variant.recipe.source.sha256, workdir=store.sources,
                              base_dir=variant.base_dir))
+        companions = source_files(registry, variant, path)
+        if not all(hashstate.remembered(p) for p in (path, *companions)):
+            progress.report(progress.STARTED, 0)  # files to hash: gigabytes take seconds
         digest = hashstate.file_sha256(path)  # remembered by stat, so this is free when unchanged
         fetched = scheme != "file" and path.stat().st_mtime >= wall - 1
         info = {"uri": uri, "sha256": digest}
-        companions = source_files(registry, variant, path)
         if companions:  # the model's content is these files too (its external data)
             info["files"] = {str(p.relative_to(path.parent)): _readable_digest(p, path) for p in companions}
             digest = hashlib.sha256(json.dumps([digest, info["files"]], sort_keys=True).encode()).hexdigest()

@@ -127,8 +127,8 @@ class Executor:
         self._interrupts.check()
         if stage.resolve is not None:
             self.on_event(job.label, f"{stage.name}:start", None)
-            with self._interrupts.stage_body():
-                result = stage.resolve()
+            with progress.reporting(self._progress_events(job.label, stage.name)), self._interrupts.stage_body():
+                result = stage.resolve()  # (which reports STARTED when it downloads or hashes)
             self.on_event(job.label, f"{stage.name}:done", result)
             return result
         key = self.key_of(stage, job.results)

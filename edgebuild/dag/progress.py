@@ -42,8 +42,19 @@ def report(step: str, done: int, total: Optional[int] = None) -> None:
 
 @contextmanager
 def reporting(reporter: Reporter) -> Iterator[None]:
-    """Route ``report`` calls made in this thread (and its context) to ``reporter``."""
-    token = _reporter.set(reporter)
+    """Route ``report`` calls made in this thread (and its context) to ``reporter``; ``STARTED``
+    only once (a stage starts once, whichever of its parts says so first)."""
+    started = False
+
+    def once(step: str, done: int, total: Optional[int] = None) -> None:
+        nonlocal started
+        if step == STARTED:
+            if started:
+                return
+            started = True
+        reporter(step, done, total)
+
+    token = _reporter.set(once)
     try:
         yield
     finally:

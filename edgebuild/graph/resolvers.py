@@ -16,10 +16,13 @@ from pathlib import Path, PurePosixPath
 
 from edgebuild.errors import BuildError, UsageError
 from edgebuild.store.atomic import atomic_file
-from edgebuild.store.hashstate import file_sha256
+from edgebuild.dag import progress
+from edgebuild.store.hashstate import file_sha256, remembered
 
 
 def check_digest(path: Path, expected: str | None, what: str) -> str:
+    if not remembered(path):
+        progress.report(progress.STARTED, 0)  # a file to read whole: gigabytes take seconds
     actual = file_sha256(path)
     if expected and actual != expected.lower():
         raise BuildError(

@@ -128,6 +128,15 @@ def vouch(path: Path, digest: str) -> None:
     remember(path, stamp_of(os.stat(path)), digest)
 
 
+def remembered(path: Path) -> bool:
+    """Is the digest of ``path`` as it is now remembered (so asking for it reads nothing)?"""
+    try:
+        path = Path(path).resolve()
+        return _remembered(path, os.stat(path)) is not None
+    except OSError:
+        return False
+
+
 def hashed_once(path: Path) -> tuple[str, tuple[int, int, int, int]]:
     """(sha256, stamp) of ``path``: remembered if its stat is unchanged, else hashed and remembered."""
     path = Path(path).resolve()
