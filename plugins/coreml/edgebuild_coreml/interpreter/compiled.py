@@ -27,6 +27,7 @@ from edgebuild.errors import BuildError, EdgebuildError
 
 from . import torch_kernels as kernels
 from .control_flow import BLOCK_EVALUATORS
+from .fusion import Activation, conv_activations
 from .plan import Plan, Step, decompresses, is_constant_op, shape_matches, tensor_type_of
 from .registry import EVALUATORS, INPLACE, evaluation_failed, no_evaluator
 
@@ -44,14 +45,21 @@ class CompiledFunction:
             self._slot(var)
         constants = []
         self._runs = []
-        for op in func.operations:
+        fused = _fused_activations(func, plan)
+        absorbed = {op for activation in fused.values() for op in activation.ops}
+        for op in func.operations:  # every value's slot first: a fused step writes a later op's
             for out in op.outputs:
                 self._slot(out)
+        for op in func.operations:
             if is_constant_op(op):
                 constants.extend(op.outputs)
                 continue
-            step = Step(op, plan.release_of(op))
-            self._runs.append(_compile_step(step, self._slot_of, plan))
+            if op in absorbed:  # run by the conv's step
+                continue
+            activation = fused.get(op)
+            step = Step(op, plan.release_of(op), None if activation is None else (activation.output,))
+            self._runs.append(_compile_step(step, self._slot_of, plan,
+                                            None if activation is None else activation.activation))
         read = {var for op in func.operations if not is_constant_op(op) for var in _inputs(op)}
         read.update(func.outputs)
         self._constants = [var for var in constants if var in read]
@@ -143,8 +151,18 @@ def _inputs(op):
         yield from (var if isinstance(var, (list, tuple)) else (var,))
 
 
-def _compile_step(step: Step, slot_of: dict, plan: Plan) -> Callable[[list], None]:
-    """The closure running ``step``: gather, evaluate, conform, free."""
+def _fused_activations(func, plan: Plan) -> dict:
+    """{conv op: the activation its step applies} (see ``fusion``), where the conv evaluator
+    takes one."""
+    entry = EVALUATORS.entry("conv")
+    if entry is None or not getattr(entry.obj, "takes_activation", False):
+        return {}
+    return conv_activations(func, fp16=plan.fp16)
+
+
+def _compile_step(step: Step, slot_of: dict, plan: Plan, activation: Activation | None = None) -> Callable[[list], None]:
+    """The closure running ``step``: gather, evaluate (with ``activation`` fused into a conv),
+    conform, free."""
     op = step.op
     entry = EVALUATORS.entry(step.op_type)  # its evaluator read per call, as the generic loop looks it up
     gather = _gatherer(step, slot_of, plan)
@@ -168,6 +186,8 @@ def _compile_step(step: Step, slot_of: dict, plan: Plan) -> Callable[[list], Non
                         donated.add(name)
                 del value
                 results = evaluator(op, args, donated=donated)
+            elif activation is not None:
+                results = evaluator(op, args, activation=activation)
             else:
                 results = evaluator(op, args)
         except EdgebuildError:

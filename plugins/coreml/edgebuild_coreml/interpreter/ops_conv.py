@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 import string
+from functools import partial
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from . import torch_kernels as kernels
+from .fusion import Activation, apply_in_place
 from ._params import as_float, channel_bias, ints, param, per_channel, per_op, scalar
 from ._windows import (
     effective_kernel,
@@ -56,20 +58,49 @@ def _add_bias(out: np.ndarray, bias) -> np.ndarray:
     return out
 
 
-def _conv_call(op, x, inp, weight, bias):
-    """``value -> conv(value)`` for inputs of ``inp``'s shape and type: what depends only on the
-    op's constants and that shape (its geometry, the kernel that computes it, torch's tensors, the
-    bias's channel shape) is worked out here, once per op, as it costs a small conv about as much
-    as its arithmetic."""
+def _conv_call(op, x, inp, weight, bias, activation: Activation | None = None):
+    """``value -> conv(value)`` for inputs of ``inp``'s shape and type, ``activation`` applied to
+    its result (see ``fusion``): what depends only on the op's constants and that shape (its
+    geometry, the kernel that computes it, torch's tensors, the bias's channel shape) is worked
+    out here, once per op, as it costs a small conv about as much as its arithmetic."""
     strides, dilations, groups, pads, out_sizes = _geometry(op, x, inp.shape, weight.shape)
+    kernel = list(weight.shape[2:])
+    pointwise = groups == 1 and all(k == 1 for k in kernel) and not any(b or a for b, a in pads)
+    if not pointwise and inp.shape[0] and weight.shape[0] and all(out_sizes):
+        fused = _torch_activation(activation)
+        prepared = kernels.conv2d_prepared(weight, bias, strides, dilations, pads, groups, fused)
+        if prepared is not None and inp.ndim == 4 and inp.dtype == np.float32:
+            call = partial(kernels.conv2d, prepared=prepared)
+            return call if fused is not None else _then(call, activation)
+    call = _numpy_conv_call(inp, weight, bias, strides, dilations, groups, pads, out_sizes, pointwise)
+    return _then(call, activation)
+
+
+def _torch_activation(activation: Activation | None) -> str | None:
+    """The name ``torch_kernels.conv2d_prepared`` fuses ``activation`` by, or None: oneDNN's
+    hard-swish has MIL's lowering's constants (1/6, 1/2) and no others."""
+    if activation is None or not kernels.fuses_activations():
+        return None
+    if activation.kind == "hard_swish" and (activation.alpha, activation.beta) != _ONEDNN_HARD_SWISH:
+        return None
+    return activation.kind
+
+
+_ONEDNN_HARD_SWISH = (float(np.float32(1 / 6)), 0.5)
+
+
+def _then(call, activation: Activation | None):
+    """``call``, then ``activation`` written over its result (a fresh array, the conv's own)."""
+    if activation is None:
+        return call
+    return lambda value: apply_in_place(activation, call(value))
+
+
+def _numpy_conv_call(inp, weight, bias, strides, dilations, groups, pads, out_sizes, pointwise):
+    """``value -> conv(value)`` by numpy's kernels (see ``conv``)."""
     kernel = list(weight.shape[2:])
     n, c_in = inp.shape[:2]
     c_out = weight.shape[0]
-    pointwise = groups == 1 and all(k == 1 for k in kernel) and not any(b or a for b, a in pads)
-    if not pointwise and n and c_out and all(out_sizes):
-        prepared = kernels.conv2d_prepared(weight, bias, strides, dilations, pads, groups)
-        if prepared is not None and inp.ndim == 4 and inp.dtype == np.float32:
-            return lambda value: kernels.conv2d(value, prepared)
     out_shape, out_dtype = (n, c_out, *out_sizes), np.result_type(inp, weight)
     if groups == 1 and not pointwise and n and c_out and all(out_sizes) and _few_pixels(n, c_in, out_sizes, kernel):
         return _pixel_rows_call(inp.shape, weight, bias, strides, dilations, pads, out_sizes, out_dtype)
@@ -116,18 +147,23 @@ def _conv_call(op, x, inp, weight, bias):
 
 
 @evaluates("conv")
-def conv(op, x):
+def conv(op, x, activation: Activation | None = None):
     """Convolution as matrix products: a 1x1 conv is one ``numpy.matmul`` over the input as it
     is; any other gathers its windows (im2col) a band of output rows at a time, so the gathered
     copy stays within ``TILE_ELEMENTS`` however large the image; a depthwise conv (one input
     channel per output channel) sums kernel taps instead, as a matmul of width one would waste it.
     Where torch's kernels are enabled (``torch_kernels``), every 2-D conv but the 1x1 one is its
     (1x1 ones measured no faster there), bias included. The call for the op's constants and the
-    input's shape is made once per op (``_conv_call``)."""
+    input's shape is made once per op (``_conv_call``). ``activation``: one the compiled plan
+    fused into the conv (``fusion``), applied to its result."""
     inp, weight, bias = as_float(x["x"]), as_float(x["weight"]), x.get("bias")
     call = per_op(op, "_edgebuild_conv_call", (weight, bias, *map(x.get, _GEOMETRY_PARAMS)),
-                  (inp.shape, inp.dtype, kernels.enabled()), lambda: _conv_call(op, x, inp, weight, bias))
+                  (inp.shape, inp.dtype, kernels.enabled(), activation),
+                  lambda: _conv_call(op, x, inp, weight, bias, activation))
     return call(inp)
+
+
+conv.takes_activation = True  # the compiled plan may hand it one (see fusion)
 
 
 def _pointwise(inp, weight, strides, out):

@@ -82,12 +82,13 @@ class Step:
 
     __slots__ = ("op", "op_type", "inputs", "outputs", "release", "donors", "widens")
 
-    def __init__(self, op, release: tuple):
+    def __init__(self, op, release: tuple, outputs: tuple | None = None):
         self.op = op
         self.op_type = op.op_type  # evaluators are looked up per run: a plugin may add one after the plan is made
         self.inputs = tuple((name, tuple(var) if isinstance(var, (list, tuple)) else var)
                             for name, var in op.inputs.items())
-        self.outputs = tuple((out, tensor_type_of(out), is_list_var(out)) for out in op.outputs)
+        # the Vars its results go to: the op's own, or those of the ops fused into it (see fusion)
+        self.outputs = tuple((out, tensor_type_of(out), is_list_var(out)) for out in outputs or op.outputs)
         self.release = release
         self.widens = op.op_type in WIDENING_OPS
         # inputs an in-place evaluator may overwrite: read once here and by no later op

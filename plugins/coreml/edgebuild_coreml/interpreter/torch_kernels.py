@@ -80,9 +80,30 @@ def round_to_half(array: np.ndarray) -> np.ndarray:
     return cast(cast(array, np.float16), np.float32)
 
 
-def conv2d_prepared(weight: np.ndarray, bias, strides, dilations, pads, groups: int) -> tuple | None:
+#: activations oneDNN applies to a convolution's result as it writes it (``conv2d_prepared``):
+#: {name: oneDNN's name}; its hard-swish is ``x * min(max(x / 6 + 1 / 2, 0), 1)``
+FUSED_ACTIVATIONS = {"relu": "relu", "hard_swish": "hardswish"}
+
+
+def fuses_activations() -> bool:
+    """Whether ``conv2d_prepared`` takes an ``activation``: torch enabled, with its oneDNN
+    convolution that applies one."""
+    return _torch is not None and _pointwise_convolution() is not None
+
+
+def _pointwise_convolution():
+    mkldnn = getattr(_torch.ops, "mkldnn", None)
+    try:
+        return None if mkldnn is None else mkldnn._convolution_pointwise
+    except (AttributeError, RuntimeError):  # a build without oneDNN
+        return None
+
+
+def conv2d_prepared(weight: np.ndarray, bias, strides, dilations, pads, groups: int,
+                    activation: str | None = None) -> tuple | None:
     """What ``conv2d`` needs of a 2-D float32 convolution ``[F, C/groups, kH, kW]`` plus ``bias``
-    [F] (``pads``: (before, after) per spatial dim), made once per op: its weight and bias as
+    [F] (``pads``: (before, after) per spatial dim), then ``activation`` (a key of
+    ``FUSED_ACTIVATIONS``, where ``fuses_activations()``), made once per op: its weight and bias as
     torch tensors (sharing the arrays' memory) and its geometry as torch's arguments; None when
     torch is not enabled or the arrays are not float32 ones of a 2-D conv. (Packing the weight
     for oneDNN once, through torch's internal mkldnn calls, measured no faster over a whole
@@ -106,8 +127,9 @@ def conv2d_prepared(weight: np.ndarray, bias, strides, dilations, pads, groups: 
         # output every call, twice the time on a small map. Its result stays channels last for
         # the ops after it (``channels_last``), so of a chain only the first conv lays out its input
         torch_weight = torch_weight.contiguous(memory_format=_torch.channels_last)
+    post_op = None if activation is None else FUSED_ACTIVATIONS[activation]
     return (torch_weight, bias, tuple(int(s) for s in strides), (top, left),
-            tuple(int(d) for d in dilations), int(groups), pad_first, depthwise)
+            tuple(int(d) for d in dilations), int(groups), pad_first, depthwise, post_op)
 
 
 def channels_last(array: np.ndarray) -> bool:
@@ -124,13 +146,15 @@ def conv2d(inp: np.ndarray, prepared: tuple) -> np.ndarray | None:
     torch computed it so (a depthwise conv, or any conv of a channels-last input)."""
     if _torch is None or inp.ndim != 4 or inp.dtype != np.float32:
         return None
-    weight, bias, strides, padding, dilations, groups, pad_first, depthwise = prepared
+    weight, bias, strides, padding, dilations, groups, pad_first, depthwise, post_op = prepared
     laid_last = channels_last(inp)
     x = _torch.from_numpy(inp if inp.flags.c_contiguous or laid_last else np.ascontiguousarray(inp))
     if depthwise and not laid_last:
         x = x.contiguous(memory_format=_torch.channels_last)
     if pad_first is not None:
         x = _torch.nn.functional.pad(x, pad_first)
+    if post_op is not None:
+        return _pointwise_convolution()(x, weight, bias, padding, strides, dilations, groups, post_op, [], "").numpy()
     return _torch.conv2d(x, weight, bias, strides, padding, dilations, groups).numpy()
 
 
