@@ -29,7 +29,8 @@ def _hard_swish(x, name=None):
 
 def _mobilenet_block(shape=(1, 3, 12, 16)):
     """A stem conv and hard-swish, a depthwise conv and ReLU, a 1x1 conv and a hard-swish of other
-    constants (not oneDNN's), then a 1x1 conv whose output is also read by an add (no fusion)."""
+    constants (not oneDNN's), a squeeze-and-excite gate (a 1x1 conv, then hard-sigmoid), then a
+    1x1 conv whose output is also read by an add (no fusion)."""
     c = shape[1]
 
     @mb.program(input_specs=[spec(shape)], opset_version=ct.target.iOS17)
@@ -38,7 +39,9 @@ def _mobilenet_block(shape=(1, 3, 12, 16)):
         y = mb.relu(x=mb.conv(x=y, weight=_weight(8, 1, 3, 3), groups=8, pad_type="same"))
         z = mb.conv(x=y, weight=_weight(16, 8, 1, 1), bias=_weight(16))
         z = mb.mul(x=z, y=mb.sigmoid_hard(x=z, alpha=np.float32(0.2), beta=np.float32(0.4)))
-        w = mb.conv(x=z, weight=_weight(16, 16, 1, 1))
+        gate = mb.sigmoid_hard(x=mb.conv(x=mb.reduce_mean(x=z, axes=[2, 3], keep_dims=True), weight=_weight(16, 16, 1, 1),
+                                         bias=_weight(16)), alpha=np.float32(0.2), beta=np.float32(0.5))
+        w = mb.conv(x=mb.mul(x=z, y=gate), weight=_weight(16, 16, 1, 1))
         return mb.add(x=mb.relu(x=w), y=w, name="out")
 
     return prog
@@ -49,8 +52,9 @@ def _fused_kinds(prog, fp16=False):
     return sorted((f.activation.kind, tuple(op.op_type for op in f.ops)) for f in fused.values())
 
 
-def test_relu_and_hard_swish_after_a_conv_fuse_where_nothing_else_reads_the_conv():
-    assert _fused_kinds(_mobilenet_block()) == [("hard_swish", ("sigmoid_hard", "mul")),
+def test_activations_after_a_conv_fuse_where_nothing_else_reads_the_conv():
+    assert _fused_kinds(_mobilenet_block()) == [("hard_sigmoid", ("sigmoid_hard",)),
+                                                 ("hard_swish", ("sigmoid_hard", "mul")),
                                                  ("hard_swish", ("sigmoid_hard", "mul")),
                                                  ("relu", ("relu",))]
 
@@ -109,6 +113,8 @@ def test_activations_in_place_match_numpy_reference():
     np.testing.assert_array_equal(apply_in_place(Activation("relu"), x.copy()), np.maximum(x, 0))
     gate = np.clip(x * np.float32(0.2) + np.float32(0.4), 0, 1)
     np.testing.assert_allclose(apply_in_place(Activation("hard_swish", 0.2, 0.4), x.copy()), x * gate,
+                               rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(apply_in_place(Activation("hard_sigmoid", 0.2, 0.4), x.copy()), gate,
                                rtol=1e-6, atol=1e-7)
 
 

@@ -78,3 +78,23 @@ def test_an_op_handed_other_shapes_or_constants_is_worked_out_again():
             np.testing.assert_array_equal(donated, x * y)
         widened = {"x": x, "y": np.float16(2)}  # fp16 and fp32 mixed: not written into the undonated operand
         np.testing.assert_array_equal(binary_in_place(mul, widened, donated=()), x * np.float32(2))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("layout", ["c_order", "channels_last"])
+def test_a_1x1_conv_of_one_pixel_matches_the_matrix_product(bias, layout):
+    """A squeeze-and-excite's 1x1 conv of a global pool: one matrix-vector product."""
+    from edgebuild_coreml.interpreter.ops_conv import conv
+
+    x = RNG.standard_normal((1, 24, 1, 1)).astype(np.float32)
+    weight = RNG.standard_normal((6, 24, 1, 1)).astype(np.float32)
+    b = RNG.standard_normal(6).astype(np.float32)
+    args = {"x": x if layout == "c_order" else x.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2),
+            "weight": weight, "strides": np.array([1, 1]), "dilations": np.array([1, 1]), "groups": np.int32(1),
+            "pad_type": "valid", "pad": np.array([0, 0, 0, 0])}
+    if bias:
+        args["bias"] = b
+    got = conv(_Op("conv"), args)
+    expected = weight.reshape(6, 24).astype(np.float64) @ x.reshape(24) + (b if bias else 0)
+    assert got.shape == (1, 6, 1, 1) and got.dtype == np.float32
+    np.testing.assert_allclose(got.reshape(6), expected, rtol=1e-5, atol=1e-5)

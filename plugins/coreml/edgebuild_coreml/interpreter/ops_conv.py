@@ -79,7 +79,7 @@ def _conv_call(op, x, inp, weight, bias, activation: Activation | None = None):
 def _torch_activation(activation: Activation | None) -> str | None:
     """The name ``torch_kernels.conv2d_prepared`` fuses ``activation`` by, or None: oneDNN's
     hard-swish has MIL's lowering's constants (1/6, 1/2) and no others."""
-    if activation is None or not kernels.fuses_activations():
+    if activation is None or activation.kind not in kernels.FUSED_ACTIVATIONS or not kernels.fuses_activations():
         return None
     if activation.kind == "hard_swish" and (activation.alpha, activation.beta) != _ONEDNN_HARD_SWISH:
         return None
@@ -102,6 +102,8 @@ def _numpy_conv_call(inp, weight, bias, strides, dilations, groups, pads, out_si
     n, c_in = inp.shape[:2]
     c_out = weight.shape[0]
     out_shape, out_dtype = (n, c_out, *out_sizes), np.result_type(inp, weight)
+    if pointwise and inp.size == n * c_in and n == 1 and c_out:
+        return _single_pixel_call(weight, bias, out_shape, out_dtype)
     if groups == 1 and not pointwise and n and c_out and all(out_sizes) and _few_pixels(n, c_in, out_sizes, kernel):
         return _pixel_rows_call(inp.shape, weight, bias, strides, dilations, pads, out_sizes, out_dtype)
     laid_out = np.empty(out_shape, out_dtype)  # what the kernels' choice reads: the output's shape
@@ -164,6 +166,19 @@ def conv(op, x, activation: Activation | None = None):
 
 
 conv.takes_activation = True  # the compiled plan may hand it one (see fusion)
+
+
+def _single_pixel_call(weight, bias, out_shape, dtype):
+    """``value -> conv(value)`` of a 1x1 conv of one pixel of one sample (a squeeze-and-excite's):
+    one matrix-vector product, its bias added in place; the general path's reshapes, slicing and
+    broadcast add cost it several times its arithmetic."""
+    matrix = np.ascontiguousarray(weight.reshape(weight.shape[0], -1), dtype=dtype)  # [F, C]
+    b = None if bias is None else as_float(bias).reshape(-1)
+
+    def call(value):
+        return _plus_last_axis(matrix @ value.reshape(-1), b).reshape(out_shape)
+
+    return call
 
 
 def _pointwise(inp, weight, strides, out):
