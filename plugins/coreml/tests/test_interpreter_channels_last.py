@@ -87,7 +87,7 @@ def test_global_pool_of_a_channels_last_input_matches(shape, keep_dims, op_type)
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)  # summation order
     other = reduce(op, {"axes": np.array([1]), "keep_dims": np.bool_(True), "x": _channels_last(x)})  # not spatial
     np.testing.assert_allclose(other, reduce(_Op(op_type), {"axes": np.array([1]), "keep_dims": np.bool_(True), "x": x}),
-                               rtol=1e-5, atol=1e-6)
+                               rtol=1e-5, atol=1e-4)  # summation order: a sum of 200 values near zero
 
 
 def test_an_fp16_cast_keeps_the_channels_last_layout(torch_on):
