@@ -18,7 +18,7 @@ from decoder_programs import (
 )
 from edgebuild_coreml.ane import cost as cost_model
 from edgebuild_coreml.ane.chips import get_chip
-from edgebuild_coreml.ane.per_shape import plan_per_shape, specialise
+from edgebuild_coreml.ane.per_shape import plan_per_shape, retyped, specialise, summary
 from edgebuild_coreml.ane.plan import plan_program
 from edgebuild_coreml.ane.rewrites import REWRITES, ane_layout
 from edgebuild_coreml.ane.rules import eligibility, gpu_eligibility
@@ -200,6 +200,37 @@ def test_plan_per_query_length_has_one_row_each(flexible_decoder):
     main = flexible_decoder.functions["main"]
     assert [op.name for op in main.operations] == before
     assert all(op.weight_id is None for op in main.operations if op.op_type == "const")
+
+
+@pytest.mark.parametrize("choice", CHOICES, ids=lambda c: f"Q={c['hidden_states'][1]}")
+def test_retyping_in_place_plans_as_a_materialised_copy_and_restores_every_type(flexible_decoder, choice):
+    main = flexible_decoder.functions["main"]
+    variables = list(main.inputs.values()) + [var for op in main.operations for var in op.outputs]
+    before = [(var._sym_type, var._sym_val) for var in variables]
+    copied = summary(plan_program(specialise(flexible_decoder, choice), shapes_dynamic=set()))
+    with retyped(flexible_decoder, choice) as fixed:
+        assert fixed is flexible_decoder
+        assert tuple(main.outputs[0].shape) == (1, choice["hidden_states"][1], SMOLLM2_135M.hidden)
+        in_place = summary(plan_program(fixed, shapes_dynamic=set()))
+    assert in_place == copied
+    after = [(var._sym_type, var._sym_val) for var in variables]
+    assert all(a[0] is b[0] and a[1] is b[1] for a, b in zip(after, before))
+
+
+def test_a_program_with_control_flow_is_not_retyped_in_place():
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4), dtype=types.fp32)])
+    def looped(x):
+        def cond(i, y):
+            return mb.less(x=i, y=np.int32(3))
+
+        def body(i, y):
+            return mb.add(x=i, y=np.int32(1)), mb.mul(x=y, y=2.0)
+
+        return mb.while_loop(_cond=cond, _body=body, loop_vars=(np.int32(0), mb.relu(x=x)))[1]
+
+    with pytest.raises(NotImplementedError):  # (plan_per_shape then plans a materialised copy)
+        with retyped(looped, {"x": (1, 4)}):
+            pass
 
 
 def test_specialised_program_fixes_every_shape_and_keeps_the_states(flexible_decoder):
