@@ -14,9 +14,9 @@ import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
+from edgebuild.dag import progress
 from edgebuild.errors import BuildError, UsageError
 from edgebuild.store.atomic import atomic_file
-from edgebuild.dag import progress
 from edgebuild.store.hashstate import file_sha256, remembered
 
 
