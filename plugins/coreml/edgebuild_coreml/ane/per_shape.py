@@ -35,6 +35,13 @@ def _quiet_coremltools():
         log.setLevel(level)
 
 
+def _check_named_inputs(function, shapes: Mapping[str, Sequence[int]]) -> None:
+    unknown = sorted(set(shapes) - set(function.inputs))
+    if unknown:
+        raise BuildError(f"compute plan: no program input named {', '.join(unknown)}",
+                         hint=f"the program's inputs are: {', '.join(function.inputs)}")
+
+
 def specialise(prog, shapes: Mapping[str, Sequence[int]]):
     """A new Program whose main function is ``prog``'s main with ``shapes`` for the named inputs
     (``{}``: an unchanged copy, e.g. to rewrite without touching ``prog``).
@@ -47,10 +54,7 @@ def specialise(prog, shapes: Mapping[str, Sequence[int]]):
     )
 
     function = mil_view.main_function(prog)
-    unknown = sorted(set(shapes) - set(function.inputs))
-    if unknown:
-        raise BuildError(f"compute plan: no program input named {', '.join(unknown)}",
-                         hint=f"the program's inputs are: {', '.join(function.inputs)}")
+    _check_named_inputs(function, shapes)
     consts = [op for op in function.operations if op.op_type == "const"]
     weight_ids = [op.weight_id for op in consts]
     materialize = materialize_symbolic_shape_program()
@@ -83,10 +87,7 @@ def retyped(prog, shapes: Mapping[str, Sequence[int]]):
     from coremltools.converters.mil.mil import types
 
     function = mil_view.main_function(prog)
-    unknown = sorted(set(shapes) - set(function.inputs))
-    if unknown:
-        raise BuildError(f"compute plan: no program input named {', '.join(unknown)}",
-                         hint=f"the program's inputs are: {', '.join(function.inputs)}")
+    _check_named_inputs(function, shapes)
     ops = list(function.operations)
     if any(op.blocks for op in ops):
         raise NotImplementedError("nested blocks")
