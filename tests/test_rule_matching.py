@@ -71,3 +71,17 @@ def test_single_output_rules_are_left_alone():
     assert single
     with tried_at_their_first_op(single):
         assert not any("try_rewrite" in vars(rule) for rule in single)
+
+
+def test_overlapping_scopes_leave_the_rule_as_it_was():
+    """Two builds optimising side by side: the guard stays while either runs, and goes with the last."""
+    rule = _ReluAndSigmoidOfOneValue.rule()
+    first, second = tried_at_their_first_op([rule]), tried_at_their_first_op([rule])
+    first.__enter__()
+    guarded = rule.try_rewrite
+    second.__enter__()
+    assert rule.try_rewrite is guarded  # not a guard around the guard
+    first.__exit__(None, None, None)
+    assert rule.try_rewrite is guarded  # the second build still has it
+    second.__exit__(None, None, None)
+    assert "try_rewrite" not in vars(rule)

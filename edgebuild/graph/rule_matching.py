@@ -10,6 +10,7 @@ another op cannot match; skipping it first leaves every match, and every rewrite
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
@@ -27,27 +28,43 @@ def _domain(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain
 
 
+_lock = threading.Lock()
+_holders: dict[int, int] = {}  # id(rule) -> scopes open on it (builds optimising side by side share rules)
+_before: dict[int, object] = {}  # id(rule) -> the try_rewrite its instance held before the first scope
+
+
 @contextmanager
 def tried_at_their_first_op(rules: Iterable) -> Iterator[None]:
-    """Within: each rule with several output nodes tries only nodes of its first output's op."""
-    guarded = []  # (rule, the try_rewrite its instance held before, if any)
-    for rule in rules:
-        first = _first_output_op(rule)
-        if first is None:
-            continue
+    """Within: each rule with several output nodes tries only nodes of its first output's op.
 
-        def try_rewrite(model, graph, node, *args, _first=first, _try=rule.try_rewrite, **kwargs):
-            if (_domain(node.domain), node.op_type) != _first:
-                return None
-            return _try(model, graph, node, *args, **kwargs)
-
-        guarded.append((rule, vars(rule).get("try_rewrite")))
-        rule.try_rewrite = try_rewrite  # on the instance, undone on the way out
+    The guard goes on the rule instance with the first scope open on it and comes off with the
+    last (onnxscript's default rules are shared by every thread of the process)."""
+    guarded = [rule for rule in rules if _first_output_op(rule) is not None]
+    with _lock:
+        for rule in guarded:
+            if _holders.get(id(rule), 0) == 0:
+                _before[id(rule)] = vars(rule).get("try_rewrite")
+                rule.try_rewrite = _guard(rule.try_rewrite, _first_output_op(rule))
+            _holders[id(rule)] = _holders.get(id(rule), 0) + 1
     try:
         yield
     finally:
-        for rule, before in reversed(guarded):
-            if before is None:
-                del rule.try_rewrite
-            else:
-                rule.try_rewrite = before
+        with _lock:
+            for rule in guarded:
+                _holders[id(rule)] -= 1
+                if _holders[id(rule)] == 0:
+                    del _holders[id(rule)]
+                    before = _before.pop(id(rule))
+                    if before is None:
+                        del rule.try_rewrite
+                    else:
+                        rule.try_rewrite = before
+
+
+def _guard(try_rewrite, first: tuple[str, str]):
+    def guarded(model, graph, node, *args, **kwargs):
+        if (_domain(node.domain), node.op_type) != first:
+            return None
+        return try_rewrite(model, graph, node, *args, **kwargs)
+
+    return guarded
