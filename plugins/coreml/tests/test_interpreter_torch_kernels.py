@@ -84,3 +84,19 @@ def test_torch_gelu_and_erf_match_the_float64_reference(enabled, mode):
     np.testing.assert_allclose(torch_kernels.gelu(x, mode), gelu(x, mode), rtol=2e-6, atol=1e-6)
     np.testing.assert_allclose(torch_kernels.erf(x), erf(x), rtol=2e-6, atol=1e-7)
     assert torch_kernels.gelu(x, "sigmoid") is None  # left to the numpy reference
+
+
+def test_a_depthwise_weight_packed_for_its_input_shape_gives_the_plain_conv(enabled):
+    if not torch_kernels.fuses_activations():
+        pytest.skip("torch without oneDNN's convolution")
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 8, 12, 10)).astype(np.float32)
+    weight, bias = rng.standard_normal((8, 1, 3, 3)).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    geometry = ([2, 1], [1, 1], [(1, 0), (1, 1)], 8)  # asymmetric pads: the input is padded first
+    packed = torch_kernels.conv2d_prepared(weight, bias, *geometry, input_shape=x.shape)
+    plain = torch_kernels.conv2d_prepared(weight, bias, *geometry)
+    assert packed[-1][0] == (1, 8, 13, 12) and plain[-1] is None  # packed for the padded input
+    np.testing.assert_allclose(torch_kernels.conv2d(x, packed), torch_kernels.conv2d(x, plain), rtol=1e-6, atol=1e-6)
+    other = x[:, :, :7].copy()  # another shape: the weight as it is
+    np.testing.assert_allclose(torch_kernels.conv2d(other, packed), torch_kernels.conv2d(other, plain),
+                               rtol=1e-6, atol=1e-6)

@@ -68,7 +68,7 @@ def _conv_call(op, x, inp, weight, bias, activation: Activation | None = None):
     pointwise = groups == 1 and all(k == 1 for k in kernel) and not any(b or a for b, a in pads)
     if not pointwise and inp.shape[0] and weight.shape[0] and all(out_sizes):
         fused = _torch_activation(activation)
-        prepared = kernels.conv2d_prepared(weight, bias, strides, dilations, pads, groups, fused)
+        prepared = kernels.conv2d_prepared(weight, bias, strides, dilations, pads, groups, fused, inp.shape)
         if prepared is not None and inp.ndim == 4 and inp.dtype == np.float32:
             call = partial(kernels.conv2d, prepared=prepared)
             return call if fused is not None else _then(call, activation)
