@@ -16,7 +16,9 @@ inputs (the recipe's own validation inputs):
   reference and metrics), to show what running samples in parallel buys.
 
 Each runner is warmed up on one sample (a first call loads and prepares), then the median time
-over ``--samples`` samples is reported, with ratios interp/ort and fp16/fp32.
+over ``--samples`` samples is reported, with ratios interp/ort and fp16/fp32. onnxruntime and the
+samples-in-parallel runs take turns for ``--rounds`` rounds, each keeping its best round: on a
+shared machine a slow spell of a few seconds would otherwise land on one side of a ratio alone.
 
 The targets (interpreter fp32 at most 3x onnxruntime, fp16 emulation at most 2x fp32) are read
 on the "samples in parallel" columns: the validate stage's wall time / samples
@@ -32,6 +34,7 @@ several times their single-threaded time; they are shown for the kernels, not th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -92,20 +95,32 @@ def per_sample_ms(run, samples: list[dict]) -> float:
     return statistics.median(times)
 
 
-def parallel_ms(run, samples: list[dict]) -> tuple[float, float]:
-    """Wall time per sample of ``run`` over every sample the way the validate stage runs them
-    (a few at a time, see ``edgebuild.dag.validate.map_samples``, in worker processes when the
-    runner offers them: ``sample_runner``), after a warm-up of a few calls; and the time the
-    warm-up took (the workers' start, their reading and planning the package), in ms."""
+@contextlib.contextmanager
+def parallel_runs(runners: dict, samples: list[dict]):
+    """``run(name) -> ms``: wall time per sample of runner ``name`` over every sample, run the way
+    the validate stage runs them (a few at a time, see ``edgebuild.dag.validate.map_samples``, in
+    worker processes when the runner offers them: ``sample_runner``). Every runner's workers are
+    started and warmed up on entry (a few calls each); the first of them's start time, in ms, is
+    ``run.start_ms`` (the workers' start, their reading and planning the package)."""
     from edgebuild.dag.validate import map_samples, sample_runner
 
-    start = time.perf_counter()
-    with sample_runner(run, len(samples)) as (pooled, workers):
-        map_samples(pooled, [samples[0]] * 2 * workers, workers=workers)  # every worker has run one, likely
-        warm = time.perf_counter()
-        map_samples(pooled, samples, workers=workers)
-        done = time.perf_counter()
-    return (done - warm) * 1000 / len(samples), (warm - start) * 1000
+    with contextlib.ExitStack() as stack:
+        pooled, start_ms = {}, None
+        for name, runner in runners.items():
+            start = time.perf_counter()
+            run, workers = stack.enter_context(sample_runner(runner, len(samples)))
+            map_samples(run, [samples[0]] * 2 * workers, workers=workers)  # every worker has run one, likely
+            pooled[name] = run, workers
+            start_ms = (time.perf_counter() - start) * 1000 if start_ms is None else start_ms
+
+        def timed(name: str) -> float:
+            run, workers = pooled[name]
+            start = time.perf_counter()
+            map_samples(run, samples, workers=workers)
+            return (time.perf_counter() - start) * 1000 / len(samples)
+
+        timed.start_ms = start_ms
+        yield timed
 
 
 def validate_loop_ms(variant, source: Path, runner, samples: int) -> float:
@@ -121,7 +136,7 @@ def validate_loop_ms(variant, source: Path, runner, samples: int) -> float:
     return (time.perf_counter() - start) * 1000 / samples
 
 
-def measure(name: str, samples: int, cache: str, loop: bool, parallel: bool) -> dict:
+def measure(name: str, samples: int, cache: str, loop: bool, parallel: bool, rounds: int) -> dict:
     from edgebuild.dag.validate import onnx_input_specs
     from edgebuild.verify.inputs import generate_inputs
 
@@ -138,21 +153,31 @@ def measure(name: str, samples: int, cache: str, loop: bool, parallel: bool) -> 
     for sample in inputs:
         sample.update({n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in fixed.items()})
 
-    row = {"model": name, "samples": samples, "weights_mb": source.stat().st_size / 2**20}
-    row["ort_ms"] = per_sample_ms(ort_runner(source), inputs)
+    row = {"model": name, "samples": samples, "rounds": rounds, "weights_mb": source.stat().st_size / 2**20}
+    ort = ort_runner(source)
     interp32 = interpreter_runner(fp32, artifact32, lowered32)
     row["interp_fp32_ms"] = per_sample_ms(interp32, inputs)
     row["interp_fp16_ms"] = per_sample_ms(interpreter_runner(fp16, artifact16, lowered16), inputs)
-    row["interp_over_ort"] = row["interp_fp32_ms"] / row["ort_ms"]
     row["fp16_over_fp32"] = row["interp_fp16_ms"] / row["interp_fp32_ms"]
-    if parallel:
-        interp16 = interpreter_runner(fp16, artifact16, lowered16)
-        row["parallel_fp32_ms"], row["parallel_start_ms"] = parallel_ms(interp32, inputs)
-        row["parallel_fp16_ms"], _ = parallel_ms(interp16, inputs)
+    if not parallel:
+        row["ort_ms"] = min(per_sample_ms(ort, inputs) for _ in range(rounds))
+    else:
         # the same samples in threads of this process (a runner without worker processes), for comparison
-        row["threads_fp32_ms"], _ = parallel_ms(lambda sample: interp32(sample), inputs)
+        runners = {"fp32": interp32, "fp16": interpreter_runner(fp16, artifact16, lowered16),
+                   "threads": lambda sample: interp32(sample)}
+        times: dict[str, list[float]] = {"ort": [], **{key: [] for key in runners}}
+        with parallel_runs(runners, inputs) as timed:
+            for _ in range(rounds):  # interleaved: a slow spell of a shared machine hits each side alike
+                times["ort"].append(per_sample_ms(ort, inputs))
+                for key in runners:
+                    times[key].append(timed(key))
+        row["ort_ms"] = min(times["ort"])
+        row["parallel_fp32_ms"], row["parallel_fp16_ms"] = min(times["fp32"]), min(times["fp16"])
+        row["threads_fp32_ms"], row["parallel_start_ms"] = min(times["threads"]), timed.start_ms
+        row["rounds_over_ort"] = [fp32 / ort for fp32, ort in zip(times["fp32"], times["ort"])]
         row["parallel_over_ort"] = row["parallel_fp32_ms"] / row["ort_ms"]
         row["parallel_fp16_over_fp32"] = row["parallel_fp16_ms"] / row["parallel_fp32_ms"]
+    row["interp_over_ort"] = row["interp_fp32_ms"] / row["ort_ms"]
     if loop:
         row["validate_loop_ms"] = validate_loop_ms(fp32, source, interp32, samples)
     print(f"{name}: {json.dumps(row)}", file=sys.stderr)
@@ -183,8 +208,10 @@ def print_table(rows: list[dict]) -> None:
           "edgebuild's fp32 and fp16 packages")
     print("one sample at a time: median; in parallel: total / samples, run as the validate stage runs them "
           "(a few samples at once, one BLAS thread each)")
+    rounds = rows[0].get("rounds", 1) if rows else 1
     print("targets (<= 3, <= 2) are read on the samples-in-parallel columns, the validate stage's per-sample "
-          "wall time, against onnxruntime's per-sample time measured in the same run")
+          "wall time, against onnxruntime's per-sample time measured in the same run: onnxruntime and the "
+          f"parallel runs take turns for {rounds} rounds and each keeps its best (the per-round ratios are in --json)")
     print("workers start: the warm-up before the timed parallel fp32 run (the worker processes' start, their "
           "reading and planning the package: once per validate stage)")
     print("in threads: the parallel fp32 run with samples in threads of one process instead (no worker processes)")
@@ -196,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(RECIPES), help="recipe names in recipes/, comma-separated")
     parser.add_argument("--samples", type=int, default=8, help="samples timed per runner (after one warm-up)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds of onnxruntime and the samples-in-parallel runs; the best of each is kept")
     parser.add_argument("--no-loop", action="store_true", help="skip timing the validate stage's sample loop")
     parser.add_argument("--no-parallel", action="store_true",
                         help="skip timing the interpreter with samples run in parallel (as the validate stage runs them)")
@@ -204,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = parser.parse_args(argv)
 
-    rows = [measure(name, args.samples, args.cache_dir, not args.no_loop, not args.no_parallel)
+    rows = [measure(name, args.samples, args.cache_dir, not args.no_loop, not args.no_parallel, args.rounds)
             for name in args.models.split(",") if name]
     if args.json:
         print(json.dumps({"ort_threads": ORT_THREADS, "rows": rows}, indent=1))
