@@ -95,6 +95,48 @@ def test_compiled_path_sees_a_constant_swapped_in_place():
     np.testing.assert_allclose(run_program(prog, {"x": x})["out"], 3 * x)
 
 
+def _conv_program():
+    weight = np.arange(2 * 3 * 3 * 3, dtype=np.float32).reshape(2, 3, 3, 3) / 50
+
+    @mb.program(input_specs=[spec((1, 3, 5, 5))], opset_version=ct.target.iOS17)
+    def prog(x):
+        return mb.conv(x=x, weight=weight, pad_type="same", name="out")
+
+    return prog, weight
+
+
+def _conv_reference(x, weight):
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # [1, C, 5, 5, 3, 3]
+    return np.einsum("nchwij,fcij->nfhw", windows, weight)
+
+
+def test_a_conv_step_calls_what_it_prepared_on_later_runs_until_its_weight_is_swapped(monkeypatch):
+    """The compiled step keeps the call the conv evaluator prepared for its constants and input
+    shape: later runs skip the evaluator, and a weight swapped in place (compression's
+    sensitivity analysis) is read again."""
+    prog, weight = _conv_program()
+    x = np.random.default_rng(0).standard_normal((1, 3, 5, 5)).astype(np.float32)
+    np.testing.assert_allclose(run_program(prog, {"x": x})["out"], _conv_reference(x, weight), rtol=1e-5, atol=1e-5)
+    entry = EVALUATORS.entry("conv")
+    calls = []
+    evaluator = entry.obj
+
+    def counted(op, args, **kwargs):
+        calls.append(op.name)
+        return evaluator(op, args, **kwargs)
+
+    counted.prepare = evaluator.prepare
+    monkeypatch.setattr(entry, "obj", counted)  # a new evaluator: prepared again on its first run
+    for _ in range(3):
+        np.testing.assert_allclose(run_program(prog, {"x": x})["out"], _conv_reference(x, weight), rtol=1e-5, atol=1e-5)
+    assert calls == ["out"]
+    [const] = [op for op in prog.functions["main"].operations if op.op_type == "const" and np.ndim(op.outputs[0].val) == 4]
+    const.outputs[0]._sym_val.val = swapped = weight * -2
+    np.testing.assert_allclose(run_program(prog, {"x": x})["out"], _conv_reference(x, swapped), rtol=1e-5, atol=1e-5)
+    assert calls == ["out", "out"]
+
+
 def test_compiled_path_names_the_op_of_a_wrong_shape(monkeypatch):
     @mb.program(input_specs=[spec((2, 3))], opset_version=ct.target.iOS17)
     def prog(x):

@@ -100,3 +100,18 @@ def test_a_depthwise_weight_packed_for_its_input_shape_gives_the_plain_conv(enab
     other = x[:, :, :7].copy()  # another shape: the weight as it is
     np.testing.assert_allclose(torch_kernels.conv2d(other, packed), torch_kernels.conv2d(other, plain),
                                rtol=1e-6, atol=1e-6)
+
+
+def test_channels_last_of_a_4d_array_is_read_from_its_strides_as_numpy_would_lay_it_out():
+    import itertools
+
+    def transposed_flags(array):  # the definition: [N, *spatial, C] is C-ordered, [N, C, ...] is not
+        return not array.flags.c_contiguous and array.transpose(0, 2, 3, 1).flags.c_contiguous
+
+    rng = np.random.default_rng(3)
+    for shape in itertools.product([1, 2, 3], repeat=4):
+        base = rng.standard_normal(shape).astype(np.float32)
+        for order in itertools.permutations(range(4)):
+            laid = np.ascontiguousarray(base.transpose(order)).transpose(np.argsort(order))
+            for view in (laid, laid[:, :, ::2], laid[..., ::-1], laid[:1], np.asfortranarray(base)):
+                assert torch_kernels.channels_last(view) == transposed_flags(view), (shape, order, view.strides)

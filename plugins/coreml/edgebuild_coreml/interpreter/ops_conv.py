@@ -158,14 +158,29 @@ def conv(op, x, activation: Activation | None = None):
     (1x1 ones measured no faster there), bias included. The call for the op's constants and the
     input's shape is made once per op (``_conv_call``). ``activation``: one the compiled plan
     fused into the conv (``fusion``), applied to its result."""
+    inp, call = _input_and_call(op, x, activation)
+    return call(inp)
+
+
+def _input_and_call(op, x, activation: Activation | None):
     inp, weight, bias = as_float(x["x"]), as_float(x["weight"]), x.get("bias")
     call = per_op(op, "_edgebuild_conv_call", (weight, bias, *map(x.get, _GEOMETRY_PARAMS)),
                   (inp.shape, inp.dtype, kernels.enabled(), activation),
                   lambda: _conv_call(op, x, inp, weight, bias, activation))
-    return call(inp)
+    return inp, call
+
+
+def _prepare(op, x, activation: Activation | None = None):
+    """``input -> conv(...)`` for these args, for a caller that keeps it while the op's constants
+    stay the same objects and its float32 input keeps its shape (the compiled plan); None for
+    another input type."""
+    if getattr(x["x"], "dtype", None) != np.float32:
+        return None
+    return _input_and_call(op, x, activation)[1]
 
 
 conv.takes_activation = True  # the compiled plan may hand it one (see fusion)
+conv.prepare = _prepare
 
 
 def _single_pixel_call(weight, bias, out_shape, dtype):

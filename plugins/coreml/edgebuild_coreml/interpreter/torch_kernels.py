@@ -160,8 +160,18 @@ def channels_last(array: np.ndarray) -> bool:
     """Whether ``array`` ``[N, C, *spatial]`` is laid out ``[N, *spatial, C]`` (and not also in C
     order, as one of a single pixel or channel is): what a depthwise conv's torch result and the
     ops reading it keep, as numpy's elementwise ops keep their operands' layout."""
-    return (array.ndim >= 3 and not array.flags.c_contiguous
-            and array.transpose(0, *range(2, array.ndim), 1).flags.c_contiguous)
+    if array.ndim != 4:
+        return (array.ndim >= 3 and not array.flags.c_contiguous
+                and array.transpose(0, *range(2, array.ndim), 1).flags.c_contiguous)
+    if array.flags.c_contiguous:
+        return False
+    # [N, C, H, W] by its strides (a transposed view and its flags cost a conv net's many small
+    # ops more): each dim's stride is the bytes of the dims inside it, ignored where it is 1 long
+    n, c, h, w = array.shape
+    sn, sc, sh, sw = array.strides
+    step = array.itemsize
+    return ((c == 1 or sc == step) and (w == 1 or sw == step * c) and (h == 1 or sh == step * c * w)
+            and (n == 1 or sn == step * c * w * h))
 
 
 def conv2d(inp: np.ndarray, prepared: tuple) -> np.ndarray | None:
