@@ -137,3 +137,17 @@ def test_torch_conv_with_a_fused_activation_matches_numpy(activation, groups):
         torch.set_num_threads(threads)
     expected = apply_in_place(Activation(activation, float(SIXTH), 0.5), plain.copy())
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_relu_by_clip_is_numpys_maximum_with_nans_infinities_and_layout_kept(dtype):
+    from edgebuild_coreml.interpreter.fusion import relu
+
+    x = (RNG.standard_normal((1, 6, 5, 7)) * 3).astype(dtype)
+    x.flat[:4] = [np.nan, -np.inf, np.inf, -0.0]
+    laid_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(relu(laid_last), np.maximum(x, 0))
+    assert relu(laid_last).strides == laid_last.strides
+    in_place = laid_last.copy(order="K")
+    assert relu(in_place, in_place) is in_place
+    np.testing.assert_array_equal(in_place, np.maximum(x, 0))

@@ -9,6 +9,7 @@ from edgebuild.reference.reductions import softmax as softmax_along
 
 from . import torch_kernels as kernels
 from ._params import as_float, param, per_channel, per_op, scalar
+from .fusion import relu as clipped_relu
 from .registry import evaluates
 
 _GELU_MODES = {"EXACT": "none", "TANH_APPROXIMATION": "tanh", "SIGMOID_APPROXIMATION": "sigmoid"}
@@ -32,7 +33,7 @@ def _float_operand(x, donated) -> tuple[np.ndarray, np.ndarray | None]:
 @evaluates("relu", inplace=True)
 def relu(op, x, donated=()):
     value, out = _float_operand(x, donated)
-    return np.maximum(value, 0, out=out)
+    return clipped_relu(value, out) if isinstance(value, np.ndarray) and value.ndim else np.maximum(value, 0, out=out)
 
 
 @evaluates("relu6")
