@@ -168,6 +168,10 @@ def test_sum_and_mean_over_trailing_axes(axes, keep_dims):
         return (mb.reduce_sum(x=x, axes=axes, keep_dims=keep_dims, name="s"),
                 mb.reduce_mean(x=x, axes=axes, keep_dims=keep_dims, name="m"))
 
-    out = run_program(prog, {"x": x})
-    np.testing.assert_allclose(out["s"], x.sum(axis=tuple(axes), keepdims=keep_dims), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(out["m"], x.mean(axis=tuple(axes), keepdims=keep_dims), rtol=1e-5, atol=1e-6)
+    laid_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    strided = np.repeat(x, 2, axis=3)[..., ::2]  # neither layout: the evaluator's general path
+    # the first run prepares each step's call, the later ones call it, whatever the input's layout
+    for given in (x, x, laid_last, strided, x):
+        out = run_program(prog, {"x": given})
+        np.testing.assert_allclose(out["s"], x.sum(axis=tuple(axes), keepdims=keep_dims), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out["m"], x.mean(axis=tuple(axes), keepdims=keep_dims), rtol=1e-5, atol=1e-6)

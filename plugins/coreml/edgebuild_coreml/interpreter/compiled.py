@@ -165,8 +165,8 @@ def _fused_activations(func, plan: Plan) -> dict:
 def _compile_step(step: Step, slot_of: dict, plan: Plan, activation: Activation | None = None,
                   epoch: list | None = None) -> Callable[[list], None]:
     """The closure running ``step``: gather, evaluate (with ``activation`` fused into a conv),
-    conform, free. An evaluator with a ``prepare(op, args, activation)`` (conv) gives the call it
-    makes for the op's constants and its input's shape once; the step keeps it and calls it on
+    conform, free. An evaluator with a ``prepare(op, args[, activation])`` (conv, reduce) gives
+    the call it makes for the op's constants and its input's shape once; the step keeps it and calls it on
     the input alone while the evaluator, the constants' template (``epoch``) and that shape stay
     the same: gathering its args and looking the call up again cost a small conv a tenth of its
     time."""
@@ -205,7 +205,7 @@ def _compile_step(step: Step, slot_of: dict, plan: Plan, activation: Activation 
                     results = evaluator(op, args, activation=activation)
                 else:
                     results = evaluator(op, args)
-                if input_slot is not None:
+                if input_slot is not None and prepared.wanted(evaluator, epoch[0]):
                     prepared.keep(evaluator, op, args, activation, epoch[0])
         except EdgebuildError:
             raise
@@ -232,16 +232,21 @@ class _PreparedCall:
         self.evaluator = self.epoch = self.shape = self.torch = self.call = None
 
     def fits(self, evaluator, value, epoch: int) -> bool:
-        return (self.evaluator is evaluator and self.epoch == epoch and getattr(value, "dtype", None) == _FLOAT32
-                and value.shape == self.shape and kernels.enabled() == self.torch)
+        return (self.call is not None and self.evaluator is evaluator and self.epoch == epoch
+                and getattr(value, "dtype", None) == _FLOAT32 and value.shape == self.shape
+                and kernels.enabled() == self.torch)
+
+    def wanted(self, evaluator, epoch: int) -> bool:
+        """Whether to ask ``evaluator`` for a call: not again once it declined for this template."""
+        return not (self.call is None and self.evaluator is evaluator and self.epoch == epoch)
 
     def keep(self, evaluator, op, args: dict, activation: Activation | None, epoch: int) -> None:
         value, prepare = args.get("x"), getattr(evaluator, "prepare", None)
         call = None
         if prepare is not None and getattr(value, "dtype", None) == _FLOAT32:
             call = prepare(op, args, activation) if activation is not None else prepare(op, args)
-        self.evaluator = None if call is None else evaluator
-        self.epoch, self.shape, self.torch, self.call = epoch, getattr(value, "shape", None), kernels.enabled(), call
+        self.evaluator, self.epoch, self.call = evaluator, epoch, call
+        self.shape, self.torch = getattr(value, "shape", None), kernels.enabled()
 
 
 def _gatherer(step: Step, slot_of: dict, plan: Plan) -> Callable[[list], dict]:

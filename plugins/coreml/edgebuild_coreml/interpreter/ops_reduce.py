@@ -133,3 +133,36 @@ def reduce_arg(op, x):
     pick = np.argmax if op.op_type == "reduce_argmax" else np.argmin
     # numpy returns the first index among ties, the natural reading of "not guaranteed".
     return pick(x["x"], axis=axis, keepdims=keep_dims)
+
+
+def _prepare(op, x):
+    """``value -> reduce(op, {..x, "x": value})`` of a float32 ``reduce_sum``/``reduce_mean`` for
+    inputs of ``x["x"]``'s shape, its block layouts (C order and channels last) worked out once
+    (the compiled plan keeps it while the op's constants stay the same); None for other ops."""
+    value = x["x"]
+    if op.op_type not in ("reduce_sum", "reduce_mean") or getattr(value, "dtype", None) != np.float32:
+        return None
+    axes, keep_dims = _axes(x.get("axes")), bool(x.get("keep_dims", False))
+    plain = _block_layout(value.shape, axes, keep_dims)
+    laid_last = _channels_last_layout(value.shape, axes, keep_dims) if value.ndim >= 3 else None
+    constants = {name: given for name, given in x.items() if name != "x"}  # not the sample's input
+    if plain is None:
+        return None
+    divisor = np.float32(value.size // int(np.prod(plain[3], dtype=np.int64))) if op.op_type == "reduce_mean" else None
+
+    def call(value):
+        if value.flags.c_contiguous:
+            sums = _summed(value, plain)
+        elif laid_last is not None and kernels.channels_last(value):
+            pixels_last, inner, result_shape = laid_last
+            sums = _summed(value.transpose(pixels_last), inner).reshape(result_shape)
+        else:
+            return reduce(op, {**constants, "x": value})
+        if divisor is not None:
+            sums /= divisor
+        return sums
+
+    return call
+
+
+reduce.prepare = _prepare
