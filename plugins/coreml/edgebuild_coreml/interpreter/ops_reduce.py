@@ -144,10 +144,10 @@ def _prepare(op, x):
         return None
     axes, keep_dims = _axes(x.get("axes")), bool(x.get("keep_dims", False))
     plain = _block_layout(value.shape, axes, keep_dims)
-    laid_last = _channels_last_layout(value.shape, axes, keep_dims) if value.ndim >= 3 else None
-    constants = {name: given for name, given in x.items() if name != "x"}  # not the sample's input
     if plain is None:
         return None
+    laid_last = _channels_last_layout(value.shape, axes, keep_dims) if value.ndim >= 3 else None
+    constants = {name: given for name, given in x.items() if name != "x"}  # not the sample's input
     divisor = np.float32(value.size // int(np.prod(plain[3], dtype=np.int64))) if op.op_type == "reduce_mean" else None
 
     def call(value):
