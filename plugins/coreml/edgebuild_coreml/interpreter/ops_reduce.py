@@ -70,8 +70,10 @@ def _channels_last_block_sum(op, value: np.ndarray, axes, keep_dims: bool) -> np
         return None
     layout = per_op(op, "_edgebuild_block_sum_channels_last", (axes, keep_dims), (value.shape,),
                     lambda: _channels_last_layout(value.shape, _axes(axes), bool(keep_dims)))
-    if layout is None:
-        return None
+    return None if layout is None else _summed_channels_last(value, layout)
+
+
+def _summed_channels_last(value: np.ndarray, layout: tuple) -> np.ndarray:
     pixels_last, inner, result_shape = layout
     return _summed(value.transpose(pixels_last), inner).reshape(result_shape)
 
@@ -112,16 +114,21 @@ def _block_layout(shape: tuple, axes, keep_dims: bool) -> tuple | None:
     return "blocks", (-1, inner, rest), None, result_shape
 
 
+def _averaged(op, sums: np.ndarray, size: int) -> np.ndarray:
+    """``sums`` (a fresh array) of a ``reduce_sum``, or divided in place into a ``reduce_mean``'s."""
+    if op.op_type == "reduce_mean":
+        sums /= np.float32(size // sums.size)  # elements summed per result
+    return sums
+
+
 @evaluates(*_REDUCTIONS)
 def reduce(op, x):
     keep_dims = x.get("keep_dims", False)
     value = _widened(np.asarray(x["x"]))
     if op.op_type in ("reduce_sum", "reduce_mean"):
         sums = _block_sum(op, value, x.get("axes"), keep_dims)
-        if sums is not None and op.op_type == "reduce_mean":
-            sums /= np.float32(value.size // sums.size)  # elements summed per result
         if sums is not None:
-            return sums
+            return _averaged(op, sums, value.size)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return _REDUCTIONS[op.op_type](value, _axes(x.get("axes")), bool(keep_dims))
 
@@ -148,19 +155,15 @@ def _prepare(op, x):
         return None
     laid_last = _channels_last_layout(value.shape, axes, keep_dims) if value.ndim >= 3 else None
     constants = {name: given for name, given in x.items() if name != "x"}  # not the sample's input
-    divisor = np.float32(value.size // int(np.prod(plain[3], dtype=np.int64))) if op.op_type == "reduce_mean" else None
 
     def call(value):
         if value.flags.c_contiguous:
             sums = _summed(value, plain)
         elif laid_last is not None and kernels.channels_last(value):
-            pixels_last, inner, result_shape = laid_last
-            sums = _summed(value.transpose(pixels_last), inner).reshape(result_shape)
+            sums = _summed_channels_last(value, laid_last)
         else:
             return reduce(op, {**constants, "x": value})
-        if divisor is not None:
-            sums /= divisor
-        return sums
+        return _averaged(op, sums, value.size)
 
     return call
 
