@@ -10,8 +10,9 @@ inputs (the recipe's own validation inputs):
 - the interpreter on the fp16 package, as the validate stage runs it (the recipe's
   ``fp16_emulation``: an fp16 artifact computes in its own typed fp16);
 - the interpreter on both packages again with samples run as the validate stage runs them
-  (a few at once, ``edgebuild.dag.validate.map_samples``, in worker processes for the
-  interpreter: ``sample_runner``): wall time / samples, and the workers' start apart;
+  (a few calls at once, ``edgebuild.dag.validate.map_samples``, in worker processes for the
+  interpreter: ``sample_runner``, each call taking several samples of a small net:
+  ``calls_of``): wall time / samples, and the workers' start apart;
 - the whole sample loop of the validate stage on the fp32 package (every sample, with its
   reference and metrics), to show what running samples in parallel buys.
 
@@ -102,21 +103,22 @@ def parallel_runs(runners: dict, samples: list[dict]):
     worker processes when the runner offers them: ``sample_runner``). Every runner's workers are
     started and warmed up on entry (a few calls each); the first of them's start time, in ms, is
     ``run.start_ms`` (the workers' start, their reading and planning the package)."""
-    from edgebuild.dag.validate import map_samples, sample_runner
+    from edgebuild.dag.validate import calls_of, in_chunks, map_samples, sample_runner
 
     with contextlib.ExitStack() as stack:
         pooled, start_ms = {}, None
         for name, runner in runners.items():
             start = time.perf_counter()
             run, workers = stack.enter_context(sample_runner(runner, len(samples)))
-            map_samples(run, [samples[0]] * 2 * workers, workers=workers)  # every worker has run one, likely
-            pooled[name] = run, workers
+            run_many, size = calls_of(run, len(samples), workers)
+            map_samples(run_many, [samples[:size]] * 2 * workers, workers=workers)  # every worker has run, likely
+            pooled[name] = run_many, in_chunks(samples, size), workers
             start_ms = (time.perf_counter() - start) * 1000 if start_ms is None else start_ms
 
         def timed(name: str) -> float:
-            run, workers = pooled[name]
+            run_many, chunks, workers = pooled[name]
             start = time.perf_counter()
-            map_samples(run, samples, workers=workers)
+            map_samples(run_many, chunks, workers=workers)
             return (time.perf_counter() - start) * 1000 / len(samples)
 
         timed.start_ms = start_ms

@@ -158,6 +158,22 @@ def map_samples(fn: Callable, samples: list, *, parallel: bool = True, workers: 
         return collect(pool.map(fn, samples))
 
 
+def calls_of(runner: Runner, samples: int, workers: int) -> tuple[Callable[[list], list], int]:
+    """``(run_many, size)``: a function from a list of samples to their outputs, and how many
+    samples to hand it at a time so that ``workers`` calls share ``samples`` evenly. A runner that
+    runs several samples faster at once (the MIL interpreter) offers ``runner.run_many(samples)``
+    and ``runner.samples_per_call``; any other is called once per sample."""
+    many = getattr(runner, "run_many", None)
+    if many is None:
+        return (lambda chunk: [runner(sample) for sample in chunk]), 1
+    per_worker = -(-samples // max(workers, 1))
+    return many, max(1, min(int(getattr(runner, "samples_per_call", 1)), per_worker))
+
+
+def in_chunks(items: list, size: int) -> list[list]:
+    return [items[start:start + size] for start in range(0, len(items), size)]
+
+
 @contextlib.contextmanager
 def sample_runner(runner: Runner, samples: int, *, parallel: bool = True):
     """``(run, workers)``: ``runner`` (or a stand-in for it) and how many samples ``map_samples``
@@ -214,18 +230,22 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
     truth, evaluator = (float64_truth(source_path, reference_name) if section.reference == "float64"
                         else (None, None))
 
-    def compare_one(sample):
+    def compare_one(sample, cand):
         feed = {**sample, **fixed}
         ref = reference(feed)
-        cand = run_candidate(sample)
         if truth is None:
             return compare(ref, cand), error_histogram(ref, cand)
         exact = truth(feed)
         return compare_with_float64(exact, ref, cand), error_histogram(exact, cand)
 
     with sample_runner(candidate, len(samples), parallel=parallel) as (run_candidate, workers):
-        compared = map_samples(compare_one, samples, parallel=parallel, workers=workers,
-                               on_done=lambda n: report(f"samples validated ({candidate_name})", n, len(samples)))
+        run_many, size = calls_of(run_candidate, len(samples), workers)
+        chunks = in_chunks(samples, size)
+        compared = map_samples(lambda chunk: list(map(compare_one, chunk, run_many(chunk))), chunks,
+                               parallel=parallel, workers=workers,
+                               on_done=lambda n: report(f"samples validated ({candidate_name})",
+                                                        min(n * size, len(samples)), len(samples)))
+    compared = [one for chunk in compared for one in chunk]
     per_sample = [metrics for metrics, _ in compared]
     histograms = [histogram for _, histogram in compared]
     aggregated = aggregate(per_sample)

@@ -1,7 +1,7 @@
 """The interpreter's compiled path (closures over a slot array, runs without an observer)
 against its generic loop (runs with one): same values, values dropped after their last reader,
 constants swapped in place picked up, errors naming the op, and the functions it leaves to the
-generic loop.
+generic loop; several samples run op by op together give what each gives alone.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from interpreter_programs import spec  # noqa: E402
 
 from edgebuild.errors import BuildError  # noqa: E402
 from edgebuild_coreml.interpreter import run_program  # noqa: E402
+from edgebuild_coreml.interpreter.executor import run_program_samples  # noqa: E402
 from edgebuild_coreml.interpreter.plan import plan_for  # noqa: E402
 from edgebuild_coreml.interpreter.registry import EVALUATORS  # noqa: E402
 
@@ -51,6 +52,44 @@ def test_compiled_path_gives_what_the_generic_loop_gives(fp16):
     generic = run_program(prog, {"x": x}, fp16=fp16, observer=lambda op, outputs: None)["out"]
     assert compiled.shape == (1, 8, 6) and compiled.dtype == np.float32
     np.testing.assert_allclose(compiled, generic, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_samples_run_together_give_what_each_gives_alone(fp16):
+    prog = _conv_hard_swish_se()
+    xs = [RNG.standard_normal((1, 3, 12, 16)).astype(np.float32) for _ in range(3)]
+    given_twice = xs[0]
+    kept = given_twice.copy()
+    alone = [run_program(prog, {"x": x}, fp16=fp16)["out"] for x in xs]
+    together = run_program_samples(prog, [{"x": x} for x in [*xs, given_twice]], fp16=fp16)
+    assert [set(outputs) for outputs in together] == [{"out"}] * 4
+    for outputs, expected in zip(together, [*alone, alone[0]]):
+        np.testing.assert_allclose(outputs["out"], expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(given_twice, kept)  # a caller's input is never written into
+
+
+def test_samples_run_together_go_op_by_op(monkeypatch):
+    """Each op runs on every sample before the next op runs (its code stays in the CPU's caches)."""
+
+    @mb.program(input_specs=[spec((2, 3))], opset_version=ct.target.iOS17)
+    def prog(x):
+        return mb.cos(x=mb.sin(x=x, name="a"), name="b")
+
+    xs = [RNG.standard_normal((2, 3)).astype(np.float32) for _ in range(3)]
+    run_program(prog, {"x": xs[0]})
+    order = []
+    for op_type in ("sin", "cos"):
+        original = EVALUATORS[op_type]
+
+        def recording(op, args, donated=(), original=original):
+            order.append(op.name)
+            return original(op, args, donated=donated)
+
+        monkeypatch.setattr(EVALUATORS.entry(op_type), "obj", recording)
+    together = run_program_samples(prog, [{"x": x} for x in xs])
+    assert order == ["a"] * 3 + ["b"] * 3
+    for outputs, x in zip(together, xs):
+        np.testing.assert_allclose(outputs["b"], np.cos(np.sin(x)), rtol=1e-6)
 
 
 def test_compiled_path_drops_values_after_their_last_reader(monkeypatch):
@@ -157,6 +196,9 @@ def test_control_flow_stays_on_the_generic_loop():
     out = run_program(prog, {"x": np.array([1.0, 2.0], np.float32)})
     np.testing.assert_allclose(next(iter(out.values())), np.exp([1.0, 2.0]), rtol=1e-6)
     assert plan_for(prog.functions["main"], fp16=False).compiled_function(None, None) is None
+    together = run_program_samples(prog, [{"x": np.array(v, np.float32)} for v in ([1.0, 2.0], [-1.0, -3.0])])
+    np.testing.assert_allclose(next(iter(together[0].values())), np.exp([1.0, 2.0]), rtol=1e-6)
+    np.testing.assert_allclose(next(iter(together[1].values())), [1.0, 3.0], rtol=1e-6)
 
 
 @pytest.mark.parametrize("axes, keep_dims", [([2, 3], True), ([-1], False), ([0, 1, 2, 3], False), ([1], True)])

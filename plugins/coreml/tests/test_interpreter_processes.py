@@ -62,6 +62,31 @@ def test_workers_give_what_the_build_process_gives(runner):
     assert not multiprocessing.active_children()
 
 
+def test_a_call_of_several_samples_gives_each_its_own_outputs(runner):
+    """``run_many`` (several samples op by op: the validate stage's calls) here and in a worker."""
+    samples = _samples(5)
+    here = [runner(s) for s in samples]
+    together = runner.run_many(samples)
+    with runner.in_processes(2) as pooled:
+        assert pooled.samples_per_call == runner.samples_per_call
+        there = pooled.run_many(samples)
+    for mine, ours, theirs in zip(here, together, there):
+        assert set(ours) == set(theirs) == {"y"}
+        np.testing.assert_allclose(ours["y"], mine["y"], rtol=1e-6, atol=1e-6)
+        _assert_same_outputs(theirs["y"], mine["y"])
+    assert not multiprocessing.active_children()
+
+
+def test_samples_per_call_keeps_a_call_within_its_value_budget(runner, monkeypatch):
+    elements = artifact_runner.declared_elements(runner.program)
+    assert elements == 2 * 8 * 16 * 16  # the conv's output and the relu's (the add became the conv's bias)
+    assert runner.samples_per_call == artifact_runner.SAMPLES_PER_CALL
+    monkeypatch.setattr(artifact_runner, "CALL_ELEMENTS", 3 * elements + 1)
+    assert runner.samples_per_call == 3
+    monkeypatch.setattr(artifact_runner, "CALL_ELEMENTS", elements - 1)
+    assert runner.samples_per_call == 1
+
+
 def test_an_error_in_a_worker_keeps_its_message_and_hint(runner):
     with runner.in_processes(2) as pooled, pytest.raises(BuildError, match=r"input\(s\) 'x' not given") as caught:
         pooled({"z": np.zeros((1, 3, 16, 16), np.float32)})
