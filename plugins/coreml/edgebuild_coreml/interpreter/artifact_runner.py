@@ -4,7 +4,8 @@ worker processes that each load the package once.
 The interpreter spends most of a small model's time in Python between numpy calls (per-op
 dispatch), holding the GIL: two threads running samples take turns on it, so only processes
 put both cores to work. Workers start from a forkserver (forking a process that runs threads,
-progress bars or a Dask worker's, is unsafe) that imports the interpreter once; each worker then
+progress bars or a Dask worker's, is unsafe) that imports the interpreter once, and never import
+the caller's main module (``edgebuild.dag.worker_processes``); each worker then
 reads the package and keeps its plan (expanded weights included) for every sample it runs,
 with BLAS and torch's kernels (``torch_kernels``, where torch is installed) on one thread.
 """
@@ -12,7 +13,6 @@ with BLAS and torch's kernels (``torch_kernels``, where torch is installed) on o
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import pickle
 import queue
@@ -98,8 +98,10 @@ class ArtifactRunner:
     @contextlib.contextmanager
     def in_processes(self, workers: int) -> Iterator[_WorkerPool]:
         """A runner whose calls run in ``workers`` processes (see ``samples_in_parallel``)."""
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(_preload())
+        from edgebuild.dag.worker_processes import worker_context
+
+        # never the caller's __main__ again: a script calling edgebuild.build() needs no main guard
+        context = worker_context(preload=_preload())
         pool = _WorkerPool(context, workers, (str(self.artifact), self.emulate_fp16, self.to_mil, self.to_onnx),
                            samples_per_call=self.samples_per_call)
         try:
