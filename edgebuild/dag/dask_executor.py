@@ -18,12 +18,20 @@ rename, see ``Store.build``) and the scheduler runs the task again on another wo
 the client cancels every task; a stage body already running on a worker finishes there
 (Dask cannot interrupt a thread) and its entry serves the next run.
 
+A lost scheduler fails the run instead of leaving the client waiting: a closed connection at
+once (Dask drops the client's tasks when it closes), a scheduler that stops answering (a
+frozen process, a network cut, where no connection closes) after ``EDGEBUILD_DASK_TIMEOUT``
+seconds without an answer to a ping (:class:`SchedulerWatch`). Every variant not built by then
+fails with a message naming the scheduler.
+
 ``distributed`` is imported only here, and only when a dask executor runs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+import os
 import sys
 import threading
 import time
@@ -46,6 +54,11 @@ CONNECT_SECONDS = 10
 # that cannot open the store, say). A stage's own error comes back as a value, not retried.
 RETRIES = 2
 PROGRESS_SECONDS = 0.2  # a worker sends a stage's sub-step counts at most this often
+TIMEOUT_ENV = "EDGEBUILD_DASK_TIMEOUT"
+LOST_SECONDS = 60.0  # a scheduler silent this long is lost (a busy one answers a ping within seconds)
+PING_SECONDS = 5.0  # how often the client asks the scheduler whether it is there (at most)
+POLL_SECONDS = 0.02  # how often the client looks for finished stages (and at the watch)
+CLOSE_SECONDS = 5  # closing a client of a lost scheduler waits no longer than this
 
 
 def scheduler_address(spec: str) -> str:
@@ -211,6 +224,95 @@ def connect(address: str):
     return client
 
 
+def lost_after() -> float:
+    """``$EDGEBUILD_DASK_TIMEOUT``: seconds without an answer from the scheduler before the run fails."""
+    configured = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not configured:
+        return LOST_SECONDS
+    try:
+        seconds = float(configured)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"{TIMEOUT_ENV}={configured!r}: expected a number of seconds above 0",
+                         hint=f"e.g. {TIMEOUT_ENV}=60 (the default), or unset it")
+    return seconds
+
+
+class SchedulerLost(Exception):
+    """The client can no longer reach the scheduler; ``error`` is what every unbuilt variant reports."""
+
+    def __init__(self, error: BuildError):
+        super().__init__(error.message)
+        self.error = error
+
+
+class SchedulerWatch:
+    """Tells the dispatch loop when the scheduler is gone.
+
+    A closed connection shows in the client's status. A frozen scheduler (or a cut network) closes
+    nothing, and the client's futures would wait forever: a thread pings the scheduler every few
+    seconds and ``check`` fails once none has been answered for ``seconds``. The ping runs on its
+    own thread so a slow answer never holds up dispatch."""
+
+    def __init__(self, client, address: str, seconds: float):
+        self.client = client
+        self.address = address
+        self.seconds = seconds
+        self.answered = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._ping, name="edgebuild-scheduler-watch", daemon=True)
+
+    def __enter__(self) -> "SchedulerWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+
+    def _ping(self) -> None:
+        interval = min(PING_SECONDS, self.seconds / 3)
+        while not self._stop.wait(interval):
+            try:
+                self.client.sync(self.client.scheduler.identity, callback_timeout=self.seconds)
+            except Exception:  # refused, timed out, or the client closed: not an answer
+                continue
+            self.answered = time.monotonic()
+
+    def check(self) -> None:
+        """Raise SchedulerLost when the connection closed or the scheduler has been silent too long."""
+        if self.client.status not in ("running", "newly-created"):
+            self.lost("the connection to it closed, and Dask drops a client's tasks when it does")
+        silent = time.monotonic() - self.answered
+        if silent > self.seconds:
+            self.lost(f"it has not answered for {silent:.0f} s ({TIMEOUT_ENV}={self.seconds:g})")
+
+    def lost(self, why: str):
+        raise SchedulerLost(BuildError(
+            f"lost the Dask scheduler at {self.address}: {why}",
+            hint="check that the scheduler and its workers are running (`make cluster`, or `dask scheduler` and "
+                 "`dask worker`), then run the build again: the stages built so far are in the store and are "
+                 f"not built again. {TIMEOUT_ENV} sets how long a silent scheduler is waited for"))
+
+
+def close(client, *, quiet: bool) -> None:
+    """Close ``client`` within CLOSE_SECONDS. ``quiet``: its scheduler is lost, and the run has said so
+    once; Dask would log the reconnection it gives up as an error with a traceback."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in ("distributed.client", "distributed.utils")] if quiet else []
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        client.close(timeout=CLOSE_SECONDS)
+    except Exception:  # a lost scheduler may not see the client off; the run's outcome stands
+        pass
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
 def plan_key(stage: Stage, variant, deps: dict[str, str]) -> str:
     """What makes two variants' stages one task: the cache key's parts, with inputs named by
     their own plan keys (their digests are not known yet). A local source is named with its folder."""
@@ -256,7 +358,9 @@ class DaskExecutor:
         self.remote = remote  # the remote cache's settings, handed to the workers
         self._remote = remote_cache(store, remote)
         self.on_event = on_event or (lambda *a: None)
+        self.lost_after = lost_after()  # read before connecting: a bad value is a usage error
         self._finished: set[tuple[str, str]] = set()  # (label, stage): late progress is dropped
+        self._lost = False  # the scheduler went away during the run
         self._lock = threading.Lock()
 
     def run(self, jobs: list[Job]) -> list[Job]:
@@ -266,7 +370,7 @@ class DaskExecutor:
             client.subscribe_topic(topic, self._on_worker_event)
             self._dispatch(client, self._graph(jobs, topic))
         finally:
-            client.close()
+            close(client, quiet=self._lost)
         return jobs
 
     def _graph(self, jobs: list[Job], topic: str) -> dict[str, _Node]:
@@ -332,9 +436,34 @@ class DaskExecutor:
             submitted.append(future)
             return future
 
-        finished = as_completed([submit(node) for node in nodes.values() if not node.deps], loop=client.loop)
-        try:
-            for future in finished:
+        with SchedulerWatch(client, self.address, self.lost_after) as watch:
+            try:
+                try:
+                    finished = as_completed([submit(node) for node in nodes.values() if not node.deps],
+                                            loop=client.loop)
+                except Exception:  # the client closed under us
+                    watch.check()
+                    raise
+                self._collect(finished, nodes, by_name, submit, watch)
+            except SchedulerLost as lost:
+                self._lost = True
+                self._fail_unbuilt(nodes, lost.error)
+            except KeyboardInterrupt:
+                client.cancel(submitted, force=True)
+                raise
+
+    def _collect(self, finished, nodes: dict[str, _Node], by_name: dict[str, str], submit, watch: SchedulerWatch) -> None:
+        """Settle each stage as it finishes and submit the stages it completes the inputs of, until
+        none is left; between results, ``watch`` fails the loop if the scheduler is lost."""
+        while not finished.is_empty():
+            batch = finished.next_batch(block=False)
+            if not batch:
+                watch.check()
+                time.sleep(POLL_SECONDS)
+                continue
+            for future in batch:
+                if future.cancelled():  # by us only on Ctrl-C; else Dask dropped it with the connection
+                    watch.check()
                 node = nodes[by_name[future.key]]
                 node.outcome = self._outcome(future, node.task.stage)
                 for use in node.uses:
@@ -343,10 +472,20 @@ class DaskExecutor:
                     dependent = nodes[key]
                     dependent.waiting -= 1
                     if dependent.waiting == 0:
-                        finished.add(submit(dependent))
-        except KeyboardInterrupt:
-            client.cancel(submitted, force=True)
-            raise
+                        try:
+                            finished.add(submit(dependent))
+                        except Exception:  # the client closed under us
+                            watch.check()
+                            raise
+
+    def _fail_unbuilt(self, nodes: dict[str, _Node], error: BuildError) -> None:
+        """Every stage not built yet fails with ``error`` (the variants built before stay built)."""
+        failed = Failed.of(error)
+        for node in nodes.values():
+            if node.outcome is None:
+                node.outcome = failed
+                for use in node.uses:
+                    self._settle(use, failed)
 
     @staticmethod
     def _outcome(future, stage: str):
