@@ -68,6 +68,7 @@ def test_import_writes_model_and_external_weights(tmp_path):
     report = OnnxFrontend().import_model(src, {"x": {"shape": [2, 4], "dtype": "float32"}}, tmp_path / "out")
     assert (tmp_path / "out" / "model.onnx.data").stat().st_size == 4 * 32 * 4
     assert report["weight_bytes"] == 4 * 32 * 4 and report["initializers"] == 1 and report["nodes"] == 1
+    assert report["weight_dtypes"] == {"float32": 4 * 32 * 4}  # what the report compares compressed sizes with
     assert report["inputs"] == {"x": {"shape": [2, 4], "dtype": "float32"}}
     x = RNG.standard_normal((2, 4)).astype(np.float32)
     np.testing.assert_allclose(run_ort(tmp_path / "out" / "model.onnx", {"x": x})[0],

@@ -302,10 +302,24 @@ def import_report(model: ir.Model, notes: list[str]) -> dict:
         "nodes": sum(len(g) for g in graphs),
         "initializers": len(initializers),
         "weight_bytes": int(sum(v.const_value.nbytes for v in initializers)),
+        "weight_dtypes": weight_dtypes(initializers),  # the report compares compressed sizes with these
         "inputs": {v.name: describe_value(v) for v in model.graph.inputs},
         "outputs": {v.name: describe_value(v) for v in model.graph.outputs},
         "notes": notes,
     }
+
+
+def weight_dtypes(initializers) -> dict[str, int]:
+    """Bytes of the weights per element type (``{"float32": 6750388}``), largest first."""
+    totals: dict[str, int] = {}
+    for value in initializers:
+        dtype = value.const_value.dtype
+        try:
+            name = dtype.numpy().name  # float32, not onnx's FLOAT
+        except TypeError:  # a type numpy has no name for
+            name = dtype.name.lower()
+        totals[name] = totals.get(name, 0) + int(value.const_value.nbytes)
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
 __all__ = ["OnnxFrontend", "onnx_opset", "MODEL_FILE", "DATA_FILE"]
