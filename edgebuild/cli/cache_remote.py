@@ -26,6 +26,21 @@ def run_remote(url: str | None, *, no_remote: bool, required: bool):
     return remote_settings(url, no_remote=no_remote, required=True if required else None)
 
 
+def checked_keys(command: str, keys: list[str] | None, locks: list[Path] | None = None) -> list[str]:
+    """The keys a command was given, each checked to be a stage key before anything is opened
+    (a key becomes a path in the store), then those the ``--lock`` files name."""
+    from edgebuild.build.lockfile import lock_keys
+    from edgebuild.store.local import check_key
+
+    wanted = [check_key(key, f"cache {command}: ") for key in keys or []]
+    for lock in locks or []:
+        wanted += [key for key in lock_keys(lock) if key not in wanted]
+    return wanted
+
+
+LOCK_HELP = "also the stage keys this edgebuild.lock.json names (repeatable; resolve is left out)"
+
+
 def _open(url: str | None, cache_dir: Path | None):
     from edgebuild.errors import UsageError
     from edgebuild.store.config import remote_settings
@@ -38,6 +53,14 @@ def _open(url: str | None, cache_dir: Path | None):
                          hint="give --remote URL, set EDGEBUILD_REMOTE, or cache.remote in edgebuild.toml")
     store = open_store(cache_dir)
     return store, RemoteStore(settings, store)
+
+
+def _listed(shared):
+    """The remote's listing; names in it that are not stage keys are skipped with a warning."""
+    complete, incomplete = shared.listing()
+    for name in shared.skipped:
+        typer.echo(f"warning: remote {shared.settings.shown}: skipped {name}: not a stage key", err=True)
+    return complete, incomplete
 
 
 def _mb(n: int) -> str:
@@ -58,7 +81,7 @@ def add_remote_commands(cache_app: typer.Typer) -> None:
         store, shared = _open(remote, cache_dir)
         local = {e.key for e in store.entries()}
         try:
-            complete, incomplete = shared.listing()
+            complete, incomplete = _listed(shared)
         except RemoteError as exc:
             if exc.kind != "unsupported":
                 raise
@@ -87,13 +110,15 @@ def add_remote_commands(cache_app: typer.Typer) -> None:
     @cache_app.command("push")
     def cache_push(
         keys: Optional[List[str]] = typer.Argument(None, help="entry keys (default: every local entry)"),
+        locks: Optional[List[Path]] = typer.Option(None, "--lock", help=LOCK_HELP),
         remote: Optional[str] = typer.Option(None, "--remote", help=REMOTE_HELP),
         cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
         as_json: bool = typer.Option(False, "--json"),
     ):
         """Upload local entries the remote lacks (and complete interrupted uploads); manifests last."""
+        given = checked_keys("push", keys, locks)
         store, shared = _open(remote, cache_dir)
-        wanted = keys or [e.key for e in store.entries()]
+        wanted = given if keys or locks else [e.key for e in store.entries()]
         pushed = sum(shared.push(key) for key in wanted)
         data = {"remote": shared.settings.shown, "pushed": pushed, "already": len(wanted) - pushed,
                 "files": shared.moved.files, "bytes": shared.moved.bytes}
@@ -106,6 +131,7 @@ def add_remote_commands(cache_app: typer.Typer) -> None:
     @cache_app.command("pull")
     def cache_pull(
         keys: Optional[List[str]] = typer.Argument(None, help="entry keys (default: every remote entry)"),
+        locks: Optional[List[Path]] = typer.Option(None, "--lock", help=LOCK_HELP),
         remote: Optional[str] = typer.Option(None, "--remote", help=REMOTE_HELP),
         cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
         as_json: bool = typer.Option(False, "--json"),
@@ -113,9 +139,10 @@ def add_remote_commands(cache_app: typer.Typer) -> None:
         """Fetch remote entries the local store lacks; each is digest-checked before it is installed."""
         from edgebuild.store.remote import RemoteCorrupt
 
+        given = checked_keys("pull", keys, locks)
         store, shared = _open(remote, cache_dir)
         local = {e.key for e in store.entries()}
-        wanted = keys or sorted(shared.listing()[0] - local)
+        wanted = given if keys or locks else sorted(_listed(shared)[0] - local)
         pulled, corrupt, missing = 0, [], []
         for key in wanted:
             try:

@@ -7,6 +7,7 @@ Layout under the cache root::
     locks/abcdef....lock              held while one process builds the entry
     tmp/abcdef....<random>            an entry being built (its key's lock is held meanwhile)
     tmp/evict-...                     an entry being removed
+    leases/<id>.lock, <id>.keys       a running build's hold on the entries it uses (edgebuild.store.leases)
     state.db                          (inode, size, mtime_ns, ctime_ns) -> sha256 of verified files
 
 An entry is written into a temporary directory and renamed into place, so it is either
@@ -16,6 +17,11 @@ the kernel sets ctime on every write, chmod or utime, so restoring an mtime does
 edit (the rule of DVC's state and Bazel's digest cache). Anything else, including a
 ``meta.json`` that is not a valid manifest, makes the entry corrupt: it is evicted and rebuilt,
 never served. A file an output hard-links is made read-only first (``seal``).
+
+A key comes from outside (the command line, a lock file, a remote listing), so an entry's path
+is made only by :func:`entry_path`, which refuses anything but a stage key (64 lowercase hex
+digits): ``..`` or ``/etc/passwd`` never becomes a path that a lookup would evict. ``gc`` and
+``clear`` leave alone the entries a running build holds (its lease names every key it looked up).
 """
 
 from __future__ import annotations
@@ -33,14 +39,43 @@ from typing import Callable
 
 from filelock import FileLock, Timeout
 
-from edgebuild.store import hashstate
+from edgebuild.errors import UsageError
+from edgebuild.store import hashstate, leases
 from edgebuild.store.atomic import file_mode, make_temp_dir, publish_tree
 
 KEY = re.compile(r"[0-9a-f]{64}")
+KEY_SHAPE = "a stage key is 64 lowercase hex digits (a sha256), as `edgebuild cache ls --json` and edgebuild.lock.json show them"
 BUILDING = re.compile(r"(?P<key>[0-9a-f]{64})\..+")  # tmp/<key>.<random>
 OLD_BUILDING = re.compile(r"[0-9a-f]{12}-.+")  # tmp names of earlier versions (no full key)
 STAMP = re.compile(r"\.?[0-9a-f]{32}\.json(\.\d+\.tmp)?")  # edgebuild.store.uptodate's stamps
 STALE_SECONDS = 86400  # an old-style temporary this old belongs to no live build
+
+
+class BadKey(UsageError):
+    """A value given as a stage key that is not one (exit 2 on the command line)."""
+
+
+def shown_value(value, limit: int = 80) -> str:
+    """``value`` for a message: repr'd (a NUL or a newline shows as an escape), long ones cut."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(value)} characters)"
+
+
+def is_key(value) -> bool:
+    return isinstance(value, str) and KEY.fullmatch(value) is not None
+
+
+def check_key(value, where: str = "") -> str:
+    """``value`` if it is a stage key, else BadKey naming it (``where``: e.g. ``"cache pull: "``)."""
+    if not is_key(value):
+        raise BadKey(f"{where}{shown_value(value)} is not a stage key", hint=KEY_SHAPE)
+    return value
+
+
+def entry_path(root: Path, key) -> Path:
+    """The one way to make an entry's path: only from a valid key (BadKey otherwise)."""
+    check_key(key)
+    return Path(root) / "objects" / key[:2] / key
 
 
 @dataclass
@@ -114,7 +149,17 @@ def seal(path: Path) -> bool:
 
 
 class Problems(list):
-    """Paths a clean-up could not remove, as ``"path: reason"`` lines."""
+    """Paths a clean-up could not remove, as ``"path: reason"`` lines; ``held``: the keys of the
+    entries it left alone because a running build holds them."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.held: list[str] = []
+
+    def __iadd__(self, other):
+        super().__iadd__(other)
+        self.held += getattr(other, "held", [])
+        return self
 
     def rmtree(self, path: Path) -> None:
         def failed(_func, failed_path, exc_info):
@@ -138,6 +183,7 @@ SOURCES = "sources"  # what resolvers fetched, by scheme (pypi/NAME==VER/..., ht
 class Store:
     def __init__(self, root: Path):
         self.root = Path(root)
+        self._lease: leases.Lease | bool | None = None  # taken on the first lookup, held while this object lives
 
     @property
     def sources(self) -> Path:
@@ -146,16 +192,38 @@ class Store:
         return self.root / SOURCES
 
     def _dir(self, key: str) -> Path:
-        return self.root / "objects" / key[:2] / key
+        return entry_path(self.root, key)
 
     def _lock(self, key: str, timeout: float = -1) -> FileLock:
+        check_key(key)
         (self.root / "locks").mkdir(parents=True, exist_ok=True)
         return FileLock(str(self.root / "locks" / f"{key}.lock"), timeout=timeout)
 
+    # -- leases -------------------------------------------------------------------------
+    def hold(self, key: str) -> None:
+        """Note in this process's lease that it uses ``key``'s entry (before it looks it up), so
+        housekeeping in another process leaves the entry alone until this store object is gone."""
+        if self._lease is None:
+            self._lease = leases.Lease.take(self.root) or False  # False: this store cannot hold leases
+        if self._lease:
+            self._lease.add(key)
+
+    def release(self) -> None:
+        """Give up the lease (also done when this object is collected, or the process ends)."""
+        if self._lease:
+            self._lease.release()
+        self._lease = None
+
+    def held_keys(self) -> set[str]:
+        """The keys every running build's lease holds (stale leases of ended processes are removed)."""
+        return leases.held_keys(self.root)
+
     # -- reading ------------------------------------------------------------------------
     def lookup(self, key: str) -> Entry | None:
-        """The entry for ``key`` if present and intact; a corrupt one is evicted."""
+        """The entry for ``key`` if present and intact; a corrupt one is evicted. BadKey for a
+        value that is not a stage key (before any path is made of it)."""
         path = self._dir(key)
+        self.hold(key)
         try:
             meta = json.loads((path / "meta.json").read_text())
         except (FileNotFoundError, NotADirectoryError):
@@ -236,9 +304,16 @@ class Store:
         """Remove an entry (moved aside first, so readers never see half of it)."""
         return self._remove_entry(self._dir(key))
 
-    def _remove_entry(self, path: Path) -> Problems:
+    def _remove_entry(self, path: Path, *, unless_held: bool = False) -> Problems:
+        """Remove an entry directory; ``unless_held`` (housekeeping): not if a running build holds
+        its key. A build notes a key in its lease before it looks the entry up, so the second look
+        after the entry is moved aside catches a build that started using it meanwhile: the entry
+        is moved back, whole, before anything of it is deleted."""
         problems = Problems()
         if not path.exists():
+            return problems
+        if unless_held and path.name in self.held_keys():
+            problems.held.append(path.name)
             return problems
         trash = self.root / "tmp" / f"evict-{path.name[:12]}-{os.getpid()}-{time.time_ns()}"
         try:
@@ -249,6 +324,13 @@ class Store:
         except OSError as exc:
             problems.append(f"{path}: {exc.strerror or exc}")
             return problems
+        if unless_held and path.name in self.held_keys():
+            try:
+                os.replace(trash, path)
+                problems.held.append(path.name)
+                return problems
+            except OSError:  # rebuilt meanwhile under its name: this copy is not the one in use
+                pass
         try:
             hashstate.forget(path)
         except Exception:  # a locked or read-only state DB: its rows for gone files are harmless
@@ -325,31 +407,35 @@ class Store:
         """Remove corrupt entries and killed builds' temporaries; then evict entries older than
         ``max_age_days`` (by last use), then the least recently used until under ``max_bytes``.
         Returns the evicted entries and what could not be removed."""
+        check_budget(max_age_days=max_age_days, max_bytes=max_bytes)
         entries, corrupt = self._scan_entries()
         entries.sort(key=self.last_used)
         problems = Problems()
         for path in corrupt:
-            problems += self._remove_entry(path)
+            problems += self._remove_entry(path, unless_held=True)
         removed = []
         now = time.time()
         if max_age_days is not None:
             for entry in list(entries):
                 if now - self.last_used(entry) > max_age_days * 86400:
-                    failed = self.evict(entry.key)
+                    failed = self._remove_entry(entry.path, unless_held=True)
                     problems += failed
-                    if not failed:
-                        removed.append(entry)
-                    entries.remove(entry)
+                    if not failed.held:
+                        entries.remove(entry)
+                        if not failed:
+                            removed.append(entry)
         if max_bytes is not None:
             total = sum(self.size_of(e) for e in entries)
             for entry in list(entries):
                 if total <= max_bytes:
                     break
-                failed = self.evict(entry.key)
+                if entry.key in problems.held:
+                    continue  # a running build's: it stays, however old
+                failed = self._remove_entry(entry.path, unless_held=True)
                 problems += failed
-                if not failed:
+                if not failed and not failed.held:
                     removed.append(entry)
-                total -= self.size_of(entry)
+                    total -= self.size_of(entry)
         for tmp in self.leftovers():
             problems.rmtree(tmp)
         if max_age_days is not None:
@@ -375,21 +461,33 @@ class Store:
         so files someone else put in the cache directory stay. Returns what could not be removed."""
         problems = Problems()
         for path in self._entry_dirs():
-            problems += self._remove_entry(path)
+            problems += self._remove_entry(path, unless_held=True)
+        live = set(self.leftovers())  # what killed builds left: not a running build's temporary
         for tmp in (self.root / "tmp").glob("*"):
-            if tmp.name.startswith("evict-") or BUILDING.fullmatch(tmp.name) or OLD_BUILDING.fullmatch(tmp.name):
+            if tmp.name.startswith("evict-") or tmp in live:
                 if tmp.is_dir() and not tmp.is_symlink():
                     problems.rmtree(tmp)
+        held = set(problems.held)
         for lock in (self.root / "locks").glob("*.lock"):
-            if KEY.fullmatch(lock.stem):
+            if KEY.fullmatch(lock.stem) and lock.stem not in held and not self._locked(lock.stem):
                 problems.unlink(lock)
+        leases.remove_stale(self.root, problems)
         self._clean_stamps(float("inf"), problems)
-        for folder in [*(self.root / "objects").glob("*"), *(self.root / d for d in ("objects", "tmp", "locks", "stamps"))]:
+        for folder in [*(self.root / "objects").glob("*"),
+                       *(self.root / d for d in ("objects", "tmp", "locks", "stamps", leases.FOLDER))]:
             try:
                 folder.rmdir()  # only if nothing else is left in it
             except OSError:
                 pass
         return problems
+
+    def _locked(self, key: str) -> bool:
+        """Whether a builder holds ``key``'s lock now (its lock file must then stay)."""
+        try:
+            with self._lock(key, timeout=0):
+                return False
+        except (Timeout, OSError):
+            return True
 
     def _clean_stamps(self, unused_since: float, problems: Problems) -> None:
         """Drop up-to-date stamps (``edgebuild.store.uptodate``) not used since then; each is a small
@@ -401,3 +499,12 @@ class Store:
             except OSError:
                 pass
 
+
+
+def check_budget(*, max_age_days=None, max_bytes=None) -> None:
+    """gc's limits are numbers >= 0 (a negative or NaN one would evict everything, or nothing)."""
+    import math
+
+    for name, value in (("max_age_days", max_age_days), ("max_bytes", max_bytes)):
+        if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0):
+            raise UsageError(f"cache gc: {name} {value!r} must be a finite number >= 0")

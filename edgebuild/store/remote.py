@@ -31,7 +31,7 @@ from pathlib import Path
 
 from edgebuild.errors import BuildError
 from edgebuild.store.config import RemoteSettings
-from edgebuild.store.local import KEY, Store, valid_meta
+from edgebuild.store.local import Store, check_key, is_key, shown_value, valid_meta
 
 META = "meta.json"
 _CHUNK = 1 << 20
@@ -76,6 +76,7 @@ class RemoteStore:
         self._fs = None
         self._root = ""
         self.moved = Transfer()  # bytes and files moved, both ways, since this was made
+        self.skipped: list[str] = []  # names in the last listing that are not stage keys (shown repr'd)
 
     # -- the file system --------------------------------------------------------------
     @property
@@ -115,6 +116,7 @@ class RemoteStore:
             raise self._error(exc, "open") from None
 
     def _path(self, key: str, *parts: str) -> str:
+        check_key(key, f"remote {self.settings.shown}: ")  # a key is a path here too: only a valid one
         return "/".join((self._root, "objects", key[:2], key, *parts))
 
     def _error(self, exc: BaseException, doing: str) -> RemoteError:
@@ -293,12 +295,20 @@ class RemoteStore:
         try:
             if not fs.exists(base):
                 return set(), set()
-            folders = [p for p in fs.glob(f"{base}/*/*") if KEY.fullmatch(p.rstrip("/").rsplit("/", 1)[-1])]
-            metas = fs.glob(f"{base}/*/*/{META}")
+            folders = fs.glob(f"{base}/*/*")
         except Exception as exc:
             raise self._error(exc, "listing") from None
-        complete = {p.rstrip("/").split("/")[-2] for p in metas}
-        present = {p.rstrip("/").rsplit("/", 1)[-1] for p in folders}
+        present, self.skipped = set(), []
+        for folder in sorted(folders):
+            prefix, name = folder.rstrip("/").rsplit("/", 2)[-2:]
+            if is_key(name) and prefix == name[:2]:
+                present.add(name)
+            elif name != META:  # the listing is another's data: a name that is no key is never used
+                self.skipped.append(shown_value(f"objects/{prefix}/{name}"))
+        try:
+            complete = {p.rstrip("/").split("/")[-2] for p in fs.glob(f"{base}/*/*/{META}")} & present
+        except Exception as exc:
+            raise self._error(exc, "listing") from None
         return complete, present - complete
 
 
