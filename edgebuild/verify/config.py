@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_SAMPLES = 10_000
@@ -105,6 +106,21 @@ class InputSource(_Strict):
     images: Optional[ImagesInput] = None
     file: Optional[str] = None
     key: Optional[str] = None
+
+    @field_validator("value")
+    @classmethod
+    def _no_nan(cls, value):
+        # NaN fed to both sides makes both NaN and proves nothing (verify.inputs); inf is kept (masks)
+        if value is None:
+            return value
+        try:
+            numbers = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):  # not numbers: checked against the input's dtype later
+            return value
+        if np.isnan(numbers).any():
+            raise ValueError("validation inputs contain NaN: both sides would compute NaN and the comparison would "
+                             "prove nothing; give finite values (inf is kept, e.g. for an additive mask)")
+        return value
 
     @model_validator(mode="after")
     def _exactly_one(self):

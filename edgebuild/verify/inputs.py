@@ -9,6 +9,11 @@ Inputs the recipe does not mention get defaults: float and bool inputs uniform r
 in ``[0, 1)``; ``attention_mask`` / ``token_type_ids`` follow the model's ``tokens`` input
 (ones on real tokens / zeros). Any other integer input must be described in the recipe, since
 random integers are rarely valid indices.
+
+No sample holds NaN: with NaN fed in, reference and candidate both compute NaN and validation
+would prove nothing, so a file, folder or value that gives one is refused (exit 2). Infinities
+are kept: an additive attention mask takes -inf, and the outputs' NaN/inf are judged on their own
+(``verify.thresholds``).
 """
 
 from __future__ import annotations
@@ -87,7 +92,24 @@ def iter_inputs(spec: ValidateSection, input_specs: Mapping[str, Mapping[str, An
                 hint=f"describe it under validate.inputs.{name} (tokens, random with low/high, value or file)",
             )
     order = [name for name in (*spec.inputs, *input_specs) if name in columns or name in companions]
-    return _zip_samples(columns, tokens_input, companions, dict.fromkeys(order), spec.samples)
+    fields = {name: f"validate.inputs.{name}" + (f".{spec.inputs[name].kind}" if name in spec.inputs else "")
+              for name in order}
+    return _without_nan(_zip_samples(columns, tokens_input, companions, dict.fromkeys(order), spec.samples), fields)
+
+
+def _without_nan(samples: Iterator[Sample], fields: Mapping[str, str]) -> Iterator[Sample]:
+    """``samples``, refusing the first that holds a NaN (see the module docstring)."""
+    for index, sample in enumerate(samples, 1):
+        for name, array in sample.items():
+            if array.dtype.kind in "fc":
+                nans = int(np.count_nonzero(np.isnan(array)))
+                if nans:
+                    raise UsageError(
+                        f"{fields[name]}: validation inputs contain NaN ({nans} of {array.size} values of input "
+                        f"'{name}' in sample {index}); with NaN fed in, both sides compute NaN and the comparison "
+                        "proves nothing",
+                        hint="give finite values (inf is kept, e.g. an additive mask's -inf)")
+        yield sample
 
 
 def _zip_samples(columns: dict, tokens_input: str | None, companions: dict, order: dict, samples: int) -> Iterator[Sample]:

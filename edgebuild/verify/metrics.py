@@ -20,9 +20,14 @@ Definitions (``r`` reference, ``c`` candidate, ``d = c - r``, all in float64):
   the latter floored at ``NOISE_FLOOR_EPS`` float32 epsilons of the output's largest magnitude
   (last-bit differences are not noise, and an exact reference does not divide by zero). 2.0 reads "twice as far from the exact answer as
   onnxruntime is".
-- ``nonfinite``: how many candidate elements are NaN/inf where the reference is finite. Such
-  a candidate fails on its own (see ``thresholds.check``); the other metrics are computed
-  over the elements finite in both, so they stay informative.
+- NaN and inf (see ``thresholds.check`` for what fails): the same infinity on both sides at one
+  position (a masked logit, -inf in reference and candidate) agrees and is left out of the
+  metrics above, which are computed over the elements finite on both sides. ``nonfinite``
+  counts the candidate's NaN/inf where the reference is finite or another infinity;
+  ``reference_nonfinite`` the reference's NaN (anywhere: a NaN reference proves nothing, even
+  where the candidate is NaN too) and its infinities the candidate does not share; ``compared``
+  the elements finite on both sides (left out for an empty output). When none is (an all-NaN or all-inf output), every metric
+  above is NaN: nothing was compared, which is never a cosine of 1.
 """
 
 from __future__ import annotations
@@ -61,11 +66,24 @@ def compare_output(name: str, reference: np.ndarray, candidate: np.ndarray, *, r
     cand = np.asarray(candidate)
     ref64 = ref.astype(np.float64).reshape(-1)
     cand64 = cand.astype(np.float64).reshape(-1)
-    ref_finite = np.isfinite(ref64)
-    both_finite = ref_finite & np.isfinite(cand64)
-    result: OutputMetrics = {"nonfinite": float(np.count_nonzero(ref_finite & ~both_finite))}
+    ref_finite, cand_finite = np.isfinite(ref64), np.isfinite(cand64)
+    both_finite = ref_finite & cand_finite
+    same_infinity = np.isinf(ref64) & (ref64 == cand64)
+    ref_nan = np.isnan(ref64)
+    result: OutputMetrics = {
+        "nonfinite": float(np.count_nonzero(~cand_finite & ~same_infinity & ~ref_nan)),
+        "reference_nonfinite": float(np.count_nonzero(ref_nan | (np.isinf(ref64) & ~same_infinity))),
+    }
+    if ref64.size:  # an empty output (no detections, say) compares as equal, with nothing to count
+        result["compared"] = float(np.count_nonzero(both_finite))
     r, c = ref64[both_finite], cand64[both_finite]
     diff = np.abs(c - r)
+    if not diff.size and ref64.size:  # every element NaN/inf: nothing compared, no metric can say "close"
+        undefined = ("max_abs", "mean_abs", "p90_abs", "p99_abs", "max_rel", "cosine", "snr_db")
+        result.update(dict.fromkeys(undefined, float("nan")))
+        if _is_classifier_like(ref):
+            result.update((f"top{k}_agreement", float("nan")) for k in TOP_K if ref.shape[-1] >= k)
+        return result
     if diff.size:
         result.update(
             max_abs=float(diff.max()),
@@ -74,7 +92,7 @@ def compare_output(name: str, reference: np.ndarray, candidate: np.ndarray, *, r
             p99_abs=float(np.percentile(diff, 99)),
             max_rel=float((diff / np.maximum(np.abs(r), rel_floor)).max()),
         )
-    else:
+    else:  # an empty output compares as equal
         result.update(max_abs=0.0, mean_abs=0.0, p90_abs=0.0, p99_abs=0.0, max_rel=0.0)
     result["cosine"] = _cosine(r, c)
     result["snr_db"] = _snr_db(r, diff)

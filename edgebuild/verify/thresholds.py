@@ -12,7 +12,12 @@ the samples, ``thresholds.aggregate[metric]``:
 - ``median``, ``p1``, ``p10``, ``p90``, ``p99``: that percentile over the samples (linear
   interpolation, as numpy's); ``cosine: p10`` lets one sample in ten fall below the limit.
 
-NaN/inf in a candidate output is always a failure, thresholds or not.
+NaN/inf fail on their own, thresholds or not (``metrics`` says what is counted): NaN or inf in
+the candidate where the reference is finite; NaN in the reference anywhere, or an infinity the
+candidate does not share (a NaN reference proves nothing, even matched by a NaN candidate); and
+an output with no element finite on both sides in some sample (nothing was compared there, so
+its other limits are not held: every metric of it is NaN). The same infinity on both sides at
+one position (a masked logit) agrees; the finite rest is held to the limits.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from typing import Any, Mapping, Optional
 from edgebuild.verify.config import Thresholds, aggregation_of
 
 NONFINITE = "nonfinite"
+REFERENCE_NONFINITE = "reference_nonfinite"
+COMPARED = "compared"
 
 
 @dataclass(frozen=True)
@@ -56,9 +63,9 @@ def check(
         if output not in aggregated:
             failures.append(Failure(output, "output", None, None, f"per_output names output '{output}', which the model does not have (outputs: {', '.join(aggregated)})"))
     for output, metrics in aggregated.items():
-        nonfinite = metrics.get(NONFINITE, {}).get("max", 0.0)
-        if nonfinite:
-            failures.append(Failure(output, NONFINITE, nonfinite, None, f"output '{output}': candidate has NaN/inf ({int(nonfinite)} values in the worst sample)"))
+        failures += _nonfinite_failures(output, metrics)
+        if metrics.get(COMPARED, {}).get("min", 1.0) == 0:  # its metrics are NaN: the failure above says why
+            continue
         override = overrides.get(output)
         limits = base.merged(override)
         explicit = set(override.model_dump(exclude_unset=True)) if override else set()
@@ -67,6 +74,28 @@ def check(
             failure = _check_one(output, metrics, name, limit, statistic, required=name in explicit)
             if failure:
                 failures.append(failure)
+    return failures
+
+
+def _nonfinite_failures(output: str, metrics) -> list[Failure]:
+    """NaN/inf failures of one output (see the module docstring), each naming the side that has them."""
+    failures = []
+    candidate = metrics.get(NONFINITE, {}).get("max", 0.0)
+    if candidate:
+        failures.append(Failure(output, NONFINITE, candidate, None,
+                                f"output '{output}': candidate has NaN/inf ({int(candidate)} values in the worst sample) "
+                                "where the reference is finite"))
+    reference = metrics.get(REFERENCE_NONFINITE, {}).get("max", 0.0)
+    if reference:
+        failures.append(Failure(output, REFERENCE_NONFINITE, reference, None,
+                                f"output '{output}': reference has NaN/inf ({int(reference)} values in the worst sample) "
+                                "that the candidate does not share, or NaN: validation inputs the source model "
+                                "cannot compute prove nothing (check validate.inputs)"))
+    compared = metrics.get(COMPARED, {})
+    if compared.get("min", 1.0) == 0:
+        failures.append(Failure(output, COMPARED, 0.0, None,
+                                f"output '{output}': no value is finite in both reference and candidate in at least one "
+                                "sample (all NaN/inf), so nothing was compared there"))
     return failures
 
 
