@@ -26,7 +26,7 @@ from edgebuild.bundle.manifest import (
     read_manifest,
 )
 from edgebuild.bundle.decoding import Decoder
-from edgebuild.errors import BuildError
+from edgebuild.errors import BuildError, UsageError
 
 
 def _artifact_of(root: Path, segment: SegmentSpec) -> Path:
@@ -77,6 +77,9 @@ class InferenceSession:
 
     def __init__(self, path: str | Path, *, registry=None, native: bool = True):
         self.path = Path(path)
+        if not self.path.exists():
+            raise UsageError(f"{self.path}: no such file or directory",
+                             hint="give a bundle directory, an artifact, or a variant's output directory")
         if registry is None:
             from edgebuild.registry import get_registry
 

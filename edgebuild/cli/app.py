@@ -99,15 +99,16 @@ def init(
     out: Optional[str] = typer.Option(None, "-o", "--out", help="recipe to write (default: NAME.yaml here; - for stdout)"),
     force: bool = typer.Option(False, "--force", help="replace an existing recipe file"),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="store for downloaded sources"),
+    sha256: Optional[str] = typer.Option(None, "--sha256", help="the model file's digest: checked, then written into the recipe"),
 ):
     """Write a commented recipe read off MODEL: inputs, validation generators, fp32 and fp16 variants."""
     from edgebuild.start.init import init as init_recipe
     from edgebuild.start.init import init_text, start
 
     if out == "-":
-        sys.stdout.write(init_text(start(model, cache_dir), Path("recipe.yaml")))
+        sys.stdout.write(init_text(start(model, cache_dir, sha256), Path("recipe.yaml")))
         return
-    recipe, started = init_recipe(model, Path(out) if out else None, force=force, cache_dir=cache_dir)
+    recipe, started = init_recipe(model, Path(out) if out else None, force=force, cache_dir=cache_dir, sha256=sha256)
     typer.echo(f"wrote {os.path.relpath(recipe)}: {len(started.facts.inputs)} input(s); {started.checked}", err=True)
     typer.echo(f"next: edgebuild run {os.path.relpath(recipe)}", err=True)
 
@@ -121,13 +122,15 @@ def convert(
     deployment_target: Optional[str] = typer.Option(None, "--deployment-target",
                                                     help="e.g. iOS17 (default: the lowest the options need, at least iOS17)"),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="store location"),
+    sha256: Optional[str] = typer.Option(None, "--sha256", help="the model file's digest: checked, then written into the recipe"),
 ):
     """Build MODEL into OUT in one command; the recipe it used is written beside OUT."""
     from edgebuild.report.console import Printer
     from edgebuild.start.convert import convert as convert_model
 
     raise typer.Exit(convert_model(model, out, precision=precision, compress=compress,
-                                   deployment_target=deployment_target, cache_dir=cache_dir, console=Printer()))
+                                   deployment_target=deployment_target, cache_dir=cache_dir, console=Printer(),
+                                   sha256=sha256))
 
 
 @app.command()

@@ -149,7 +149,7 @@ def recipe_text(started, layout: Layout, precision: str, compression: dict | Non
 
 
 def convert(model: str, out: Path, *, precision: str = "fp16", compress: str | None = None,
-            deployment_target: str | None = None, cache_dir=None, console) -> int:
+            deployment_target: str | None = None, cache_dir=None, console, sha256: str | None = None) -> int:
     """Write the recipe beside ``out``, build it, put the package at ``out``. Returns the exit code."""
     from edgebuild.build.run import run_recipes
     from edgebuild.start.init import start, write_recipe
@@ -164,8 +164,9 @@ def convert(model: str, out: Path, *, precision: str = "fp16", compress: str | N
     precision, compression, target = options(precision, compress, deployment_target)
     layout = Layout(out.absolute(), artifact)
     layout.check_ownership()
-    started = start(model, cache_dir)
+    started = start(model, cache_dir, sha256)
     argv = f"edgebuild convert {model} -o {out} --precision {'fp16' if precision == 'float16' else 'fp32'}" + (
+        f" --sha256 {sha256}" if sha256 else "") + (
         f" --compress {compress}" if compress else "") + (f" --deployment-target {deployment_target}" if deployment_target else "")
     text = recipe_text(started, layout, precision, compression, target, argv)
     layout.claim()

