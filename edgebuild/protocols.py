@@ -199,6 +199,12 @@ class Runtime(Protocol):
         """The input names ``artifact`` takes (for ``verify``'s check against the reference), or None."""
         return None
 
+    def input_shapes(self, artifact: Path) -> Optional[dict[str, list[int]]]:
+        """The concrete shape of each input ``artifact`` takes, by the artifact's names (a flexible input:
+        the shape it defaults to), or None when the runtime cannot tell. ``verify`` feeds both sides at
+        these shapes when the source model's dims are symbolic."""
+        return None
+
     def tensor_names(self, artifact: Path) -> dict:
         """The inputs and outputs ``artifact`` names differently from its source model:
         ``{"inputs": {source name: artifact name}, "outputs": {...}}`` (renamed ones only; empty

@@ -269,9 +269,13 @@ def verify(
     thresholds = {k: v for k, v in {"cosine_min": cosine_min, "max_abs_max": max_abs_max}.items() if v is not None}
     section = ValidateSection.model_validate({"samples": samples, "thresholds": thresholds})
     from edgebuild.bundle.session import named_runner
+    from edgebuild.dag.validate import onnx_input_specs
+    from edgebuild.verify.shapes import at_artifact_shapes
 
+    specs = at_artifact_shapes(onnx_input_specs(reference, {}), runtime.input_shapes(artifact),
+                               runtime.tensor_names(artifact).get("inputs"))
     record = validate(section, reference, {}, named_runner(runtime, artifact), Path.cwd(),
-                      candidate_name=runtime.name)
+                      candidate_name=runtime.name, specs=specs)
     if as_json:
         sys.stdout.write(json.dumps(to_jsonable(record)) + "\n")
     else:

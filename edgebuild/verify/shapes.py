@@ -5,6 +5,9 @@ enumeration at every shape it lists (per-dim enumerations: every combination of 
 input contributes its list of shapes; shape set ``i`` takes entry ``i`` of every list (cycling
 through the shorter lists), so inputs that share a dimension stay consistent: dims with the same
 range take the same random size, and inputs enumerated alike pair their shapes in order.
+
+``edgebuild verify`` has no recipe: it feeds both sides at the shapes the artifact takes
+(:func:`at_artifact_shapes`).
 """
 
 from __future__ import annotations
@@ -75,3 +78,24 @@ def _shapes_of(shape: Any, default: list[int], seed: int) -> list[list[int]]:
             if one not in shapes:
                 shapes.append(one)
     return shapes
+
+
+def at_artifact_shapes(source_specs: Mapping[str, Mapping[str, Any]], artifact_shapes: Mapping[str, list[int]] | None,
+                       renamed: Mapping[str, str] | None = None) -> dict[str, dict]:
+    """``verify``'s input specs: the source model's (``{input: {"shape", "dtype"}}``) at the shapes the
+    artifact takes (``Runtime.input_shapes``, by the artifact's names; ``renamed`` maps a source name to the
+    artifact's).
+
+    A source input with symbolic dims (a batch ``n``, or -1 as some exporters write) says nothing about the
+    size to feed, and the artifact was built at concrete ones: both sides run at the artifact's shape when
+    it has the source's rank. Inputs the artifact does not describe keep the source's sizes, a symbolic
+    dim taken as 1."""
+    renamed = renamed or {}
+    specs = {}
+    for name, spec in source_specs.items():
+        shape = [int(d) if int(d) > 0 else 1 for d in spec["shape"]]
+        given = (artifact_shapes or {}).get(renamed.get(name, name))
+        if given is not None and len(given) == len(shape) and all(int(d) > 0 for d in given):
+            shape = [int(d) for d in given]
+        specs[name] = {**spec, "shape": shape}
+    return specs

@@ -52,6 +52,11 @@ class CoreMLRuntime(Runtime):
     def can_run(self, artifact: Path) -> bool:
         return available() and Path(artifact).suffix in (".mlpackage", ".mlmodel")
 
+    def input_shapes(self, artifact: Path) -> dict[str, list[int]]:
+        from edgebuild_coreml.runtime import package_input_shapes
+
+        return package_input_shapes(artifact)
+
     def tensor_names(self, artifact: Path) -> dict:
         from edgebuild_coreml.runtime import package_tensor_names
 

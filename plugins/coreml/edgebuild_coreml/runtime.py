@@ -50,6 +50,9 @@ class InterpreterRuntime(Runtime):
 
         return [i.name for i in ct.utils.load_spec(str(artifact)).description.input]
 
+    def input_shapes(self, artifact: Path) -> dict[str, list[int]]:
+        return package_input_shapes(artifact)
+
     def tensor_names(self, artifact: Path) -> dict:
         return package_tensor_names(artifact)
 
@@ -94,6 +97,17 @@ def generate_description(artifact: Path) -> dict | None:
         return None
     text = ct.utils.load_spec(str(artifact)).description.metadata.userDefined.get(METADATA_KEY)
     return json.loads(text) if text else None
+
+
+def package_input_shapes(artifact: Path) -> dict[str, list[int]]:
+    """The shape of each array input of a package's spec (a flexible one's default shape)."""
+    import coremltools as ct
+
+    shapes = {}
+    for feature in ct.utils.load_spec(str(artifact)).description.input:
+        if feature.type.WhichOneof("Type") == "multiArrayType":
+            shapes[feature.name] = [int(d) for d in feature.type.multiArrayType.shape]
+    return shapes
 
 
 def package_tensor_names(artifact: Path) -> dict:

@@ -85,6 +85,18 @@ class CopyRuntime(Runtime):
         weights = {init.name for init in graph.initializer}
         return [i.name for i in graph.input if i.name not in weights]
 
+    def input_shapes(self, artifact: Path) -> dict[str, list[int]]:
+        """The copied model's inputs whose every dim is a fixed size."""
+        import onnx
+
+        graph = onnx.load(Path(artifact) / "model.onnx", load_external_data=False).graph
+        shapes = {}
+        for value in graph.input:
+            dims = value.type.tensor_type.shape.dim
+            if all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
+                shapes[value.name] = [d.dim_value for d in dims]
+        return shapes
+
     def run(self, artifact: Path, inputs: dict) -> dict:
         import onnxruntime
 
