@@ -501,10 +501,31 @@ class Store:
 
 
 
-def check_budget(*, max_age_days=None, max_bytes=None) -> None:
-    """gc's limits are numbers >= 0 (a negative or NaN one would evict everything, or nothing)."""
+def check_budget(*, max_age_days=None, max_bytes=None, age_option: str = "max_age_days",
+                 size_option: str = "max_bytes") -> None:
+    """gc's limits are finite numbers >= 0: a negative one would evict everything, NaN nothing."""
     import math
 
-    for name, value in (("max_age_days", max_age_days), ("max_bytes", max_bytes)):
-        if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0):
-            raise UsageError(f"cache gc: {name} {value!r} must be a finite number >= 0")
+    for option, value, example in ((age_option, max_age_days, "30"), (size_option, max_bytes, "5G")):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise UsageError(f"cache gc: {option} {shown_value(value)} must be a finite number >= 0",
+                             hint=f"e.g. {option} {example}")
+
+
+SIZE_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30, "ti": 1 << 40}
+
+
+def parse_size(text: str, option: str = "--max-size") -> int:
+    """Bytes from ``500M``, ``5G``, ``1.5GiB``, ``1000``; UsageError for a negative, infinite or
+    unreadable size."""
+    if str(text).strip().startswith("-"):
+        raise UsageError(f"cache gc: {option} {shown_value(text)} must be >= 0 (a negative budget would evict "
+                         "everything)", hint=f"e.g. {option} 5G")
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?)?b?\s*", str(text), re.I)
+    if not match:
+        raise UsageError(f"cache gc: {option} {shown_value(text)} is not a size", hint=f"e.g. {option} 500M or 5G")
+    size = float(match[1]) * SIZE_UNITS[(match[2] or "").lower()]
+    check_budget(max_bytes=size, size_option=option)
+    return int(size)
