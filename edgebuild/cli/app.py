@@ -319,7 +319,7 @@ def cache_info(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"), as
     """Where the store is, how big, and what `cache gc` would clean up."""
     from edgebuild.store.location import open_store
 
-    store = open_store(cache_dir)
+    store = open_store(cache_dir, create=False)  # a missing store is empty: nothing is made for it
     entries, corrupt, leftovers = store.entries(), store.corrupt(), store.leftovers()
     data = {"path": str(store.root), "entries": len(entries), "bytes": sum(store.size_of(e) for e in entries),
             "corrupt": len(corrupt), "temporaries": len(leftovers),
@@ -340,7 +340,7 @@ def cache_ls(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"), as_j
 
     from edgebuild.store.location import open_store
 
-    store = open_store(cache_dir)
+    store = open_store(cache_dir, create=False)  # a missing store is empty: nothing is made for it
     rows = [{"key": e.key, "stage": e.meta.get("stage"), "bytes": store.size_of(e),
              "last_used": store.last_used(e), "status": "ok"} for e in store.entries()]
     rows += [{"key": p.name, "stage": None, "bytes": store.bytes_under(p), "last_used": p.stat().st_mtime,
@@ -352,12 +352,6 @@ def cache_ls(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"), as_j
         age = (time.time() - r["last_used"]) / 3600
         stage = r["stage"] if r["status"] == "ok" else "CORRUPT"
         typer.echo(f"{r['key'][:16]}  {str(stage):<10} {r['bytes'] / 1e6:>9.2f} MB  {age:7.1f} h ago")
-
-
-def _parse_size(text: str) -> int:
-    units = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-    text = text.strip().lower().removesuffix("b")
-    return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
 
 
 def _cleanup_failed(command: str, problems: list[str]) -> None:
@@ -381,18 +375,17 @@ def cache_gc(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
 ):
     """Remove corrupt entries and temporaries of killed builds; evict entries by age and size budget."""
-    from edgebuild.errors import UsageError
+    from edgebuild.store.local import check_budget, parse_size
     from edgebuild.store.location import open_store
 
-    try:
-        budget = _parse_size(max_size) if max_size else None
-    except Exception:
-        raise UsageError(f"cache gc: --max-size {max_size!r} is not a size like 500M or 5G") from None
-    store = open_store(cache_dir)
+    check_budget(max_age_days=max_age_days, age_option="--max-age-days")
+    budget = parse_size(max_size) if max_size is not None else None
+    store = open_store(cache_dir, create=False)  # a missing store is empty: nothing is made for it
     corrupt, leftovers = len(store.corrupt()), len(store.leftovers())
     removed, problems = store.gc(max_age_days=max_age_days, max_bytes=budget)
     _cleanup_failed("gc", problems)
-    typer.echo(f"evicted {len(removed)} entries; removed {corrupt} corrupt entries and {leftovers} temporaries")
+    typer.echo(f"evicted {len(removed)} entries; removed {corrupt} corrupt entries and {leftovers} temporaries"
+               + _held_note(problems.held))
 
 
 @cache_app.command("clear")
@@ -400,8 +393,13 @@ def cache_clear(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir")):
     """Remove every entry (and only what the store made)."""
     from edgebuild.store.location import open_store
 
-    _cleanup_failed("clear", open_store(cache_dir).clear())
-    typer.echo("cleared")
+    problems = open_store(cache_dir, create=False).clear()
+    _cleanup_failed("clear", problems)
+    typer.echo("cleared" + _held_note(problems.held))
+
+
+def _held_note(held: list[str]) -> str:
+    return f"; kept {len(held)} entries a running build uses" if held else ""
 
 
 def main() -> None:
