@@ -41,7 +41,7 @@ def checked_keys(command: str, keys: list[str] | None, locks: list[Path] | None 
 LOCK_HELP = "also the stage keys this edgebuild.lock.json names (repeatable; resolve is left out)"
 
 
-def _open(url: str | None, cache_dir: Path | None):
+def _open(url: str | None, cache_dir: Path | None, *, create: bool = False):
     from edgebuild.errors import UsageError
     from edgebuild.store.config import remote_settings
     from edgebuild.store.location import open_store
@@ -51,7 +51,7 @@ def _open(url: str | None, cache_dir: Path | None):
     if settings is None:
         raise UsageError("no remote cache is configured",
                          hint="give --remote URL, set EDGEBUILD_REMOTE, or cache.remote in edgebuild.toml")
-    store = open_store(cache_dir)
+    store = open_store(cache_dir, create=create)
     return store, RemoteStore(settings, store)
 
 
@@ -140,7 +140,7 @@ def add_remote_commands(cache_app: typer.Typer) -> None:
         from edgebuild.store.remote import RemoteCorrupt
 
         given = checked_keys("pull", keys, locks)
-        store, shared = _open(remote, cache_dir)
+        store, shared = _open(remote, cache_dir, create=True)
         local = {e.key for e in store.entries()}
         wanted = given if keys or locks else sorted(_listed(shared)[0] - local)
         pulled, corrupt, missing = 0, [], []
