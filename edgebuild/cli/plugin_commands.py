@@ -10,6 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from edgebuild.errors import PluginError
+from edgebuild.first_party import provided_by
 
 
 class WithPluginCommands(TyperGroup):
@@ -25,6 +26,17 @@ class WithPluginCommands(TyperGroup):
         if cmd_name not in self.commands:
             self._add_plugin_commands()
         return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx, args):
+        try:
+            return super().resolve_command(ctx, args)
+        except Exception as exc:  # click's UsageError (typer may vendor its own click)
+            name = args[0] if args else None
+            found = provided_by("commands", name) if name and name not in self.commands else None
+            if found is None or not isinstance(getattr(exc, "message", None), str):
+                raise
+            exc.message = f"No such command {name!r}: it is {found}"
+            raise
 
     def _add_plugin_commands(self) -> None:
         if self._plugin_commands_added:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from edgebuild.errors import RecipeError, UsageError
+from edgebuild.first_party import missing_hint
 from edgebuild.recipe.formats import source_format
 from edgebuild.recipe.locations import locate
 
@@ -79,8 +80,9 @@ def _check_source(check: _Checker, variant, registry) -> str | None:
     if registry.get("frontends", fmt) is None:
         check.fail(("source", "format") if source.format else ("source", "model"),
                    f"no installed plugin reads {fmt!r} models" + closest(fmt, formats),
-                   hint=f"installed formats: {', '.join(formats) or 'none'}; pip install the plugin for "
-                        f"{fmt!r} models (e.g. edgebuild-pytorch), then check `edgebuild plugins`")
+                   hint=missing_hint("frontends", fmt)
+                   or f"installed formats: {', '.join(formats) or 'none'}; pip install the plugin for "
+                      f"{fmt!r} models, then check `edgebuild plugins`")
     return fmt if scheme == "file" else None  # remote sources are not fetched to check them
 
 
@@ -88,8 +90,9 @@ def _check_backend(check: _Checker, variant, registry) -> None:
     name = variant.recipe.target.backend
     backend = registry.get("backends", name)
     if backend is None:
+        provided = missing_hint("backends", name)  # a first-party plugin that is not installed
         check.fail(("target", "backend"), f"no installed plugin provides backend {name!r}"
-                   + closest(name, registry.names("backends")))
+                   + ("" if provided else closest(name, registry.names("backends"))), hint=provided)
     else:  # names only the backend knows: chips, rewrites
         try:
             backend.check_recipe(variant.recipe)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ValidationError
 
 from edgebuild.errors import RecipeError, UsageError
+from edgebuild.first_party import missing_hint
 from edgebuild.recipe.errors import format_errors
 from edgebuild.recipe.formats import source_format
 from edgebuild.recipe.locations import locate
@@ -59,9 +60,11 @@ def _validate_sections(variant, registry) -> dict[str, BaseModel]:
         if model is None:
             where = locate(variant.locations, path)
             owner = name.split(":")[0]
+            provided = missing_hint("recipe_sections", name)
             raise RecipeError(
                 f"{where} {'.'.join(path)}: no installed plugin validates this section for {owner!r}",
-                hint="install the plugin that provides it, or remove the section",
+                hint=f"{provided}; or remove the section" if provided
+                else "install the plugin that provides it, or remove the section",
             )
         suffix = f"\n  (in variant {variant.name!r})" if variant.name != "default" else ""
         try:
