@@ -7,11 +7,13 @@ class EdgebuildError(Exception):
     """A failure with a message meant for a person; never shown as a traceback."""
 
     exit_code = 1
+    error_kind = "build"  # the "kind" of the CLI's JSON error object (edgebuild.cli.json_errors)
 
-    def __init__(self, message: str, *, hint: str | None = None):
+    def __init__(self, message: str, *, hint: str | None = None, file: str | None = None):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.file = file  # the file the error is about, when the message does not start with file:line
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
@@ -21,6 +23,7 @@ class UsageError(EdgebuildError):
     """Bad command line or bad recipe (exit 2)."""
 
     exit_code = 2
+    error_kind = "usage"
 
 
 class RecipeError(UsageError):
@@ -30,8 +33,10 @@ class RecipeError(UsageError):
     path of the offending value as a tuple, and the core puts the file:line:column in front.
     """
 
-    def __init__(self, message: str, *, hint: str | None = None, path: tuple | None = None):
-        super().__init__(message, hint=hint)
+    error_kind = "recipe"
+
+    def __init__(self, message: str, *, hint: str | None = None, path: tuple | None = None, file: str | None = None):
+        super().__init__(message, hint=hint, file=file)
         self.path = path
 
 
@@ -49,8 +54,11 @@ class NotRepresentable(BuildError):
 class PluginError(BuildError):
     """A plugin failed to load or clashes with another."""
 
+    error_kind = "plugin"
+
 
 class ValidationFailed(EdgebuildError):
     """The artifact was built but misses the recipe's numeric thresholds (exit 3)."""
 
     exit_code = 3
+    error_kind = "validation"

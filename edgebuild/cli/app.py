@@ -144,27 +144,21 @@ def plan(
 ):
     """Where the backend can tell, the compute plan (by unit, then by op type and reason); which
     stages would run, and why."""
+    from edgebuild.cli.arguments import check_recipe_paths
     from edgebuild.cli.plan import plan_recipe
 
+    check_recipe_paths([recipe])
     plan_recipe(str(recipe), chip=chip, variants=variant, cache_dir=cache_dir, as_json=as_json, console=_stderr(),
                 ops=ops)
 
 
 @app.command("validate")
-def validate_cmd(recipes: List[Path] = typer.Argument(...)):
-    """Check recipes (schema and semantics) without building anything."""
-    from edgebuild.build.jobs import load_variants
-    from edgebuild.cli.arguments import check_recipe_paths
+def validate_cmd(recipes: List[Path] = typer.Argument(...),
+                 as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: each recipe's result")):
+    """Check every recipe (schema and semantics) without building anything; exit 2 if any fails."""
+    from edgebuild.cli.validate import validate_recipes
 
-    check_recipe_paths(recipes)
-    registry = _registry()
-    for recipe in recipes:
-        variants = load_variants([str(recipe)], None, registry)
-        from edgebuild.dag.stages import pipeline
-
-        for v in variants:
-            pipeline(v, registry, lambda: None)  # checks backend, frontend and pass names
-        _stderr().print(f"[green]ok[/] {recipe}: {len(variants)} variant(s): {', '.join(v.name for v in variants)}")
+    raise typer.Exit(validate_recipes(recipes, _registry(), as_json=as_json, console=_stderr()))
 
 
 @app.command()
@@ -210,14 +204,14 @@ def _runtime_for(artifact: Path):
     from edgebuild.errors import UsageError
 
     if not artifact.exists():
-        raise UsageError(f"{artifact}: no such artifact")
+        raise UsageError(f"{artifact}: no such artifact", file=str(artifact))
     registry = _registry()
     runtimes = [registry.get("runtimes", name) for name in registry.names("runtimes")]
     for runtime in sorted(runtimes, key=lambda r: r.native):  # a reference executor reads an artifact best
         if runtime.can_run(artifact):
             return runtime
     raise UsageError(f"{artifact}: no installed runtime can read this artifact",
-                     hint="check `edgebuild plugins` for a backend that produces it")
+                     hint="check `edgebuild plugins` for a backend that produces it", file=str(artifact))
 
 
 @app.command()
@@ -404,7 +398,11 @@ def _held_note(held: list[str]) -> str:
 
 def main() -> None:
     """Entry point: user errors become one message and an exit code, never a traceback (unless --debug)."""
+    from edgebuild.cli.json_errors import print_error_object, wants_json
+
     debug = "--debug" in sys.argv[1:]
+    # with --json, every failure also prints the one JSON object stdout promises (json_errors.py)
+    failed = print_error_object if wants_json(sys.argv[1:]) else lambda exc: None
     if [a for a in sys.argv[1:] if a != "--debug"] == ["--version"]:  # answered before click: no plugin is loaded
         from edgebuild.start.versions import version_lines
 
@@ -418,14 +416,17 @@ def main() -> None:
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except EdgebuildError as exc:
+        failed(exc)
         if debug:
             raise
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        failed(exc)
         sys.stderr.write("interrupted: nothing half-written was kept; run again to continue\n")
         sys.exit(130)
     except Exception as exc:  # click usage errors and the unexpected
+        failed(exc)
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):  # click's UsageError family
             exc.show()
             sys.exit(2)

@@ -34,3 +34,27 @@ def cli(capsys):
     from edgebuild_testplugin.cli_runner import run_in_process
 
     return lambda *args: run_in_process(capsys, *args)
+
+
+@pytest.fixture
+def core_plugins_only(monkeypatch):
+    """The process-wide registry as an install of the core alone has it: the core's plugins and
+    the test plugin's, none of plugins/ (whether or not they are installed here)."""
+    from importlib.metadata import entry_points
+
+    import pluggy
+
+    import edgebuild.registry as registry_module
+    from edgebuild import hookspecs
+
+    pm = pluggy.PluginManager("edgebuild")
+    pm.add_hookspecs(hookspecs)
+    dists = {}
+    for ep in entry_points(group="edgebuild"):
+        if ep.dist is not None and ep.dist.name in ("edgebuild", "edgebuild-testplugin"):
+            pm.register(ep.load(), name=ep.name)
+            dists[ep.name] = (ep.dist.name, ep.dist.version)
+    registry = registry_module.Registry()
+    registry.collect(pm, dists)
+    monkeypatch.setattr(registry_module, "_REGISTRY", registry)
+    return registry
