@@ -165,14 +165,18 @@ def validate_cmd(recipes: List[Path] = typer.Argument(...),
 def schema(
     out: Optional[Path] = typer.Option(None, "--out", help="write here instead of stdout"),
     installed: bool = typer.Option(False, "--installed", help="include third-party plugins' sections"),
+    force: bool = typer.Option(False, "--force", help="replace --out even if that drops sections it describes"),
 ):
-    """The JSON Schema of recipes."""
-    from edgebuild.recipe.schema import recipe_schema
+    """The JSON Schema of recipes (first-party plugins' sections, as installed here)."""
+    from edgebuild.recipe.schema import check_replace, schema_text
 
-    text = json.dumps(recipe_schema(_registry(), installed=installed), indent=2, sort_keys=True) + "\n"
+    registry = _registry()
+    text = schema_text(registry, installed=installed)
     if out:
         from edgebuild.store.atomic import write_text_atomic
 
+        if not force:
+            check_replace(out, text, registry)
         write_text_atomic(out, text)
     else:
         sys.stdout.write(text)

@@ -16,10 +16,10 @@ REFERENCE_PATH = ROOT / "docs" / "recipe-reference.md"
 
 
 def schema_text() -> str:
-    from edgebuild.recipe.schema import recipe_schema
+    from edgebuild.recipe.schema import schema_text
     from edgebuild.registry import get_registry
 
-    return json.dumps(recipe_schema(get_registry()), indent=2, sort_keys=True) + "\n"  # first-party only
+    return schema_text(get_registry())  # first-party only: what `edgebuild schema` writes
 
 
 def _type(prop: dict, defs: dict) -> str:
@@ -74,7 +74,17 @@ def reference_text(schema: dict) -> str:
 
 
 def main() -> int:
+    from edgebuild.recipe.schema import check_replace
+    from edgebuild.registry import get_registry
+
+    from edgebuild.errors import UsageError
+
     text = schema_text()
+    try:
+        check_replace(SCHEMA_PATH, text, get_registry())  # never a schema shrunk by a missing plugin
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     SCHEMA_PATH.parent.mkdir(exist_ok=True)
     SCHEMA_PATH.write_text(text)
     REFERENCE_PATH.write_text(reference_text(json.loads(text)))
