@@ -123,9 +123,10 @@ def test_variants_share_the_common_prefix(project, tmp_path):
 def test_depfile_lists_recipe_and_local_source(project):
     recipe = project()
     edgebuild("run", recipe, "--depfile", "deps.d", check=0)
-    text = Path("deps.d").read_text()
-    target, _, prereqs = text.partition(":")
-    assert target.strip() == os.path.join("out", "default")
+    header, _, rule = Path("deps.d").read_text().partition("\n")
+    target, _, prereqs = rule.partition(":")
+    assert header.startswith("# edgebuild depfile")
+    assert target.strip() == os.path.join("out", "default", ".edgebuild-built")
     assert "recipe.yaml" in prereqs and "tiny.onnx" in prereqs
 
 

@@ -33,6 +33,13 @@ MARKER_TEXT = ("This directory was written by edgebuild, which replaces it on ev
 
 REPORT_FILES = ("report.json", "report.html")
 
+# Written last into a variant's directory, only when the variant built and passed validation,
+# and refreshed when a later run finds it up to date: the target Make rules name (--depfile),
+# so a failed build is never taken for a done one, and a touched but unchanged input is
+# rebuilt once, not on every make.
+BUILT_STAMP = ".edgebuild-built"
+BUILT_TEXT = "edgebuild wrote this file last, after the variant built and passed validation.\n"
+
 
 def output_location(variant: Variant) -> tuple[Path, Path]:
     """(outputs.dir, <outputs.dir>/<variant>). outputs.dir may sit behind a symlink (a build
@@ -104,7 +111,7 @@ def owned(out: Path) -> bool:
     artifact = lock.get("artifact") if isinstance(lock, dict) else None
     if not isinstance(artifact, str) or (out / LOCK_NAME).is_symlink():
         return False
-    return names <= {LOCK_NAME, *REPORT_FILES, *Path(artifact).parts[:1]}
+    return names <= {LOCK_NAME, BUILT_STAMP, *REPORT_FILES, *Path(artifact).parts[:1]}
 
 
 def settle_artifact(build: Build) -> None:
@@ -132,9 +139,11 @@ def materialise(build: Build, registry, report_data: dict) -> bool:
     previous = read_lock(out)
     # (edgebuild.report.write's names; not imported: it loads numpy, which a cached run need not)
     complete = all((out / name).exists() for name in (build.artifact, "report.json", "report.html"))
+    passed = _passed(report_data)
     if (previous is not None and previous.get("stages") == lock["stages"] and complete
             and (source is None or _delivered(source, out / build.artifact))):
-        return False  # nothing changed: leave the directory (and its timestamps, for make) alone
+        _stamp_built(out, passed)  # nothing else changed: the directory is left alone
+        return False
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = make_temp_dir(out.parent, f".{out.name}.", ".tmp")
     try:
@@ -149,11 +158,49 @@ def materialise(build: Build, registry, report_data: dict) -> bool:
         write_report(tmp, report_data)
         write_text_atomic(tmp / LOCK_NAME, json.dumps(lock, indent=2, sort_keys=True))
         write_text_atomic(tmp / OWNER_MARKER, MARKER_TEXT)
+        if passed:
+            write_text_atomic(tmp / BUILT_STAMP, BUILT_TEXT)
         replace_path(tmp, out)
         return True
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _passed(report_data) -> bool:
+    status = report_data.get("status") if isinstance(report_data, dict) else getattr(report_data, "status", None)
+    return status == "built"
+
+
+def _stamp_built(out: Path, passed: bool) -> None:
+    """An up-to-date directory keeps its stamp only while the variant passes; one written by an
+    edgebuild before the stamp (marker present) gets it."""
+    stamp = out / BUILT_STAMP
+    if not passed:
+        stamp.unlink(missing_ok=True)
+    elif not stamp.exists() and (out / OWNER_MARKER).is_file():
+        write_text_atomic(stamp, BUILT_TEXT)
+
+
+def refresh_built(build: Build, inputs: list[Path]) -> None:
+    """Give an up-to-date variant's stamp a fresh time when an input is newer (touched, content
+    unchanged), so Make sees the target newer than its prerequisites and stops rebuilding it."""
+    stamp = build.output_dir / BUILT_STAMP
+    try:
+        made = stamp.stat().st_mtime_ns
+    except OSError:
+        return
+    newest = max((p.stat().st_mtime_ns for p in map(Path, inputs) if p.exists()), default=0)
+    if newest >= made and stamp.is_file() and not stamp.is_symlink():
+        os.utime(stamp)
+
+
+def withdraw_built(build: Build) -> None:
+    """A variant whose build failed has no stamp (Make's .DELETE_ON_ERROR): the next make runs it again."""
+    out = build.output_dir
+    stamp = out / BUILT_STAMP
+    if out.is_dir() and not out.is_symlink() and (out / OWNER_MARKER).is_file() and stamp.is_file():
+        stamp.unlink(missing_ok=True)
 
 
 def _delivered(source: Path, target: Path) -> bool:

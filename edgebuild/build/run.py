@@ -9,15 +9,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from edgebuild.build.depfile import write_depfile
+from edgebuild.build.depfile import check_depfile, write_depfile
 from edgebuild.build.jobs import Build, load_variants, local_inputs, plan_jobs
 from edgebuild.build.lockfile import stage_renamings
-from edgebuild.build.outputs import materialise, settle_artifact
+from edgebuild.build.outputs import materialise, refresh_built, settle_artifact, withdraw_built
 from edgebuild.build.summary import plain_lines, print_summary, rows
 from edgebuild.dag.executor import Executor
 from edgebuild.errors import UsageError, ValidationFailed
-from edgebuild.report.console import as_printer, detail_lines, escape, renaming_lines, stage_line
+from edgebuild.report.console import (as_printer, detail_lines, escape, renaming_lines, result_line, stage_line,
+                                      unprinted_warnings)
 from edgebuild.report.html import human_bytes
+from edgebuild.report.verdict import compared
 from edgebuild.report.write import INDEX_HTML, REPORT_HTML, REPORT_JSON
 from edgebuild.store.location import open_store
 
@@ -53,20 +55,16 @@ def _comparison(build: Build) -> Path:
     return build.output_dir.parent / INDEX_HTML
 
 
-def _done_line(build: Build) -> str:
-    """The variant's last word: validation verdict, artifact and size, where its report is."""
+def _done_line(build: Build, *, replay: bool = False) -> str:
+    """The variant's last word (report.console.result_line); ``replay``: as an up-to-date repeat prints it."""
     made = _artifact_path(build)
-    size = _size(build, build.job.results)
-    failures = _validation_failures(build)
-    if failures:
-        verdict = f"[red]validation failed[/] ({len(failures)} limit{'s' if len(failures) > 1 else ''})"
-    elif "validate" in build.job.results:
-        verdict = "[green]validation passed[/]"
-    else:
-        verdict = "[yellow]not validated[/]"
-    where = escape(_relative(made if made is not None else build.output_dir))
-    return (f"[bold]{build.job.label}[/] {verdict}  {where} ({human_bytes(size)})  "
-            f"report: {escape(_relative(build.output_dir / REPORT_HTML))}")
+    validate = build.job.results.get("validate")
+    return result_line(build.job.label, failures=len(_validation_failures(build)),
+                       validated=validate is not None and compared(validate.info.get("runtimes") or {}),
+                       where=escape(_relative(made if made is not None else build.output_dir)),
+                       size=human_bytes(_size(build, build.job.results)),
+                       report=escape(_relative(build.output_dir / REPORT_HTML)),
+                       warnings=unprinted_warnings(build.job.results.values(), replay=replay))
 
 
 def _variant_json(build: Build, *, as_cached: bool = False) -> dict:
@@ -166,6 +164,8 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
     builds = plan_jobs(load_variants(recipes, variants, registry, matrix=matrix), registry, store)
     if report_file is not None:
         check_report_file(Path(report_file), builds)
+    if depfile:
+        check_depfile(Path(depfile), builds)
     shared = open_remote(None if no_cache else store, remote,
                          warn=lambda text: display.print(f"[yellow]warning[/] {escape(text)}"))
     # --no-cache: stage outputs are temporaries in one folder, removed once the outputs are written
@@ -182,9 +182,11 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
             if build.job.error is not None:
                 display.error(f"[red]error[/] {build.job.label}: {escape(build.job.error)}")
                 code = max(code, build.job.error.exit_code)
+                withdraw_built(build)
                 continue
             settle_artifact(build)
             build.written = materialise(build, registry, _report_data(build, registry))
+            refresh_built(build, local_inputs(build))
             failures = _validation_failures(build)
             for failure in failures:
                 display.error(f"[red]threshold[/] {build.job.label}: {failure['runtime']}: {escape(failure['message'])}")
@@ -241,7 +243,7 @@ def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False, 
         files += local_inputs(build)
         for result in build.job.results.values():
             lines.append(stage_line(build.job.label, result.name, "cached", 0.0))
-            lines += detail_lines(result)
+            lines += detail_lines(result, fresh=False)  # printed when the stage ran; counted on the done line
             lines += renaming_lines(build.job.label, result)
             if result.name == "resolve":
                 files.append(result.path)
@@ -249,7 +251,7 @@ def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False, 
             files += [result.path, *result.path.rglob("*")]  # the store entry's files
             touch.append(result.path.parent / "meta.json")
         files += [build.output_dir, *build.output_dir.rglob("*")]
-    lines += [_done_line(build) for build in builds]
+    lines += [_done_line(build, replay=True) for build in builds]
     lines += [f"comparison of the variants: {escape(_relative(p))}" for p in sorted({_comparison(b) for b in builds})
               if p.exists()]
     if combined is not None:

@@ -26,9 +26,11 @@ def check_depfile(depfile: Path | None) -> None:
     if depfile.is_dir():
         raise UsageError(f"--depfile {depfile}: is a directory; give the path of a file to write",
                          hint=f"e.g. --depfile {depfile / 'edgebuild.d'}")
-    parent = depfile.parent
-    if not parent.is_dir():
-        raise UsageError(f"--depfile {depfile}: the directory {parent} does not exist")
+    # a missing folder is made when the depfile is written; a file in its place is a mistake
+    existing = next((p for p in depfile.absolute().parents if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise UsageError(f"--depfile {depfile}: {existing} is a file, not a directory",
+                         hint="give a depfile path in a directory, e.g. build/deps.d")
 
 
 def check_cache_dir(cache_dir: Path | None) -> None:

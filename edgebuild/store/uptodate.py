@@ -89,7 +89,11 @@ def replay(argv: list[str]) -> int | None:
             return None
         depfile = stamp.get("depfile")
         if depfile is not None:
-            _write_if_changed(Path(depfile["path"]), depfile["text"])
+            target = Path(depfile["path"])
+            header = depfile["text"].split("\n", 1)[0]
+            if target.exists() and not target.read_text(errors="replace").startswith(header + "\n"):
+                return None  # someone else's file now: the full run refuses it, naming it
+            _write_if_changed(target, depfile["text"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # the full run reports whatever is wrong
     for used in [*stamp.get("touch", ()), _stamp_path(argv)]:  # a use, for `cache gc`

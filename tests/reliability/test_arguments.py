@@ -81,9 +81,16 @@ def test_depfile_that_is_a_directory(project, cli):
     assert_nothing_built(project)
 
 
-def test_depfile_in_a_missing_directory(project, cli):
+def test_depfile_in_a_missing_directory_is_made(project, cli):
     code, _, err = cli("run", "recipe.yaml", "--depfile", "no/such/dir/x.d")
-    assert_usage_error(code, err, "does not exist")
+    assert code == 0, err
+    assert (project / "no/such/dir/x.d").read_text().startswith("# edgebuild depfile")
+
+
+def test_depfile_below_a_file(project, cli):
+    (project / "plain").write_text("a file")
+    code, _, err = cli("run", "recipe.yaml", "--depfile", "plain/x.d")
+    assert_usage_error(code, err, "--depfile plain/x.d", "is a file, not a directory")
     assert_nothing_built(project)
 
 
