@@ -74,10 +74,9 @@ def reference_text(schema: dict) -> str:
 
 
 def main() -> int:
+    from edgebuild.errors import UsageError
     from edgebuild.recipe.schema import check_replace
     from edgebuild.registry import get_registry
-
-    from edgebuild.errors import UsageError
 
     text = schema_text()
     try:
