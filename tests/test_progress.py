@@ -106,7 +106,7 @@ def test_run_off_a_terminal_prints_plain_start_and_finish_lines(project):
         assert any(line.startswith(f"tiny:default {stage:<9} ran") for line in lines), lines
     assert "\x1b[" not in done.stderr  # no colour, no cursor movement in a log
     # the last lines say how it went and where to look
-    assert lines[-2].startswith("tiny:default not validated  out/default/model (")
+    assert lines[-2].startswith("tiny:default built, not validated  out/default/model (")
     assert lines[-2].endswith("report: out/default/report.html")
     assert lines[-1] == "comparison of the variants: out/index.html"
 

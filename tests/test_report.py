@@ -95,7 +95,7 @@ def test_compression_section_draws_every_weight_and_the_overall_ratio(tmp_path):
     section = html[html.index('<section id="compression">'):html.index("</section>")]
     assert section.count("<svg") == 2 and "conv1.weight" in section and "fc.weight" in section
     assert "4.00× smaller" in section and "12.00 KB before, 3.00 KB after" in section
-    assert ">4.00×<" in html  # the summary card
+    assert ">4.00× smaller than before compression<" in html  # the summary card, with no source weights counted
 
 
 def test_a_compression_record_the_page_cannot_read_fails_the_build(tmp_path):
@@ -123,8 +123,8 @@ def test_header_names_recipe_source_target_policy_versions_and_links_the_compari
 def test_status_is_coloured_by_truth(tmp_path):
     failed = write_report(tmp_path / "a", variant_data("int4", noise=0.2, shrink=8))[1].read_text()
     passed = write_report(tmp_path / "b", variant_data("fp16", noise=1e-6, shrink=2))[1].read_text()
-    assert '<span class="badge bad">failed</span>' in failed
-    assert '<span class="badge ok">built</span>' in passed and "badge bad" not in passed
+    assert '<span class="badge bad">validation failed</span>' in failed
+    assert '<span class="badge ok">validation passed</span>' in passed and "badge bad" not in passed
 
 
 def test_cosine_shows_as_one_minus_cosine_with_enough_digits(tmp_path):

@@ -20,6 +20,7 @@ import sys
 import threading
 
 from edgebuild.dag.progress import STARTED
+from edgebuild.report.verdict import FAILED, NOT_VALIDATED, PASSED
 
 _CODES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "cyan": "36", "yellow": "33"}
 _TAG = re.compile(r"(?<!\\)\[(/|bold|dim|red|green|cyan|yellow)\]")
@@ -36,9 +37,37 @@ def stage_line(label: str, stage: str, status: str, seconds: float) -> str:
     return f"[dim]{label}[/] {stage:<9} [{colour}]{status:<6}[/] {seconds:7.2f}s"
 
 
+#: a stage result new to this machine (built here, or taken from the remote cache): its warnings
+#: are news. A result from the local store was built here before, and its warnings were printed
+#: then; they stay in the report (its Warnings section) and are counted on the result line.
+FRESH = ("ran", "pulled")
+
+
 def warning_lines(result) -> list[str]:
     """A stage's ``info["warnings"]`` (e.g. a compute plan with nothing on the Neural Engine)."""
     return [f"[yellow]warning[/] {escape(text)}" for text in (result.info or {}).get("warnings", [])]
+
+
+def is_fresh(result) -> bool:
+    return getattr(result, "status", None) in FRESH
+
+
+def unprinted_warnings(results, *, replay: bool = False) -> int:
+    """How many warnings of ``results`` their stage lines did not print: the cached stages', or
+    every stage's on the replay of an up-to-date run."""
+    return sum(len((r.info or {}).get("warnings") or []) for r in results if replay or not is_fresh(r))
+
+
+def result_line(label: str, *, failures: int, validated: bool, where: str, size: str, report: str,
+                warnings: int = 0) -> str:
+    """A variant's last word: its verdict (report.verdict's words), artifact and size, its report,
+    and how many warnings only the report shows now."""
+    if failures:
+        verdict = f"[red]{FAILED}[/] ({failures} limit{'s' if failures > 1 else ''})"
+    else:
+        verdict = f"[green]{PASSED}[/]" if validated else f"[yellow]{NOT_VALIDATED}[/]"
+    held = f"  [yellow]{warnings} warning{'s' if warnings > 1 else ''}[/], see the report" if warnings else ""
+    return f"[bold]{label}[/] {verdict}  {where} ({size})  report: {report}{held}"
 
 
 def renaming_lines(label: str, result) -> list[str]:
@@ -77,10 +106,12 @@ def generation_summary(generation: dict) -> str:
     ])
 
 
-def detail_lines(result) -> list[str]:
-    """What to say under a finished stage: its warnings, what the optimise stage did with a
-    quantised source (weight-only or not), and how generation validation went."""
-    lines = warning_lines(result) + generation_lines(result)
+def detail_lines(result, *, fresh: bool | None = None) -> list[str]:
+    """What to say under a finished stage: its warnings (only when ``fresh``, by default when the
+    stage ran: see ``FRESH``), what the optimise stage did with a quantised source (weight-only
+    or not), and how generation validation went."""
+    shown = is_fresh(result) if fresh is None else fresh
+    lines = (warning_lines(result) if shown else []) + generation_lines(result)
     record = (result.info or {}).get("quantization")
     if isinstance(record, dict):
         from edgebuild.report.schema import Quantization
@@ -89,6 +120,30 @@ def detail_lines(result) -> list[str]:
         if quantization.applies:
             lines.append(f"[dim]quantised source:[/] {escape(quantization.summary)}")
     return lines
+
+
+def compression_summary(report_json) -> str | None:
+    """What compression did, from a variant's ``report.json``: ``int8 linear weights, per-channel;
+    weights 3.96× smaller than the source (fp32)``. The ratio is against the source model's
+    weights (an fp16 build halves fp32 weights before any compression); None without a
+    compression record."""
+    import json
+
+    from edgebuild.report.schema import Report
+
+    try:
+        report = Report.model_validate(json.loads(open(report_json, encoding="utf-8").read()))
+    except (OSError, ValueError):
+        return None
+    compression = report.compression
+    if compression is None or not compression.weights:
+        return None
+    words = compression.applied or "compressed"
+    _, dtype = report.source_weights
+    if report.ratio_to_source is not None:
+        source = f"the source ({dtype})" if dtype else "the source"
+        return f"{words}; weights {report.ratio_to_source:.2f}× smaller than {source}"
+    return f"{words}; weights {compression.ratio:.2f}× smaller than uncompressed" if compression.ratio else words
 
 
 class Printer:

@@ -12,7 +12,8 @@ from html import escape
 from typing import Any, Iterable, Mapping, Sequence
 
 from edgebuild.report import svg
-from edgebuild.report.schema import Compression, OptimizeRecord, Report, RuntimeRecord, Validation
+from edgebuild.report.schema import Compression, Failure, OptimizeRecord, Report, RuntimeRecord, Validation
+from edgebuild.report.verdict import FAILED, PASSED
 from edgebuild.verify.thresholds import metric_of, statistic_key
 
 MAX_LAYERS_IN_CHART = 25
@@ -53,6 +54,8 @@ td.num { text-align: right; }
 .chart circle.s3 { fill: #0f9d8a; } .chart circle.s4 { fill: #db2777; } .chart circle.s5 { fill: #5b6575; }
 .chart .divergence { fill: none; stroke: var(--fail); stroke-width: 2; }
 code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
+details summary { cursor: pointer; color: var(--muted); margin: 4px 0; }
+ul.failures { margin: 0; padding-left: 18px; }
 """
 
 
@@ -73,8 +76,9 @@ def render_report(data: Report | Mapping[str, Any]) -> str:
     title = " / ".join(str(part) for part in (report.recipe, report.variant) if part) or "edgebuild report"
     sections = [
         _summary(report),
+        _warnings(report),
         _stages(report),
-        _compression(report.compression),
+        _compression(report),
         _numerics(report.validation),
         _plan(report.plan),
         _quantization(report.optimize),
@@ -82,7 +86,7 @@ def render_report(data: Report | Mapping[str, Any]) -> str:
         _renamings(report.renamings),
         _notes(report.notes),
     ]
-    heading = f"<h1>{escape(title)} {_badge(report.status)}</h1>"
+    heading = f"<h1>{escape(title)} {_verdict_badge(report)}</h1>"
     return _page(title, heading + "".join(s for s in sections if s))
 
 
@@ -102,22 +106,22 @@ def render_combined(reports: Sequence[tuple[str, Report | Mapping[str, Any]]]) -
             points.append((name, size / 1e6, errors["max_abs"], report.status != "failed"))
         rows.append([
             f'<a href="{escape(link)}">{escape(name)}</a>',
-            _badge(report.status),
+            _verdict_badge(report),
             _cell(human_bytes(size)),
-            _cell(_ratio(report.compression)),
+            _cell(_weights_ratio(report)),
             _cell(_one_minus(errors.get("cosine"))),
             _cell(_num(errors.get("max_abs"))),
             _cell(_num(errors.get("snr_db"))),
             _cell(_num(errors.get("top1_agreement"))),
-            _cell(str(len(report.failures))),
+            _failures_cell(report),
         ])
     body = [f"<h1>{escape(title)}</h1><p class=sub>{len(reports)} variant(s). Errors are the worst over outputs, "
             "runtimes and samples.</p>"]
     chart = svg.scatter(points, x_label="artifact size (MB)", y_label="worst max |error|")
     if chart:
         body.append("<h2>Size against error</h2>" + chart)
-    headers = ["variant", "status", "size", "compression", "1 − cosine (worst)", "max abs (worst)", "SNR dB (worst)",
-               "top-1 (worst)", "failures"]
+    headers = ["variant", "result", "size", "weights", "1 − cosine (worst)", "max abs (worst)", "SNR dB (worst)",
+               "top-1 (worst)", "limits missed"]
     body.append("<h2>Variants</h2>" + _table(headers, rows, raw=True))
     return _page(title, "".join(body))
 
@@ -143,8 +147,8 @@ def worst_metrics(validation: Validation | None) -> dict[str, float]:
 def _summary(report: Report) -> str:
     cards = [("recipe", report.recipe), ("variant", report.variant),
              ("artifact", report.artifact.path if report.artifact else None), ("size", human_bytes(_artifact_size(report))),
-             ("weights compressed", _ratio(report.compression))]
-    html = ['<div class="cards">', f'<div class="card"><div class="k">status</div><div class="v">{_badge(report.status)}</div></div>']
+             ("weights", _weights_ratio(report, long=True))]
+    html = ['<div class="cards">', f'<div class="card"><div class="k">result</div><div class="v">{_verdict_badge(report)}</div></div>']
     for key, value in cards:
         if value not in (None, "", "—"):
             html.append(f'<div class="card"><div class="k">{key}</div><div class="v">{escape(str(value))}</div></div>')
@@ -187,11 +191,11 @@ def _stages(report: Report) -> str:
     return "<h2>Stages</h2>" + _table(["stage", "status", "seconds", "key"], rows, raw=True)
 
 
-def _compression(compression: Compression | None) -> str:
+def _compression(report: Report) -> str:
+    compression = report.compression
     if compression is None or not compression.weights:
         return ""
     before, after = compression.total_before, compression.total_after
-    ratio = f"{compression.ratio:.2f}× smaller" if compression.ratio else "nothing left"
     overall = svg.grouped_bars([(f"all {len(compression.weights)} weights", float(before), float(after))],
                                labels=("before", "after"), unit_format=lambda v: human_bytes(v) or "0")
     ordered = sorted(compression.weights, key=lambda w: -w.bytes_before)
@@ -201,11 +205,52 @@ def _compression(compression: Compression | None) -> str:
         shown.append((f"({len(rest)} other weights)", float(sum(w.bytes_before for w in rest)),
                       float(sum(w.bytes_after for w in rest))))
     layers = svg.grouped_bars(shown, labels=("before", "after"), unit_format=lambda v: human_bytes(v) or "0")
-    modes = sorted({w.mode for w in compression.weights if w.mode})
-    how = f" ({', '.join(modes)})" if modes else ""
-    return (f'<section id="compression"><h2>Compression</h2><p class=sub>{len(compression.weights)} weights{escape(how)}: '
-            f"{human_bytes(before)} before, {human_bytes(after)} after: <b>{ratio}</b>.</p>"
+    applied = compression.applied or _modes_in_words(compression)
+    how = escape(f"{applied}: {compression.compressed} of {len(compression.weights)} weights compressed.")
+    return (f'<section id="compression"><h2>Compression</h2><p class=sub>{how} {_sizes_in_words(report)}</p>'
             f"<h3>overall</h3>{overall}<h3>per weight, largest first</h3>{layers}</section>")
+
+
+MODE_WORDS = {"linear": "linear-quantised weights", "palettize": "palettized weights", "prune": "pruned weights"}
+
+
+def _modes_in_words(compression: Compression) -> str:
+    """What a record without its ``applied`` words did, from its weights' modes."""
+    modes = sorted({part for w in compression.weights for part in (w.mode or "none").split("+")} - {"none"})
+    return ", ".join(MODE_WORDS.get(mode, mode) for mode in modes) or "no compression"
+
+
+def _sizes_in_words(report: Report) -> str:
+    """The weights' sizes, held against the source model's weights where the import stage counted
+    them (an fp16 build halves fp32 weights before any compression: the ratio that matters to
+    the app is against the model it started from)."""
+    compression = report.compression
+    before, after = compression.total_before, compression.total_after
+    uncompressed = f"uncompressed ({_precision(report)})" if _precision(report) else "uncompressed"
+    against_before = f"{compression.ratio:.2f}× smaller than the {uncompressed} weights" if compression.ratio else ""
+    source, dtype = report.source_weights
+    if report.ratio_to_source is None:
+        return (f"{human_bytes(before)} before, {human_bytes(after)} after: "
+                f"<b>{escape(against_before) or 'nothing left'}</b>.")
+    of_source = f"the source ({dtype})" if dtype else "the source"
+    return (f"{human_bytes(source)} in {escape(of_source)}, {human_bytes(before)} {escape(uncompressed)}, "
+            f"{human_bytes(after)} after: <b>{report.ratio_to_source:.2f}× smaller than {escape(of_source)}</b>"
+            + (f", {escape(against_before)}." if against_before else "."))
+
+
+def _precision(report: Report) -> str:
+    precision = report.target.precision if report.target else None
+    return {"float16": "fp16", "float32": "fp32"}.get(precision or "", precision or "")
+
+
+def _warnings(report: Report) -> str:
+    """Every stage's warnings, kept with its result: the console prints them once, when the stage runs."""
+    items = []
+    for stage in report.stages:
+        record = (report.model_extra or {}).get(stage.name)
+        for text in (record.get("warnings") or []) if isinstance(record, Mapping) else []:
+            items.append(f"<li><b>{escape(stage.name)}</b>: {escape(str(text))}</li>")
+    return f'<section id="warnings"><h2>Warnings</h2><ul>{"".join(items)}</ul></section>' if items else ""
 
 
 def _numerics(validation: Validation | None) -> str:
@@ -377,8 +422,15 @@ def _fusion_rules(optimize) -> str:
     if not rules:
         return ""
     if isinstance(rules, Mapping):
-        rows = [[str(name), _short(count)] for name, count in rules.items()]
-        return "<h2>Fusion rules fired</h2>" + _table(["rule", "times"], rows)
+        # what fired is the news; the rules that found nothing to fuse are folded away
+        idle = [str(name) for name, count in rules.items() if isinstance(count, (int, float)) and count <= 0]
+        rows = [[str(name), _short(count)] for name, count in rules.items() if str(name) not in idle]
+        html = "<h2>Fusion rules fired</h2>" + (_table(["rule", "times"], rows) if rows else
+                                                 '<p class="sub">No fusion rule matched this model.</p>')
+        if idle:
+            html += (f"<details><summary>{len(idle)} rule{'s' if len(idle) > 1 else ''} did not match</summary>"
+                     f'<p class="muted">{escape(", ".join(idle))}</p></details>')
+        return html
     if all(isinstance(rule, Mapping) for rule in rules):
         columns = _columns(rules)
         return "<h2>Fusion rules fired</h2>" + _table(columns, [[_short(r.get(c)) for c in columns] for r in rules])
@@ -429,9 +481,57 @@ def _artifact_size(report: Report):
     return report.artifact.size_bytes if report.artifact else None
 
 
-def _ratio(compression: Compression | None) -> str:
-    ratio = compression.ratio if compression is not None and compression.weights else None
-    return f"{ratio:.2f}×" if ratio else "—"
+def _weights_ratio(report: Report, *, long: bool = False) -> str:
+    """``3.96× smaller than the source`` (``long``) or ``3.96× vs source``; against the weights
+    before compression where the source's were not counted; ``no compression``."""
+    compression = report.compression
+    if compression is None or not compression.weights:
+        return "no compression"
+    if report.ratio_to_source is not None:
+        return f"{report.ratio_to_source:.2f}× " + ("smaller than the source" if long else "vs source")
+    if compression.ratio:
+        return f"{compression.ratio:.2f}× " + ("smaller than before compression" if long else "vs uncompressed")
+    return "—"
+
+
+def _verdict_badge(report: Report) -> str:
+    """The variant's headline: validation passed (green), failed (red), or built, not validated (grey)."""
+    verdict = report.verdict
+    cls = "ok" if verdict == PASSED else "bad" if verdict == FAILED else "neutral"
+    return f'<span class="badge {cls}">{escape(verdict)}</span>'
+
+
+def failure_words(failure: Failure, runtime: str | None = None) -> str:
+    """``logits: 1 − cosine 1.2e-03 (limit 1.000e-03), interpreter``: the limit a variant missed,
+    by output and metric."""
+    if not failure.metric:
+        return failure.message or "a limit was missed"
+    if failure.metric in COSINES and isinstance(failure.value, (int, float)):
+        value, limit = _one_minus(failure.value), _one_minus(failure.limit)
+        metric = f"1 − {failure.metric}"
+    else:
+        value, limit, metric = _num(failure.value), _num(failure.limit), failure.metric
+    where = [f"prompt {failure.prompt}"] if failure.prompt is not None else []
+    if failure.step is not None:
+        where.append(f"step {failure.step}")
+    if runtime or failure.runtime:
+        where.append(runtime or failure.runtime)
+    text = f"{failure.output}: {metric} {value} (limit {limit})" if failure.output else f"{metric} {value} (limit {limit})"
+    return text + (f", {', '.join(where)}" if where else "")
+
+
+MAX_FAILURES_SHOWN = 3
+
+
+def _failures_cell(report: Report) -> str:
+    """Which limits a variant missed, each by output and metric; ``none`` when it passed."""
+    missed = [failure_words(f, name) for name, runtime in (report.validation.runtimes.items() if report.validation else ())
+              for f in runtime.failures]
+    if not missed:
+        return "none" if report.verdict == PASSED else "—"
+    shown = "".join(f"<li>{escape(text)}</li>" for text in missed[:MAX_FAILURES_SHOWN])
+    more = f"<li>and {len(missed) - MAX_FAILURES_SHOWN} more</li>" if len(missed) > MAX_FAILURES_SHOWN else ""
+    return f'<ul class="failures">{shown}{more}</ul>'
 
 
 def _badge(status, good=("built", "ran", "cached")) -> str:

@@ -14,9 +14,11 @@ has no such numbers; an SNR of identical outputs is ``inf``); reading turns them
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from edgebuild.report.verdict import compared, verdict
 
 
 class _Section(BaseModel):
@@ -69,11 +71,18 @@ class WeightSize(_Open):
 
 
 class Compression(_Open):
-    """The compress stage's record: every weight's size before and after."""
+    """The compress stage's record: every weight's size before and after, and what was applied in
+    words (``int8 linear weights, per-channel``)."""
 
     weights: list[WeightSize]
     bytes_before: Optional[int] = None
     bytes_after: Optional[int] = None
+    applied: Optional[str] = None
+
+    @property
+    def compressed(self) -> int:
+        """How many weights a compression mode changed."""
+        return sum(1 for w in self.weights if w.mode not in (None, "none"))
 
     @property
     def total_before(self) -> int:
@@ -232,6 +241,9 @@ class ComputePlan(_Open):
     total_ms: Optional[float] = None
 
 
+DTYPE_WORDS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
+
+
 class Report(_Open):
     """A variant's ``report.json``."""
 
@@ -261,6 +273,30 @@ class Report(_Open):
         if unknown:
             raise ValueError(f"unknown report section(s) {', '.join(unknown)} (neither a field nor a stage's record)")
         return self
+
+    @property
+    def verdict(self) -> str:
+        """``validation passed``, ``validation failed`` or ``built, not validated``."""
+        validated = self.validation is not None and compared(self.validation.runtimes)
+        return verdict(failed=self.status == "failed" or bool(self.failures), validated=validated)
+
+    @property
+    def source_weights(self) -> tuple[Optional[int], Optional[str]]:
+        """Bytes of the source model's weights and their element type in words (``fp32``); None
+        where the import stage did not count them."""
+        record = (self.model_extra or {}).get("import")
+        if not isinstance(record, Mapping) or not isinstance(record.get("weight_bytes"), int):
+            return None, None
+        dtypes = record.get("weight_dtypes") or {}
+        main = max(dtypes, key=dtypes.get) if dtypes else None
+        return record["weight_bytes"], DTYPE_WORDS.get(main, main)
+
+    @property
+    def ratio_to_source(self) -> Optional[float]:
+        """How many times smaller the compressed weights are than the source model's."""
+        before, _ = self.source_weights
+        after = self.compression.total_after if self.compression is not None and self.compression.weights else None
+        return before / after if before and after else None
 
     @property
     def failures(self) -> list[Failure]:
