@@ -29,8 +29,8 @@ def test_every_recipe_is_reported_and_one_failure_makes_exit_2(recipes, cli):
     assert out == ""
     lines = err.splitlines()
     assert "ok good.yaml: 1 variant(s): default" in lines
-    assert any(line.startswith("error bundle.yaml:6:") and "backend 'bundle'" in line for line in lines), err
-    assert any(line.startswith("error syntax.yaml:") and "invalid YAML" in line for line in lines), err
+    assert any(line.startswith("error: bundle.yaml:6:") and "backend 'bundle'" in line for line in lines), err
+    assert any(line.startswith("error: syntax.yaml:") and "invalid YAML" in line for line in lines), err
     assert "1 of 3 recipes valid" in lines
     assert "provided by edgebuild-mpsgraph" in err and "pip install ./plugins/mpsgraph" in err
 
@@ -38,7 +38,7 @@ def test_every_recipe_is_reported_and_one_failure_makes_exit_2(recipes, cli):
 def test_the_order_of_the_recipes_does_not_hide_any(recipes, cli):
     code, _, err = cli("validate", "syntax.yaml", "bundle.yaml", "good.yaml")
     assert code == 2
-    assert "error syntax.yaml" in err and "error bundle.yaml" in err and "ok good.yaml" in err
+    assert "error: syntax.yaml" in err and "error: bundle.yaml" in err and "ok good.yaml" in err
 
 
 def test_json_lists_each_recipe_and_the_first_error(recipes, cli):

@@ -41,7 +41,7 @@ def validate_recipes(recipes: list[Path], registry, *, as_json: bool, console) -
                 exc.file = str(recipe)
             failures.append(exc)
             results.append({"recipe": str(recipe), "status": "error", "variants": [], "error": error_fields(exc)})
-            console.print(f"[red]error[/] {escape(str(exc))}", soft_wrap=True)
+            console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
             continue
         results.append({"recipe": str(recipe), "status": "ok", "variants": names, "error": None})
         console.print(f"[green]ok[/] {escape(str(recipe))}: {len(names)} variant(s): {escape(', '.join(names))}",
