@@ -152,6 +152,7 @@ def convert(model: str, out: Path, *, precision: str = "fp16", compress: str | N
             deployment_target: str | None = None, cache_dir=None, console, sha256: str | None = None) -> int:
     """Write the recipe beside ``out``, build it, put the package at ``out``. Returns the exit code."""
     from edgebuild.build.run import run_recipes
+    from edgebuild.report.console import compression_summary, escape
     from edgebuild.start.init import start, write_recipe
 
     from edgebuild.registry import get_registry
@@ -178,5 +179,7 @@ def convert(model: str, out: Path, *, precision: str = "fp16", compress: str | N
                       + (f"; see {_shown(where / 'report.html')}" if (where / "report.html").exists() else ""))
         return code
     layout.place()
-    console.print(f"[bold]{_shown(out)}[/]  (recipe: {_shown(layout.recipe)}, report: {_shown(layout.built.parent / 'report.html')})")
+    compressed = compression_summary(layout.built.parent / "report.json") if compression else None
+    console.print(f"[bold]{_shown(out)}[/]  ({escape(compressed) + '; ' if compressed else ''}"
+                  f"recipe: {_shown(layout.recipe)}, report: {_shown(layout.built.parent / 'report.html')})")
     return 0

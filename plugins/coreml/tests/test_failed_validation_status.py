@@ -80,10 +80,12 @@ def test_report_json_and_html_agree_with_the_run(built):
         html = (work / "out" / name / "report.html").read_text()
         assert report["status"] == record["status"]
         assert report["validation"]["failures"] == record["validation"]["failures"]
-        badge = "bad" if record["status"] == "failed" else "ok"
-        assert f'<span class="badge {badge}">{record["status"]}</span>' in html
+        badge, verdict = ("bad", "validation failed") if record["status"] == "failed" else ("ok", "validation passed")
+        assert f'<span class="badge {badge}">{verdict}</span>' in html
     index = (work / "out" / "index.html").read_text()
-    assert '<span class="badge bad">failed</span>' in index and '<span class="badge ok">built</span>' in index
+    assert '<span class="badge bad">validation failed</span>' in index
+    assert '<span class="badge ok">validation passed</span>' in index
+    assert "logits: max_abs " in index  # the missed limit, by output and metric
 
 
 def test_final_lines_give_each_variant_verdict_size_and_where_to_look(built):

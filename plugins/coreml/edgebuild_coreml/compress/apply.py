@@ -23,7 +23,7 @@ from .fast_palettize import handles
 from .noop import check_something_changed
 from .passes import plan_weight_passes
 from .program import weight_uses
-from .report import weight_report
+from .report import section_in_words, weight_report
 from .spec_linear import handles_section as linear_only, quantize_package
 from .spec_palettize import NotEditable, palettize_package
 from .working import WorkingModel
@@ -65,7 +65,7 @@ def compress_mlpackage(
 
 def _checked_report(section: CompressionSection, before: dict, after: dict) -> dict:
     """The report, with a warning naming targeted weights left as they were (none changed: an error)."""
-    report = weight_report(before, after)
+    report = {**weight_report(before, after), "applied": section_in_words(section)}
     warnings = check_something_changed(section, before, after)
     if warnings:
         report["warnings"] = warnings

@@ -39,6 +39,9 @@ def compress_stage(src: Path, dst: Path, section: CompressionSection, *, calibra
     info = auto_compress(src, dst, section.auto, calibration=samples, weight_threshold=section.weight_threshold)
     if calibration_source is not None and "auto" in info:
         info["auto"]["calibration"] = {"source": calibration_source, "samples": len(samples or [])}
+    budget = (f"at most {section.auto.max_size_mb:g} MB" if section.auto.max_size_mb is not None
+              else f"{section.auto.metric.replace('_', ' ')} at most {section.auto.max_error:g}")
+    info.setdefault("applied", f"modes chosen per layer for {budget}")
     return info
 
 
