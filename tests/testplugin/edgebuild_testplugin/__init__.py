@@ -37,6 +37,8 @@ class CopyCompression(RecipeSection):
 
 
 class CopyBackend(Backend):
+    validation_runtimes = ("testcopy",)
+
     def stages(self, variant, registry, plugins):
         compression = variant.section("testcopy:compression")
 
@@ -67,7 +69,9 @@ class CopyBackend(Backend):
             last = "compress"
         stages.append(Stage("package", {"variant": variant.name}, [last], plugins, produce=package,
                             extra={"artifact": "model"}))
-        return stages
+        from edgebuild_testplugin.validation import validate_stages
+
+        return stages + validate_stages(variant, plugins)
 
 
 class CopyRuntime(Runtime):
