@@ -4,23 +4,28 @@
 #   .venv-test  the test environment: everything, the test extras and the test plugin (`make test`)
 #   .venv-core  the core alone with its test extra and the test plugin, no backend: tests/ must pass
 #               there (`make test-core`, part of `make test`)
+#   .venv-build build and twine only, for `make wheels`
 # All three install the versions in constraints/newest.txt, the newest known to work (docs/install.md).
 PYTHON ?= python3
 VENV ?= .venv
 TEST_VENV ?= .venv-test
 CORE_VENV ?= .venv-core
+BUILD_VENV ?= .venv-build
 BIN := $(VENV)/bin
 TEST_BIN := $(TEST_VENV)/bin
 CORE_BIN := $(CORE_VENV)/bin
+BUILD_BIN := $(BUILD_VENV)/bin
 CONSTRAINTS ?= constraints/newest.txt
 PIP_INSTALL = pip install -q -c $(CONSTRAINTS)
 # the first-party plugins the extras name, installed from this tree (pip takes a named folder over the index)
 PLUGINS := plugins/coreml plugins/pytorch plugins/mpsgraph plugins/msl
 TEST_PLUGINS := $(PLUGINS) plugins/example-ops
+# every distribution a release publishes: the core and each plugin folder
+DISTRIBUTIONS := . $(TEST_PLUGINS)
 PYTEST_ARGS ?=
 CORE_PYTEST_ARGS ?=
 
-.PHONY: install demo test test-core test-all test-env docs schema conformance bench wheels clean browser cluster
+.PHONY: install demo test test-core test-all test-env docs docs-check schema conformance bench wheels clean browser cluster
 
 $(VENV)/bin/pip:
 	$(PYTHON) -m venv $(VENV)
@@ -97,13 +102,27 @@ cluster: test-env
 		--preload edgebuild.dag.dask_worker & \
 	wait
 
-# wheels of the core and every first-party plugin, for `pip install --find-links dist 'edgebuild[all]'`
-wheels: $(TEST_VENV)/.installed
-	$(TEST_BIN)/pip wheel -q --no-deps -w dist . $(PLUGINS)
+$(BUILD_VENV)/.installed: $(CONSTRAINTS)
+	$(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_BIN)/$(PIP_INSTALL) build twine
+	touch $@
+
+# an sdist and a wheel of the core and of every first-party plugin in dist/, as a release
+# uploads them (.github/workflows/release.yml), checked by twine; no test environment needed.
+# Install from them: pip install --find-links dist 'edgebuild[coreml]'
+wheels: $(BUILD_VENV)/.installed
+	rm -rf dist
+	for d in $(DISTRIBUTIONS); do $(BUILD_BIN)/python -m build -q -o dist $$d || exit 1; done
+	$(BUILD_BIN)/twine check --strict dist/*
+
+# every code block of README.md and the guides run as written, each shell block from a fresh copy
+# of the tree (tests/test_docs_blocks.py; blocks after a `<!-- fragment -->` line are only parsed)
+docs-check: test-env
+	EDGEBUILD_DOCS_CHECK=1 $(TEST_BIN)/pytest -q -p no:xdist -m '' tests/test_docs_blocks.py
 
 # headless Chromium for the report rendering test (Debian package; needs root)
 browser:
 	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 
 clean:
-	rm -rf build dist $(VENV) $(TEST_VENV) $(CORE_VENV)
+	rm -rf build dist $(VENV) $(TEST_VENV) $(CORE_VENV) $(BUILD_VENV)
