@@ -95,3 +95,17 @@ def test_a_plugin_error_keeps_its_kind_and_hint():
     data = error_object(PluginError("plugin 'x' failed to import", hint="fix or uninstall it"))
     assert data["error"] == {"kind": "plugin", "file": None, "line": None, "column": None,
                              "message": "plugin 'x' failed to import", "hint": "fix or uninstall it"}
+
+
+def test_a_command_that_printed_its_object_before_failing_gets_no_second_one(project, cli, monkeypatch):
+    import importlib
+
+    run_module = importlib.import_module("edgebuild.build.run")  # edgebuild.build is also the API's function
+
+    def broken_stamp(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(run_module, "_stamp", broken_stamp)  # the last step, after the JSON is written
+    code, out, err = cli("run", project(), "--json")
+    assert code == 1 and "internal error" in err
+    assert [v["status"] for v in _one_object(out)["variants"]] == ["built"]

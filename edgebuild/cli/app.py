@@ -402,11 +402,11 @@ def _held_note(held: list[str]) -> str:
 
 def main() -> None:
     """Entry point: user errors become one message and an exit code, never a traceback (unless --debug)."""
-    from edgebuild.cli.json_errors import print_error_object, wants_json
+    from edgebuild.cli.json_errors import error_printer
 
     debug = "--debug" in sys.argv[1:]
     # with --json, every failure also prints the one JSON object stdout promises (json_errors.py)
-    failed = print_error_object if wants_json(sys.argv[1:]) else lambda exc: None
+    failed = error_printer(sys.argv[1:])
     if [a for a in sys.argv[1:] if a != "--debug"] == ["--version"]:  # answered before click: no plugin is loaded
         from edgebuild.start.versions import version_lines
 

@@ -73,3 +73,33 @@ def error_object(exc) -> dict:
 def print_error_object(exc) -> None:
     sys.stdout.write(json.dumps(error_object(exc)) + "\n")
     sys.stdout.flush()
+
+
+class WatchedStdout:
+    """sys.stdout, remembering whether anything was written: a command that printed its own
+    object before failing (a run whose last step broke) gets no second one."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.written = False
+
+    def write(self, text: str) -> int:
+        self.written = self.written or bool(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def error_printer(argv: list[str]):
+    """What ``main`` calls with a failure: prints its object when ``--json`` is on the command
+    line and stdout is still empty; does nothing otherwise."""
+    if not wants_json(argv):
+        return lambda exc: None
+    watched = sys.stdout = WatchedStdout(sys.stdout)
+
+    def failed(exc) -> None:
+        if not watched.written:
+            print_error_object(exc)
+
+    return failed
