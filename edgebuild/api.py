@@ -9,6 +9,10 @@
 A bad recipe raises :class:`edgebuild.errors.RecipeError` (file:line:column in its message). A
 stage that fails, or thresholds that are missed, come back as ``status == "failed"`` with the
 reason, so a notebook can look at the report; ``check()`` turns them into exceptions.
+
+A script needs no ``if __name__ == "__main__":`` guard, whatever the multiprocessing start
+method: the worker processes a build starts never import the caller's main module
+(``edgebuild.dag.worker_processes``).
 """
 
 from __future__ import annotations

@@ -91,6 +91,13 @@ def test_run_builds_both_variants(tour):
         assert f"orientation:{variant}" in built.stderr
 
 
+def test_the_shipped_recipe_builds_without_a_warning(tour):
+    """Its fp32 variant asks for the GPU and CPU: the Neural Engine computes in fp16 only, and a
+    policy allowing it would warn that the plan puts nothing there."""
+    _, _, _, built = tour
+    assert "warning" not in built.stderr.lower(), built.stderr
+
+
 def test_run_json_is_one_object_on_stdout(tour):
     work, cache, recipe, _ = tour
     data = json.loads(edgebuild("run", recipe, "--json", cwd=work, cache=cache).stdout)
