@@ -20,7 +20,7 @@ from edgebuild.report.console import (as_printer, detail_lines, escape, renaming
                                       unprinted_warnings)
 from edgebuild.report.html import human_bytes
 from edgebuild.report.verdict import compared
-from edgebuild.report.write import INDEX_HTML, REPORT_HTML, REPORT_JSON
+from edgebuild.report.write import INDEX_HTML, REPORT_HTML, REPORT_JSON, check_page
 from edgebuild.store.location import open_store
 
 
@@ -166,6 +166,8 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
         check_report_file(Path(report_file), builds)
     if depfile:
         check_depfile(Path(depfile), builds)
+    for page in sorted({_comparison(b) for b in builds}):  # before any build work, not after it
+        check_page(page)
     shared = open_remote(None if no_cache else store, remote,
                          warn=lambda text: display.print(f"[yellow]warning[/] {escape(text)}"))
     # --no-cache: stage outputs are temporaries in one folder, removed once the outputs are written

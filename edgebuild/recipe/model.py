@@ -199,7 +199,18 @@ class Metadata(Strict):
 
 
 class Outputs(Strict):
-    dir: Optional[str] = Field(default=None, description="default: build/<name>, relative to the recipe")
+    dir: Optional[str] = Field(
+        default=None,
+        description="default: build/<name>, relative to the recipe. Taken as written: `~` and `$VARS` are "
+                    "refused, not expanded, so a recipe means the same on every machine")
+
+    @field_validator("dir")
+    @classmethod
+    def _as_written(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and (value.startswith("~") or re.search(r"\$(\w|\{)", value)):
+            raise ValueError(f"{value!r}: edgebuild does not expand ~ or $VARIABLES in recipes; write the path "
+                             "out, relative to the recipe (e.g. build/NAME) or absolute")
+        return value
 
 
 class Matrix(BaseModel):

@@ -65,6 +65,7 @@ def write_combined_page(page: Path, variant_dirs: Sequence[Path], *,
     builds, say), each row linking the variant's report relative to the page; unreadable reports
     as in ``write_combined``."""
     page = Path(page)
+    check_page(page)
     reports = []
     for folder in variant_dirs:
         path = Path(folder) / REPORT_JSON
@@ -84,8 +85,30 @@ def write_combined_page(page: Path, variant_dirs: Sequence[Path], *,
     return _write_atomic(page, render_combined(reports))
 
 
+def check_page(page: Path) -> None:
+    """Refuse (exit 2) to write ``page`` over a file edgebuild did not write: outputs are owned."""
+    page = Path(page)
+    if page.is_symlink() or (page.exists() and not page.is_file()):
+        raise UsageError(f"{_shown(page)}: is a {'symlink' if page.is_symlink() else 'directory'}; "
+                         "edgebuild writes its pages only as files it made",
+                         hint=f"remove or rename {_shown(page)}, or choose another outputs.dir")
+    if page.exists() and not made_by_edgebuild(page):
+        raise UsageError(f"{_shown(page)}: the file exists and edgebuild did not write it; it would be replaced "
+                         "by the page comparing the variants",
+                         hint=f"move it away (after saving what you need), or choose another outputs.dir")
+
+
+def _shown(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
 def made_by_edgebuild(page: Path) -> bool:
     """Whether the HTML file ``page`` is a page edgebuild wrote (and may replace)."""
+    if Path(page).is_symlink():
+        return False
     try:
         with open(page, encoding="utf-8", errors="replace") as f:
             return GENERATOR_META in f.read(4096)
