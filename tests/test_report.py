@@ -176,7 +176,7 @@ def test_combined_page(tmp_path):
     html = index.read_text()
     assert html.count("<circle") == 3 and "<svg" in html
     for variant in ("fp16", "int8", "int4"):
-        assert f'href="{variant}/report.html"' in html
+        assert f'href="./{variant}/report.html"' in html
     assert external_refs(html) == []
     assert html.index(">fp16<") < html.index(">int4<") < html.index(">int8<")  # sorted by folder
 
@@ -198,7 +198,7 @@ def test_report_command_finds_every_variant_below_a_parent_folder(tmp_path):
     html = (tmp_path / "build" / "index.html").read_text()
     assert Path(done.stdout.strip()) == tmp_path / "build" / "index.html" and "4 variant(s)" in done.stderr
     for link in ("det/fp16/report.html", "det/int4/report.html", "cls/fp16/report.html", "cls/int4/report.html"):
-        assert f'href="{link}"' in html
+        assert f'href="./{link}"' in html
     assert ".tmp" not in html and ">det / int4<" in html
 
 
@@ -259,4 +259,4 @@ def test_an_unreadable_report_is_left_off_the_page_when_asked(tmp_path):
     skipped = []
     html = write_combined(tmp_path, on_skip=lambda path, why: skipped.append((path, why))).read_text()
     assert [path for path, _ in skipped] == [tmp_path / "old" / "report.json"] and "report schema" in skipped[0][1]
-    assert 'href="fp16/report.html"' in html and "old/" not in html
+    assert 'href="./fp16/report.html"' in html and "old/" not in html

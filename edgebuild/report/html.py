@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from html import escape
+from urllib.parse import quote
 from typing import Any, Iterable, Mapping, Sequence
 
 from edgebuild.report import svg
@@ -90,6 +91,16 @@ def render_report(data: Report | Mapping[str, Any]) -> str:
     return _page(title, heading + "".join(s for s in sections if s))
 
 
+def relative_href(path: str) -> str:
+    """A relative URL for the file ``path`` (``/``-separated, relative to the page): every segment
+    percent-quoted and a leading ``./``, so no folder name can become a scheme
+    (``javascript:...``), a host, a query or a fragment."""
+    segments = [quote(part, safe="") for part in str(path).split("/") if part]
+    if not segments or segments[0] not in (".", ".."):
+        segments.insert(0, ".")
+    return "/".join(segments)
+
+
 def render_combined(reports: Sequence[tuple[str, Report | Mapping[str, Any]]]) -> str:
     """The page comparing variants; ``reports`` is ``[(link to the variant's page, its report)]``."""
     reports = [(link, r if isinstance(r, Report) else Report.model_validate(r)) for link, r in reports]
@@ -105,7 +116,7 @@ def render_combined(reports: Sequence[tuple[str, Report | Mapping[str, Any]]]) -
         if size is not None and errors.get("max_abs") is not None:
             points.append((name, size / 1e6, errors["max_abs"], report.status != "failed"))
         rows.append([
-            f'<a href="{escape(link)}">{escape(name)}</a>',
+            f'<a href="{escape(relative_href(link))}">{escape(name)}</a>',
             _verdict_badge(report),
             _cell(human_bytes(size)),
             _cell(_weights_ratio(report)),
@@ -173,7 +184,7 @@ def _summary(report: Report) -> str:
     if versions:
         rows.append(["versions", escape(", ".join(f"{name} {version}" for name, version in versions.items()))])
     if report.comparison:
-        rows.append(["all variants", f'<a href="{escape(report.comparison)}">comparison page</a>'])
+        rows.append(["all variants", f'<a href="{escape(relative_href(report.comparison))}">comparison page</a>'])
     if rows:
         html.append(_table(["", ""], rows, raw=True, header=False))
     return "<h2>Summary</h2>" + "".join(html)
