@@ -189,10 +189,11 @@ class Executor:
         if self.force:
             self.store.evict(key)
         pulled = False
-        if self.remote is not None and not self.force and self.store.lookup(key) is None:
+        layout = stage.extra.get("layout")  # the files the stage produces: an entry holding others is refused
+        if self.remote is not None and not self.force and self.store.lookup(key, layout) is None:
             with self._interrupts.stage_body():  # a download is stopped by Ctrl-C like a stage body
-                pulled = self.remote.pull(key)
-        entry, built = self.store.build(key, stage.name, lambda out: self._produce(stage, inputs, out))
+                pulled = self.remote.pull(key, layout)
+        entry, built = self.store.build(key, stage.name, lambda out: self._produce(stage, inputs, out), layout)
         if built and self.remote is not None:
             with self._interrupts.stage_body():  # an upload stopped halfway stays invisible remotely
                 self.remote.push(key)

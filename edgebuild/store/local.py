@@ -39,8 +39,9 @@ from typing import Callable
 
 from filelock import FileLock, Timeout
 
-from edgebuild.errors import UsageError
+from edgebuild.errors import BuildError, UsageError
 from edgebuild.store import hashstate, leases
+from edgebuild.store.layout import outside
 from edgebuild.store.atomic import file_mode, make_temp_dir, publish_tree
 
 KEY = re.compile(r"[0-9a-f]{64}")
@@ -219,9 +220,10 @@ class Store:
         return leases.held_keys(self.root)
 
     # -- reading ------------------------------------------------------------------------
-    def lookup(self, key: str) -> Entry | None:
+    def lookup(self, key: str, layout=None) -> Entry | None:
         """The entry for ``key`` if present and intact; a corrupt one is evicted. BadKey for a
-        value that is not a stage key (before any path is made of it)."""
+        value that is not a stage key (before any path is made of it). ``layout``: the files its
+        stage may produce (edgebuild.store.layout); an entry holding others is evicted too."""
         path = self._dir(key)
         self.hold(key)
         try:
@@ -234,7 +236,7 @@ class Store:
             self.evict(key)
             return None
         entry = Entry(key, path, meta)
-        if not valid_meta(key, meta) or not self._intact(entry):
+        if not valid_meta(key, meta) or outside(layout, meta["files"]) or not self._intact(entry):
             self.evict(key)
             return None
         return entry
@@ -257,17 +259,17 @@ class Store:
         return True
 
     # -- writing ------------------------------------------------------------------------
-    def build(self, key: str, stage: str, produce: Callable[[Path], dict]) -> tuple[Entry, bool]:
+    def build(self, key: str, stage: str, produce: Callable[[Path], dict], layout=None) -> tuple[Entry, bool]:
         """Return (entry, built): the cached entry, or one made by ``produce(out_dir) -> info``.
 
         Holding the key's lock makes concurrent builders of one key wait for the first
-        rather than build twice.
+        rather than build twice. ``layout``: the files the stage may produce (see ``lookup``).
         """
-        entry = self.lookup(key)
+        entry = self.lookup(key, layout)
         if entry is not None:
             return entry, False
         with self._lock(key):
-            entry = self.lookup(key)
+            entry = self.lookup(key, layout)
             if entry is not None:
                 return entry, False
             tmp_root = self.root / "tmp"
@@ -281,6 +283,12 @@ class Store:
                 publish_tree(out)  # producers may stage directories with mkdtemp's 0700
                 stamps: dict = {}
                 files = scan(out, stamps)
+                extra = outside(layout, files)
+                if extra:
+                    raise BuildError(f"stage {stage} wrote {extra[0]!r}, which its declared layout does not allow "
+                                     f"({', '.join(layout)}); not stored",
+                                     hint="the plugin that declares the stage must list every file it writes in "
+                                          "Stage.extra['layout']")
                 meta = {
                     "key": key, "stage": stage, "created": time.time(),
                     "seconds": round(time.perf_counter() - start, 3),

@@ -14,6 +14,11 @@ sha256 before the entry is installed, atomically, into the local store (``Store.
 publishes it whole or not at all); a mismatch raises :class:`RemoteCorrupt` and nothing is
 installed.
 
+Digests show an entry is what its manifest says, not that its manifest is honest. So a pulled
+entry must also list only files its stage kind produces (``layout``, see
+:mod:`edgebuild.store.layout`), and when a signing key is configured
+(:mod:`edgebuild.store.signing`) its manifest must carry a valid signature: push signs, pull checks.
+
 Functions of a key (``pull``, ``push``, ``has``) are all an executor needs; messages show the
 URL without credentials (:func:`edgebuild.store.config.display_url`) and scrub secrets that a
 library's error text might echo.
@@ -30,7 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgebuild.errors import BuildError
+from edgebuild.store import signing
 from edgebuild.store.config import RemoteSettings
+from edgebuild.store.layout import outside
 from edgebuild.store.local import Store, check_key, is_key, shown_value, valid_meta
 
 META = "meta.json"
@@ -49,7 +56,8 @@ class RemoteError(BuildError):
 
 
 class RemoteCorrupt(BuildError):
-    """A remote entry whose files do not match its manifest: reported, never installed."""
+    """A remote entry whose files do not match its manifest, that lists files its stage does not
+    produce, or (with a signing key) whose signature is missing or wrong: reported, never installed."""
 
 
 def scrub(text: str) -> str:
@@ -77,6 +85,7 @@ class RemoteStore:
         self._root = ""
         self.moved = Transfer()  # bytes and files moved, both ways, since this was made
         self.skipped: list[str] = []  # names in the last listing that are not stage keys (shown repr'd)
+        self.secret = signing.signing_key()  # None: entries are neither signed nor checked
 
     # -- the file system --------------------------------------------------------------
     @property
@@ -147,6 +156,13 @@ class RemoteStore:
         if not valid_meta(key, meta):
             raise RemoteCorrupt(f"remote {self.settings.shown}: entry {key[:12]} has an invalid manifest; not installed",
                                 hint="`edgebuild cache push` replaces it from a machine that has it")
+        if self.secret is not None:
+            problem = signing.problem(key, meta, self.secret)
+            if problem:
+                raise RemoteCorrupt(
+                    f"remote {self.settings.shown}: entry {key[:12]} ({str(meta.get('stage', '?'))[:40]}) {problem}; "
+                    f"not installed ({signing.ENV_KEY} is set: only entries signed with it are)",
+                    hint="building locally instead; the next push from a build that holds the key replaces it")
         return meta
 
     def has(self, key: str) -> bool:
@@ -155,14 +171,23 @@ class RemoteStore:
         except Exception as exc:
             raise self._error(exc, f"looking up entry {key[:12]}") from None
 
-    def pull(self, key: str) -> bool:
+    def pull(self, key: str, layout=None) -> bool:
         """Install the remote entry for ``key`` into the local store; False if there is none.
-        Raises RemoteCorrupt (nothing installed) when a file does not match the manifest."""
-        if self.local.lookup(key) is not None:
+        Raises RemoteCorrupt (nothing installed) when a file does not match the manifest, or the
+        manifest lists a file outside ``layout`` (the files the key's stage produces)."""
+        if self.local.lookup(key, layout) is not None:
             return True
         meta = self.manifest(key)
         if meta is None:
             return False
+        extra = outside(layout, meta["files"])
+        if extra:
+            raise RemoteCorrupt(
+                f"remote {self.settings.shown}: entry {key[:12]} ({str(meta.get('stage', '?'))[:40]}) lists "
+                f"out/{shown_value(extra[0])[1:-1]}{f' and {len(extra) - 1} more' if len(extra) > 1 else ''}, "
+                "which its stage does not produce; not installed",
+                hint="building locally instead; someone who can write the remote wrote this entry "
+                     f"(set {signing.ENV_KEY} to accept only entries your builds signed)")
         moved = Transfer()
 
         def download(out: Path) -> dict:
@@ -189,7 +214,7 @@ class RemoteStore:
                         hint="building locally instead; the next push from a good build replaces it")
             return meta.get("info", {})
 
-        entry, _ = self.local.build(key, meta.get("stage", "?"), download)
+        entry, _ = self.local.build(key, meta.get("stage", "?"), download, layout)
         if entry.digest != meta["digest"]:  # only if the local build raced ahead with other bytes
             return False
         self.moved.files += moved.files
@@ -258,7 +283,11 @@ class RemoteStore:
                 self._upload(entry.out / rel, self._path(key, "out", rel))
                 moved.files += 1
                 moved.bytes += entry.meta["files"][rel]["size"]
-            self._upload(entry.path / META, meta_path)
+            if self.secret is not None:
+                self._upload_bytes(json.dumps(signing.sign(key, entry.meta, self.secret), indent=1).encode(),
+                                   meta_path)
+            else:
+                self._upload(entry.path / META, meta_path)
         except RemoteError:
             raise
         except Exception as exc:
@@ -283,6 +312,21 @@ class RemoteStore:
                 raise
             return
         self.fs.put_file(str(source), path)
+
+    def _upload_bytes(self, data: bytes, path: str) -> None:
+        if self.settings.scheme == "file":  # as _upload: never a partial file under the final name
+            tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+            try:
+                self.fs.pipe_file(tmp, data)
+                self.fs.mv(tmp, path)
+            except BaseException:
+                try:
+                    self.fs.rm_file(tmp)
+                except Exception:
+                    pass
+                raise
+            return
+        self.fs.pipe_file(path, data)
 
     # -- listing ----------------------------------------------------------------------
     def listing(self) -> tuple[set[str], set[str]]:

@@ -28,12 +28,13 @@ class RemoteCache:
         self._warned = False
         self._lock = threading.Lock()
 
-    def pull(self, key: str) -> bool:
-        """Install ``key``'s remote entry locally; False on a miss, a corrupt entry or a remote error."""
+    def pull(self, key: str, layout=None) -> bool:
+        """Install ``key``'s remote entry locally; False on a miss, a corrupt entry or a remote error.
+        ``layout``: the files the key's stage produces (edgebuild.store.layout)."""
         if not self.reads:
             return False
         try:
-            return self.remote.pull(key)
+            return self.remote.pull(key, layout)
         except RemoteCorrupt as exc:
             with self._lock:
                 self.corrupt.add(key)

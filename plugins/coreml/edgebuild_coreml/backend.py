@@ -12,6 +12,7 @@ from edgebuild.dag.stages import Stage
 from edgebuild.dag.versions import edgebuild_version
 from edgebuild.errors import BuildError
 from edgebuild.protocols import Backend
+from edgebuild.store.layout import MLPACKAGE, VALIDATION
 from edgebuild.verify.files import digest_params
 
 ARTIFACT = "model.mlpackage"
@@ -49,8 +50,9 @@ class CoreMLBackend(Backend):
 
         # coremltools' MIL builder keeps global state: with -j N, its stages take turns
         serial = {"exclusive": "coremltools"}
+        package_files = {"layout": MLPACKAGE}  # what each stage writes; a remote entry holding more is refused
         stages = [Stage("lower", lower_params, ["optimize"], plugins, produce=self.lower_stage_body(variant, registry),
-                        extra=dict(serial))]
+                        extra={**serial, **package_files})]
         last = "lower"
         compression = variant.section("coreml:compression")  # validated and checked against the target at load
         if compression is not None:
@@ -76,7 +78,8 @@ class CoreMLBackend(Backend):
                     else "validate.inputs")
 
             deps = ["lower", "optimize"] if "calibration" in compress_params else ["lower"]
-            stages.append(Stage("compress", compress_params, deps, plugins, produce=compress, extra=dict(serial)))
+            stages.append(Stage("compress", compress_params, deps, plugins, produce=compress,
+                                extra={**serial, **package_files}))
             last = "compress"
         metadata = {
             "recipe": recipe.name, "variant": variant.name, "compute_policy": recipe.compute.policy,
@@ -90,7 +93,7 @@ class CoreMLBackend(Backend):
                                 dict(metadata, source_sha256=results["resolve"].info["sha256"]))
 
         stages.append(Stage("package", {"metadata": metadata}, [last, "resolve"], plugins, produce=package,
-                            extra={"artifact": ARTIFACT, **serial}))
+                            extra={"artifact": ARTIFACT, **serial, **package_files}))
         if recipe.validate_ is not None:
             section = recipe.validate_
             runtimes = section.runtimes or self.validation_runtimes
@@ -125,7 +128,7 @@ class CoreMLBackend(Backend):
             if "coreml" in runtimes:  # which candidates ran depends on the OS
                 validate_params["platform"] = platform.system()
             stages.append(Stage("validate", validate_params, ["package", "resolve", "lower"], plugins, produce=validate,
-                                extra=dict(serial)))
+                                extra={**serial, "layout": VALIDATION}))
         return stages
 
     @staticmethod

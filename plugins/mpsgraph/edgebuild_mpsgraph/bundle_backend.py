@@ -17,6 +17,7 @@ import onnx_ir as ir
 from edgebuild.dag.stages import Stage
 from edgebuild.graph.weight_files import load_stage_model
 from edgebuild.protocols import Backend
+from edgebuild.store.layout import MLPACKAGE, VALIDATION
 from edgebuild_mpsgraph.options import BundleOptions, preference
 
 ARTIFACT = "bundle"
@@ -147,10 +148,13 @@ class BundleBackend(Backend):
             return self.package(results["lower"], out, recipe, variant.name, plugins)
 
         stages = [
-            Stage("partition", partition_params, ["optimize"], plugins, produce=partition_stage),
-            Stage("lower", lower_params, ["optimize", "partition"], plugins, produce=lower_stage),
+            # each stage's files (edgebuild.store.layout): a remote entry holding others is refused
+            Stage("partition", partition_params, ["optimize"], plugins, produce=partition_stage,
+                  extra={"layout": ("partition.json",)}),
+            Stage("lower", lower_params, ["optimize", "partition"], plugins, produce=lower_stage,
+                  extra={"layout": ("segments/**",)}),
             Stage("package", {"name": recipe.name, "variant": variant.name}, ["lower"], plugins,
-                  produce=package_stage, extra={"artifact": ARTIFACT}),
+                  produce=package_stage, extra={"artifact": ARTIFACT, "layout": (f"{ARTIFACT}/**", *MLPACKAGE)}),
         ]
         if recipe.validate_ is not None:
             section = recipe.validate_
@@ -169,7 +173,8 @@ class BundleBackend(Backend):
             from edgebuild.verify.files import digest_params
 
             params = {"validate": dump["validate"], **digest_params(section, variant.base_dir)}
-            stages.append(Stage("validate", params, ["package", "resolve"], plugins, produce=validate_stage))
+            stages.append(Stage("validate", params, ["package", "resolve"], plugins, produce=validate_stage,
+                                extra={"layout": VALIDATION}))
         return stages
 
     @staticmethod

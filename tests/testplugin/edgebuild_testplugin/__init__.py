@@ -61,14 +61,17 @@ class CopyBackend(Backend):
             shutil.copytree(results[last].path / "model", out / "model")
             return {}
 
-        stages = [Stage("lower", {"precision": variant.recipe.target.precision}, ["optimize"], plugins, produce=lower)]
+        # the files each stage writes (edgebuild.store.layout): a remote entry holding others is refused
+        model = ("model/model.onnx", "model/compression.json")
+        stages = [Stage("lower", {"precision": variant.recipe.target.precision}, ["optimize"], plugins, produce=lower,
+                        extra={"layout": model[:1]})]
         last = "lower"
         if compression is not None:
             stages.append(Stage("compress", {"compression": variant.params["compression"]}, ["lower"], plugins,
-                                produce=compress))
+                                produce=compress, extra={"layout": model}))
             last = "compress"
         stages.append(Stage("package", {"variant": variant.name}, [last], plugins, produce=package,
-                            extra={"artifact": "model"}))
+                            extra={"artifact": "model", "layout": model}))
         from edgebuild_testplugin.validation import validate_stages
 
         return stages + validate_stages(variant, plugins)
