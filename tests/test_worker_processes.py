@@ -51,3 +51,26 @@ def test_a_plain_forkserver_worker_does_run_it(tmp_path):
     done, runs = _run(tmp_path, "default", "multiprocessing")
     assert done.returncode == 0, done.stderr
     assert runs == 2
+
+
+def _report_whether_it_may_start_workers(connection) -> None:
+    from edgebuild.dag.worker_processes import can_start_workers
+
+    connection.send(can_start_workers())
+
+
+def test_a_daemonic_process_is_told_it_may_start_no_workers():
+    """A Dask worker is daemonic: multiprocessing refuses to start its children, so the
+    interpreter runs its samples in the worker itself."""
+    import multiprocessing
+
+    from edgebuild.dag.worker_processes import can_start_workers, worker_context
+
+    assert can_start_workers()
+    ctx = worker_context()
+    here, there = ctx.Pipe()
+    daemon = ctx.Process(target=_report_whether_it_may_start_workers, args=(there,), daemon=True)
+    daemon.start()
+    assert here.poll(60) and here.recv() is False
+    daemon.join(60)
+    assert daemon.exitcode == 0 and not multiprocessing.active_children()

@@ -18,6 +18,7 @@ the default start method (spawn on macOS) or the one the caller set.
 from __future__ import annotations
 
 import io
+import multiprocessing
 import os
 from multiprocessing import context, forkserver, popen_forkserver, spawn, util
 
@@ -60,6 +61,12 @@ class _ProcessWithoutMain(context.ForkServerProcess):
 
 class _ContextWithoutMain(context.ForkServerContext):
     Process = _ProcessWithoutMain
+
+
+def can_start_workers() -> bool:
+    """Whether this process may start worker processes: a daemonic one may not (multiprocessing
+    refuses), and a Dask worker is daemonic unless its cluster says otherwise."""
+    return not multiprocessing.current_process().daemon
 
 
 def worker_context(preload: list[str] | None = None) -> context.BaseContext:

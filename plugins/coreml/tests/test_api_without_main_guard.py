@@ -78,3 +78,40 @@ def test_a_script_without_main_guard_builds_once_and_validates(tmp_path, model, 
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["exit"] == 0 and result["status"] == "built" and result["passed"]
     assert result["cosine"] > 0.9999
+
+
+# A Dask worker is a daemonic process, which multiprocessing lets start no children: a build
+# there validates its samples in the worker itself.
+DAEMONIC = """\
+import json, multiprocessing
+
+
+def build(queue):
+    import edgebuild
+
+    result = edgebuild.build("net.yaml")
+    built = result["default"]
+    queue.put({"exit": result.exit_code, "error": built.error,
+               "passed": built.validation is not None and built.validation.passed})
+
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    worker = ctx.Process(target=build, args=(queue,), daemon=True)
+    worker.start()
+    print(json.dumps(queue.get(timeout=600)))
+    worker.join(60)
+"""
+
+
+def test_a_build_in_a_daemonic_process_validates_there(tmp_path, model):
+    (tmp_path / "net.onnx").write_bytes(model.read_bytes())
+    (tmp_path / "net.yaml").write_text(RECIPE)
+    (tmp_path / "daemonic.py").write_text(DAEMONIC)
+    env = {**os.environ, "EDGEBUILD_CACHE_DIR": str(tmp_path / "cache"), "EDGEBUILD_VALIDATE_WORKERS": "2"}
+    done = subprocess.run([sys.executable, "daemonic.py"], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"exit": 0, "error": None, "passed": True}

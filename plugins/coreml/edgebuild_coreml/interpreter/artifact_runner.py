@@ -82,11 +82,14 @@ class ArtifactRunner:
         frame) runs one sample at a time here: shipping its samples to a process, or taking
         turns on the GIL with another thread, costs more than it computes. Its BLAS calls run
         on one thread meanwhile, as a worker's do: its matrices are small, and a BLAS pool
-        waiting on a busy second core made a small program's matmul ten times slower."""
+        waiting on a busy second core made a small program's matmul ten times slower. A
+        daemonic process (a Dask worker's) may start no processes: it runs them one at a time too."""
+        from edgebuild.dag.worker_processes import can_start_workers
+
         if workers <= 1:
             yield self, 1
             return
-        if activation_elements(self.program) < PROCESS_MIN_ELEMENTS:
+        if activation_elements(self.program) < PROCESS_MIN_ELEMENTS or not can_start_workers():
             from edgebuild.plugin import blas_threads
 
             with blas_threads(1):
