@@ -102,6 +102,7 @@ def test_size_budget_is_met_with_less_error_than_uniform_4bit(mlp, uniform, tmp_
     assert measured_error < error_4bit * 0.7
     auto = report["auto"]
     assert auto["met"] is True
+    assert report["applied"] == f"modes chosen per layer for at most {budget_bytes / 1e6:g} MB"  # the report's words
     assert auto["size_mb"] * 1e6 == pytest.approx(measured_size)
     assert auto["error"] == pytest.approx(measured_error, rel=1e-3, abs=1e-9)
 
