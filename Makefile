@@ -118,7 +118,7 @@ wheels: $(BUILD_VENV)/.installed
 # every code block of README.md and the guides run as written, each shell block from a fresh copy
 # of the tree (tests/test_docs_blocks.py; blocks after a `<!-- fragment -->` line are only parsed)
 docs-check: test-env
-	EDGEBUILD_DOCS_CHECK=1 $(TEST_BIN)/pytest -q -p no:xdist -m '' tests/test_docs_blocks.py
+	$(TEST_BIN)/pytest -q -p no:xdist -m '' tests/test_docs_blocks.py
 
 # headless Chromium for the report rendering test (Debian package; needs root)
 browser:

@@ -115,3 +115,34 @@ def test_a_user_install_from_the_tree_has_the_backend_and_not_the_test_plugin(tm
     done = subprocess.run([str(venv / "bin" / "edgebuild"), "--version"], capture_output=True, text=True,
                           check=True, env={**os.environ, "PYTHONPATH": ""})
     assert "edgebuild-coreml" in done.stdout and "testplugin" not in done.stdout
+
+
+DISTRIBUTIONS = [ROOT, *PLUGIN_DIRS]
+
+
+@pytest.mark.parametrize("folder", DISTRIBUTIONS, ids=lambda p: p.name)
+def test_every_distribution_carries_what_an_index_page_shows(folder):
+    meta = project(folder / "pyproject.toml")
+    assert (folder / meta["readme"]).is_file() and meta["description"]
+    assert meta["license"] == "Apache-2.0" and all((folder / f).is_file() for f in meta["license-files"])
+    assert any(c.startswith("Programming Language :: Python :: 3.1") for c in meta["classifiers"])
+    assert not any(c.startswith("License ::") for c in meta["classifiers"])  # the SPDX expression says it
+    if folder != ROOT:
+        assert meta["version"] == __version__, f"{meta['name']} is released with the core"
+
+
+def test_the_release_workflow_builds_every_distribution_and_publishes_with_a_trusted_publisher():
+    import yaml
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yml").read_text())
+    build, publish = workflow["jobs"]["build"], workflow["jobs"]["publish"]
+    assert any(step.get("run") == "make wheels" for step in build["steps"])
+    assert publish["needs"] == "build" and publish["permissions"] == {"id-token": "write"}
+    assert [s["uses"].split("@")[0] for s in publish["steps"]] == ["actions/download-artifact",
+                                                                   "pypa/gh-action-pypi-publish"]
+    assert workflow["permissions"] == {"contents": "read"}  # nothing else may write
+    # make wheels builds every one of them (a dry run prints the loop with its folders expanded)
+    dry = subprocess.run(["make", "-n", "wheels"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    loop = next(line for line in dry.splitlines() if "-m build" in line)
+    assert set(loop.split(";")[0].split(" in ")[1].split()) == {".", *(f"plugins/{p.name}" for p in PLUGIN_DIRS)}
