@@ -191,3 +191,33 @@ def test_a_depfile_inside_an_output_directory_is_refused(project, cli):
     project()
     code, _, err = cli("run", "recipe.yaml", "--depfile", "out/default/deps.d")
     assert code == 2 and "replaces on every build" in err, err
+
+
+def test_a_replayed_run_never_writes_over_a_file_that_is_no_longer_its_depfile(project, tmp_path):
+    """The up-to-date answer rewrites a deleted depfile; one replaced by someone else's file it
+    leaves to the full run, which refuses it."""
+    recipe = project()
+    entry = [sys.executable, "-m", "edgebuild", "run", str(recipe), "--depfile", "deps.d"]
+    assert subprocess.run(entry, capture_output=True).returncode == 0
+    Path("deps.d").write_text("all:\n\techo mine\n")
+    done = subprocess.run(entry, capture_output=True, text=True)
+    assert done.returncode == 2 and "not an edgebuild depfile" in done.stderr, done.stderr
+    assert Path("deps.d").read_text() == "all:\n\techo mine\n"
+
+
+def test_a_failed_build_withdraws_the_stamp(tmp_path):
+    from types import SimpleNamespace
+
+    from edgebuild.build.outputs import BUILT_STAMP, OWNER_MARKER, withdraw_built
+
+    out = tmp_path / "v"
+    out.mkdir()
+    (out / OWNER_MARKER).write_text("")
+    (out / BUILT_STAMP).write_text("")
+    withdraw_built(SimpleNamespace(output_dir=out))
+    assert not (out / BUILT_STAMP).exists() and (out / OWNER_MARKER).exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / BUILT_STAMP).write_text("a user's file")  # no marker: not edgebuild's folder, left alone
+    withdraw_built(SimpleNamespace(output_dir=mine))
+    assert (mine / BUILT_STAMP).read_text() == "a user's file"
