@@ -2,7 +2,9 @@
 
     python tests/reliability/census.py [--json] [pytest arguments...]
 
-runs every test under tests/reliability (pytest, in this process, one at a time) and counts:
+runs every test file under tests/reliability, each in its own pytest process (as the files run on
+their own; a file that does not end within ``FILE_SECONDS`` is stopped and counted as a hang), with
+this module loaded as a pytest plugin that records what each case did, and counts:
 
 - inputs tried: test cases run (a parametrized case is one hostile or broken input or race);
 - CLI runs: every ``edgebuild`` command the cases ran, in a subprocess or in this process, by
@@ -22,13 +24,14 @@ A case that passes held its property (its assertions say which); a failed one is
 from __future__ import annotations
 
 import argparse
-import contextlib
 import fnmatch
 import io
 import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +39,8 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+RECORD_ENV = "EDGEBUILD_CENSUS_RECORD"  # the JSON-lines file a test process appends its records to
+FILE_SECONDS = 1200  # a test file still running after this long is stopped: a hang
 
 # the test files whose failures are a user's file lost, or a bad entry served (glob patterns)
 FILES_LOST = ("test_outputs.py", "test_owned_outputs.py", "test_generated_files.py", "test_hostile_keys.py",
@@ -58,24 +63,72 @@ class Run:
 
 @dataclass
 class Census:
-    """A pytest plugin recording each case's outcome and each edgebuild command's exit and error output."""
+    """The records of one suite run: each case's outcome, each edgebuild command's exit and error output."""
 
     runs: list[Run] = field(default_factory=list)
     outcomes: dict[str, str] = field(default_factory=dict)  # case -> passed | failed | skipped
     timed_out: set[str] = field(default_factory=set)
-    current: str = ""
 
-    # -- recording ---------------------------------------------------------------------------
+    def add(self, record: dict) -> None:
+        if record["type"] == "run":
+            self.runs.append(Run(record["case"], record["code"], record["stderr"], record["debug"]))
+        elif record["type"] == "case":
+            if self.outcomes.get(record["case"]) != "failed":  # a teardown error after a pass still fails
+                self.outcomes[record["case"]] = record["outcome"]
+            if record.get("timed_out"):
+                self.timed_out.add(record["case"])
 
-    def pytest_configure(self, config) -> None:
-        # before collection: test modules that import main or Popen get the recording ones
+    # -- counting ------------------------------------------------------------------------------
+
+    def counts(self) -> dict:
+        failed = {case for case, outcome in self.outcomes.items() if outcome == "failed"}
+        codes = Counter(run.code for run in self.runs)
+        exit2 = [run for run in self.runs if run.code == 2]
+        per_file: dict[str, Counter] = {}
+        for case, outcome in self.outcomes.items():
+            per_file.setdefault(_file(case), Counter())[outcome] += 1
+        return {
+            "inputs tried": len(self.outcomes),
+            "cases passed": sum(1 for o in self.outcomes.values() if o == "passed"),
+            "cases failed": len(failed),
+            "cases skipped": sum(1 for o in self.outcomes.values() if o == "skipped"),
+            "CLI runs": len(self.runs),
+            "CLI runs by exit code": {str(code): n for code, n in sorted(codes.items(), key=lambda kv: str(kv[0]))},
+            "exit 2": len(exit2),
+            "exit 2 with file:line": sum(1 for run in exit2 if run.stderr and FILE_LINE.search(run.stderr)),
+            "tracebacks": sum(1 for run in self.runs if not run.debug and run.stderr
+                              and any(mark in run.stderr for mark in TRACEBACK)),
+            "hangs": len(self.timed_out),
+            "user files lost": sum(1 for case in failed if _matches(case, FILES_LOST)),
+            "forged or corrupt entries served": sum(1 for case in failed if _matches(case, ENTRIES_SERVED)),
+            "per test file": {name: dict(counter) for name, counter in sorted(per_file.items())},
+            "failed cases": sorted(failed),
+            "exit 2 without file:line": sorted({run.case for run in exit2
+                                                if not (run.stderr and FILE_LINE.search(run.stderr))}),
+        }
+
+
+class Recorder:
+    """The pytest plugin (in each test process): appends a JSON line per case outcome and per
+    edgebuild command run to ``$EDGEBUILD_CENSUS_RECORD``."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.current = ""
+
+    def _write(self, **record) -> None:
+        with open(self.path, "a") as out:
+            out.write(json.dumps(record) + "\n")
+
+    def install(self) -> None:
+        """Record from now on; called before collection, so test modules that import main get the recording one."""
         self._patch_popen()
         self._patch_main()
 
     def _record(self, code, stderr, args) -> None:
         if isinstance(stderr, bytes):
             stderr = stderr.decode(errors="replace")
-        self.runs.append(Run(self.current, code, stderr, "--debug" in [str(a) for a in args]))
+        self._write(type="run", case=self.current, code=code, stderr=stderr, debug="--debug" in [str(a) for a in args])
 
     def _patch_popen(self) -> None:
         census, communicate = self, subprocess.Popen.communicate
@@ -117,44 +170,14 @@ class Census:
 
     def pytest_runtest_logreport(self, report) -> None:
         if report.when == "call" or report.outcome != "passed":
-            if self.outcomes.get(report.nodeid) != "failed":  # a teardown error after a pass still fails
-                self.outcomes[report.nodeid] = report.outcome
-        if report.failed and any(word in report.longreprtext for word in TIMEOUTS):
-            self.timed_out.add(report.nodeid)
+            self._write(type="case", case=report.nodeid, outcome=report.outcome,
+                        timed_out=report.failed and any(word in report.longreprtext for word in TIMEOUTS))
 
     def pytest_collectreport(self, report) -> None:
         if report.failed:  # a test file that cannot be imported: its cases are holes nobody counted
-            self.outcomes[report.nodeid] = "failed"
+            self._write(type="case", case=report.nodeid, outcome="failed", timed_out=False)
 
-    # -- counting ------------------------------------------------------------------------------
-
-    def counts(self) -> dict:
-        failed = {case for case, outcome in self.outcomes.items() if outcome == "failed"}
-        codes = Counter(run.code for run in self.runs)
-        exit2 = [run for run in self.runs if run.code == 2]
-        per_file: dict[str, Counter] = {}
-        for case, outcome in self.outcomes.items():
-            per_file.setdefault(_file(case), Counter())[outcome] += 1
-        return {
-            "inputs tried": len(self.outcomes),
-            "cases passed": sum(1 for o in self.outcomes.values() if o == "passed"),
-            "cases failed": len(failed),
-            "cases skipped": sum(1 for o in self.outcomes.values() if o == "skipped"),
-            "CLI runs": len(self.runs),
-            "CLI runs by exit code": {str(code): n for code, n in sorted(codes.items(), key=lambda kv: str(kv[0]))},
-            "exit 2": len(exit2),
-            "exit 2 with file:line": sum(1 for run in exit2 if run.stderr and FILE_LINE.search(run.stderr)),
-            "tracebacks": sum(1 for run in self.runs if not run.debug and run.stderr
-                              and any(mark in run.stderr for mark in TRACEBACK)),
-            "hangs": len(self.timed_out),
-            "user files lost": sum(1 for case in failed if _matches(case, FILES_LOST)),
-            "forged or corrupt entries served": sum(1 for case in failed if _matches(case, ENTRIES_SERVED)),
-            "per test file": {name: dict(counter) for name, counter in sorted(per_file.items())},
-            "failed cases": sorted(failed),
-            "exit 2 without file:line": sorted({run.case for run in exit2
-                                                if not (run.stderr and FILE_LINE.search(run.stderr))}),
-        }
-
+    # -- recording ---------------------------------------------------------------------------
 
 class _Tee:
     """Writes go to ``inner`` (pytest's capture) and to a copy the census reads."""
@@ -172,6 +195,15 @@ class _Tee:
 
     def __getattr__(self, name):  # encoding, isatty, fileno...: the real stream's
         return getattr(self.inner, name)
+
+
+def pytest_configure(config) -> None:
+    """This module as a plugin (``-p census``): record into ``$EDGEBUILD_CENSUS_RECORD``."""
+    path = os.environ.get(RECORD_ENV)
+    if path and not config.pluginmanager.has_plugin("census-recorder"):
+        recorder = Recorder(path)
+        recorder.install()
+        config.pluginmanager.register(recorder, "census-recorder")
 
 
 def _argv(args) -> list[str]:
@@ -193,14 +225,32 @@ def _matches(case: str, patterns) -> bool:
     return any(fnmatch.fnmatch(_file(case), pattern) for pattern in patterns)
 
 
+def run_suite(pytest_args: list[str], files: list[Path], log) -> tuple[Census, int]:
+    """Every test file in its own pytest process; (the census, the worst pytest exit code)."""
+    census, worst = Census(), 0
+    for path in files:
+        with tempfile.NamedTemporaryFile("w+", suffix=".jsonl") as record:
+            env = {**os.environ, RECORD_ENV: record.name,
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
+            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "-p", "census",
+                       str(path), *pytest_args]
+            try:
+                code = subprocess.run(command, env=env, stdout=log, stderr=log, timeout=FILE_SECONDS).returncode
+            except subprocess.TimeoutExpired:
+                code = 1
+                census.timed_out.add(f"{path.relative_to(HERE.parent.parent)} (the whole file)")
+            for line in Path(record.name).read_text().splitlines():
+                census.add(json.loads(line))
+        worst = max(worst, code if code != 5 else 0)  # 5: every case deselected
+    return census, worst
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
     known, pytest_args = parser.parse_known_args()
-    census = Census()
-    with contextlib.redirect_stdout(sys.stderr if known.json else sys.stdout):  # --json: stdout holds the counts only
-        code = pytest.main(["-q", "-p", "no:xdist", "-p", "no:cacheprovider", str(HERE), *pytest_args],
-                           plugins=[census])
+    files = sorted(HERE.glob("test_*.py"))
+    census, code = run_suite(pytest_args, files, sys.stderr if known.json else sys.stdout)
     counts = census.counts()
     if known.json:
         print(json.dumps(counts, indent=2))
@@ -215,7 +265,7 @@ def main() -> int:
                     print(f"  {name.removesuffix(' cases')}: {case}")
             else:
                 print(f"{name}: {value}")
-    return int(code)
+    return code
 
 
 if __name__ == "__main__":
