@@ -10,6 +10,7 @@ name when there is one. ``edgebuild validate`` and ``edgebuild run`` both run th
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 from pathlib import Path
 
@@ -116,16 +117,26 @@ def _check_passes(check: _Checker, variant, registry) -> None:
 
 
 def _model_inputs(check: _Checker, variant):
-    from edgebuild.recipe.model_inputs import NotOnnx, read_graph_inputs
+    from edgebuild.recipe.model_inputs import NotOnnx
 
     model = variant.recipe.source.model.removeprefix("file:")
     path = Path(model) if Path(model).is_absolute() else variant.base_dir / model
     try:
-        return read_graph_inputs(path)
+        stat = path.stat()
+        return list(_graph_inputs(str(path.resolve()), (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)))
     except NotOnnx as exc:
         check.fail(("source", "model"), f"{model!r} is not an ONNX model ({exc})")
     except OSError as exc:
         check.fail(("source", "model"), f"cannot read {model!r}: {exc.strerror or exc}")
+
+
+@functools.lru_cache(maxsize=32)
+def _graph_inputs(path: str, signature: tuple) -> tuple:
+    """The model's inputs, read once for all the variants that build it (a recipe may have
+    thousands); ``signature`` (inode, size, mtime, ctime) makes a changed file read again."""
+    from edgebuild.recipe.model_inputs import read_graph_inputs
+
+    return tuple(read_graph_inputs(Path(path)))
 
 
 def _check_inputs_match_model(check: _Checker, variant, graph_inputs) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -97,11 +99,16 @@ def _load_chain(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, dict, l
     return deep_merge(base, data), merge_locations(base_locations, locations), includes + [parent_path.resolve()]
 
 
-def _variant_locations(locations: dict, name: str) -> dict:
-    prefix = ("variants", name)
-    override = {p[2:]: loc for p, loc in locations.items() if p[:2] == prefix and len(p) > 2}
-    base = {p: loc for p, loc in locations.items() if p[:1] != ("variants",)}
-    return merge_locations(base, override)
+def _split_locations(locations: dict) -> tuple[dict, dict[str, dict]]:
+    """The locations outside ``variants:``, and each variant's own (paths relative to its
+    overrides): one pass, so a recipe with many variants loads in time linear in their number."""
+    base, by_variant = {}, {}
+    for path, loc in locations.items():
+        if path[:1] != ("variants",):
+            base[path] = loc
+        elif len(path) > 2:
+            by_variant.setdefault(path[1], {})[path[2:]] = loc
+    return base, by_variant
 
 
 def load_recipe(path: Path | str, *, only: list[str] | None = None, sections=None,
@@ -111,7 +118,26 @@ def load_recipe(path: Path | str, *, only: list[str] | None = None, sections=Non
 
     ``sections`` validates plugin-owned sections: ``sections(variant)`` raises RecipeError.
     """
-    path = Path(path)
+    with _collector_paused():
+        return _load_recipe(Path(path), only, sections, matrix)
+
+
+@contextmanager
+def _collector_paused():
+    """Loading makes many small objects (YAML nodes, locations, models) and no reference cycles
+    worth collecting; the cyclic collector would rescan them all again and again (a recipe with
+    10,000 variants spent most of its load time there). Bounded: a recipe has at most
+    ``locations.MAX_VALUES`` values."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _load_recipe(path: Path, only, sections, matrix) -> list[Variant]:
     data, locations, includes = _load_chain(path)
     variants = data.get("variants") or {}
     if not isinstance(variants, dict):
@@ -123,8 +149,9 @@ def load_recipe(path: Path | str, *, only: list[str] | None = None, sections=Non
     for name in cells:
         _check_variant_name(name, locations, where=locate(locations, ("matrix",)))
     names = list(variants) + list(cells) or [DEFAULT_VARIANT]
+    known = set(names)
     for name in only or []:
-        if name not in names:
+        if name not in known:
             raise RecipeError(
                 f"{_display(path)}: no variant {name!r}; the recipe has {', '.join(names)}"
             )
@@ -133,13 +160,15 @@ def load_recipe(path: Path | str, *, only: list[str] | None = None, sections=Non
     base = {k: v for k, v in data.items() if k not in ("variants", "matrix")}
     base_locations = {p: l for p, l in locations.items() if p[:1] not in (("variants",), ("matrix",))}
     _validate(dict(base, variants={}, matrix=matrix_data), {**base_locations, **_matrix_locations(locations)})
+    # each variant is validated as the recipe it builds, without the other variants and the matrix
+    # (they are checked above and by the loops below; carrying them made loading quadratic)
+    outside_variants, variant_locations = _split_locations(locations)
     result = []
     for name in only or names:
         if name in cells:
             merged = deep_merge(base, cells[name].override)
             merged_locations = merge_locations(base_locations, cells[name].locations)
-            recipe = _validate(dict(merged, variants=variants, matrix=matrix_data), merged_locations,
-                               prefix_variant=name)
+            recipe = _validate(merged, merged_locations, prefix_variant=name)
             variant = Variant(name, recipe, path.resolve(), merged, merged_locations, includes)
             if sections is not None:
                 sections(variant)
@@ -151,8 +180,8 @@ def load_recipe(path: Path | str, *, only: list[str] | None = None, sections=Non
         if "variants" in override or "extends" in override:
             raise RecipeError(f"{locate(locations, ('variants', name))} variants.{name}: a variant cannot set variants or extends")
         merged = deep_merge(base, override)
-        merged_locations = _variant_locations(locations, name)
-        recipe = _validate(dict(merged, variants=variants), merged_locations, prefix_variant=name)
+        merged_locations = merge_locations(outside_variants, variant_locations.get(name, {}))
+        recipe = _validate(merged, merged_locations, prefix_variant=name)
         variant = Variant(name, recipe, path.resolve(), merged, merged_locations, includes)
         if sections is not None:
             sections(variant)

@@ -67,7 +67,7 @@ def _read(path: Path, display: str) -> str:
         raise RecipeError(f"{display}: permission denied", hint="make the recipe readable") from None
 
 
-def check_size(text: str, display: str) -> None:
+def check_size(text: str, display: str, *, loader=yaml.SafeLoader) -> None:
     """Refuse documents nested deeper than MAX_DEPTH or expanding to more than MAX_VALUES values.
 
     One pass over the parser's events (the parser is a state machine: no recursion, so a deep
@@ -86,7 +86,7 @@ def check_size(text: str, display: str) -> None:
             stack[-1][2] = max(stack[-1][2], depth + 1)
 
     try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.AliasEvent):
                 if event.anchor not in anchors:
                     open_anchors = {entry[0] for entry in stack}
@@ -120,28 +120,70 @@ def check_size(text: str, display: str) -> None:
                 anchor, size, depth = stack.pop()
                 close(anchor, size, depth)
     except yaml.YAMLError:
+        if loader is not yaml.SafeLoader:
+            raise  # the pure-Python loader is asked again, for its message
         return  # the composer below reports syntax errors with their location
+
+
+# libyaml, where PyYAML was built with it, parses ~10x faster (a recipe with thousands of
+# variants); the pure-Python loader reports the errors, so messages are the same either way
+FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MERGE_TAG = "tag:yaml.org,2002:merge"
+# the C0 controls' names, for a message that says which byte it found
+CONTROL_NAMES = ("NUL SOH STX ETX EOT ENQ ACK BEL BS HT LF VT FF CR SO SI DLE DC1 DC2 DC3 DC4 NAK SYN ETB "
+                 "CAN EM SUB ESC FS GS RS US").split()
+
+
+def check_characters(text: str, display: str) -> None:
+    """Refuse a character YAML does not allow (NUL, other control characters), at its file:line:column."""
+    found = yaml.reader.Reader.NON_PRINTABLE.search(text)
+    if found is None:
+        return
+    char = found.group()
+    line = text.count("\n", 0, found.start()) + 1
+    column = found.start() - (text.rfind("\n", 0, found.start()) + 1) + 1
+    code = ord(char)
+    name = CONTROL_NAMES[code] if code < 32 else "DEL" if code == 127 else None
+    what = f"the control character U+{code:04X} ({name})" if name else f"the character U+{code:04X}"
+    raise RecipeError(f"{display}:{line}:{column} {what} is not allowed in YAML",
+                      hint="remove it (an editor that shows invisible characters helps); to put such bytes "
+                           "in a value, write it in double quotes with an escape, e.g. \"\\x00\"")
 
 
 def load_yaml(path: Path, display: str) -> tuple[object, dict[Path_, Location]]:
     """Parse ``path`` safely; return the data and a map from data path to location."""
     text = _read(path, display)
+    check_characters(text, display)
+    try:
+        check_size(text, display, loader=FAST_LOADER)
+        return _compose(text, display, FAST_LOADER)
+    except yaml.YAMLError:
+        if FAST_LOADER is yaml.SafeLoader:
+            raise
     check_size(text, display)
-    loader = yaml.SafeLoader(text)
+    return _compose(text, display, yaml.SafeLoader)  # raises the error with its message and location
+
+
+def _compose(text: str, display: str, loader_class) -> tuple[object, dict[Path_, Location]]:
+    loader = loader_class(text)
     try:
         node = loader.get_single_node()
+        locations: dict[Path_, Location] = {}
+        if node is not None:
+            _walk(node, (), display, locations)  # before constructing: that folds merge keys into the node
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
+        if loader_class is not yaml.SafeLoader:
+            raise
         mark = exc.problem_mark or exc.context_mark
         where = _where(display, mark) if mark else display
         raise RecipeError(f"{where} invalid YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
+        if loader_class is not yaml.SafeLoader:
+            raise
         raise RecipeError(f"{display}: invalid YAML: {exc}") from None
     finally:
         loader.dispose()
-    locations: dict[Path_, Location] = {}
-    if node is not None:
-        _walk(node, (), display, locations)
     return data, locations
 
 
@@ -149,7 +191,13 @@ def _walk(node, path: Path_, display: str, out: dict) -> None:
     out[path] = Location(display, node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
         seen: dict = {}
+        merged = []
         for key_node, value_node in node.value:
+            if key_node.tag == MERGE_TAG:  # ``<<: *base``: its keys come in below the mapping's own
+                merged.append(value_node)
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue  # a list or mapping as a key: construction refuses it with its location
             key = key_node.value
             if key in seen:
                 raise RecipeError(
@@ -160,9 +208,26 @@ def _walk(node, path: Path_, display: str, out: dict) -> None:
             # an unknown key is reported at the key itself, a bad value at the value
             out[path + (key, "<key>")] = Location(display, key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             _walk(value_node, path + (key,), display, out)
+        for source in merged:
+            _walk_merged(source, path, display, out, seen)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             _walk(item, path + (index,), display, out)
+
+
+def _walk_merged(source, path: Path_, display: str, out: dict, seen: dict) -> None:
+    """Locations of the keys a merge key brings in: where the merged mapping wrote them, for the
+    keys the mapping does not set itself (YAML: its own keys win, then earlier merged mappings)."""
+    sources = source.value if isinstance(source, yaml.SequenceNode) else [source]
+    for mapping in sources:
+        if not isinstance(mapping, yaml.MappingNode):
+            continue  # construction refuses a merge of anything but mappings, with its location
+        found: dict = {}
+        _walk(mapping, path, display, found)
+        for key_path, location in found.items():
+            if len(key_path) > len(path) and key_path[len(path)] not in seen:
+                out[key_path] = location
+        seen.update({p[len(path)]: 0 for p in found if len(p) > len(path)})
 
 
 def locate(locations: dict[Path_, Location], path: Path_, *, key: bool = False) -> Location | None:

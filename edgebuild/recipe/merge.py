@@ -23,10 +23,10 @@ def deep_merge(base, override):
 
 def merge_locations(base: dict, override: dict) -> dict:
     """Locations of a merge: the override's where it has a path, the base's elsewhere."""
-    merged = dict(base)
     overridden = {path for path in override if path}
-    for path in list(merged):
-        if any(path[: len(o)] == o for o in overridden if len(o) <= len(path)):
-            del merged[path]
+    # a base path goes when it is overridden or lies under an overridden path: one set look-up
+    # per prefix, so merging costs the size of the two maps, not their product
+    merged = {path: loc for path, loc in base.items()
+              if not any(path[:end] in overridden for end in range(1, len(path) + 1))}
     merged.update(override)
     return merged
