@@ -10,6 +10,7 @@ from edgebuild.store import hashstate
 from edgebuild.store.local import Store, shown_value
 
 HINT = "give a directory with --cache-dir or EDGEBUILD_CACHE_DIR"
+NAME_MAX = 255  # bytes in one file name: Linux, macOS (APFS) and Windows alike
 
 
 def _named(cache_dir) -> str:
@@ -21,6 +22,9 @@ def cache_root(cache_dir: str | Path | None) -> Path:
     if given:
         if "\0" in str(given):
             raise UsageError(f"{_named(cache_dir)} {shown_value(str(given))}: a path cannot hold a NUL byte", hint=HINT)
+        if any(len(os.fsencode(part)) > NAME_MAX for part in Path(given).parts):
+            raise UsageError(f"{_named(cache_dir)} {shown_value(str(given))}: a name in it is longer than file "
+                             f"systems allow ({NAME_MAX} bytes)", hint=HINT)
         try:
             return Path(given).expanduser().resolve()
         except (OSError, RuntimeError) as exc:
