@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import stat
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,6 +186,7 @@ class Store:
     def __init__(self, root: Path):
         self.root = Path(root)
         self._lease: leases.Lease | bool | None = None  # taken on the first lookup, held while this object lives
+        self._lease_guard = threading.Lock()  # one lease however many threads look up at once
 
     @property
     def sources(self) -> Path:
@@ -204,16 +206,19 @@ class Store:
     def hold(self, key: str) -> None:
         """Note in this process's lease that it uses ``key``'s entry (before it looks it up), so
         housekeeping in another process leaves the entry alone until this store object is gone."""
-        if self._lease is None:
-            self._lease = leases.Lease.take(self.root) or False  # False: this store cannot hold leases
-        if self._lease:
-            self._lease.add(key)
+        with self._lease_guard:
+            if self._lease is None:
+                self._lease = leases.Lease.take(self.root) or False  # False: this store cannot hold leases
+            lease = self._lease
+        if lease:
+            lease.add(key)
 
     def release(self) -> None:
         """Give up the lease (also done when this object is collected, or the process ends)."""
-        if self._lease:
-            self._lease.release()
-        self._lease = None
+        with self._lease_guard:
+            lease, self._lease = self._lease, None
+        if lease:
+            lease.release()
 
     def held_keys(self) -> set[str]:
         """The keys every running build's lease holds (stale leases of ended processes are removed)."""
