@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_SAMPLES = 10_000
@@ -113,6 +112,8 @@ class InputSource(_Strict):
         # NaN fed to both sides makes both NaN and proves nothing (verify.inputs); inf is kept (masks)
         if value is None:
             return value
+        import numpy as np  # here, not at the top: a fully cached run loads no numpy
+
         try:
             numbers = np.asarray(value, dtype=np.float64)
         except (TypeError, ValueError, OverflowError):  # not numbers: checked against the input's dtype later
