@@ -233,10 +233,14 @@ def fresh_tree(dest: Path, tree: Path = ROOT) -> Path:
         if (tree / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(tree / name, dest / name)
-    bin_dir = dest / ".venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    for tool in Path(sys.executable).parent.iterdir():
-        (bin_dir / tool.name).symlink_to(tool)
+    venv, here = dest / ".venv", Path(sys.prefix)
+    (venv / "bin").mkdir(parents=True)
+    for tool in (here / "bin").iterdir():
+        (venv / "bin" / tool.name).symlink_to(tool)
+    for name in ("lib", "lib64", "include"):  # its packages, found through pyvenv.cfg as in any venv
+        if (here / name).exists():
+            (venv / name).symlink_to(here / name, target_is_directory=True)
+    shutil.copy(here / "pyvenv.cfg", venv / "pyvenv.cfg")
     for stamp in (".demo-installed", ".installed"):
         (dest / ".venv" / stamp).touch()  # after the copies: newer than every pyproject.toml
     return dest

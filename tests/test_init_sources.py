@@ -5,6 +5,7 @@ as its ``source.model``; a wrong or malformed digest leaves no recipe behind."""
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 import yaml
@@ -62,3 +63,14 @@ def test_init_from_a_pypi_source_names_the_uri_and_its_digest(tmp_path):
     source = yaml.safe_load(out.read_text())["source"]
     assert source["model"] == ORIENTATION and source["sha256"] == ORIENTATION_SHA256
     assert source["inputs"]["x"]["shape"] == [1, 3, 224, 224]
+
+
+def test_convert_checks_the_digest_before_it_writes_anything(tmp_path):
+    from edgebuild.registry import get_registry
+
+    registry = get_registry()
+    suffix = Path(registry.get("backends", registry.default_backend()).artifact).suffix  # Core ML: .mlpackage
+    model = encoder(tmp_path / "enc.onnx")
+    done = edgebuild("convert", model, "--sha256", "f" * 64, "-o", tmp_path / f"Enc{suffix}", cwd=tmp_path)
+    assert done.returncode == 1 and "sha256 mismatch" in done.stderr and "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["enc.onnx"]
