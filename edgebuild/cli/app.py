@@ -14,6 +14,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 import typer  # noqa: E402
 
 from edgebuild.cli.cache_remote import add_remote_commands, run_remote
+from edgebuild.cli.config_command import add_config_command
 from edgebuild.cli.plugin_commands import WithPluginCommands
 from edgebuild.errors import EdgebuildError
 
@@ -22,6 +23,7 @@ app = typer.Typer(cls=WithPluginCommands, add_completion=False, no_args_is_help=
 cache_app = typer.Typer(no_args_is_help=True, help="Inspect and prune the content-addressed store.")
 app.add_typer(cache_app, name="cache")
 add_remote_commands(cache_app)  # cache push|pull|status
+add_config_command(app)  # config: files read or ignored, remote and store in use
 
 _state = {"debug": False}
 
@@ -322,10 +324,13 @@ def cache_info(cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"), as
     data = {"path": str(store.root), "entries": len(entries), "bytes": sum(store.size_of(e) for e in entries),
             "corrupt": len(corrupt), "temporaries": len(leftovers),
             "garbage_bytes": sum(store.bytes_under(p) for p in corrupt + leftovers)}
+    from edgebuild.cli.config_command import remote_line, remote_origin
+
+    data["remote"] = remote_origin()  # which remote a run would pull from and push to (`edgebuild config`)
     if as_json:
         sys.stdout.write(json.dumps(data) + "\n")
         return
-    typer.echo(f"{data['path']}\n{data['entries']} entries, {data['bytes'] / 1e6:.1f} MB")
+    typer.echo(f"{data['path']}\n{data['entries']} entries, {data['bytes'] / 1e6:.1f} MB\n{remote_line(data['remote'])}")
     if corrupt or leftovers:
         typer.echo(f"{len(corrupt)} corrupt entries and {len(leftovers)} temporaries of killed builds "
                    f"({data['garbage_bytes'] / 1e6:.1f} MB): `edgebuild cache gc` removes them")
