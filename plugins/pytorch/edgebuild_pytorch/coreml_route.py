@@ -9,10 +9,11 @@ backend that wants to convert again (other precision, deployment target) can.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
+import json
+import os
+import subprocess
 import sys
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from edgebuild.errors import BuildError
@@ -43,9 +44,8 @@ def convert_with_coremltools(program, out_dir: Path, *, input_names: list[str], 
     if coremltools_without_torch():
         # this process's coremltools was imported lean (edgebuild_coreml.coremltools_import), before
         # torch, and keeps no torch frontend: convert the saved program where torch comes first
-        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
-            counts = child.submit(_convert_saved_program, str(out_dir / PROGRAM), str(out_dir), input_names,
-                                  output_names, deployment_target).result()
+        counts = _convert_in_fresh_interpreter(str(out_dir / PROGRAM), str(out_dir), input_names, output_names,
+                                               deployment_target)
     else:
         counts = _convert(decomposed, out_dir, input_names, output_names, deployment_target)
     return {"deployment_target": deployment_target, "mil_ops": counts}
@@ -56,6 +56,19 @@ def coremltools_without_torch() -> bool:
     from coremltools import _deps
 
     return not _deps._HAS_TORCH
+
+
+def _convert_in_fresh_interpreter(*arguments) -> dict[str, int]:
+    """``_convert_saved_program`` in a new interpreter started on this module, not through
+    multiprocessing's spawn, whose child imports the caller's ``__main__`` again: a script that
+    calls ``edgebuild.build()`` without a main guard would build once more in it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, "-m", __name__, json.dumps(arguments)], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise BuildError(f"coremltools' torch conversion failed in its own process: {last}")
+    return json.loads(done.stdout)
 
 
 def _convert_saved_program(program_path: str, out_dir: str, input_names: list[str], output_names: list[str],
@@ -117,3 +130,10 @@ def _op_counts(mlmodel) -> dict[str, int]:
         for op in function.operations:
             counts[op.op_type] = counts.get(op.op_type, 0) + 1
     return dict(sorted(counts.items()))
+
+
+if __name__ == "__main__":  # the fresh interpreter of _convert_in_fresh_interpreter
+    try:
+        print(json.dumps(_convert_saved_program(*json.loads(sys.argv[1]))))
+    except BuildError as exc:
+        sys.exit(f"error: {exc}")

@@ -1,6 +1,7 @@
 """``route: coreml`` in a process whose coremltools was imported lean (before torch, as a run that
 lowered an ONNX variant first leaves it): the conversion moves to a fresh process and gives the
-same program. Checked with the MIL interpreter against the eager module."""
+same program. Checked with the MIL interpreter against the eager module. The script has no main
+guard: the fresh process must not run it again (multiprocessing's spawn would)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ X = np.random.default_rng(5).standard_normal((1, 3, 8, 8)).astype(np.float32)
 
 LEAN_THEN_ROUTE = """
 import json, sys
+with open(sys.argv[3], "a") as ran:
+    ran.write("ran\\n")
 import edgebuild_coreml.lowering.converter  # what lowering an ONNX variant imports
 from coremltools import _deps
 assert not _deps._HAS_TORCH and "torch" not in sys.modules
@@ -46,9 +49,12 @@ def test_coreml_route_after_a_lean_coremltools_import(tmp_path):
         expected = {k: v.numpy() for k, v in module(torch.from_numpy(X)).items()}
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", LEAN_THEN_ROUTE, str(weights), str(out)], capture_output=True,
+    script, ran = tmp_path / "script.py", tmp_path / "ran.txt"
+    script.write_text(LEAN_THEN_ROUTE)
+    done = subprocess.run([sys.executable, str(script), str(weights), str(out), str(ran)], capture_output=True,
                           text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
+    assert ran.read_text().splitlines() == ["ran"]  # the script's top level ran once, in its own process
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["lean"] and report["route"] == "coreml"
     assert report["mil_ops"].get("conv") == 1  # the counts come back from the converting process
