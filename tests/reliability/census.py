@@ -96,8 +96,7 @@ class Census:
             "CLI runs by exit code": {str(code): n for code, n in sorted(codes.items(), key=lambda kv: str(kv[0]))},
             "exit 2": len(exit2),
             "exit 2 with file:line": sum(1 for run in exit2 if run.stderr and FILE_LINE.search(run.stderr)),
-            "tracebacks": sum(1 for run in self.runs if not run.debug and run.stderr
-                              and any(mark in run.stderr for mark in TRACEBACK)),
+            "tracebacks": sum(1 for run in self.runs if _traceback(run)),
             "hangs": len(self.timed_out),
             "user files lost": sum(1 for case in failed if _matches(case, FILES_LOST)),
             "forged or corrupt entries served": sum(1 for case in failed if _matches(case, ENTRIES_SERVED)),
@@ -105,6 +104,8 @@ class Census:
             "failed cases": sorted(failed),
             "exit 2 without file:line": sorted({run.case for run in exit2
                                                 if not (run.stderr and FILE_LINE.search(run.stderr))}),
+            "traceback cases": sorted({run.case for run in self.runs if _traceback(run)}),
+            "hang cases": sorted(self.timed_out),
         }
 
 
@@ -217,6 +218,10 @@ def _is_edgebuild(args) -> bool:
     return bool(argv) and (Path(argv[0]).name == "edgebuild" or bool(modules & {"edgebuild", "edgebuild.cli", "edgebuild.cli.app"}))
 
 
+def _traceback(run: Run) -> bool:
+    return not run.debug and bool(run.stderr) and any(mark in run.stderr for mark in TRACEBACK)
+
+
 def _file(case: str) -> str:
     return Path(case.split("::", 1)[0]).name
 
@@ -260,7 +265,7 @@ def main() -> int:
                 print("per test file:")
                 for file, outcomes in value.items():
                     print(f"  {file}: " + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())))
-            elif name in ("failed cases", "exit 2 without file:line"):
+            elif name in ("failed cases", "exit 2 without file:line", "traceback cases", "hang cases"):
                 for case in value:
                     print(f"  {name.removesuffix(' cases')}: {case}")
             else:
