@@ -16,7 +16,7 @@ import typer  # noqa: E402
 from edgebuild.cli.cache_remote import add_remote_commands, run_remote
 from edgebuild.cli.config_command import add_config_command
 from edgebuild.cli.plugin_commands import WithPluginCommands
-from edgebuild.errors import EdgebuildError
+from edgebuild.errors import EdgebuildError, UsageError
 
 app = typer.Typer(cls=WithPluginCommands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Compile trained models into artifacts that run on Apple Silicon.")
@@ -177,6 +177,9 @@ def schema(
     if out:
         from edgebuild.store.atomic import write_text_atomic
 
+        if not out.parent.is_dir():  # the file was named, not its folders: nothing else is created
+            raise UsageError(f"--out {out}: directory {out.parent} does not exist",
+                             hint="create it first, or give a path in an existing directory")
         if not force:
             check_replace(out, text, registry)
         write_text_atomic(out, text)

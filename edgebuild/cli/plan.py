@@ -14,7 +14,7 @@ def plan_recipe(recipe, *, chip=None, variants=None, cache_dir=None, as_json=Fal
     from edgebuild.registry import get_registry
 
     registry = get_registry()
-    store = open_store(cache_dir)
+    store = open_store(cache_dir, create=False)  # read-only: a missing store is empty, and is not made
     builds = plan_jobs(load_variants([recipe], variants, registry), registry, store)
     out = {"variants": []}
     for build in builds:

@@ -230,6 +230,8 @@ class Store:
         value that is not a stage key (before any path is made of it). ``layout``: the files its
         stage may produce (edgebuild.store.layout); an entry holding others is evicted too."""
         path = self._dir(key)
+        if not self.root.is_dir():
+            return None  # a store never made (read-only commands do not make one) holds nothing to lease
         self.hold(key)
         try:
             meta = json.loads((path / "meta.json").read_text())

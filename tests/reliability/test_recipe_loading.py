@@ -224,3 +224,29 @@ def test_syntax_errors_keep_their_location(tmp_path, monkeypatch, cli):
     (tmp_path / "recipe.yaml").write_text(BASE_RECIPE + "metadata: {description: [unclosed}\n")
     code, _, err = cli("validate", "recipe.yaml")
     assert_usage_error(code, err, "recipe.yaml:8:", "invalid YAML")
+
+
+# --- nothing is created that the user did not name as an output ------------------------------
+
+def test_schema_out_in_a_missing_folder_is_exit_2_and_creates_nothing(tmp_path, cli):
+    code, out, err = cli("schema", "--out", tmp_path / "missing" / "deeper" / "x.json")
+    assert_usage_error(code, err, f"directory {tmp_path / 'missing' / 'deeper'} does not exist")
+    assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("command", [("cache", "ls"), ("cache", "info"), ("config",), ("plan", "recipe.yaml"),
+                                     ("validate", "recipe.yaml")], ids=lambda c: "-".join(c).replace(".yaml", ""))
+@pytest.mark.parametrize("given", ["option", "environment"])
+def test_read_only_commands_create_no_cache_dir(tmp_path, monkeypatch, cli, command, given):
+    monkeypatch.chdir(tmp_path)
+    write_model(tmp_path / "m.onnx")
+    (tmp_path / "recipe.yaml").write_text(BASE_RECIPE)
+    store = tmp_path / "missing" / "zz"
+    if given == "option" and command[0] != "validate":
+        args = (*command, "--cache-dir", store)
+    else:
+        monkeypatch.setenv("EDGEBUILD_CACHE_DIR", str(store))
+        args = command
+    code, _, err = cli(*args)
+    assert code == 0, err
+    assert not (tmp_path / "missing").exists()
