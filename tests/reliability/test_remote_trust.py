@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild_testplugin.cli_runner import edgebuild, log_lines
+from remote_support import s3  # noqa: F401  (a fixture)
 
 pytest.importorskip("fsspec")
 
@@ -156,3 +157,19 @@ def test_a_signed_entry_still_holds_only_its_stages_files(project, tmp_path, sha
     assert stages(second)["package"]["status"] == "ran"
     assert "lists out/model/evil.sh, which its stage does not produce; not installed" in second.stderr
     assert not Path("out/default/model/evil.sh").exists()
+
+
+def test_signed_entries_on_s3(project, tmp_path, s3):
+    """The same over an S3 API (moto's server): signed manifests are uploaded whole, as objects."""
+    url = s3.make_bucket("signed")
+    first = edgebuild("run", project(), "--json", "--remote", url, env=machine(tmp_path, "a", signing=SECRET), check=0)
+    key = stages(first)["lower"]["key"]
+    meta = json.loads(s3.client().get_object(Bucket="signed", Key=f"edgebuild/objects/{key[:2]}/{key}/meta.json")
+                      ["Body"].read())
+    assert meta["signature"]["algorithm"] == "hmac-sha256"
+    second = edgebuild("run", project(), "--json", "--remote", url, env=machine(tmp_path, "b", signing=SECRET), check=0)
+    assert {s["status"] for n, s in stages(second).items() if n != "resolve"} == {"pulled"}, second.stderr
+    other = edgebuild("run", project(), "--json", "--remote", url,
+                      env=machine(tmp_path, "c", signing="another-key-0123456789abcdef"), check=0)
+    assert stages(other)["lower"]["status"] == "ran"
+    assert f"entry {key[:12]} (lower) is signed with another key; not installed" in other.stderr
