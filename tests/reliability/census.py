@@ -13,9 +13,10 @@ this module loaded as a pytest plugin that records what each case did, and count
 - tracebacks: CLI runs (without ``--debug``) whose error output holds a Python traceback or
   "internal error";
 - hangs: cases that failed on a timeout (a subprocess that did not end, a bounded wait that ran out);
-- user files lost, forged or corrupt entries served: failed cases of the test files that put a
-  victim file beside the command, or feed the store and the remote damaged or forged entries
-  (``FILES_LOST`` and ``ENTRIES_SERVED`` below name them);
+- user files lost, forged or corrupt entries served, builds broken: failed cases of the test files
+  that put a victim file beside the command, feed the store and the remote damaged or forged
+  entries, or race ``cache gc``/``clear`` and Ctrl-C with a build (``FILES_LOST``,
+  ``ENTRIES_SERVED`` and ``BUILDS_BROKEN`` below name them);
 - failed and skipped cases, overall and per test file.
 
 A case that passes held its property (its assertions say which); a failed one is a hole.
@@ -42,10 +43,13 @@ HERE = Path(__file__).resolve().parent
 RECORD_ENV = "EDGEBUILD_CENSUS_RECORD"  # the JSON-lines file a test process appends its records to
 FILE_SECONDS = 1200  # a test file still running after this long is stopped: a hang
 
-# the test files whose failures are a user's file lost, or a bad entry served (glob patterns)
+# The test files that put a user's file beside the command, feed damaged or forged entries, or
+# race housekeeping with a build (glob patterns): a failed case of theirs counts as a file lost,
+# an entry served or a build broken, an upper bound, since a case may fail before its last check.
 FILES_LOST = ("test_outputs.py", "test_owned_outputs.py", "test_generated_files.py", "test_hostile_keys.py",
-              "test_make*.py", "test_depfile*.py")
+              "test_hostile_values.py", "test_make*.py", "test_depfile*.py")
 ENTRIES_SERVED = ("test_store.py", "test_remote*.py", "test_forged*.py", "test_signed*.py", "test_entry_layout*.py")
+BUILDS_BROKEN = ("test_housekeeping.py", "test_interrupt.py")
 
 # "recipe.yaml:12:5", "edgebuild.toml:3", "lock.json:1:1" (not "127.0.0.1:8786")
 FILE_LINE = re.compile(r"[\w.~-]+\.(?:ya?ml|toml|json):\d+")
@@ -100,6 +104,7 @@ class Census:
             "hangs": len(self.timed_out),
             "user files lost": sum(1 for case in failed if _matches(case, FILES_LOST)),
             "forged or corrupt entries served": sum(1 for case in failed if _matches(case, ENTRIES_SERVED)),
+            "builds broken by housekeeping or an interrupt": sum(1 for case in failed if _matches(case, BUILDS_BROKEN)),
             "per test file": {name: dict(counter) for name, counter in sorted(per_file.items())},
             "failed cases": sorted(failed),
             "exit 2 without file:line": sorted({run.case for run in exit2
