@@ -86,6 +86,7 @@ class OnnxFrontend(Frontend):
             model = upgrade_opset(model, path, notes, scratch_dir=Path(scratch))
             lift_constants(model)
             inputs = inputs or {}
+            check_unnamed_inputs(model, path)
             check_input_names(model, inputs, path)
             for name, spec in inputs.items():
                 value = next(v for v in model.graph.inputs if v.name == name)
@@ -197,6 +198,18 @@ def _load_attribute_tensors(model: ir.Model) -> None:
 def lift_constants(model: ir.Model) -> None:
     """Turn every ``Constant`` node into an initializer so passes see one kind of constant."""
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
+
+
+def check_unnamed_inputs(model: ir.Model, path: Path) -> None:
+    """An input with an empty name is a usage error (exit 2): the model must be fixed, not rebuilt."""
+    from edgebuild.errors import UsageError
+    from edgebuild.graph.input_names import first_unnamed, unnamed_input_message
+
+    names = [v.name for v in model.graph.inputs]
+    unnamed = first_unnamed(names)
+    if unnamed is not None:
+        message, hint = unnamed_input_message(path, unnamed, len(names))
+        raise UsageError(message, hint=hint)
 
 
 def check_input_names(model: ir.Model, inputs: dict[str, dict], path: Path) -> None:

@@ -140,6 +140,12 @@ def _graph_inputs(path: str, signature: tuple) -> tuple:
 
 
 def _check_inputs_match_model(check: _Checker, variant, graph_inputs) -> None:
+    from edgebuild.graph.input_names import first_unnamed, unnamed_input_message
+
+    unnamed = first_unnamed(i.name for i in graph_inputs)
+    if unnamed is not None:
+        message, hint = unnamed_input_message(variant.recipe.source.model, unnamed, len(graph_inputs))
+        check.fail(("source", "model"), message, hint=hint)
     by_name = {i.name: i for i in graph_inputs}
     for name, spec in variant.recipe.source.inputs.items():
         path = ("source", "inputs", name)

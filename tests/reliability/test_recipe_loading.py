@@ -250,3 +250,53 @@ def test_read_only_commands_create_no_cache_dir(tmp_path, monkeypatch, cli, comm
     code, _, err = cli(*args)
     assert code == 0, err
     assert not (tmp_path / "missing").exists()
+
+
+# --- a model input with an empty name ----------------------------------------------------------
+
+def write_unnamed_input_model(path: Path) -> None:
+    """y = a + "" : the second graph input has an empty name."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Add", ["a", ""], ["y"])], "unnamed",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 4]),
+                               helper.make_tensor_value_info("", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+UNNAMED = "graph.input[1] (input 2 of 2) has an empty name"
+UNNAMED_RECIPE = BASE_RECIPE.replace("    x: {shape: [2, 4], dtype: float32}\n", "    a: {shape: [2, 4]}\n") + \
+    "outputs: {dir: out}\n"
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_an_unnamed_model_input_is_exit_2_naming_the_model_and_position(tmp_path, monkeypatch, cli, command):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EDGEBUILD_CACHE_DIR", str(tmp_path / "store"))
+    write_unnamed_input_model(tmp_path / "m.onnx")
+    (tmp_path / "recipe.yaml").write_text(UNNAMED_RECIPE)
+    code, _, err = cli(command, "recipe.yaml")
+    assert_usage_error(code, err, "recipe.yaml:4:10", f"m.onnx: {UNNAMED}", "m.graph.input[1].name")
+    assert not (tmp_path / "out").exists()
+
+
+def test_init_refuses_an_unnamed_input_and_writes_nothing(tmp_path, monkeypatch, cli):
+    monkeypatch.chdir(tmp_path)
+    write_unnamed_input_model(tmp_path / "m.onnx")
+    code, _, err = cli("init", "m.onnx", "-o", "recipe.yaml")
+    assert_usage_error(code, err, "m.onnx", UNNAMED, "input_names=")
+    assert not (tmp_path / "recipe.yaml").exists()
+
+
+def test_the_onnx_frontend_refuses_an_unnamed_input(tmp_path):
+    """The frontend checks too: a source the recipe checks did not read (a download) reaches it."""
+    from edgebuild.errors import UsageError
+    from edgebuild.graph.frontend import OnnxFrontend
+
+    write_unnamed_input_model(tmp_path / "m.onnx")
+    with pytest.raises(UsageError, match=r"graph\.input\[1\] \(input 2 of 2\) has an empty name") as refused:
+        OnnxFrontend().import_model(tmp_path / "m.onnx", {}, tmp_path / "imported")
+    assert refused.value.exit_code == 2 and "onnx.save" in refused.value.hint
+    assert not (tmp_path / "imported" / "model.onnx").exists()
