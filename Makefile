@@ -4,7 +4,7 @@
 #   .venv-test  the test environment: everything, the test extras and the test plugin (`make test`)
 #   .venv-core  the core alone with its test extra and the test plugin, no backend: tests/ must pass
 #               there (`make test-core`, part of `make test`)
-#   .venv-build build and twine only, for `make wheels`
+#   .venv-build build, twine and the build backend only, for `make wheels`
 # All three install the versions in constraints/newest.txt, the newest known to work (docs/install.md).
 PYTHON ?= python3
 VENV ?= .venv
@@ -104,7 +104,7 @@ cluster: test-env
 
 $(BUILD_VENV)/.installed: $(CONSTRAINTS)
 	$(PYTHON) -m venv $(BUILD_VENV)
-	$(BUILD_BIN)/$(PIP_INSTALL) build twine
+	$(BUILD_BIN)/$(PIP_INSTALL) build twine setuptools
 	touch $@
 
 # an sdist and a wheel of the core and of every first-party plugin in dist/, as a release
@@ -112,7 +112,7 @@ $(BUILD_VENV)/.installed: $(CONSTRAINTS)
 # Install from them: pip install --find-links dist 'edgebuild[coreml]'
 wheels: $(BUILD_VENV)/.installed
 	rm -rf dist
-	for d in $(DISTRIBUTIONS); do $(BUILD_BIN)/python -m build -q -o dist $$d || exit 1; done
+	for d in $(DISTRIBUTIONS); do $(BUILD_BIN)/python -m build -q --no-isolation -o dist $$d || exit 1; done
 	$(BUILD_BIN)/twine check --strict dist/*
 
 # every code block of README.md and the guides run as written, each shell block from a fresh copy
