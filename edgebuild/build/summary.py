@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from edgebuild.report.console import LivePrinter, escape
 from edgebuild.report.html import COSINES, human_bytes
+from edgebuild.report.verdict import FAILED, NOT_VALIDATED, PASSED, compared, verdict
 
 HEADERS = ("variant", "status", "size", "worst metric", "seconds", "cached/ran")
 
@@ -16,7 +17,7 @@ HEADERS = ("variant", "status", "size", "worst metric", "seconds", "cached/ran")
 @dataclass
 class Row:
     variant: str
-    status: str  # built, failed (a limit missed), error (a stage failed)
+    status: str  # the verdict's words (validation passed / failed, built, not validated), or error (a stage failed)
     size: int | None
     worst: str  # "cosine 0.99998 (limit 0.9999)", "" when nothing was measured
     seconds: float
@@ -36,12 +37,14 @@ def rows(records: list[dict]) -> list[Row]:
 def _row(record: dict) -> Row:
     stages = record.get("stages") or []
     sizes = record.get("artifact_sizes") or {}
-    status = "error" if record.get("error") else record.get("status", "built")
+    validation = record.get("validation") or {}
+    status = "error" if record.get("error") else verdict(
+        failed=record.get("status") == "failed", validated=compared(validation.get("runtimes") or {}))
     return Row(
         variant=f"{record['recipe']}:{record['variant']}",
         status=status,
         size=sum(sizes.values()) if sizes else None,
-        worst=worst_metric(record.get("validation") or {}),
+        worst=worst_metric(validation),
         seconds=round(sum(s.get("seconds") or 0.0 for s in stages), 2),
         cached=sum(s.get("status") == "cached" for s in stages),
         ran=sum(s.get("status") == "ran" for s in stages),
@@ -135,7 +138,7 @@ def print_summary(display, records: list[dict]) -> None:
     if isinstance(display, LivePrinter):
         from rich.table import Table
 
-        colours = {"built": "green", "failed": "red", "error": "red"}
+        colours = {PASSED: "green", NOT_VALIDATED: "yellow", FAILED: "red", "error": "red"}
         drawn = Table(*HEADERS, title="variants", title_justify="left")
         for column in (2, 4, 5):
             drawn.columns[column].justify = "right"
