@@ -1,9 +1,11 @@
 """Make the checkpoint ``recipes/tiny_llama.yaml`` builds: a Llama with transformers' published
 architecture (``LlamaConfig``) shrunk to 2 layers, hidden 64 and a 256-token vocabulary, with
 seeded random weights. Nothing is downloaded. Writes ``config.json`` and ``model.safetensors``
-(about 0.6 MB) with ``save_pretrained``:
+(0.4 MB) with ``save_pretrained``; the committed ``recipes/models/tiny_llama/`` is its output
+(the same bytes again with the transformers that
+constraints/newest.txt pins), so the recipe validates and builds on a fresh clone as well:
 
-    python recipes/models/make_tiny_llama.py            # into build/tiny-llama/checkpoint/
+    python recipes/models/make_tiny_llama.py            # into recipes/models/tiny_llama/
     python recipes/models/make_tiny_llama.py --out DIR
 
 Needs torch and transformers (in ``make test-env``'s .venv-test; or
@@ -16,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-DEFAULT_OUT = Path(__file__).resolve().parents[2] / "build" / "tiny-llama" / "checkpoint"
+DEFAULT_OUT = Path(__file__).resolve().parent / "tiny_llama"
 SEED = 0
 
 

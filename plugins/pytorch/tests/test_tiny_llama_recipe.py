@@ -1,6 +1,6 @@
-"""recipes/tiny_llama.yaml runs as shipped: its script makes the checkpoint (no download) where
-the recipe looks for it, and ``edgebuild run`` builds both variants and validates them by
-generation against the eager model."""
+"""recipes/tiny_llama.yaml runs as shipped: its script remakes the committed checkpoint byte for
+byte (no download), and ``edgebuild run`` builds both variants and validates them by generation
+against the eager model."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ def test_the_shipped_llm_recipe_builds_generates_and_validates(tmp_path):
         shutil.copy(ROOT / name, clone / name)
     subprocess.run([sys.executable, "recipes/models/make_tiny_llama.py"], cwd=clone, check=True,
                    capture_output=True)
-    assert (clone / "build" / "tiny-llama" / "checkpoint" / "config.json").is_file()
+    made, committed = clone / "recipes" / "models" / "tiny_llama", ROOT / "recipes" / "models" / "tiny_llama"
+    for name in ("config.json", "model.safetensors"):
+        assert (made / name).read_bytes() == (committed / name).read_bytes(), f"{name} differs from the committed one"
     done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "run", "recipes/tiny_llama.yaml", "--json",
                            "--cache-dir", str(tmp_path / "store")], cwd=clone, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
