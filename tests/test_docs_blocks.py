@@ -34,6 +34,7 @@ DOCUMENTS = ["README.md", "docs/start.md", "docs/plugins.md", "docs/ci.md", "doc
 FRAGMENT = "<!-- fragment -->"
 SHELL = {"", "sh", "bash", "shell", "console"}
 BLOCK_TIMEOUT = 1800  # s: a block that builds models on a busy 2-core machine
+INSTALLS = re.compile(r"\bpip3? install\b|\bmake (install|test-env)\b")
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)")
 
 
@@ -220,6 +221,8 @@ def test_the_checker_tells_good_from_bad():
         (Path(tmp) / "d.md").write_text(text)
         first, second = blocks(Path(tmp) / "d.md", "d.md")
     assert first.fragment and not second.fragment and parse_error(second)
+    installs = Block("x.md", 1, "sh", "pip install ./plugins/coreml\n", False)
+    assert "installs packages" in run_block(installs, Path(tmp), {})  # refused, not run
 
 
 # --- the slow part: run each document's blocks in a fresh copy of the tree --------------------
@@ -266,6 +269,8 @@ def shared_store(dest: Path) -> Path:
 
 def run_block(block: Block, tree: Path, env: dict) -> str | None:
     """Run ``block`` in ``tree``; why it failed, or None."""
+    if block.lang in SHELL and INSTALLS.search(block.commands()):
+        return "installs packages: its .venv is the test environment, which a docs check must not change"
     if block.lang in SHELL:
         command = ["bash", "-e", "-o", "pipefail", "-c", block.commands()]
     elif block.lang in ("python", "py"):
