@@ -53,6 +53,7 @@ FILES_LOST = ("test_outputs.py", "test_owned_outputs.py", "test_generated_files.
               "test_hostile_values.py", "test_make*.py", "test_depfile*.py")
 ENTRIES_SERVED = ("test_store.py", "test_remote*.py", "test_forged*.py", "test_signed*.py", "test_entry_layout*.py")
 BUILDS_BROKEN = ("test_housekeeping.py", "test_interrupt.py")
+RECIPES = ("test_recipes.py", "test_recipe_loading.py")  # malformed recipes, as the previous round counted them
 
 # "recipe.yaml:12:5", "edgebuild.toml:3", "lock.json:1:1" (not "127.0.0.1:8786")
 FILE_LINE = re.compile(r"[\w.~-]+\.(?:ya?ml|toml|json):\d+")
@@ -111,6 +112,10 @@ class Census:
             "CLI runs by exit code": {str(code): n for code, n in sorted(codes.items(), key=lambda kv: str(kv[0]))},
             "exit 2": len(exit2),
             "exit 2 with file:line": sum(1 for run in exit2 if run.stderr and FILE_LINE.search(run.stderr)),
+            "recipe commands (malformed recipes)": len(recipes := [run for run in self.runs if _matches(run.case, RECIPES)]),
+            "recipe commands: exit 2": sum(1 for run in recipes if run.code == 2),
+            "recipe commands: exit 2 with file:line": sum(1 for run in recipes if run.code == 2 and run.stderr
+                                                          and FILE_LINE.search(run.stderr)),
             "tracebacks": sum(1 for run in self.runs if _traceback(run)),
             "hangs": len(self.timed_out),
             "cases watching victim files": len(self.watched),
