@@ -113,6 +113,7 @@ class Census:
             "exit 2": len(exit2),
             "exit 2 with file:line": sum(1 for run in exit2 if run.stderr and FILE_LINE.search(run.stderr)),
             "recipe commands (malformed recipes)": len(recipes := [run for run in self.runs if _matches(run.case, RECIPES)]),
+            "recipe commands: exit 0": sum(1 for run in recipes if run.code == 0),
             "recipe commands: exit 2": sum(1 for run in recipes if run.code == 2),
             "recipe commands: exit 2 with file:line": sum(1 for run in recipes if run.code == 2 and run.stderr
                                                           and FILE_LINE.search(run.stderr)),
