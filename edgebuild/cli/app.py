@@ -110,7 +110,9 @@ def init(
     if out == "-":
         sys.stdout.write(init_text(start(model, cache_dir, sha256), Path("recipe.yaml")))
         return
-    recipe, started = init_recipe(model, Path(out) if out else None, force=force, cache_dir=cache_dir, sha256=sha256)
+    if out is not None and not out.strip():
+        raise UsageError("-o: an empty recipe path", hint="name the recipe file to write, or leave -o out for NAME.yaml")
+    recipe, started = init_recipe(model, Path(out) if out is not None else None, force=force, cache_dir=cache_dir, sha256=sha256)
     typer.echo(f"wrote {os.path.relpath(recipe)}: {len(started.facts.inputs)} input(s); {started.checked}", err=True)
     typer.echo(f"next: edgebuild run {os.path.relpath(recipe)}", err=True)
 
@@ -408,6 +410,21 @@ def _held_note(held: list[str]) -> str:
     return f"; kept {len(held)} entries a running build uses" if held else ""
 
 
+def _unusable_path(exc: Exception) -> UsageError | None:
+    """A path the operating system cannot take at all (too long, a NUL byte in it) is the command
+    line's mistake wherever it is first used: exit 2 naming it, not an internal error."""
+    import errno
+
+    from edgebuild.store.local import shown_value
+
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        what = f"{shown_value(os.fsdecode(exc.filename))}: " if exc.filename is not None else ""
+        return UsageError(f"{what}a file name or path too long for this system", hint="give a shorter path")
+    if isinstance(exc, ValueError) and "embedded null byte" in str(exc):
+        return UsageError("a path given holds a NUL byte, which no file name can", hint="give the path without it")
+    return None
+
+
 def main() -> None:
     """Entry point: user errors become one message and an exit code, never a traceback (unless --debug)."""
     from edgebuild.cli.json_errors import error_printer
@@ -421,7 +438,10 @@ def main() -> None:
         sys.stdout.write("\n".join(version_lines()) + "\n")
         sys.exit(0)
     try:
-        code = app(standalone_mode=False)  # typer returns Exit codes in this mode
+        try:
+            code = app(standalone_mode=False)  # typer returns Exit codes in this mode
+        except (OSError, ValueError) as exc:
+            raise _unusable_path(exc) or exc
         if code == 130:  # typer's translation of KeyboardInterrupt
             raise KeyboardInterrupt
         sys.exit(code if isinstance(code, int) else 0)

@@ -50,7 +50,8 @@ class Layout:
         self.recipe = out.with_name(f"{stem}.edgebuild.yaml")
         self.build_dir = out.with_name(f"{stem}.edgebuild")
         self.record = self.build_dir / RECORD
-        self.built = self.build_dir / VARIANT / artifact
+        self.variant_dir = self.build_dir / VARIANT  # the report and lock file; the artifact inside it
+        self.built = self.variant_dir / artifact if artifact else self.variant_dir
 
     def read_record(self) -> dict | None:
         try:
@@ -97,7 +98,7 @@ class Layout:
         from edgebuild.store.atomic import atomic_dir
         from edgebuild.store.links import link_or_copy
 
-        lock = (self.built.parent / LOCK_NAME).read_text()
+        lock = (self.variant_dir / LOCK_NAME).read_text()
         record = self.read_record() or {}
         if self._owns_output(record) and record.get("lock") == lock:
             return False
@@ -174,12 +175,12 @@ def convert(model: str, out: Path, *, precision: str = "fp16", compress: str | N
     write_recipe(text, layout.recipe, replace=True)
     code = run_recipes([str(layout.recipe)], cache_dir=cache_dir, console=console)
     if code != 0:
-        where = layout.built.parent
+        where = layout.variant_dir
         console.print(f"[red]not written[/] {_shown(out)}: the build did not pass"
                       + (f"; see {_shown(where / 'report.html')}" if (where / "report.html").exists() else ""))
         return code
     layout.place()
-    compressed = compression_summary(layout.built.parent / "report.json") if compression else None
+    compressed = compression_summary(layout.variant_dir / "report.json") if compression else None
     console.print(f"[bold]{_shown(out)}[/]  ({escape(compressed) + '; ' if compressed else ''}"
-                  f"recipe: {_shown(layout.recipe)}, report: {_shown(layout.built.parent / 'report.html')})")
+                  f"recipe: {_shown(layout.recipe)}, report: {_shown(layout.variant_dir / 'report.html')})")
     return 0

@@ -44,41 +44,14 @@ COMMANDS = {
     "verify": (["verify", "{}", "--reference", "m.onnx"], set()),
     "schema-out": (["schema", "--out", "{}"], {"newline", "shell"}),
     "init-out": (["init", "m.onnx", "-o", "{}"], {"newline", "shell"}),
-    "convert-out": (["convert", "m.onnx", "-o", "{}"], set()),
+    # names Core ML refuses (no .mlpackage suffix) but a backend whose artifact has no suffix may write
+    "convert-out": (["convert", "m.onnx", "-o", "{}"], {"newline", "shell"}),
 }
-
-# rows that show a bug in code another part of the project owns and fixes: (command, value) -> why
-TOO_LONG = "a 5,000-character name reaches an os call unchecked: OSError ENAMETOOLONG becomes 'internal error'"
-KNOWN: dict[tuple[str, str], str] = {
-    ("run-depfile", "5000-chars"): TOO_LONG + " (--depfile check)",
-    ("report", "5000-chars"): TOO_LONG + " (report DIR check)",
-    ("inspect", "5000-chars"): TOO_LONG + " (artifact lookup)",
-    ("verify", "5000-chars"): TOO_LONG + " (artifact lookup)",
-    ("schema-out", "5000-chars"): TOO_LONG + " (schema --out)",
-    ("init-out", "5000-chars"): TOO_LONG + " (init -o)",
-    ("convert-out", "5000-chars"): TOO_LONG + " (convert -o)",
-    ("init-out", "nul"): "init -o with a NUL byte: ValueError 'embedded null byte' becomes 'internal error'",
-    ("init-out", "empty"): "init -o '' is taken as no -o: writes the default NAME.yaml instead of refusing",
-    ("convert-out", "newline"): "convert -o NAME with a backend other than Core ML: the build runs, then its lock "
-                                "file is not found (FileNotFoundError, 'internal error')",
-    ("convert-out", "shell"): "convert -o NAME with a backend other than Core ML: the build runs, then its lock "
-                              "file is not found (FileNotFoundError, 'internal error')",
-}
-
-
-# convert's default backend is Core ML's: without it the command takes another path, which these rows break
-ONLY_WITHOUT_COREML = {("convert-out", "5000-chars"), ("convert-out", "newline"), ("convert-out", "shell")}
-
 
 def rows():
-    import importlib.util
-
-    coreml = importlib.util.find_spec("edgebuild_coreml") is not None
     for command in COMMANDS:
         for value in VALUES:
-            known = (command, value) in KNOWN and not (coreml and (command, value) in ONLY_WITHOUT_COREML)
-            marks = [pytest.mark.xfail(strict=True, reason=KNOWN[command, value])] if known else []
-            yield pytest.param(command, value, id=f"{command}-{value}", marks=marks)
+            yield pytest.param(command, value, id=f"{command}-{value}")
 
 
 def snapshot(folder: Path, skip: Path) -> dict[str, tuple]:
