@@ -297,36 +297,28 @@ class RemoteStore:
         return True
 
     def _upload(self, source: Path, path: str) -> None:
-        if self.settings.scheme == "file":  # a shared mount: no partial file under the final name
-            parent = path.rsplit("/", 1)[0]
-            self.fs.makedirs(parent, exist_ok=True)
-            tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-            try:
-                self.fs.put_file(str(source), tmp)
-                self.fs.mv(tmp, path)
-            except BaseException:
-                try:
-                    self.fs.rm_file(tmp)
-                except Exception:
-                    pass
-                raise
-            return
-        self.fs.put_file(str(source), path)
+        self._put(path, lambda target: self.fs.put_file(str(source), target))
 
     def _upload_bytes(self, data: bytes, path: str) -> None:
-        if self.settings.scheme == "file":  # as _upload: never a partial file under the final name
-            tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-            try:
-                self.fs.pipe_file(tmp, data)
-                self.fs.mv(tmp, path)
-            except BaseException:
-                try:
-                    self.fs.rm_file(tmp)
-                except Exception:
-                    pass
-                raise
+        self._put(path, lambda target: self.fs.pipe_file(target, data))
+
+    def _put(self, path: str, write) -> None:
+        """``write(target)`` at ``path``; on a shared mount (file://) through a temporary name, so no
+        partial file is ever under the final one."""
+        if self.settings.scheme != "file":
+            write(path)
             return
-        self.fs.pipe_file(path, data)
+        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        try:
+            write(tmp)
+            self.fs.mv(tmp, path)
+        except BaseException:
+            try:
+                self.fs.rm_file(tmp)
+            except Exception:
+                pass
+            raise
 
     # -- listing ----------------------------------------------------------------------
     def listing(self) -> tuple[set[str], set[str]]:
