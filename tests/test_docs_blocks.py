@@ -4,9 +4,10 @@ A fenced block is checked unless the line right before its opening fence is
 ``<!-- fragment -->`` (a synopsis, an excerpt, output). Always (quick): shell blocks parse
 (``bash -n``), Python blocks compile, YAML blocks load (a recipe through the recipe loader),
 JSON and TOML blocks parse, and every ``edgebuild ...`` command line names a real command and
-real options of the CLI. Slow (``make docs-check``): each document's blocks run in order, shell
-with bash and Python with python, in a fresh copy of the tree whose ``.venv`` is this test
-environment; a ``console`` block runs its ``$ `` lines and ignores the output shown.
+real options of the CLI (in fragments too). Slow (``make docs-check``): each document's blocks
+run in order, shell with bash and Python with python, in a fresh copy of the tree whose
+``.venv`` is this test environment; a ``console`` block runs its ``$ `` lines and ignores the
+output shown, and a block that installs packages is refused rather than run.
 
 ``python tests/test_docs_blocks.py [TREE]`` prints, per document, how many of its blocks run
 as written (TREE's docs against TREE's code; default this tree).
@@ -184,6 +185,10 @@ def cli_error(args: list[str]) -> str | None:
             if sub is None:
                 if any(a.startswith("-") for a in args[:position]) and path == ["edgebuild"]:
                     return None  # `edgebuild --version` and its like end here
+                from edgebuild.first_party import provided_by
+
+                if path == ["edgebuild"] and provided_by("commands", word):
+                    return None  # a first-party plugin's command, that plugin not installed here
                 return f"{' '.join(path)}: no command {word!r} (it has {', '.join(command.list_commands(context))})"
             command, path = sub, [*path, word]
             context = command.context_class(command, info_name=word, parent=context)
@@ -199,7 +204,11 @@ def test_every_block_parses(block):
     assert error is None, f"{block.where} ({block.lang or 'plain'}): {error}"
 
 
-@pytest.mark.parametrize("block", [b for b in QUICK if b.lang in SHELL and command_lines(b)], ids=lambda b: b.where)
+EVERY = [b for name in DOCUMENTS if (ROOT / name).is_file() for b in blocks(ROOT / name, name)]
+
+
+# fragments too: a synopsis or a CI step is not run here, but its commands and options must exist
+@pytest.mark.parametrize("block", [b for b in EVERY if b.lang in SHELL and command_lines(b)], ids=lambda b: b.where)
 def test_every_edgebuild_command_line_names_real_commands_and_options(block):
     errors = [f"edgebuild {' '.join(words)}: {error}" for words in command_lines(block)
               if (error := cli_error(words)) is not None]
