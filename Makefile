@@ -5,7 +5,7 @@
 #   .venv-core  the core alone with its test extra and the test plugin, no backend: tests/ must pass
 #               there (`make test-core`, part of `make test`)
 #   .venv-build build, twine and the build backend only, for `make wheels`
-# All three install the versions in constraints/newest.txt, the newest known to work (docs/install.md).
+# All three install the versions in constraints/newest.txt, the newest known to work (docs/start.md, Install).
 PYTHON ?= python3
 VENV ?= .venv
 TEST_VENV ?= .venv-test

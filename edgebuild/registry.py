@@ -191,7 +191,7 @@ class Registry:
         if len(names) == 1:
             return names[0]
         if not names:
-            raise UsageError("no backend is installed", hint="install a backend plugin: see docs/install.md")
+            raise UsageError("no backend is installed", hint="install a backend plugin: see docs/start.md (Install)")
         raise UsageError(f"no installed backend is the default; there are {len(names)}: {', '.join(names)}",
                          hint="name the one to use")
 
