@@ -72,7 +72,11 @@ class Interrupts:
                     depth = self._inside.pop(me, 1) - 1
                     if depth:
                         self._inside[me] = depth
-                    else:
+                    elif self.requested.is_set():
+                        # only when Ctrl-C could have left one pending: CPython 3.11 raises the eval
+                        # loop's async-exception flag on every call, a clearing one too, and nothing
+                        # lowers it again, so each later bytecode took the slow path, and a trace
+                        # function (pdb, coverage) hung the process
                         _clear_pending(me)
                 return
             except KeyboardInterrupt:
