@@ -28,8 +28,22 @@ def _raise_in(thread_id: int) -> None:
     _set_async_exc(thread_id, id(KeyboardInterrupt))  # id() is the object's address in CPython
 
 
+class _Drained(BaseException):
+    """Put in place of a pending KeyboardInterrupt and caught at once (see ``_clear_pending``)."""
+
+
 def _clear_pending(thread_id: int) -> None:
-    _set_async_exc(thread_id, None)
+    """Drop an interrupt still pending for this thread (``thread_id`` must be the caller's own).
+    Not by setting NULL: CPython 3.11 raises its eval loop's async-exception flag on every call and
+    lowers it only when it delivers an exception, so a NULL left it raised for good (every later
+    bytecode on the slow path; a trace function, pdb's or coverage's, hung). A private exception
+    replaces the pending one and is caught here, which lowers the flag."""
+    try:
+        _set_async_exc(thread_id, id(_Drained))
+        for _ in range(1_000_000):  # delivered as the call returns, or at the loop's first jump back
+            pass
+    except _Drained:
+        pass
 
 
 class Interrupts:
@@ -72,11 +86,7 @@ class Interrupts:
                     depth = self._inside.pop(me, 1) - 1
                     if depth:
                         self._inside[me] = depth
-                    elif self.requested.is_set():
-                        # only when Ctrl-C could have left one pending: CPython 3.11 raises the eval
-                        # loop's async-exception flag on every call, a clearing one too, and nothing
-                        # lowers it again, so each later bytecode took the slow path, and a trace
-                        # function (pdb, coverage) hung the process
+                    elif self.requested.is_set():  # only after Ctrl-C can one be pending
                         _clear_pending(me)
                 return
             except KeyboardInterrupt:
