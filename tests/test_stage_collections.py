@@ -6,7 +6,7 @@ import gc
 import subprocess
 import sys
 
-from edgebuild.dag.collections_scope import older_objects_frozen
+from edgebuild.collections_scope import older_objects_frozen
 
 
 class _Cycle:

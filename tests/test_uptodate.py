@@ -121,7 +121,7 @@ def test_a_corrupt_stamp_means_a_full_run(project, tmp_path):
 
 
 def test_a_stamp_that_cannot_be_written_does_not_fail_the_run(monkeypatch, tmp_path):
-    from edgebuild.store import uptodate
+    from edgebuild.build import uptodate
 
     def refuse(path, text):
         raise PermissionError(13, "read-only cache", str(path))

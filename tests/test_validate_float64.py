@@ -18,7 +18,7 @@ from edgebuild.dag.validate import validate
 from edgebuild.errors import BuildError
 from edgebuild.report.html import render_report
 from edgebuild.report.schema import Report
-from edgebuild.verify.config import ValidateSection
+from edgebuild.recipe.validation import ValidateSection
 from edgebuild.verify.metrics import FLOAT32_EPS, NOISE_FLOOR_EPS, compare_with_float64
 
 SIZE = 256

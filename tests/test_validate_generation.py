@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from edgebuild.errors import BuildError
-from edgebuild.verify.config import ValidateSection
+from edgebuild.recipe.validation import ValidateSection
 from edgebuild.verify.generation import (
     GenerationLimits,
     check_generation,

@@ -118,9 +118,9 @@ def test_the_stage_hands_a_batching_runner_its_samples_in_calls_and_counts_sampl
     pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper, save
 
-    from edgebuild.dag import progress
+    from edgebuild import progress
     from edgebuild.dag.validate import validate
-    from edgebuild.verify.config import ValidateSection
+    from edgebuild.recipe.validation import ValidateSection
 
     monkeypatch.setenv(WORKERS_ENV, "2")
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from edgebuild.errors import UsageError
-from edgebuild.verify.config import ValidateSection
+from edgebuild.recipe.validation import ValidateSection
 from edgebuild.verify.inputs import generate_inputs
 
 

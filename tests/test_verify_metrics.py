@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from edgebuild.errors import BuildError
-from edgebuild.verify.config import OutputOverride, Thresholds
+from edgebuild.recipe.validation import OutputOverride, Thresholds
 from edgebuild.verify.metrics import REL_FLOOR, aggregate, compare, error_histogram, merge_histograms
 from edgebuild.verify.thresholds import aggregation_for, check, limits_for
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.dag import versions
+from edgebuild import versions
 from test_uptodate import run
 
 

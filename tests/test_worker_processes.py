@@ -12,7 +12,7 @@ import pytest
 
 SCRIPT = """\
 import multiprocessing, pathlib, sys
-from edgebuild.dag.worker_processes import worker_context
+from edgebuild.worker_processes import worker_context
 
 method, which = sys.argv[1], sys.argv[2]
 if method != "default":
@@ -54,7 +54,7 @@ def test_a_plain_forkserver_worker_does_run_it(tmp_path):
 
 
 def _report_whether_it_may_start_workers(connection) -> None:
-    from edgebuild.dag.worker_processes import can_start_workers
+    from edgebuild.worker_processes import can_start_workers
 
     connection.send(can_start_workers())
 
@@ -64,7 +64,7 @@ def test_a_daemonic_process_is_told_it_may_start_no_workers():
     interpreter runs its samples in the worker itself."""
     import multiprocessing
 
-    from edgebuild.dag.worker_processes import can_start_workers, worker_context
+    from edgebuild.worker_processes import can_start_workers, worker_context
 
     assert can_start_workers()
     ctx = worker_context()

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgebuild.build.outputs import check_output_dir, output_location
-from edgebuild.dag import progress
 from edgebuild.dag.executor import Job
-from edgebuild.dag.stages import Result, artifact_of, pipeline
+from edgebuild.dag.source_stage import source_resolver
+from edgebuild.dag.stages import artifact_of, pipeline
 from edgebuild.errors import UsageError
 from edgebuild.recipe import Variant, load_recipe
-from edgebuild.recipe.formats import source_format
-from edgebuild.store import hashstate
 from edgebuild.store.local import Store
 
 
@@ -33,51 +28,6 @@ def load_variants(paths: list[str], only: list[str] | None, registry, matrix: di
         variants.extend(load_recipe(path, only=only or None, sections=lambda v: validate_sections(v, registry),
                                     matrix=matrix))
     return variants
-
-
-def source_resolver(variant: Variant, registry, store: Store):
-    from edgebuild.graph.resolvers import scheme_of
-
-    def resolve() -> Result:
-        uri = variant.recipe.source.model
-        scheme = scheme_of(uri)
-        resolver = registry.get("resolvers", scheme)
-        if resolver is None:
-            raise UsageError(f"source.model: no installed resolver for {scheme!r} sources")
-        start, wall = time.perf_counter(), time.time()
-        if scheme != "file":
-            progress.report(progress.STARTED, 0)  # a download may follow
-        path = Path(resolver(uri, sha256=variant.recipe.source.sha256, workdir=store.sources,
-                             base_dir=variant.base_dir))
-        companions = source_files(registry, variant, path)
-        if not all(hashstate.remembered(p) for p in (path, *companions)):
-            progress.report(progress.STARTED, 0)  # files to hash: gigabytes take seconds
-        digest = hashstate.file_sha256(path)  # remembered by stat, so this is free when unchanged
-        fetched = scheme != "file" and path.stat().st_mtime >= wall - 1
-        info = {"uri": uri, "sha256": digest}
-        if companions:  # the model's content is these files too (its external data)
-            info["files"] = {str(p.relative_to(path.parent)): _readable_digest(p, path) for p in companions}
-            digest = hashlib.sha256(json.dumps([digest, info["files"]], sort_keys=True).encode()).hexdigest()
-        return Result("resolve", digest, digest, path, info,
-                      "ran" if fetched else "cached", round(time.perf_counter() - start, 3))
-
-    return resolve
-
-
-def _readable_digest(file: Path, model: Path) -> str:
-    try:
-        return hashstate.file_sha256(file)
-    except OSError as exc:
-        raise UsageError(f"{file}: the weight file {model.name} names cannot be read ({exc.strerror or exc})",
-                         hint="check the file's permissions, or export the model again") from None
-
-
-def source_files(registry, variant: Variant, path: Path) -> list[Path]:
-    """The files beside the resolved source that its frontend counts as its content (see
-    ``Frontend.source_files``); none for a frontend that does not say."""
-    frontend = registry.get("frontends", source_format(variant.recipe.source))
-    named = getattr(frontend, "source_files", None)
-    return list(named(path)) if named is not None else []
 
 
 @dataclass
@@ -111,7 +61,7 @@ def planned_inputs(build: Build, source: Path | None = None) -> list[Path]:
     """Files outside the store whose content the build reads: the recipe and the recipes it
     extends, a local source model (``source`` once resolved), files the stages declare,
     validation inputs (and their image folders). Known before the build runs."""
-    from edgebuild.graph.resolvers import scheme_of
+    from edgebuild.recipe.formats import scheme_of
     from edgebuild.verify.files import input_paths
 
     variant = build.variant

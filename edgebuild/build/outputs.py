@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgebuild.build.lockfile import LOCK_NAME, lock_data, read_lock
+from edgebuild.build.lockfile import lock_data
+from edgebuild.store.lockfile import LOCK_NAME, read_lock
 from edgebuild.errors import UsageError
 from edgebuild.recipe import Variant
 from edgebuild.store import hashstate

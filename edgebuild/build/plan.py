@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from edgebuild.build.jobs import Build
-from edgebuild.build.lockfile import read_lock
+from edgebuild.store.lockfile import read_lock
 from edgebuild.dag.executor import Executor
 
 

@@ -92,7 +92,7 @@ def _variant_json(build: Build, *, as_cached: bool = False) -> dict:
 
 
 def _run_json(builds: list[Build], *, as_cached: bool = False) -> str:
-    from edgebuild.dag.versions import edgebuild_version
+    from edgebuild.versions import edgebuild_version
 
     variants = [_variant_json(b, as_cached=as_cached) for b in builds]
     return json.dumps({"variants": variants, "version": edgebuild_version()}) + "\n"
@@ -102,7 +102,7 @@ def _report_data(build: Build, registry):
     """The variant's report (report_schema.Report): header, stages, each stage's record, and the
     sections the page draws lifted from the stages that measure them."""
     from edgebuild.dag.stages import versions
-    from edgebuild.dag.versions import edgebuild_version
+    from edgebuild.versions import edgebuild_version
     from edgebuild.report.schema import Report
 
     recipe = build.variant.recipe
@@ -237,8 +237,8 @@ def _executor(spec: str, builds: list[Build], store, *, scratch: Path | None, jo
 
 
 def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False, combined: Path | None = None) -> None:
-    """Let an identical repeat of this successful run answer without building (edgebuild.store.uptodate)."""
-    from edgebuild.store import uptodate
+    """Let an identical repeat of this successful run answer without building (edgebuild.build.uptodate)."""
+    from edgebuild.build import uptodate
 
     files, touch, lines = [], [], []
     for build in builds:

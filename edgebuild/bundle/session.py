@@ -17,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from edgebuild.build.lockfile import read_lock
+from edgebuild.store.lockfile import read_lock
 from edgebuild.bundle.manifest import (
     MANIFEST,
     Manifest,

@@ -267,14 +267,14 @@ def verify(
     from edgebuild.cli.arguments import check_reference
     from edgebuild.dag.validate import validate
     from edgebuild.report.write import to_jsonable
-    from edgebuild.verify.config import ValidateSection
+    from edgebuild.recipe.validation import ValidateSection
 
     runtime = _runtime_for(artifact)
     check_reference(reference, artifact, runtime)
     thresholds = {k: v for k, v in {"cosine_min": cosine_min, "max_abs_max": max_abs_max}.items() if v is not None}
     section = ValidateSection.model_validate({"samples": samples, "thresholds": thresholds})
     from edgebuild.bundle.session import named_runner
-    from edgebuild.dag.validate import onnx_input_specs
+    from edgebuild.verify.specs import onnx_input_specs
     from edgebuild.verify.shapes import at_artifact_shapes
 
     specs = at_artifact_shapes(onnx_input_specs(reference, {}), runtime.input_shapes(artifact),

@@ -29,7 +29,7 @@ def run_remote(url: str | None, *, no_remote: bool, required: bool):
 def checked_keys(command: str, keys: list[str] | None, locks: list[Path] | None = None) -> list[str]:
     """The keys a command was given, each checked to be a stage key before anything is opened
     (a key becomes a path in the store), then those the ``--lock`` files name."""
-    from edgebuild.build.lockfile import lock_keys
+    from edgebuild.store.lockfile import lock_keys
     from edgebuild.store.local import check_key
 
     wanted = [check_key(key, f"cache {command}: ") for key in keys or []]

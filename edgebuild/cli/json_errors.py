@@ -65,7 +65,7 @@ def _is_click_error(exc) -> bool:
 
 
 def error_object(exc) -> dict:
-    from edgebuild.dag.versions import edgebuild_version
+    from edgebuild.versions import edgebuild_version
 
     return {"error": error_fields(exc), "version": edgebuild_version()}
 

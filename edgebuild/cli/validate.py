@@ -57,7 +57,7 @@ def validate_recipes(recipes: list[Path], registry, *, as_json: bool, console) -
 def _summary(results: list[dict], failures: list[EdgebuildError]) -> dict:
     """One object: each recipe's result, and (when any failed) the ``error`` every failed
     ``--json`` command has: the first failure's."""
-    from edgebuild.dag.versions import edgebuild_version
+    from edgebuild.versions import edgebuild_version
 
     out: dict = {"recipes": results}
     if failures:

@@ -39,11 +39,11 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from edgebuild.dag import progress
+from edgebuild import progress
 from edgebuild.dag.executor import Executor, Job
 from edgebuild.dag.keys import canonical
 from edgebuild.dag.stages import Result, Stage
-from edgebuild.dag.versions import edgebuild_version
+from edgebuild.versions import edgebuild_version
 from edgebuild.errors import BuildError, EdgebuildError, UsageError
 from edgebuild.store.local import Store
 
@@ -125,7 +125,7 @@ def build_on_worker(task: StageTask, *inputs):
 
 
 def _build(task: StageTask, inputs: dict[str, Result]) -> Result:
-    from edgebuild.build.jobs import source_resolver
+    from edgebuild.dag.source_stage import source_resolver
     from edgebuild.dag.stages import pipeline
     from edgebuild.registry import get_registry
     from edgebuild.store.location import open_store

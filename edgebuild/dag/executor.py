@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from edgebuild.dag import progress
-from edgebuild.dag.collections_scope import older_objects_frozen
+from edgebuild import progress
+from edgebuild.collections_scope import older_objects_frozen
 from edgebuild.dag.interrupt import Interrupts
 from edgebuild.dag.keys import stage_key
 from edgebuild.dag.stages import Result, Stage

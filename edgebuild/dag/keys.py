@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from edgebuild.dag.versions import edgebuild_version
+from edgebuild.versions import edgebuild_version
 
 
 def canonical(value) -> str:

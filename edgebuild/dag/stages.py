@@ -12,26 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from edgebuild.dag.versions import edgebuild_version
+from edgebuild.versions import edgebuild_version
 from edgebuild.errors import UsageError
+from edgebuild.stage import Result  # noqa: F401  (what stage bodies hand downstream)
 from edgebuild.recipe import Variant
 from edgebuild.store.hashstate import file_sha256
 
 ONNX_MODEL = "model.onnx"  # what a frontend writes, unless it names another artifact
 from edgebuild.recipe.formats import source_format
-
-
-@dataclass
-class Result:
-    """What a finished stage hands downstream."""
-
-    name: str
-    key: str
-    digest: str
-    path: Path  # output directory (a file for ``resolve``)
-    info: dict
-    status: str  # "ran" | "cached" | "pulled" (from the remote cache)
-    seconds: float
 
 
 @dataclass
@@ -58,7 +46,7 @@ def _option_files(frontend, variant: Variant, options) -> list[Path]:
     """Local files a frontend's options name (e.g. a PyTorch config), if the frontend says."""
     if options is None:
         return []  # and the frontend's module stays unimported
-    from edgebuild.graph.resolvers import scheme_of
+    from edgebuild.recipe.formats import scheme_of
 
     model = variant.recipe.source.model
     local = variant.base_dir / model.removeprefix("file:") if scheme_of(model) == "file" else None

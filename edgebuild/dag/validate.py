@@ -11,39 +11,11 @@ from typing import Callable, Mapping
 import numpy as np
 
 from edgebuild.errors import BuildError, UsageError
-from edgebuild.plugin import blas_threads, cpu_threads
+from edgebuild.threads import blas_threads, cpu_threads
 from edgebuild.recipe.formats import source_format
-from edgebuild.recipe.shapes import per_dim
+from edgebuild.verify.specs import onnx_input_specs
 
 Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
-
-
-def onnx_input_specs(model_path: Path, recipe_inputs: dict) -> dict[str, dict]:
-    """Shape and dtype of every graph input: the recipe's where given, else the model's static dims."""
-    import onnx
-
-    model = onnx.load(str(model_path), load_external_data=False)
-    initializers = {i.name for i in model.graph.initializer}
-    specs = {}
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
-        tensor = value.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name
-        given = recipe_inputs.get(value.name) or {}
-        shape = per_dim(given.get("shape")) or dims
-        resolved = []
-        for i, dim in enumerate(shape):
-            if isinstance(dim, dict):  # enumerated / range: validate at the first / default size
-                dim = dim.get("default") or (dim.get("enumerated") or [None])[0] or (dim.get("range") or [None])[0]
-            if not isinstance(dim, int):
-                dim = dims[i] if i < len(dims) and dims[i] else 1
-            resolved.append(int(dim))
-        specs[value.name] = {"shape": resolved, "dtype": given.get("dtype", dtype) if given else dtype}
-        if given.get("value") is not None:
-            specs[value.name]["value"] = given["value"]
-    return specs
 
 
 # Ops whose arithmetic onnxruntime's extended optimisations re-round: they fuse Q/DQ pairs and
@@ -200,7 +172,7 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
     Inputs the recipe leaves flexible are validated at several shapes (``verify.shapes``):
     ``validate.samples`` samples at each; the record's ``shapes`` lists them with the lowest
     cosine per output there."""
-    from edgebuild.dag.progress import report
+    from edgebuild.progress import report
     from edgebuild.report.write import runtime_record
     from edgebuild.verify.inputs import generate_inputs
     from edgebuild.verify.shapes import shape_sets
@@ -344,7 +316,7 @@ def validate_generation(variant, registry, source_path: Path, sessions: Mapping[
     from ``validate.generation.prompts``; tokens and per-step logits are compared and held to
     ``token_agreement_min`` / ``step_cosine_min``. ``source``: ``(generator, name)`` instead of
     ``source_generator``'s."""
-    from edgebuild.dag.progress import report
+    from edgebuild.progress import report
     from edgebuild.verify.generation import (
         SessionGenerator,
         check_generation,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from edgebuild.hookspecs import hookimpl
-from edgebuild.plugin import Lazy
+from edgebuild.registration import Lazy
 
 
 @hookimpl

@@ -203,7 +203,7 @@ def lift_constants(model: ir.Model) -> None:
 def check_unnamed_inputs(model: ir.Model, path: Path) -> None:
     """An input with an empty name is a usage error (exit 2): the model must be fixed, not rebuilt."""
     from edgebuild.errors import UsageError
-    from edgebuild.graph.input_names import first_unnamed, unnamed_input_message
+    from edgebuild.recipe.input_names import first_unnamed, unnamed_input_message
 
     names = [v.name for v in model.graph.inputs]
     unnamed = first_unnamed(names)

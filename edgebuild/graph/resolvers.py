@@ -14,7 +14,7 @@ import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from edgebuild.dag import progress
+from edgebuild import progress
 from edgebuild.errors import BuildError, UsageError
 from edgebuild.store.atomic import atomic_file
 from edgebuild.store.hashstate import file_sha256, remembered
@@ -122,13 +122,3 @@ def resolve_https(uri: str, *, sha256: str | None, workdir: Path, base_dir: Path
         target.unlink(missing_ok=True)
         raise
     return target
-
-
-def scheme_of(uri: str) -> str:
-    if uri.startswith("pypi:"):
-        return "pypi"
-    if uri.startswith("https://"):
-        return "https"
-    if uri.startswith("http://"):
-        raise UsageError(f"source.model: {uri!r}: plain http is not accepted; use https with a sha256")
-    return "file"

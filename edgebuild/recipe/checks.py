@@ -55,7 +55,7 @@ def check_variant(variant, registry) -> None:
 
 
 def _check_source(check: _Checker, variant, registry) -> str | None:
-    from edgebuild.graph.resolvers import scheme_of
+    from edgebuild.recipe.formats import scheme_of
 
     source = variant.recipe.source
     try:
@@ -140,7 +140,7 @@ def _graph_inputs(path: str, signature: tuple) -> tuple:
 
 
 def _check_inputs_match_model(check: _Checker, variant, graph_inputs) -> None:
-    from edgebuild.graph.input_names import first_unnamed, unnamed_input_message
+    from edgebuild.recipe.input_names import first_unnamed, unnamed_input_message
 
     unnamed = first_unnamed(i.name for i in graph_inputs)
     if unnamed is not None:

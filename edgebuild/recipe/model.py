@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from edgebuild.recipe.generate import GenerateSection
-from edgebuild.verify.config import ValidateSection
+from edgebuild.recipe.validation import ValidateSection
 
 DEPLOYMENT_TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18", "iOS26", "macOS12", "macOS13", "macOS14", "macOS15", "macOS26")
 DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool")

@@ -1,4 +1,4 @@
-"""Build progress on stderr: what runs, how far it got (:mod:`edgebuild.dag.progress`), what it cost.
+"""Build progress on stderr: what runs, how far it got (:mod:`edgebuild.progress`), what it cost.
 
 Three displays, chosen by the CLI:
 
@@ -19,7 +19,7 @@ import re
 import sys
 import threading
 
-from edgebuild.dag.progress import STARTED
+from edgebuild.progress import STARTED
 from edgebuild.report.verdict import FAILED, NOT_VALIDATED, PASSED
 
 _CODES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "cyan": "36", "yellow": "33"}

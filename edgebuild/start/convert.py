@@ -94,7 +94,7 @@ class Layout:
 
     def place(self) -> bool:
         """Put the built package at ``out`` (hard links); False when it was already there."""
-        from edgebuild.build.lockfile import LOCK_NAME
+        from edgebuild.store.lockfile import LOCK_NAME
         from edgebuild.store.atomic import atomic_dir
         from edgebuild.store.links import link_or_copy
 

@@ -48,7 +48,8 @@ def _resolve(model: str, cache_dir=None, sha256: str | None = None) -> tuple[Pat
 
             check_digest(path, sha256, model)
         return path.resolve(), None, sha256.lower() if sha256 else None
-    from edgebuild.graph.resolvers import resolve_https, resolve_pypi, scheme_of
+    from edgebuild.graph.resolvers import resolve_https, resolve_pypi
+    from edgebuild.recipe.formats import scheme_of
     from edgebuild.store.hashstate import file_sha256
     from edgebuild.store.location import open_store
 
@@ -85,7 +86,7 @@ def _sample(suggestion: Suggestion, base_dir: Path) -> dict:
     """One validation sample as the recipe will draw it, fixed inputs included."""
     import numpy as np
 
-    from edgebuild.verify.config import ValidateSection
+    from edgebuild.recipe.validation import ValidateSection
     from edgebuild.verify.inputs import generate_inputs
 
     section = ValidateSection.model_validate(

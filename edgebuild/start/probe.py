@@ -258,7 +258,7 @@ def probe_onnx(path: Path) -> ModelFacts:
     except Exception as exc:  # protobuf raises several types for a file that is not ONNX
         raise UsageError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})",
                          hint="init reads .onnx files; export PyTorch models with torch.onnx.export first") from None
-    from edgebuild.graph.input_names import first_unnamed, unnamed_input_message
+    from edgebuild.recipe.input_names import first_unnamed, unnamed_input_message
 
     unnamed = first_unnamed(value.name for value in model.graph.input)
     if unnamed is not None:  # before anything is written from the model's names

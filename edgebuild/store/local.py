@@ -49,7 +49,7 @@ KEY = re.compile(r"[0-9a-f]{64}")
 KEY_SHAPE = "a stage key is 64 lowercase hex digits (a sha256), as `edgebuild cache ls --json` and edgebuild.lock.json show them"
 BUILDING = re.compile(r"(?P<key>[0-9a-f]{64})\..+")  # tmp/<key>.<random>
 OLD_BUILDING = re.compile(r"[0-9a-f]{12}-.+")  # tmp names of earlier versions (no full key)
-STAMP = re.compile(r"\.?[0-9a-f]{32}\.json(\.\d+\.tmp)?")  # edgebuild.store.uptodate's stamps
+STAMP = re.compile(r"\.?[0-9a-f]{32}\.json(\.\d+\.tmp)?")  # edgebuild.build.uptodate's stamps
 STALE_SECONDS = 86400  # an old-style temporary this old belongs to no live build
 
 
@@ -505,7 +505,7 @@ class Store:
             return True
 
     def _clean_stamps(self, unused_since: float, problems: Problems) -> None:
-        """Drop up-to-date stamps (``edgebuild.store.uptodate``) not used since then; each is a small
+        """Drop up-to-date stamps (``edgebuild.build.uptodate``) not used since then; each is a small
         file per command line ever run, and a replay touches its own."""
         for stamp in (self.root / "stamps").glob("*.json*"):
             try:

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from edgebuild.errors import UsageError
-from edgebuild.verify.config import (
+from edgebuild.recipe.validation import (
     ImagesInput,
     InputSource,
     RandomInput,

@@ -26,7 +26,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional
 
-from edgebuild.verify.config import Thresholds, aggregation_of
+from edgebuild.recipe.validation import Thresholds, aggregation_of
 
 NONFINITE = "nonfinite"
 REFERENCE_NONFINITE = "reference_nonfinite"

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgebuild.dag.validate import validate
 from edgebuild.errors import UsageError
-from edgebuild.verify.config import ValidateSection
+from edgebuild.recipe.validation import ValidateSection
 from edgebuild_testplugin.cli_runner import assert_usage_error
 from edgebuild_testplugin.models import save_model
 from edgebuild_testplugin.recipes import BASE_RECIPE

@@ -229,7 +229,7 @@ def test_zero_samples_is_a_build_error_not_a_pass(tmp_path):
     """A section that slipped past the recipe checks (built in code) still cannot pass vacuously."""
     from edgebuild.dag.validate import validate
     from edgebuild.errors import BuildError
-    from edgebuild.verify.config import ValidateSection
+    from edgebuild.recipe.validation import ValidateSection
 
     write_model(tmp_path / "m.onnx")
     section = ValidateSection.model_construct(samples=0)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from edgebuild.dag.stages import Stage
-from edgebuild.dag.versions import edgebuild_version
+from edgebuild.versions import edgebuild_version
 from edgebuild.errors import BuildError
 from edgebuild.protocols import Backend
 from edgebuild.store.layout import MLPACKAGE, VALIDATION
@@ -417,10 +417,10 @@ def _collections_skip_loaded_libraries():
 
     Pymil graphs are cyclic, so the stage collects several times (coremltools once more inside
     ``ct.convert``); each full collection over the libraries costs about a second. The objects go
-    back to the collector when the last scope open ends (``edgebuild.dag.collections_scope``: the
+    back to the collector when the last scope open ends (``edgebuild.collections_scope``: the
     executor opens one around every stage body, before this stage's own imports).
     """
-    from edgebuild.dag.collections_scope import older_objects_frozen
+    from edgebuild.collections_scope import older_objects_frozen
 
     with older_objects_frozen():
         yield

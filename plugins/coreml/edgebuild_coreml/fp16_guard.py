@@ -69,7 +69,7 @@ def calibration_samples(section, source_path: Path, recipe_inputs: Mapping[str, 
     Fixed-value inputs are folded into the model, so they are not fed.
     """
     from edgebuild.dag.validate import onnx_input_specs
-    from edgebuild.verify.config import ValidateSection
+    from edgebuild.recipe.validation import ValidateSection
     from edgebuild.verify.inputs import iter_inputs
 
     specs = onnx_input_specs(source_path, recipe_inputs)

@@ -211,7 +211,7 @@ def test_calibration_inputs_follow_validate_section_and_mil_names(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    from edgebuild.verify.config import ValidateSection
+    from edgebuild.recipe.validation import ValidateSection
     from edgebuild.verify.inputs import generate_inputs
 
     graph = helper.make_graph(

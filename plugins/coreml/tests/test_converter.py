@@ -16,7 +16,7 @@ from coremltools.converters.mil import Builder as mb
 from onnx_cases import IR_VERSION, check, coreml_registry, lower, lower_and_run, run_onnxruntime
 
 from edgebuild import hookspecs
-from edgebuild.dag import progress
+from edgebuild import progress
 from edgebuild.errors import BuildError, UsageError
 from edgebuild.registry import Registry
 from edgebuild_coreml import plugin as coreml_plugin

@@ -182,7 +182,7 @@ class BundleBackend(Backend):
         """Write ``out_dir/bundle`` (manifest + segments), or ``out_dir/model.mlpackage`` when Core
         ML runs the whole model; ``info["artifact"]`` names which."""
         from edgebuild.bundle.manifest import HandOffSpec, Manifest, write_manifest
-        from edgebuild.dag.versions import edgebuild_version
+        from edgebuild.versions import edgebuild_version
         from edgebuild.graph.partition import HandOff
 
         info = lowered.info

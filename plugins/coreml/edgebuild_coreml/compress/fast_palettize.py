@@ -28,7 +28,7 @@ from coremltools.converters.mil._deployment_compatibility import AvailableTarget
 from coremltools.optimize._utils import select_input_output_channel_axis
 
 from edgebuild.errors import BuildError
-from edgebuild.dag.progress import report as report_progress
+from edgebuild.progress import report as report_progress
 from edgebuild.plugin import cpu_threads
 
 from .config import PalettizeWeights

@@ -74,7 +74,7 @@ def calibration_inputs(
     (``generate``, the recipe's section) is fed its prompts as the artifact takes them.
     """
     from edgebuild.dag.validate import onnx_input_specs
-    from edgebuild.verify.config import ValidateSection
+    from edgebuild.recipe.validation import ValidateSection
     from edgebuild.verify.inputs import generate_inputs
 
     specs = {name: spec for name, spec in onnx_input_specs(onnx_path, dict(recipe_inputs)).items()

@@ -5,7 +5,7 @@ The interpreter spends most of a small model's time in Python between numpy call
 dispatch), holding the GIL: two threads running samples take turns on it, so only processes
 put both cores to work. Workers start from a forkserver (forking a process that runs threads,
 progress bars or a Dask worker's, is unsafe) that imports the interpreter once, and never import
-the caller's main module (``edgebuild.dag.worker_processes``); each worker then
+the caller's main module (``edgebuild.worker_processes``); each worker then
 reads the package and keeps its plan (expanded weights included) for every sample it runs,
 with BLAS and torch's kernels (``torch_kernels``, where torch is installed) on one thread.
 """
@@ -84,7 +84,7 @@ class ArtifactRunner:
         on one thread meanwhile, as a worker's do: its matrices are small, and a BLAS pool
         waiting on a busy second core made a small program's matmul ten times slower. A
         daemonic process (a Dask worker's) may start no processes: it runs them one at a time too."""
-        from edgebuild.dag.worker_processes import can_start_workers
+        from edgebuild.worker_processes import can_start_workers
 
         if workers <= 1:
             yield self, 1
@@ -101,7 +101,7 @@ class ArtifactRunner:
     @contextlib.contextmanager
     def in_processes(self, workers: int) -> Iterator[_WorkerPool]:
         """A runner whose calls run in ``workers`` processes (see ``samples_in_parallel``)."""
-        from edgebuild.dag.worker_processes import worker_context
+        from edgebuild.worker_processes import worker_context
 
         # never the caller's __main__ again: a script calling edgebuild.build() needs no main guard
         context = worker_context(preload=_preload())

@@ -19,7 +19,7 @@ from coremltools.converters.mil.mil import Function, Program, get_new_symbol, ty
 from coremltools.converters.mil.mil.var import Var
 
 from edgebuild.errors import BuildError, EdgebuildError
-from edgebuild.dag.progress import report as report_progress
+from edgebuild.progress import report as report_progress
 from edgebuild_coreml.lowering.context import LoweringContext, unique_identifier
 from edgebuild_coreml.lowering.errors import LoweringError
 from edgebuild_coreml.lowering.names import artifact_names, sanitized

@@ -1,4 +1,4 @@
-"""The public helpers for plugin authors.
+"""How plugins register what they provide: lazy objects, op tables and lowering sets.
 
 - :class:`Lazy` stands in for an object until it is first used, so registering a plugin
   imports none of the heavy libraries behind it.
@@ -24,15 +24,12 @@
         import my_plugin.ops  # noqa: F401  (modules that declare lowerings)
         LOWERINGS.register_all(register)
 
-- :func:`cpu_threads` is how many threads a stage's own thread pools may start.
 - :func:`unique_name` names a new value or tensor beside the ones a graph already has.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -78,28 +75,6 @@ class Lazy:
 
     def __repr__(self) -> str:
         return f"Lazy({self._target!r})"
-
-
-def cpu_threads() -> int:
-    """Threads a stage's numeric work may use: ``$OMP_NUM_THREADS`` when set (a scheduler that
-    runs one stage per core sets it, as a Dask worker does, and a user capping edgebuild does too),
-    else the machine's cores. Pools sized by the machine in each of two single-core workers
-    would only take turns on the cores."""
-    configured = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if configured.isdigit() and int(configured) > 0:
-        return int(configured)
-    return os.cpu_count() or 1
-
-
-def blas_threads(limit: int):
-    """A context manager (and an object whose life holds it) capping BLAS pools at ``limit``
-    threads, through threadpoolctl where installed: numeric work that runs in several threads or
-    processes at once gives each one BLAS thread, or the pools take turns on the cores."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=limit, user_api="blas")
 
 
 def unique_name(base: str, taken: set[str], *, separator: str = "_", first: int = 2) -> str:

@@ -4,7 +4,7 @@ A successful run records a stamp in the store: the stat signature (inode, size, 
 of everything its result depends on — the recipe files and the recipes they extend, the source
 model, validation inputs, every store entry the build used, the output directories — and of
 every import directory (installing, upgrading or removing a plugin changes one) and of the
-sources of working copies (:mod:`edgebuild.dag.versions`), plus what the run printed. When the
+sources of working copies (:mod:`edgebuild.versions`), plus what the run printed. When the
 same command runs again in the same place and environment and every signature still matches,
 nothing could build differently: the stamp's output is printed and the run ends, at the cost of
 a few hundred ``stat`` calls instead of importing pydantic, the plugins and the recipe loader.
@@ -116,7 +116,7 @@ def record(*, files: list[Path], touch: list[Path], stderr: list[str], stdout: s
     """Stamp a successful run started from the console entry point (see ``replay``)."""
     if entry_argv is None or not _eligible(entry_argv):
         return
-    from edgebuild.dag.versions import watched_paths
+    from edgebuild.versions import watched_paths
 
     dirs = _import_dirs()
     paths = {str(Path(p).absolute()): None for p in files}
