@@ -6,7 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import ConfigDict, Field
 
-from edgebuild.protocols import RecipeSection
+from edgebuild.plugin import RecipeSection
 
 SEGMENT_BACKENDS = ("coreml", "mpsgraph")
 

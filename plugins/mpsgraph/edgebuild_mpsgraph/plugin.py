@@ -3,7 +3,7 @@ options and the runtimes that execute MPSGraph programs and Metal kernel segment
 
 from __future__ import annotations
 
-from edgebuild.hookspecs import hookimpl
+from edgebuild.plugin import Lazy, hookimpl
 
 
 @hookimpl
@@ -15,8 +15,6 @@ def edgebuild_register_lowerings(register):
 
 @hookimpl
 def edgebuild_register_backends(register):
-    from edgebuild.plugin import Lazy
-
     register("bundle", Lazy("edgebuild_mpsgraph.bundle_backend:BundleBackend"))
 
 
@@ -29,7 +27,5 @@ def edgebuild_register_recipe_sections(register):
 
 @hookimpl
 def edgebuild_register_runtimes(register):
-    from edgebuild.plugin import Lazy
-
     register("mpsgraph-reference", Lazy("edgebuild_mpsgraph.runtime:MPSGraphReferenceRuntime"))
     register("msl-emulation", Lazy("edgebuild_mpsgraph.runtime:MSLEmulationRuntime"))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 
 FORMAT = "edgebuild-mpsgraph"
 VERSION = 1

@@ -10,8 +10,7 @@ from typing import Mapping
 
 import numpy as np
 
-from edgebuild.errors import BuildError
-from edgebuild.protocols import Runtime
+from edgebuild.plugin import BuildError, Runtime
 from edgebuild_mpsgraph.program import PROGRAM_FILE
 
 KERNEL_SPEC_FILE = "kernel.json"
@@ -60,7 +59,7 @@ class MSLEmulationRuntime(Runtime):
         record, constants = read_kernel_segment(Path(artifact))
         registry = self._registry
         if registry is None:
-            from edgebuild.registry import get_registry
+            from edgebuild.plugin import get_registry
 
             registry = get_registry()
         spec = registry.get("custom_ops", (record["domain"], record["op_type"]))

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from edgebuild.bundle.manifest import SegmentSpec, TensorSpec
-from edgebuild.errors import BuildError
-from edgebuild.graph.partition import Segment, segment_model
+from edgebuild.plugin import BuildError
+from edgebuild.plugin.bundle import SegmentSpec, TensorSpec
+from edgebuild.plugin.graph import Segment, segment_model
 from edgebuild_mpsgraph.runtime import KERNEL_CONSTANTS_FILE, KERNEL_SOURCE_FILE, KERNEL_SPEC_FILE
 
 ALIGNMENT = 64

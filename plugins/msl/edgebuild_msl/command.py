@@ -17,7 +17,7 @@ def kernels(
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Check every installed custom-op Metal kernel against its numpy reference (CPU emulation)."""
-    from edgebuild.registry import get_registry
+    from edgebuild.plugin import get_registry
 
     rows = check_kernels(get_registry(), tsan=tsan, tolerance=tolerance)
     if as_json:

@@ -8,7 +8,7 @@ only the ``edgebuild kernels`` command that checks every installed kernel.
 
 from __future__ import annotations
 
-from edgebuild.hookspecs import hookimpl
+from edgebuild.plugin import hookimpl
 
 
 @hookimpl

@@ -25,7 +25,7 @@ def invoke(module, arguments: dict[str, Any], positional: list[str] | None = Non
         return module(**arguments)
     missing = [name for name in positional if name not in arguments]
     if missing or len(arguments) != len(positional):
-        from edgebuild.errors import UsageError
+        from edgebuild.plugin import UsageError
 
         raise UsageError(
             f"source.inputs: the program takes {', '.join(positional)}; the recipe gives {', '.join(arguments)}",
@@ -75,7 +75,7 @@ def output_names(outputs: Any, given: list[str] | None = None) -> list[str]:
     count = len(leaves_with_paths)
     if given:
         if len(given) != count:
-            from edgebuild.errors import UsageError
+            from edgebuild.plugin import UsageError
 
             raise UsageError(
                 f"source.options.output_names: {len(given)} name(s) given, the model returns {count} output(s)",

@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 
 DEFAULT_FACTORY = "edgebuild_pytorch.causal_lm:from_config"
 DEFAULT_CONFIG = "config.json"

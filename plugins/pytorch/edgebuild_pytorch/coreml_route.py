@@ -16,7 +16,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 
 MLPACKAGE = "model.mlpackage"
 PROGRAM = "model.pt2"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgebuild.mapped_pages import file_offsets
+from edgebuild.plugin.pages import file_offsets
 from edgebuild.plugin import unique_name
 
 

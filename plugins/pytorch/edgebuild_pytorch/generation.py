@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgebuild.errors import UsageError
-from edgebuild.protocols import Generator
+from edgebuild.plugin import Generator, UsageError
 
 
 class TorchGenerator(Generator):

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from edgebuild.errors import UsageError
-from edgebuild.recipe.shapes import per_dim
+from edgebuild.plugin import UsageError
+from edgebuild.plugin.recipe import per_dim
 
 SCALAR_TYPES = {"int": int, "float": float, "bool": bool}
 

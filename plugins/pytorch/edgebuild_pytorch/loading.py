@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from edgebuild.errors import BuildError, UsageError
+from edgebuild.plugin import BuildError, UsageError
 
 from edgebuild_pytorch.options import PyTorchOptions
 from edgebuild_pytorch.sources import resolve_config

@@ -12,7 +12,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 from edgebuild_pytorch.weight_pages import drop_resident_pages
 
 
@@ -141,7 +141,7 @@ def _rename(graph, values, names: list[str]) -> None:
 
 def import_through_onnx(program, out_dir: Path, *, opset: int, input_specs: dict[str, dict],
                         output_names: list[str]) -> dict:
-    from edgebuild.graph.frontend import OnnxFrontend
+    from edgebuild.plugin.graph import OnnxFrontend
 
     staging = out_dir / "exported"
     try:

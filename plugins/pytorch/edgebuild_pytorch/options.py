@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from edgebuild.protocols import RecipeSection
+from edgebuild.plugin import RecipeSection
 
 FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 

@@ -5,13 +5,11 @@ Nothing here imports torch: the frontend is a ``Lazy`` stand-in until a build us
 
 from __future__ import annotations
 
-from edgebuild.hookspecs import hookimpl
+from edgebuild.plugin import Lazy, hookimpl
 
 
 @hookimpl
 def edgebuild_register_frontends(register):
-    from edgebuild.plugin import Lazy
-
     register("pytorch", Lazy("edgebuild_pytorch.frontend:PyTorchFrontend"))
 
 

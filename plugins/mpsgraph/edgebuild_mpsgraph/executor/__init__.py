@@ -7,7 +7,7 @@ from typing import Mapping
 
 import numpy as np
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 from edgebuild_mpsgraph.executor import elementwise, nn, tensor  # noqa: F401  (they register evaluators)
 from edgebuild_mpsgraph.executor.registry import EVALUATORS
 from edgebuild_mpsgraph.program import Op, Program, load_program

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgebuild.reference import activations
-from edgebuild.reference.special import erf
+from edgebuild.plugin.reference import activations, special
 from edgebuild_mpsgraph.executor.registry import evaluates
 
 _BINARY = {
@@ -21,7 +20,7 @@ _UNARY = {
     "identity": lambda x: x, "absolute": np.abs, "negative": np.negative, "exponent": np.exp,
     "logarithm": np.log, "squareRoot": np.sqrt, "reciprocalSquareRoot": lambda x: 1 / np.sqrt(x),
     "reciprocal": lambda x: 1 / x, "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos,
-    "tanh": np.tanh, "erf": erf, "not": np.logical_not,
+    "tanh": np.tanh, "erf": special.erf, "not": np.logical_not,
     "reLU": lambda x: np.maximum(x, np.zeros((), x.dtype)),
     "sigmoid": activations.sigmoid,
 }

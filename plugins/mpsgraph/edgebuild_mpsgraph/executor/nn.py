@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from edgebuild.reference.attention import scaled_dot_product_attention as attention
-from edgebuild.reference.normalization import batch_normalize
-from edgebuild.reference.reductions import softmax as softmax_along
+from edgebuild.plugin import reference
 from edgebuild_mpsgraph.executor.registry import evaluates
 
 
@@ -90,17 +88,17 @@ def avg_pooling2d(x, *, kernelWidth, kernelHeight, strideInX=1, strideInY=1, pad
 
 @evaluates("softMax")
 def softmax(x, *, axis: int, **_):
-    return [softmax_along(x, axis=axis)]
+    return [reference.reductions.softmax(x, axis=axis)]
 
 
 @evaluates("normalization")
 def normalization(x, mean, variance, gamma, beta, *, epsilon: float, **_):
     """MPSGraph's normalizationWithTensor:meanTensor:varianceTensor:gammaTensor:betaTensor:epsilon:."""
     epsilon = np.asarray(epsilon, variance.dtype)
-    return [batch_normalize(x, mean, variance, epsilon, gamma, beta).astype(x.dtype, copy=False)]
+    return [reference.normalization.batch_normalize(x, mean, variance, epsilon, gamma, beta).astype(x.dtype, copy=False)]
 
 
 @evaluates("scaledDotProductAttention")
 def scaled_dot_product_attention(q, k, v, mask=None, *, scale: float, **_):
     """softmax(Q @ K^T * scale + mask) @ V, K as [..., Lk, D] (MPSGraph, macOS 15)."""
-    return [attention(q, k, v, mask, scale)]
+    return [reference.attention.scaled_dot_product_attention(q, k, v, mask, scale)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgebuild.reference.resampling import linear_along
+from edgebuild.plugin.reference import resampling
 from edgebuild_mpsgraph.executor.registry import evaluates
 
 
@@ -94,7 +94,7 @@ def resize(x, *, size, mode: str, centerResult: bool, alignCorners: bool, layout
             index = np.floor(src + 0.5) if centerResult and not alignCorners else (np.round(src) if alignCorners else np.floor(src))
             out = np.take(out, np.clip(index.astype(np.int64), 0, in_size - 1), axis=axis)
         elif mode == "bilinear":
-            out = linear_along(out, axis, src)
+            out = resampling.linear_along(out, axis, src)
         else:
             raise ValueError(f"resizeTensor: mode {mode!r} is not one of nearest, bilinear")
     return [out.astype(x.dtype)]

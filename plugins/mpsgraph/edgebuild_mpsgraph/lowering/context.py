@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 from edgebuild_mpsgraph.program import Op, Program
 
 

@@ -7,8 +7,7 @@ from collections import Counter
 import numpy as np
 import onnx_ir as ir
 
-from edgebuild.errors import BuildError
-from edgebuild.plugin import standard_domain
+from edgebuild.plugin import BuildError, standard_domain
 from edgebuild_mpsgraph.lowering.context import LoweringContext
 
 BACKEND = "mpsgraph"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 from edgebuild_mpsgraph.lowering.registry import lowers
 
 
