@@ -7,8 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from edgebuild.errors import BuildError, EdgebuildError
-from edgebuild.protocols import Frontend
+from edgebuild.plugin import BuildError, EdgebuildError, Frontend
 from edgebuild_pytorch.capture import bound_module, call_module, capture, output_names
 from edgebuild_pytorch.inputs import plan_inputs
 from edgebuild_pytorch.loading import load_source, require_torch, source_kind
@@ -20,6 +19,12 @@ ROUTE_FILE = "route.json"
 
 class PyTorchFrontend(Frontend):
     """Registered as the ``pytorch`` frontend; see the plugin's README for the recipe options."""
+
+    # What decides the imported model and judges it (the eager reference): torch.export and the
+    # module itself, a causal LM's transformers classes, the ONNX route's exporter (onnxscript) and
+    # IR, and coremltools' torch frontend on the Core ML route. Their versions join the import's
+    # and the validation's keys.
+    libraries = ("torch", "transformers", "onnxscript", "onnx-ir", "coremltools")
 
     def import_model(self, path: Path, inputs: dict[str, dict], out_dir: Path, *,
                      options: PyTorchOptions | dict | None = None, base_dir: Path | None = None) -> dict:
@@ -85,10 +90,9 @@ class PyTorchFrontend(Frontend):
                           base_dir: Path | None, start: float) -> dict:
         """A causal LM: exported with its KV cache as graph inputs and outputs, dims left dynamic
         (``inputs`` may pin some, as for an ONNX source)."""
-        from edgebuild.graph.frontend import DATA_FILE, OnnxFrontend
-        from edgebuild.graph.weight_files import copying
-        from edgebuild.store.links import refer
-        from edgebuild.mapped_pages import file_offsets
+        from edgebuild.plugin.graph import DATA_FILE, OnnxFrontend, copying
+        from edgebuild.plugin.pages import file_offsets
+        from edgebuild.plugin.store import refer
 
         from edgebuild_pytorch.causal_lm import export_decoder, input_names, output_names
         from edgebuild_pytorch.file_weights import reference_file_weights
