@@ -341,12 +341,6 @@ def test_optimize_lets_go_of_the_model(tmp_path, monkeypatch):
     assert loaded and all(ref() is None for ref in loaded)
 
 
-def test_optimize_rejects_unknown_pass_names(tmp_path):
-    src = save(linear_model(), tmp_path / "m.onnx")
-    with pytest.raises(BuildError, match="fuse_everything"):
-        optimize(src, tmp_path / "opt", passes={"fuse_everything": True})
-
-
 def test_int8_weights_stay_int8_through_optimize(tmp_path):
     wq = RNG.integers(-100, 100, (6, 4)).astype(np.int8)
     inits = [numpy_helper.from_array(wq, "wq"), numpy_helper.from_array(np.float32(0.05), "scale")]

@@ -14,6 +14,7 @@ import gc
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Mapping
 
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
@@ -26,6 +27,8 @@ from edgebuild.graph.frontend import DATA_FILE, MODEL_FILE
 from edgebuild.graph.weight_files import load_stage_model, save_reusing_data
 from edgebuild.graph.quantized.activations import FloatActivations, count_weight_dequantizers
 from edgebuild.graph.rule_matching import tried_at_their_first_op
+from edgebuild.recipe.model import Quantization
+from edgebuild.recipe.passes import pass_switches
 
 FOLD_INPUT_LIMIT = 8192  # elements: onnxscript's default input size limit for folding
 
@@ -67,21 +70,20 @@ def op_counts(model: ir.Model) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def enabled_passes(passes: dict[str, bool] | None, registry=None) -> list[tuple[str, object]]:
-    """The registry's passes the recipe leaves on, in registration order."""
+def enabled_passes(passes: Mapping[str, bool] | None, registry=None) -> list[tuple[str, object]]:
+    """The registry's passes switched on, in registration order.
+
+    ``passes`` are the switches the optimize stage's parameters carry (``pass_switches`` of the
+    recipe, its names checked at load); a pass they leave out takes its default, for callers
+    outside a build. A name no plugin registered matches no pass: refusing it is the recipe's job.
+    """
     if registry is None:
         from edgebuild.registry import get_registry
 
         registry = get_registry()
-    passes = passes or {}
+    switches = pass_switches(passes or {}, registry)
     table = registry.tables["passes"]
-    unknown = sorted(set(passes) - set(table))
-    if unknown:
-        raise BuildError(
-            f"optimize.passes names unknown pass(es): {', '.join(unknown)}",
-            hint=f"known passes: {', '.join(table) or '(none)'} (see `edgebuild plugins`)",
-        )
-    return [(name, entry.obj) for name, entry in table.items() if passes.get(name, entry.obj.default)]
+    return [(name, table[name].obj) for name, on in switches.items() if on]
 
 
 def run_pass(name: str, graph_pass, model: ir.Model) -> int:
@@ -134,17 +136,25 @@ def keep_input_names(graph: ir.Graph, names: list[str]) -> None:
             value.name = name
 
 
+def _activations(quantization: Quantization | Mapping | None) -> str:
+    """quantization.activations as validated at load; its default is the recipe model's."""
+    if quantization is None:
+        quantization = Quantization()
+    return quantization["activations"] if isinstance(quantization, Mapping) else quantization.activations
+
+
 def infer_shapes(model: ir.Model) -> None:
     # Not strict: edgebuild:: ops have no onnx schema; inference flows around them.
     common_passes.ShapeInferencePass(strict_mode=False)(model)
 
 
-def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = None, registry=None,
-             quantization: dict | None = None) -> dict:
+def optimize(model_path: Path, out_dir: Path, passes: Mapping[str, bool] | None = None, registry=None,
+             quantization: Quantization | Mapping | None = None) -> dict:
     """Optimise ``model_path`` into ``out_dir/model.onnx`` (+ ``model.onnx.data``); returns a report.
 
-    ``quantization`` is the recipe's section: with ``activations: float`` the activations'
-    fake-quant pairs are removed once every quantised form has been decomposed into them.
+    ``quantization`` is the recipe's section (typed, or its JSON dump; None: the recipe's
+    default): with ``activations: float`` the activations' fake-quant pairs are removed once
+    every quantised form has been decomposed into them.
     """
     start = time.perf_counter()
     model_path, out_dir = Path(model_path), Path(out_dir)
@@ -152,7 +162,7 @@ def optimize(model_path: Path, out_dir: Path, passes: dict[str, bool] | None = N
     selected = enabled_passes(passes, registry)
     before = op_counts(model)
     rules: dict[str, int] = {}
-    activations = (quantization or {}).get("activations", "keep")
+    activations = _activations(quantization)
 
     for name, graph_pass in selected:
         if graph_pass.before_folding:

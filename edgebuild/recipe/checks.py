@@ -110,10 +110,15 @@ def _check_backend(check: _Checker, variant, registry) -> None:
 
 
 def _check_passes(check: _Checker, variant, registry) -> None:
-    known = registry.names("passes")
-    for name in variant.recipe.optimize.passes:
-        if name not in known:
-            check.fail(("optimize", "passes", name), f"unknown pass {name!r}" + closest(name, known), key=True)
+    """The only check of the names in optimize.passes (the optimize stage trusts them)."""
+    from edgebuild.recipe.passes import installed_passes, unknown_passes
+
+    for name in unknown_passes(variant.recipe.optimize.passes, registry):
+        near = closest(name, registry.names("passes"))
+        check.fail(("optimize", "passes", name),
+                   f"unknown pass {name!r}" + (near + " installed" if "did you mean" in near else "; installed")
+                   + f" passes: {installed_passes(registry)}", key=True,
+                   hint="`edgebuild plugins` lists the passes each plugin registers")
 
 
 def _model_inputs(check: _Checker, variant):

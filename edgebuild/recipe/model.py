@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union, get_args
 
 from pydantic import (
     BaseModel,
@@ -25,7 +25,11 @@ from edgebuild.recipe.validation import ValidateSection
 
 DEPLOYMENT_TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18", "iOS26", "macOS12", "macOS13", "macOS14", "macOS15", "macOS26")
 DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool")
-POLICIES = ("auto", "all", "cpu_only", "cpu_and_gpu", "cpu_and_ne", "ane_only", "gpu_only")
+# The one list of compute policies: backends key their meaning of each on these values
+# (edgebuild.plugin.recipe exports them) and never check a policy again.
+ComputePolicy = Literal["auto", "all", "cpu_only", "cpu_and_gpu", "cpu_and_ne", "ane_only", "gpu_only"]
+COMPUTE_POLICIES: tuple[str, ...] = get_args(ComputePolicy)
+ComputeUnit = Literal["ane", "gpu", "cpu"]  # where compute.overrides may send an op
 MAX_DIM = 2**31 - 1  # Core ML and most runtimes index with int32
 MAX_ELEMENTS = 2**30  # per input (4 GiB of float32): validation holds several samples of it
 MAX_RANK = 8
@@ -163,11 +167,11 @@ class OpMatch(Strict):
 
 class ComputeOverride(Strict):
     match: OpMatch
-    unit: Literal["ane", "gpu", "cpu"]
+    unit: ComputeUnit
 
 
 class Compute(Strict):
-    policy: Literal[POLICIES] = "auto"
+    policy: ComputePolicy = "auto"
     chip: str = Field(default="m3", description="chip profile for the compute plan; the backend knows which exist")
     overrides: list[ComputeOverride] = []
     rewrites: dict[str, bool] = Field(default={}, description="ANE-friendly rewrites to enable, by the backend's names")

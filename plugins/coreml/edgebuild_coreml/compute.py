@@ -8,9 +8,11 @@ enforces the strict policies (``ane_only`` / ``gpu_only``), which Core ML itself
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from edgebuild.errors import BuildError, UsageError
+from edgebuild.plugin.recipe import Compute, ComputePolicy
 from edgebuild.recipe.shapes import has_range, whole_shapes
 
 COMPUTE_UNITS_KEY = "com.edgebuild.compute_units"
@@ -25,17 +27,36 @@ MAX_PLANNED_SHAPES = 16
 # inputs; here (not in fp16_guard) so the lower stage's cache key can say so without its imports.
 FP16_GUARD_SAMPLES = 4
 
-# Core ML has no "only the ANE" or "only the GPU" setting: the strict policies use the closest
-# compute units and rely on the plan check for the promise.
-POLICY_COMPUTE_UNITS = {
-    "auto": "ALL",
-    "all": "ALL",
-    "cpu_only": "CPU_ONLY",
-    "cpu_and_gpu": "CPU_AND_GPU",
-    "gpu_only": "CPU_AND_GPU",
-    "cpu_and_ne": "CPU_AND_NE",
-    "ane_only": "CPU_AND_NE",
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What one compute.policy means for a Core ML artifact and its plan."""
+
+    compute_units: str  # the ct.ComputeUnit the artifact is saved with
+    units: tuple[str, ...]  # the units the plan may put an op on
+    strict: str | None = None  # the one unit every op must be on (ane_only, gpu_only)
+
+
+# One row per value of the recipe's ComputePolicy (a test holds the two lists equal); the recipe
+# refuses any other value at load, so nothing here checks a policy again. Core ML has no "only
+# the ANE" or "only the GPU" setting: the strict policies use the closest compute units, plan
+# with the CPU as the fallback Core ML always keeps, and rely on the plan check for the promise.
+PLACEMENTS: dict[ComputePolicy, Placement] = {
+    "auto": Placement("ALL", ("ane", "gpu", "cpu")),
+    "all": Placement("ALL", ("ane", "gpu", "cpu")),
+    "cpu_only": Placement("CPU_ONLY", ("cpu",)),
+    "cpu_and_gpu": Placement("CPU_AND_GPU", ("gpu", "cpu")),
+    "cpu_and_ne": Placement("CPU_AND_NE", ("ane", "cpu")),
+    "ane_only": Placement("CPU_AND_NE", ("ane", "cpu"), strict="ane"),
+    "gpu_only": Placement("CPU_AND_GPU", ("gpu", "cpu"), strict="gpu"),
 }
+
+
+def compute_field(compute: Compute | Mapping[str, Any], name: str):
+    """A field of the recipe's compute section: the typed model, or its JSON dump as stage
+    parameters carry it. Defaults were applied at load; none is applied again here."""
+    return compute[name] if isinstance(compute, Mapping) else getattr(compute, name)
 
 
 class PolicyViolation(BuildError):
@@ -49,14 +70,11 @@ class PolicyViolation(BuildError):
         self.renamed_inputs: dict[str, str] = {}
 
 
-def compute_units_for(policy: str):
+def compute_units_for(policy: ComputePolicy):
     """The ``ct.ComputeUnit`` an artifact built under ``policy`` should be loaded with."""
     import coremltools as ct
 
-    if policy not in POLICY_COMPUTE_UNITS:
-        raise UsageError(f"compute.policy: unknown policy {policy!r}",
-                         hint=f"use one of: {', '.join(POLICY_COMPUTE_UNITS)}")
-    return getattr(ct.ComputeUnit, POLICY_COMPUTE_UNITS[policy])
+    return getattr(ct.ComputeUnit, PLACEMENTS[policy].compute_units)
 
 
 # -- input shapes -----------------------------------------------------------------------------
@@ -142,7 +160,8 @@ def shape_choices(recipe_inputs: Mapping[str, Mapping[str, Any]], renamed: Mappi
     return enumerated_choices(recipe_inputs, renamed)
 
 
-def per_shape_plans(program, compute: Mapping[str, Any], choices: list[dict], *, chip: str | None = None) -> dict:
+def per_shape_plans(program, compute: Compute | Mapping[str, Any], choices: list[dict], *,
+                    chip: str | None = None) -> dict:
     """``{"per_shape": rows}`` (one compute-plan summary per enumerated shape), ``{}`` without
     choices, or ``{"per_shape_error": why}`` when the program cannot be fixed to them."""
     if not choices:
@@ -150,20 +169,21 @@ def per_shape_plans(program, compute: Mapping[str, Any], choices: list[dict], *,
     from edgebuild_coreml.ane.per_shape import plan_per_shape
 
     try:
-        rows = plan_per_shape(program, choices, chip=chip or compute.get("chip") or "m3",
-                              policy=compute.get("policy") or "auto", overrides=compute.get("overrides") or [])
+        rows = plan_per_shape(program, choices, chip=chip or compute_field(compute, "chip"),
+                              policy=compute_field(compute, "policy"), overrides=compute_field(compute, "overrides"))
     except Exception as exc:  # noqa: BLE001 - coremltools' materialisation refuses some programs; the plan stands without
         return {"per_shape_error": f"{type(exc).__name__}: {exc}"}
     return {"per_shape": rows}
 
 
-def ane_layout_preview(program, compute: Mapping[str, Any], choices: list[dict], *, chip: str | None = None) -> dict:
+def ane_layout_preview(program, compute: Compute | Mapping[str, Any], choices: list[dict], *,
+                       chip: str | None = None) -> dict:
     """``{"ane_layout_preview": {...}}``: when ``compute.rewrites.ane_layout`` is off, the policy allows
     the Neural Engine and the rewrite would change the program, the plan summary without and with
     it (whole program, and per enumerated shape); ``{}`` otherwise. ``program`` is not touched."""
-    if (compute.get("rewrites") or {}).get("ane_layout"):
+    if compute_field(compute, "rewrites").get("ane_layout"):
         return {}
-    if POLICY_COMPUTE_UNITS.get(compute.get("policy") or "auto") not in ("ALL", "CPU_AND_NE"):
+    if PLACEMENTS[compute_field(compute, "policy")].compute_units not in ("ALL", "CPU_AND_NE"):
         return {}
     from edgebuild_coreml.ane.per_shape import specialise, summary
     from edgebuild_coreml.ane.rewrites import ane_layout, may_change_layout
@@ -219,16 +239,16 @@ def apply_enabled_rewrites(program, rewrites: Mapping[str, bool]) -> dict[str, i
     return apply_rewrites(program, names)
 
 
-def plan_for(program, compute: Mapping[str, Any], *, chip: str | None = None,
+def plan_for(program, compute: Compute | Mapping[str, Any], *, chip: str | None = None,
              shapes_dynamic: set[str] | None = None):
     """The compute plan of ``program`` under the recipe's compute section (``chip`` overrides)."""
     from edgebuild_coreml.ane import plan_program
 
     return plan_program(
         program,
-        chip=chip or compute.get("chip") or "m3",
-        policy=compute.get("policy") or "auto",
-        overrides=compute.get("overrides") or [],
+        chip=chip or compute_field(compute, "chip"),  # chip: `edgebuild plan --chip`, checked by get_chip
+        policy=compute_field(compute, "policy"),
+        overrides=compute_field(compute, "overrides"),
         shapes_dynamic=shapes_dynamic,
     )
 
@@ -264,10 +284,8 @@ def range_fallback_warning(plan, where: str, shown: int = 5) -> str | None:
 
     Under a policy without the Neural Engine there is nothing to push off it: no warning then.
     """
-    from edgebuild_coreml.ane.plan import POLICY_UNITS
-
     names = plan.range_fallback()
-    if not names or "ane" not in POLICY_UNITS[plan.policy]:
+    if not names or "ane" not in PLACEMENTS[plan.policy].units:
         return None
     listed = ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
     return (f"{where}: range-flexible input shapes keep {len(names)} of {len(plan.ops)} op(s) off the Neural "
@@ -279,9 +297,8 @@ def ane_absence_warning(plan, where: str, top: int = 3) -> str | None:
     most common reasons; None otherwise (strict policies fail instead, see ``violation_error``)."""
     from collections import Counter
 
-    from edgebuild_coreml.ane.plan import POLICY_UNITS, STRICT_POLICIES
-
-    if plan.policy in STRICT_POLICIES or "ane" not in POLICY_UNITS[plan.policy] or not plan.ops:
+    placement = PLACEMENTS[plan.policy]
+    if placement.strict or "ane" not in placement.units or not plan.ops:
         return None
     if any(op.unit == "ane" for op in plan.ops):
         return None

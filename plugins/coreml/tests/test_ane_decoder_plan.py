@@ -16,6 +16,7 @@ from decoder_programs import (
     decoder_inputs,
     decoder_layer_program,
 )
+from edgebuild.plugin.recipe import Compute
 from edgebuild_coreml.ane import cost as cost_model
 from edgebuild_coreml.ane.chips import get_chip
 from edgebuild_coreml.ane.per_shape import plan_per_shape, retyped, specialise, summary
@@ -266,7 +267,7 @@ def test_recipe_enumerated_shapes_give_the_plan_rows(flexible_decoder):
     }
     choices = enumerated_choices(recipe_inputs, {})
     assert choices == CHOICES
-    rows = per_shape_plans(flexible_decoder, {"policy": "cpu_and_ne", "chip": "m4"}, choices)["per_shape"]
+    rows = per_shape_plans(flexible_decoder, Compute(policy="cpu_and_ne", chip="m4"), choices)["per_shape"]
     assert [r["varying"] for r in rows] == [{"input": "hidden_states", "axis": 1, "size": q} for q in QUERY_LENGTHS]
     assert "query_length" not in rows[0]  # only the contract's input_ids is a query length by name
     assert per_shape_plans(flexible_decoder, {}, []) == {}
@@ -321,21 +322,21 @@ def test_plan_previews_the_ane_layout_when_it_is_off(flexible_decoder):
     from edgebuild.report.compute_plan import ane_layout_line
 
     before = [op.name for op in flexible_decoder.functions["main"].operations]
-    preview = ane_layout_preview(flexible_decoder, {"policy": "auto"}, CHOICES)["ane_layout_preview"]
+    preview = ane_layout_preview(flexible_decoder, Compute(), CHOICES)["ane_layout_preview"]
     assert preview["sites"] == 8 and preview["after"]["ops"] > preview["before"]["ops"]
     assert [row["after"]["varying"]["size"] for row in preview["per_shape"]] == list(QUERY_LENGTHS)
     assert [op.name for op in flexible_decoder.functions["main"].operations] == before  # untouched
     line = ane_layout_line(preview)
     assert line.startswith("compute.rewrites.ane_layout would rewrite 8 site(s): ANE share of time")
     assert "hidden_states[1]=64:" in line
-    assert ane_layout_preview(flexible_decoder, {"policy": "auto", "rewrites": {"ane_layout": True}}, []) == {}
-    assert ane_layout_preview(flexible_decoder, {"policy": "cpu_and_gpu"}, []) == {}
+    assert ane_layout_preview(flexible_decoder, Compute(rewrites={"ane_layout": True}), []) == {}
+    assert ane_layout_preview(flexible_decoder, Compute(policy="cpu_and_gpu"), []) == {}
 
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 3, 32, 32), dtype=types.fp16)], opset_version=ct.target.iOS18)
     def cnn(x):
         return mb.relu(x=mb.conv(x=x, weight=np.ones((8, 3, 3, 3), np.float16), name="conv"), name="act")
 
-    assert ane_layout_preview(cnn, {"policy": "auto"}, []) == {}  # nothing to rewrite, nothing copied
+    assert ane_layout_preview(cnn, Compute(), []) == {}  # nothing to rewrite, nothing copied
 
 
 @pytest.mark.parametrize("build", [

@@ -341,13 +341,17 @@ def test_overrides_by_op_type_and_name_regex():
                             overrides=[{"match": {"op_type": "conv"}, "unit": "gpu"}])
     assert excluded.unit_of("conv1") != "gpu"
     assert any(r["rule"] == "override" for r in excluded.to_json()["ops"][0]["reasons"])
-    with pytest.raises(UsageError):
-        plan_program(_cnn_program(), overrides=[{"match": {"op_type": "conv"}, "unit": "npu"}])
+    # an unknown unit or policy is the recipe's to refuse, at load (tests/test_recipe_field_owners.py)
 
 
-def test_unknown_policy_is_usage_error():
-    with pytest.raises(UsageError, match="policy"):
-        plan_program(_cnn_program(), policy="fastest")
+def test_the_plan_reads_the_recipe_models_compute_section():
+    from edgebuild.plugin.recipe import Compute
+
+    compute = Compute.model_validate({"policy": "cpu_and_ne", "overrides": [{"match": {"op_type": "conv"},
+                                                                            "unit": "cpu"}]})
+    plan = plan_program(_cnn_program(), chip=compute.chip, policy=compute.policy, overrides=compute.overrides)
+    assert plan.policy == "cpu_and_ne" and plan.unit_of("conv1") == "cpu"
+    assert plan_program(_cnn_program()).policy == Compute().policy  # the defaults are the recipe's
 
 
 def test_the_cli_renders_a_plan_from_its_data():

@@ -11,29 +11,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Mapping
 
-from edgebuild.errors import UsageError
+from edgebuild.plugin.recipe import Compute, ComputePolicy
 
 from edgebuild_coreml.ane import cost as cost_model
 from edgebuild_coreml.ane import mil_view
 from edgebuild_coreml.ane.chips import ChipProfile, get_chip
 from edgebuild_coreml.ane.fusion import fused_groups
 from edgebuild_coreml.ane.rules import Reason, constant_op_types, eligibility, gpu_eligibility
+from edgebuild_coreml.compute import PLACEMENTS
 
 NOTE = "Core ML decides placement when the model loads; this is a prediction."
 
-POLICY_UNITS = {
-    "auto": ("ane", "gpu", "cpu"),
-    "all": ("ane", "gpu", "cpu"),
-    "cpu_only": ("cpu",),
-    "cpu_and_gpu": ("gpu", "cpu"),
-    "cpu_and_ne": ("ane", "cpu"),
-    # Strict policies plan like their Core ML counterpart (the CPU stays as the fallback Core ML
-    # always keeps); Plan.violations lists what breaks the promise.
-    "ane_only": ("ane", "cpu"),
-    "gpu_only": ("gpu", "cpu"),
-}
-STRICT_POLICIES = {"ane_only": "ane", "gpu_only": "gpu"}
+# Views of compute.PLACEMENTS, the one table of what each policy means here.
+STRICT_POLICIES = {policy: placement.strict for policy, placement in PLACEMENTS.items() if placement.strict}
+RECIPE_DEFAULT = Compute()  # plan_program's defaults are the recipe's
 _REFINE_PASSES = 3
 
 
@@ -100,13 +93,13 @@ class Plan:
             data["range_fallback"] = fallback
         return data
 
-    def violations(self, policy: str | None = None) -> list[dict]:
+    def violations(self, policy: ComputePolicy | None = None) -> list[dict]:
         """For ``ane_only`` / ``gpu_only``: every op the plan places off that unit, with why and a fix.
 
         Placement, not eligibility: an op the rules allow on the unit but the cost model puts on
         the CPU breaks the promise as much as one the unit cannot run.
         """
-        unit = STRICT_POLICIES.get(_normalise_policy(policy or self.policy))
+        unit = PLACEMENTS[policy or self.policy].strict
         if unit is None:
             return []
         return [
@@ -143,16 +136,6 @@ class Plan:
 
 
 # --- inputs -----------------------------------------------------------------------------------
-
-
-def _normalise_policy(policy: str) -> str:
-    key = policy.strip().lower().replace("-", "_")
-    if key not in POLICY_UNITS:
-        raise UsageError(
-            f"unknown compute policy {policy!r}",
-            hint=f"use one of: {', '.join(POLICY_UNITS)}",
-        )
-    return key
 
 
 def dynamic_symbol_map(function, shapes_dynamic: set[str] | None) -> dict:
@@ -194,17 +177,14 @@ class _Override:
 
 
 def _parse_overrides(overrides) -> list[_Override]:
+    """compute.overrides (typed, or their JSON dump): the recipe model checked each unit and
+    regular expression at load, so they are only compiled here."""
     parsed = []
-    for index, entry in enumerate(overrides or []):
-        match = dict(entry.get("match", {}))
-        unit = str(entry.get("unit", "")).lower()
-        if unit not in ("ane", "gpu", "cpu"):
-            raise UsageError(f"compute.overrides[{index}]: unit must be ane, gpu or cpu, got {unit!r}")
-        try:
-            pattern = re.compile(match["name"]) if match.get("name") else None
-        except re.error as exc:
-            raise UsageError(f"compute.overrides[{index}].match.name: bad regex: {exc}") from exc
-        parsed.append(_Override(unit=unit, op_type=match.get("op_type"), name=pattern))
+    for entry in overrides:
+        entry = entry if isinstance(entry, Mapping) else entry.model_dump()
+        match = entry["match"]
+        pattern = re.compile(match["name"]) if match.get("name") else None
+        parsed.append(_Override(unit=entry["unit"], op_type=match.get("op_type"), name=pattern))
     return parsed
 
 
@@ -352,15 +332,18 @@ def _refine(nodes, edges, assignment, chip) -> list[str]:
 def plan_program(
     prog,
     *,
-    chip: str = "m3",
-    policy: str = "auto",
-    overrides=None,
+    chip: str = RECIPE_DEFAULT.chip,
+    policy: ComputePolicy = RECIPE_DEFAULT.policy,
+    overrides=(),
     shapes_dynamic: set[str] | None = None,
 ) -> Plan:
-    """Predict a compute unit and time for every op of ``prog``'s main function."""
+    """Predict a compute unit and time for every op of ``prog``'s main function.
+
+    ``policy`` and ``overrides`` are the recipe's, validated at load; ``chip`` may also come
+    from ``edgebuild plan --chip``, so an unknown one is a UsageError (``get_chip``).
+    """
     profile = get_chip(chip)
-    policy_key = _normalise_policy(policy)
-    policy_units = POLICY_UNITS[policy_key]
+    policy_units = PLACEMENTS[policy].units
     parsed_overrides = _parse_overrides(overrides)
     function = mil_view.main_function(prog)
     dynamic = dynamic_symbol_map(function, shapes_dynamic)
@@ -428,4 +411,4 @@ def plan_program(
             ))
     order = {op.name: i for i, op in enumerate(ops)}
     plans.sort(key=lambda p: order[p.name])
-    return Plan(ops=plans, chip=profile.name, policy=policy_key)
+    return Plan(ops=plans, chip=profile.name, policy=policy)

@@ -22,8 +22,6 @@ import numpy as np
 from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil.types.symbolic import any_symbolic, is_symbolic
 
-from edgebuild.errors import UsageError
-
 from edgebuild_coreml.ane import mil_view
 
 FP16_UNDERFLOW = 6.0e-8  # below the smallest fp16 subnormal (~5.96e-8) epsilon rounds to 0
@@ -366,8 +364,6 @@ REWRITES = {
 
 
 def apply_rewrites(prog, names) -> dict[str, int]:
-    """Run the named rewrites in order; returns {name: sites changed}."""
-    unknown = [n for n in names if n not in REWRITES]
-    if unknown:
-        raise UsageError(f"unknown ANE rewrite(s): {', '.join(unknown)}", hint=f"use: {', '.join(REWRITES)}")
+    """Run the named rewrites in order; returns {name: sites changed}. The names are
+    compute.rewrites', checked at load against ``compute.REWRITE_NAMES`` (these keys)."""
     return {name: REWRITES[name](prog) for name in names}
