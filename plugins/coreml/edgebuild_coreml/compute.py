@@ -11,9 +11,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from edgebuild.errors import BuildError, UsageError
-from edgebuild.plugin.recipe import Compute, ComputePolicy
-from edgebuild.recipe.shapes import has_range, whole_shapes
+from edgebuild.plugin import BuildError, RecipeError, UsageError
+from edgebuild.plugin.recipe import Compute, ComputePolicy, closest, has_range, whole_shapes
 
 COMPUTE_UNITS_KEY = "com.edgebuild.compute_units"
 # the keys of ane.rewrites.REWRITES, here so a recipe check need not import coremltools
@@ -211,8 +210,6 @@ def ane_layout_preview(program, compute: Compute | Mapping[str, Any], choices: l
 
 def check_compute_names(compute) -> None:
     """compute.chip and compute.rewrites name things this plugin has (RecipeError with the path)."""
-    from edgebuild.errors import RecipeError
-    from edgebuild.recipe.checks import closest
     from edgebuild_coreml.ane.chips import load_chips, normalise_chip_name
 
     chips = load_chips()

@@ -8,7 +8,7 @@ from importlib import resources
 
 import yaml
 
-from edgebuild.errors import UsageError
+from edgebuild.plugin import UsageError
 
 
 @dataclass(frozen=True)

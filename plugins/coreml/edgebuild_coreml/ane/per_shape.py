@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 from edgebuild_coreml.ane import mil_view
 from edgebuild_coreml.ane.plan import Plan, plan_program
 
