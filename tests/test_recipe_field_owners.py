@@ -80,3 +80,25 @@ def test_the_optimize_stage_takes_activations_from_the_recipe_model():
 def test_the_recipe_holds_the_one_list_of_compute_policies():
     assert COMPUTE_POLICIES == ("auto", "all", "cpu_only", "cpu_and_gpu", "cpu_and_ne", "ane_only", "gpu_only")
     assert Compute().policy == "auto" and Compute().policy in COMPUTE_POLICIES
+
+
+def test_a_bad_value_set_after_load_never_reaches_a_stage(tmp_path, monkeypatch):
+    """The models check assignments too; a pass name no plugin registered is dropped from the
+    switches the optimize stage gets, so no stage needs a check of its own."""
+    from pydantic import ValidationError
+
+    from edgebuild.build.jobs import load_variants
+
+    monkeypatch.chdir(tmp_path)
+    tiny_model(tmp_path / "m.onnx")
+    Path("recipe.yaml").write_text(BASE_RECIPE)
+    registry = get_registry()
+    [variant] = load_variants(["recipe.yaml"], None, registry)
+    recipe = variant.recipe
+    for section, field, value in [(recipe.compute, "policy", "fastest"), (recipe.quantization, "activations", "int8"),
+                                  (recipe.optimize, "passes", {"test_noop": "maybe"}),
+                                  (recipe.target, "precision", "float8")]:
+        with pytest.raises(ValidationError):
+            setattr(section, field, value)
+    recipe.optimize.passes = {"not_installed": True}
+    assert "not_installed" not in pass_switches(recipe.optimize.passes, registry)

@@ -22,7 +22,7 @@ MAX_CONTEXT = 1 << 20
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)  # as model.Strict
 
 
 class QueryRange(_Strict):

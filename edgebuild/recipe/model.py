@@ -38,7 +38,9 @@ Size = Annotated[int, Field(ge=1, le=MAX_DIM)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # validate_assignment: a value set after load is checked as the loaded ones were, so what
+    # the stages read is always a value the recipe model allows (they never check it again)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)
 
 
 class EnumeratedDim(Strict):
@@ -259,4 +261,4 @@ class Recipe(Strict):
     outputs: Outputs = Outputs()
     metadata: Metadata = Metadata()
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)

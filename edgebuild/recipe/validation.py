@@ -22,7 +22,7 @@ MAX_NEW_TOKENS = 100_000
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)  # as model.Strict
 
 
 class RandomInput(_Strict):
