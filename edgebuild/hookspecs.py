@@ -98,8 +98,14 @@ def edgebuild_register_recipe_sections(register):
 def edgebuild_register_custom_ops(register):
     """Register custom ops: ``register(domain, op_type, spec)``.
 
-    ``spec`` carries the op's ONNX schema, a numpy reference and the kernels that
-    implement it (an MSL source, a Core ML decomposition).
+    ``spec`` follows :class:`edgebuild.protocols.CustomOp`: the op's inputs, outputs and numpy
+    reference (``run_reference``), and whatever else its plugins read (an MSL kernel's source).
+    Validation needs the reference: onnxruntime cannot run a source model that uses the op, so
+    such a model is evaluated by onnx's ``ReferenceEvaluator`` with every registered op's
+    reference, and a model whose op has a lowering but no reference here fails to validate,
+    naming the op (``validate.reference: none`` builds it unvalidated). A plugin that lowers an
+    op and ships no kernel registers ``edgebuild.plugin.OpReference(domain, op_type,
+    reference=fn, inputs=(...), outputs=(...), attributes={name: default})``.
     """
 
 

@@ -231,6 +231,27 @@ class StatefulModel(Protocol):
         """Clear the state (an empty cache)."""
 
 
+@runtime_checkable
+class CustomOp(Protocol):
+    """An op outside the ONNX standard a plugin lowers or implements (``edgebuild_register_custom_ops``):
+    what validation evaluates a source model's node of it with, since onnxruntime cannot.
+    ``edgebuild.plugin.OpReference`` is one made from a numpy function; ``edgebuild_msl.KernelSpec``
+    (a Metal kernel) is another."""
+
+    domain: str
+    op_type: str
+
+    inputs: Sequence[Any]
+    """The op's inputs in order: names, or declarations with a ``name`` (``edgebuild_msl.TensorDecl``)."""
+
+    outputs: Sequence[Any]
+    """The op's outputs in order, like ``inputs``."""
+
+    def run_reference(self, inputs: Arrays, attrs: Optional[Mapping[str, Any]] = None) -> dict:
+        """Output arrays by name for one node: its input arrays by the op's input names, its attributes
+        (those the node sets; apply the defaults of the others)."""
+
+
 class RecipeSection(BaseModel):
     """The base of a plugin-owned recipe section's pydantic model (``edgebuild_register_recipe_sections``).
 
@@ -252,6 +273,7 @@ PROTOCOLS: dict[str, type] = {
     "passes": GraphPass,
     "backends": Backend,
     "runtimes": Runtime,
+    "custom_ops": CustomOp,
 }
 """The protocol each registry kind's objects follow; checked when an object is first used."""
 

@@ -19,6 +19,7 @@ stage body needs and import their libraries when imported:
 """
 
 from edgebuild.collections_scope import older_objects_frozen
+from edgebuild.custom_ops import OpReference
 from edgebuild.errors import (
     BuildError,
     EdgebuildError,
@@ -34,6 +35,7 @@ from edgebuild.protocols import (
     Arrays,
     Backend,
     ConformanceRunner,
+    CustomOp,
     Frontend,
     Generator,
     GraphPass,
@@ -54,8 +56,9 @@ __all__ = [
     # registering
     "hookimpl", "Lazy", "LoweringSet", "OpTable", "OpEntry", "Registry", "get_registry",
     "STANDARD_DOMAINS", "standard_domain", "unique_name",
+    "OpReference",
     # what the core calls on registered objects
-    "Backend", "ConformanceRunner", "Frontend", "Generator", "GraphPass", "RecipeSection", "Resolver",
+    "Backend", "ConformanceRunner", "CustomOp", "Frontend", "Generator", "GraphPass", "RecipeSection", "Resolver",
     "Runtime", "StatefulModel", "Arrays", "Runner",
     # declaring stages
     "Stage", "StageParams", "StageInputs", "Result", "edgebuild_version",

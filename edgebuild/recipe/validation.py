@@ -240,12 +240,15 @@ class ValidateSection(_Strict):
         description="candidate runtimes to run, by the backend's names (Core ML: interpreter, coreml); default: "
                     "every one the backend offers, and those this OS cannot run are reported as skipped",
     )
-    reference: Literal["float32", "float64"] = Field(
+    reference: Literal["float32", "float64", "none"] = Field(
         default="float32",
         description="what the artifact is measured against: float32, onnxruntime on the source (the usual "
-                    "reference); float64, the source evaluated in float64 (onnxruntime where it has double "
+                    "reference; onnx's reference evaluator with the plugins' op references for a source with "
+                    "custom ops); float64, the source evaluated in float64 (onnxruntime where it has double "
                     "kernels, onnx's reference evaluator otherwise), with onnxruntime fp32's own distance from "
-                    "it reported beside the artifact's and held to noise_ratio_max",
+                    "it reported beside the artifact's and held to noise_ratio_max; none, nothing: the "
+                    "variant is built, not validated, with a warning in its report (a custom op without "
+                    "a registered reference)",
     )
     fp16_emulation: Literal["auto", "on", "off"] = Field(
         default="auto", description="round interpreter activations to fp16 (auto: when the artifact is fp16)"
