@@ -261,10 +261,17 @@ def _warnings(report: Report) -> str:
         record = (report.model_extra or {}).get(stage.name)
         for text in (record.get("warnings") or []) if isinstance(record, Mapping) else []:
             items.append(f"<li><b>{escape(stage.name)}</b>: {escape(str(text))}</li>")
+    shown = "".join(items)
+    for text in report.validation.warnings if report.validation else ():  # validation.json's own, once
+        item = f"<li><b>validate</b>: {escape(str(text))}</li>"
+        if item not in shown:
+            items.append(item)
     return f'<section id="warnings"><h2>Warnings</h2><ul>{"".join(items)}</ul></section>' if items else ""
 
 
 def _numerics(validation: Validation | None) -> str:
+    if validation is not None and validation.not_validated:
+        return f'<h2>Numerics</h2><p class="muted">not validated: {escape(validation.not_validated)}</p>'
     if validation is None or not validation.runtimes:
         return ""
     generative = any(runtime.generation is not None for runtime in validation.runtimes.values())

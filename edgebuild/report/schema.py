@@ -217,6 +217,8 @@ class Validation(_Open):
     runtimes: dict[str, RuntimeRecord] = {}
     failures: list[Failure] = []
     shapes: list[ShapeSet] = []  # empty when every input has one shape
+    not_validated: Optional[str] = None  # why nothing was compared (validate.reference: none)
+    warnings: list[str] = []
 
     @field_validator("failures", mode="before")
     @classmethod

@@ -1,6 +1,7 @@
 """A variant's headline in words, the same on the console's result line and on its report page:
-``validation passed``, ``validation failed``, or ``built, not validated`` when validation was off
-or every runtime it names was skipped (Core ML on Linux, say). No heavy imports: the console's
+``validation passed``, ``validation failed``, or ``built, not validated`` when validation was off,
+compared nothing (``validate.reference: none``: no reference, no runtime record) or every runtime it
+names was skipped (Core ML on Linux, say). No heavy imports: the console's
 line for an up-to-date build is made from it."""
 
 from __future__ import annotations
