@@ -174,3 +174,18 @@ def test_a_third_party_op_plugin_is_rebuilt_when_it_changes_and_validates_its_op
     assert lower["plugins"]["edgebuild-swish"] == "0.2.0"
     assert "edgebuild-greeter" not in lower["plugins"]
     assert lower["libraries"]["coremltools"] == md.version("coremltools")
+
+
+def test_the_third_party_plugins_import_only_the_public_plugin_api():
+    import ast
+
+    imported = set()
+    for path in THIRD_PARTY.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+    from_edgebuild = {name for name in imported if name.split(".")[0] == "edgebuild"}
+    assert from_edgebuild and all(name == "edgebuild.plugin" or name.startswith("edgebuild.plugin.")
+                                  for name in from_edgebuild), from_edgebuild
