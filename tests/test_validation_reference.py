@@ -182,3 +182,21 @@ def test_a_custom_op_without_a_reference_method_fails_at_registration():
 def test_an_op_reference_refuses_attributes_it_does_not_declare():
     with pytest.raises(ValueError, match="unknown attribute.*alpha"):
         SWISH2.run_reference({"X": X}, {"alpha": 1.0})
+
+
+def test_ops_in_subgraphs_count_and_a_models_own_functions_do_not(tmp_path):
+    branch = helper.make_graph([helper.make_node("Swish2", ["x"], ["b"], domain="mydomain")], "then", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 5])])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["c"])], "else", [],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2, 5])])
+    function = helper.make_function("mylocal", "Twice", ["X"], ["Y"], [helper.make_node("Add", ["X", "X"], ["Y"])],
+                                    [helper.make_opsetid("", 17)])
+    nodes = [helper.make_node("If", ["flag"], ["a"], then_branch=branch, else_branch=other),
+             helper.make_node("Twice", ["a"], ["y"], domain="mylocal")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5]),
+                                           helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])])
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, functions=[function], opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("mydomain", 1), helper.make_opsetid("mylocal", 1)]), path)
+    assert ops_onnxruntime_lacks(path) == [("mydomain", "Swish2")]
