@@ -54,16 +54,13 @@ def test_manifest_keeps_onnx_names_and_binds_the_segments_own(built):
     assert {h["tensor"] for h in manifest["handoffs"]} == {"input", "state", "1/normed:0", "return/y:0"}
 
 
-def test_inference_session_takes_and_returns_onnx_names(built):
-    from edgebuild_mpsgraph.validation import reference_runner
-
+def test_inference_session_takes_and_returns_onnx_names(built, source_reference):
     from edgebuild.bundle.session import InferenceSession, compare_outputs
-    from edgebuild.registry import get_registry
 
     work, out = built
     x = np.random.default_rng(7).uniform(-2, 2, size=(1, 8, 32)).astype(np.float32)
     got = InferenceSession(out, native=False).run({"input": x})  # the variant's folder: its lock file names the bundle
-    want = reference_runner(work / "odd_names.onnx", get_registry())({"input": x})
+    want = source_reference(work / "odd_names.onnx")({"input": x})
     assert set(got) == set(want) == {"return/y:0", "state"}
     mse, max_diff = compare_outputs(got, want)
     assert mse < 1e-12 and max_diff < 1e-5

@@ -47,14 +47,12 @@ def test_bundle_has_three_segments_with_hand_offs(built_bundle):
                                    "binding": None}
 
 
-def test_inference_session_matches_the_reference(built_bundle):
+def test_inference_session_matches_the_reference(built_bundle, source_reference):
     from edgebuild.bundle.session import InferenceSession, compare_outputs
-    from edgebuild.registry import get_registry
-    from edgebuild_mpsgraph.validation import reference_runner
 
     x = np.random.default_rng(3).uniform(-2, 2, size=(1, 8, 32)).astype(np.float32)
     got = InferenceSession(built_bundle / "bundle", native=False).run({"x": x})
-    want = reference_runner(ROOT / "recipes" / "models" / "example_ops.onnx", get_registry())({"x": x})
+    want = source_reference(ROOT / "recipes" / "models" / "example_ops.onnx")({"x": x})
     mse, max_diff = compare_outputs(got, want)
     assert got["y"].shape == (1, 8, 32)
     assert mse < 1e-12 and max_diff < 1e-5
