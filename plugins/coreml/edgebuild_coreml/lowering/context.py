@@ -54,6 +54,7 @@ class LoweringContext:
         # Set by the converter: the lowering of a node (or None), the opset of a domain,
         # and a way to lower an If/Loop body (see converter.lower_subgraph).
         self.lookup: Callable[[ir.Node], Callable | None] = lambda node: None
+        self.owner_of: Callable[[ir.Node], str | None] = lambda node: None  # the plugin a lowering is from (None: ours)
         self.opset_for: Callable[[str], int] = lambda domain: opset if domain == "" else 1
         self.lower_subgraph: Callable[[ir.Graph, list], list] | None = None
         self.notes: dict[str, int] = {}  # what the artifact does differently from the source -> how often

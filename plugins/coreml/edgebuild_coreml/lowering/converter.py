@@ -204,16 +204,43 @@ def _bind_outputs(ctx: LoweringContext, node: ir.Node, result) -> None:
             ctx.fail(node, f"output {value.name!r} is used but the lowering does not produce it")
 
 
-def _renamed(exc: EdgebuildError, node: ir.Node) -> EdgebuildError:
-    """``exc`` with the node named in its message (same class, same hint)."""
+def _renamed(exc: EdgebuildError, node: ir.Node, owner: str | None = None) -> EdgebuildError:
+    """``exc`` with the node named in its message, and ``owner``, the plugin whose lowering raised it
+    (None: this backend's own), in front of the reason (same class, same hint)."""
     where = LoweringContext.where(node)
-    if where in exc.message:
+    if where in exc.message and owner is None:
         return exc
+    reason = exc.message.removeprefix(f"{where}: ")
+    message = f"{where}: the lowering from {owner} failed: {reason}" if owner else f"{where}: {reason}"
     try:
-        renamed = type(exc)(f"{where}: {exc.message}", hint=exc.hint)
+        renamed = type(exc)(message, hint=exc.hint)
     except TypeError:
-        renamed = BuildError(f"{where}: {exc.message}", hint=exc.hint)
+        renamed = BuildError(message, hint=exc.hint)
     return renamed
+
+
+def lowering_owner(registry, node: ir.Node, opset: int) -> str | None:
+    """The plugin that registered ``node``'s lowering, in words ("plugin 'swish' (edgebuild-swish 0.1.0)"),
+    or None when it is this backend's own plugin: an error in a lowering names who to ask."""
+    import importlib.metadata as md
+
+    table = registry.tables["lowerings"].get(BACKEND)
+    entry = table.entry(node.op_type, domain=node.domain, opset=opset) if table is not None else None
+    if entry is None:
+        return None
+    own = registry.plugin_of("backends", BACKEND)
+    info = next((info for name, info in registry.plugins.items() if entry.owner == f"plugin {name!r}"), None)
+    if info is None:
+        return entry.owner
+    if own is not None and info.name == own.name:
+        return None
+    if not info.distribution:
+        return entry.owner
+    try:
+        version = md.version(info.distribution)
+    except md.PackageNotFoundError:  # registered in-process (tests): the registry's own version
+        version = info.version
+    return f"{entry.owner} ({' '.join(filter(None, (info.distribution, version)))})"
 
 
 def lower_node(ctx: LoweringContext, node: ir.Node) -> None:
@@ -230,13 +257,20 @@ def lower_node(ctx: LoweringContext, node: ir.Node) -> None:
     try:
         result = fn(ctx, node)
         _bind_outputs(ctx, node, result)
-    except EdgebuildError as exc:
-        raise _renamed(exc, node) from exc
-    except Exception as exc:  # a lowering bug or a MIL type error: name the node
+    except EdgebuildError as exc:  # the lowering declined the node (ctx.fail, an unsupported case)
+        raise _renamed(exc, node, ctx.owner_of(node)) from exc
+    except Exception as exc:  # a lowering bug or a MIL type error: name the node, and a plugin's lowering its plugin
+        owner = ctx.owner_of(node)
+        if owner is None:
+            raise LoweringError(
+                f"{LoweringContext.where(node)}: lowering failed: {type(exc).__name__}: {exc}",
+                hint="this is a bug in the lowering or an unsupported attribute combination; "
+                "report it with the model, or route the op to another backend",
+            ) from exc
         raise LoweringError(
-            f"{LoweringContext.where(node)}: lowering failed: {type(exc).__name__}: {exc}",
-            hint="this is a bug in the lowering or an unsupported attribute combination; "
-            "report it with the model, or route the op to another backend",
+            f"{LoweringContext.where(node)}: the lowering from {owner} failed: {type(exc).__name__}: {exc}",
+            hint=f"this is a bug in {owner} or an attribute combination it does not support: report it to "
+            "that plugin's authors with the model, or uninstall the plugin",
         ) from exc
 
 
@@ -361,6 +395,7 @@ def convert(
     ctx = LoweringContext(opset_of(model, ""), target=target, precision=precision)
     ctx.opset_for = lambda domain: opset_of(model, domain)
     ctx.lookup = lambda node: registry.lowering(BACKEND, node.op_type, node.domain, opset_of(model, node.domain))
+    ctx.owner_of = lambda node: lowering_owner(registry, node, opset_of(model, node.domain))
     ctx.lower_subgraph = lambda sub, inputs: lower_subgraph(ctx, sub, inputs)
     _load_initializers(ctx, graph)
 
