@@ -1,16 +1,14 @@
-"""com.example::RMSNorm: the Metal kernel (CPU emulation) and the Core ML lowering (MIL
-interpreter), each against the numpy reference; the plugin registers both."""
+"""com.example::RMSNorm: the reference, the Metal kernel (CPU emulation) and what the plugin
+registers with and without edgebuild-msl."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from edgebuild_example_ops import DOMAIN, OP_TYPE
-from edgebuild_example_ops.kernel import rms_norm_kernel
+from edgebuild.plugin import OpReference, get_registry
+
+from edgebuild_example_ops import DOMAIN, OP_TYPE, plugin
 from edgebuild_example_ops.reference import rms_norm
 
 rng = np.random.default_rng(11)
@@ -24,7 +22,10 @@ def test_reference_matches_the_formula():
 
 @pytest.mark.parametrize("shape", [(4, 64), (2, 3, 301)])  # 301: rows not a multiple of the threads
 def test_metal_kernel_matches_reference(shape):
+    pytest.importorskip("edgebuild_msl")
     from edgebuild_msl import compile_kernel
+
+    from edgebuild_example_ops.kernel import rms_norm_kernel
 
     x = rng.standard_normal(shape).astype(np.float32)
     scale = rng.standard_normal(shape[-1]).astype(np.float32)
@@ -32,59 +33,31 @@ def test_metal_kernel_matches_reference(shape):
     np.testing.assert_allclose(out["Y"], rms_norm(x, scale, epsilon=1e-5), rtol=1e-5, atol=1e-5)
 
 
-def _model(x, scale, epsilon):
-    import onnx
-    import onnx.helper as oh
-
-    from edgebuild_example_ops.schema import register_schema
-
-    register_schema()
-    node = oh.make_node(OP_TYPE, ["X", "scale"], ["Y"], domain=DOMAIN, epsilon=epsilon)
-    graph = oh.make_graph([node], "rms", [oh.make_tensor_value_info("X", onnx.TensorProto.FLOAT, x.shape)],
-                          [oh.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, x.shape)],
-                          [onnx.numpy_helper.from_array(scale, "scale")])
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid(DOMAIN, 1)], ir_version=10)
-    onnx.checker.check_model(model)  # the schema is known: attributes and types are checked
-    return model
-
-
-def _registry():
-    import pluggy
-    from edgebuild import hookspecs
-    from edgebuild.registry import Registry
-    from edgebuild_coreml import plugin as coreml_plugin
-
-    from edgebuild_example_ops import plugin
-
-    manager = pluggy.PluginManager("edgebuild")
-    manager.add_hookspecs(hookspecs)
-    manager.register(coreml_plugin, name="coreml")
-    manager.register(plugin, name="example_ops")
-    registry = Registry()
-    registry.collect(manager, {"coreml": ("edgebuild-coreml", "0"), "example_ops": ("edgebuild-example-ops", "0")})
-    return registry
-
-
-@pytest.mark.parametrize("precision,tol", [("float32", 1e-5), ("float16", 3e-2)])
-def test_coreml_lowering_matches_reference(precision, tol):
-    pytest.importorskip("edgebuild_coreml")
-    import onnx_ir as ir
-    from edgebuild_coreml.interpreter import run_program
-    from edgebuild_coreml.lowering.converter import convert
-
-    x = rng.standard_normal((2, 5, 48)).astype(np.float32)
-    scale = rng.standard_normal(48).astype(np.float32)
-    result = convert(ir.serde.deserialize_model(_model(x, scale, 1e-5)), target="iOS17", precision=precision,
-                     input_shapes=None, registry=_registry())
-    assert result.op_counts.get("reduce_mean") == 1 and result.op_counts.get("rsqrt") == 1  # a decomposition
-    feed_dtype = np.float16 if result.input_dtypes[result.input_names["X"]] == "fp16" else np.float32
-    produced = run_program(result.program, {result.input_names["X"]: x.astype(feed_dtype)}, fp16=precision == "float16")
-    got = np.asarray(produced[result.output_names["Y"]], dtype=np.float32)
-    np.testing.assert_allclose(got, rms_norm(x, scale, epsilon=1e-5), rtol=tol, atol=tol)
-
-
-def test_plugin_registers_kernel_and_lowering():
-    registry = _registry()
+def test_the_installed_plugin_registers_the_op_its_lowering_and_its_pass():
+    registry = get_registry()
     spec = registry.get("custom_ops", (DOMAIN, OP_TYPE))
+    x, scale = rng.standard_normal((2, 8)).astype(np.float32), np.full(8, 2.0, np.float32)
+    got = spec.run_reference({"X": x, "scale": scale}, {"epsilon": 1e-5})
+    np.testing.assert_allclose(got["Y"], rms_norm(x, scale, epsilon=1e-5), rtol=1e-6)
+    assert registry.lowering("coreml", OP_TYPE, DOMAIN, 1) is not None
+    assert registry.get("passes", "fuse_example_rms_norm").default is False
+
+
+def _registered_op(monkeypatch, with_kernel_sdk: bool):
+    monkeypatch.setattr(plugin, "has_kernel_sdk", lambda: with_kernel_sdk)
+    registered = {}
+    plugin.edgebuild_register_custom_ops(register=lambda domain, op_type, spec: registered.update({op_type: spec}))
+    return registered[OP_TYPE]
+
+
+def test_without_edgebuild_msl_the_op_is_registered_by_its_reference(monkeypatch):
+    spec = _registered_op(monkeypatch, with_kernel_sdk=False)
+    assert isinstance(spec, OpReference) and list(spec.inputs) == ["X", "scale"]
+    x, scale = rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    np.testing.assert_allclose(spec.run_reference({"X": x, "scale": scale})["Y"], rms_norm(x, scale), rtol=1e-6)
+
+
+def test_with_edgebuild_msl_the_op_is_registered_by_its_kernel(monkeypatch):
+    pytest.importorskip("edgebuild_msl")
+    spec = _registered_op(monkeypatch, with_kernel_sdk=True)
     assert spec.entry == "rms_norm" and spec.schema is not None
-    assert registry.lowering("coreml", OP_TYPE, DOMAIN, 18) is not None

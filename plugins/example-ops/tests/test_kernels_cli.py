@@ -6,6 +6,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytest.importorskip("edgebuild_msl")  # the [msl] extra: `edgebuild kernels` is its command
+
 
 def test_kernels_command_checks_the_example_kernel():
     done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "kernels", "--json"], capture_output=True, text=True)
