@@ -21,9 +21,8 @@ import onnx
 import onnx_ir as ir
 from onnx import numpy_helper
 
-from edgebuild.conformance.classify import EMPTY_TENSORS
-from edgebuild.errors import BuildError, NotRepresentable
-from edgebuild.protocols import ConformanceRunner
+from edgebuild.plugin import BuildError, ConformanceRunner, NotRepresentable
+from edgebuild.plugin.graph import EMPTY_TENSORS
 
 TARGET = "iOS18"
 PRECISION = "float32"
@@ -33,7 +32,7 @@ _FEED_DTYPES = {"fp32": np.float32, "fp16": np.float16, "int32": np.int32, "bool
 
 def _registry():
     """The installed plugins' registry (the one ``edgebuild run`` lowers with)."""
-    from edgebuild.registry import get_registry
+    from edgebuild.plugin import get_registry
 
     return get_registry()
 

@@ -10,7 +10,7 @@ import platform
 from pathlib import Path
 from typing import Mapping
 
-from edgebuild.protocols import Runtime
+from edgebuild.plugin import Runtime
 
 COMPUTE_UNITS = ("CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE")
 SKIPPED = "Core ML runs only on macOS; the interpreter's numbers stand in for it here"

@@ -68,9 +68,9 @@ def calibration_samples(section, source_path: Path, recipe_inputs: Mapping[str, 
     The recipe's ``validate`` inputs when it has a section, else uniform random values in [0, 1).
     Fixed-value inputs are folded into the model, so they are not fed.
     """
-    from edgebuild.dag.validate import onnx_input_specs
-    from edgebuild.recipe.validation import ValidateSection
-    from edgebuild.verify.inputs import iter_inputs
+    from edgebuild.plugin.validation import onnx_input_specs
+    from edgebuild.plugin.validation import ValidateSection
+    from edgebuild.plugin.validation import iter_inputs
 
     specs = onnx_input_specs(source_path, recipe_inputs)
     free = {name: spec for name, spec in specs.items() if "value" not in spec}

@@ -8,7 +8,7 @@ C libraries.
 
 from __future__ import annotations
 
-from edgebuild.mapped_pages import drop_resident_ranges, libc_function
+from edgebuild.plugin.pages import drop_resident_ranges, libc_function
 
 from contextlib import contextmanager
 

@@ -6,7 +6,7 @@ import os
 import threading
 from pathlib import Path
 
-from edgebuild.protocols import Runtime
+from edgebuild.plugin import Runtime
 
 ARTIFACT_SUFFIXES = (".mlpackage", ".mlmodel")
 

@@ -29,7 +29,7 @@ from coremltools.converters.mil.mil.passes.pass_registry import PASS_REGISTRY
 from coremltools.models import utils as model_utils
 from coremltools.optimize._utils import _adjust_concat_surrounding_activation_stats
 
-from edgebuild.errors import BuildError, RecipeError
+from edgebuild.plugin import BuildError, RecipeError
 
 from ..interpreter import run_program
 from .program import iter_ops, load_program

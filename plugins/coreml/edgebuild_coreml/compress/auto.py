@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgebuild.errors import RecipeError
+from edgebuild.plugin import RecipeError
 
 from . import allocate
 from .apply import compress_mlpackage

@@ -13,9 +13,8 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from edgebuild.errors import RecipeError
-from edgebuild.protocols import RecipeSection
-from edgebuild.recipe.model import OpMatch
+from edgebuild.plugin import RecipeError, RecipeSection
+from edgebuild.plugin.recipe import OpMatch
 
 from .gating import check_deployment_target
 

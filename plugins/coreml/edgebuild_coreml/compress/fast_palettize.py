@@ -27,9 +27,7 @@ from coremltools.converters.mil.mil.block import is_current_opset_version_compat
 from coremltools.converters.mil._deployment_compatibility import AvailableTarget
 from coremltools.optimize._utils import select_input_output_channel_axis
 
-from edgebuild.errors import BuildError
-from edgebuild.progress import report as report_progress
-from edgebuild.plugin import cpu_threads
+from edgebuild.plugin import BuildError, cpu_threads, report_progress
 
 from .config import PalettizeWeights
 from .kmeans1d import palettize_fp16_tensors, palettize_groups

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from edgebuild.errors import RecipeError
+from edgebuild.plugin import RecipeError
 
 # Core ML opset generations, named by their iOS release; other OSes map onto them.
 _GENERATION = {"iOS": 0, "macOS": -3, "tvOS": 0, "watchOS": 7, "visionOS": 16}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 
 from .config import CompressionSection, PalettizeWeights, PruneWeights
 

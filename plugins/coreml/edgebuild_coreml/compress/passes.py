@@ -16,7 +16,7 @@ import coremltools as ct
 import coremltools.optimize.coreml as cto
 import numpy as np
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 
 from .config import LinearWeights, PalettizeWeights, PruneWeights
 from .fast_palettize import fast_palettize_program, handles

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 
 from .config import CompressionSection, Override, OverrideMatch
 from .spec_palettize import NotEditable, _read_spec

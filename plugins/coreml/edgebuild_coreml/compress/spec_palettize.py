@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from coremltools.proto import MIL_pb2, Model_pb2
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 
 from . import blob_file
 from .config import PalettizeWeights

@@ -73,9 +73,9 @@ def calibration_inputs(
     Fixed-value inputs are folded into the model, so they are not fed. A stateful decoder
     (``generate``, the recipe's section) is fed its prompts as the artifact takes them.
     """
-    from edgebuild.dag.validate import onnx_input_specs
-    from edgebuild.recipe.validation import ValidateSection
-    from edgebuild.verify.inputs import generate_inputs
+    from edgebuild.plugin.validation import onnx_input_specs
+    from edgebuild.plugin.validation import ValidateSection
+    from edgebuild.plugin.validation import generate_inputs
 
     specs = {name: spec for name, spec in onnx_input_specs(onnx_path, dict(recipe_inputs)).items()
              if "value" not in spec}
@@ -114,7 +114,7 @@ def _generation_prompts(validate_section) -> list[list[int]]:
 def stateful_prompt_samples(prompts: list[list[int]], generate: Mapping[str, Any]) -> Samples:
     """One sample per prompt for a stateful decoder's artifact: ``input_ids`` int32 [1, L], the
     prompt repeated or cut to its longest query length L, at ``position`` 0 (an empty cache)."""
-    from edgebuild.recipe.generate import GenerateSection
+    from edgebuild.plugin.recipe import GenerateSection
 
     length = GenerateSection.model_validate(dict(generate)).lengths()[0]
     return [{TOKEN_INPUT: np.resize(np.asarray(prompt or [0], dtype=np.int32), length).reshape(1, length),

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgebuild.errors import BuildError, EdgebuildError
+from edgebuild.plugin import BuildError, EdgebuildError
 
 
 def _preload() -> list[str]:
@@ -84,7 +84,7 @@ class ArtifactRunner:
         on one thread meanwhile, as a worker's do: its matrices are small, and a BLAS pool
         waiting on a busy second core made a small program's matmul ten times slower. A
         daemonic process (a Dask worker's) may start no processes: it runs them one at a time too."""
-        from edgebuild.worker_processes import can_start_workers
+        from edgebuild.plugin import can_start_workers
 
         if workers <= 1:
             yield self, 1
@@ -101,7 +101,7 @@ class ArtifactRunner:
     @contextlib.contextmanager
     def in_processes(self, workers: int) -> Iterator[_WorkerPool]:
         """A runner whose calls run in ``workers`` processes (see ``samples_in_parallel``)."""
-        from edgebuild.worker_processes import worker_context
+        from edgebuild.plugin import worker_context
 
         # never the caller's __main__ again: a script calling edgebuild.build() needs no main guard
         context = worker_context(preload=_preload())

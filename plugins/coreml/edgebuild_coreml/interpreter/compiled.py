@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from edgebuild.errors import BuildError, EdgebuildError
+from edgebuild.plugin import BuildError, EdgebuildError
 
 from . import torch_kernels as kernels
 from .control_flow import BLOCK_EVALUATORS

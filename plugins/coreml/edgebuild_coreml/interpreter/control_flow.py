@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 
 # A runaway loop should fail the build, not hang it.
 MAX_LOOP_ITERATIONS = 10_000_000

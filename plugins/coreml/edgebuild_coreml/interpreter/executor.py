@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from edgebuild.errors import BuildError, EdgebuildError
+from edgebuild.plugin import BuildError, EdgebuildError
 
 from . import torch_kernels as kernels
 from .compiled import CompiledFunction

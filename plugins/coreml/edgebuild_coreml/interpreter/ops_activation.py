@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgebuild.reference import activations
-from edgebuild.reference.reductions import softmax as softmax_along
+from edgebuild.plugin.reference import activations, reductions
 
 from . import torch_kernels as kernels
 from ._params import as_float, param, per_channel, per_op, scalar
@@ -137,7 +136,7 @@ def linear_activation(op, x):
 
 @evaluates("softmax")
 def softmax(op, x):
-    return softmax_along(as_float(x["x"]), axis=int(scalar(param(op, x, "axis", -1))))
+    return reductions.softmax(as_float(x["x"]), axis=int(scalar(param(op, x, "axis", -1))))
 
 
 #: Activations named by string in the recurrent ops (``lstm``/``gru``/``rnn``), with the

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgebuild.reference.special import erf as erf_of
+from edgebuild.plugin.reference import special
 
 from . import torch_kernels as kernels
 from ._params import per_op
@@ -145,7 +145,7 @@ def erf(op, x):
     value = x["x"]
     value = kernels.cast(value, np.float32) if value.dtype == np.float16 else value
     borrowed = kernels.erf(value)
-    return erf_of(value) if borrowed is None else borrowed
+    return special.erf(value) if borrowed is None else borrowed
 
 
 @evaluates("inverse")

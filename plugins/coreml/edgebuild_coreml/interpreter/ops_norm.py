@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgebuild.reference.normalization import batch_normalize, scale_and_shift, standardize
+from edgebuild.plugin.reference import normalization
 
 from ._params import as_float, ints, param, per_channel, scalar
 from .registry import evaluates
@@ -23,15 +23,15 @@ def batch_norm(op, x):
     v = as_float(x["x"])
     mean = per_channel(as_float(x["mean"]), v.ndim)
     variance = per_channel(as_float(x["variance"]), v.ndim)
-    return batch_normalize(v, mean, variance, _eps(op, x, 1e-5),
+    return normalization.batch_normalize(v, mean, variance, _eps(op, x, 1e-5),
                            _per_channel(x.get("gamma"), v.ndim), _per_channel(x.get("beta"), v.ndim))
 
 
 @evaluates("instance_norm")
 def instance_norm(op, x):
     v = as_float(x["x"])
-    y = standardize(v, tuple(range(2, v.ndim)), _eps(op, x, 1e-5))
-    return scale_and_shift(y, _per_channel(x.get("gamma"), v.ndim), _per_channel(x.get("beta"), v.ndim))
+    y = normalization.standardize(v, tuple(range(2, v.ndim)), _eps(op, x, 1e-5))
+    return normalization.scale_and_shift(y, _per_channel(x.get("gamma"), v.ndim), _per_channel(x.get("beta"), v.ndim))
 
 
 @evaluates("layer_norm")
@@ -39,11 +39,11 @@ def layer_norm(op, x):
     v = as_float(x["x"])
     axes_value = param(op, x, "axes")
     axes = tuple(range(v.ndim)) if axes_value is None else tuple(a % v.ndim for a in ints(axes_value))
-    y = standardize(v, axes, _eps(op, x, 1e-5))
+    y = normalization.standardize(v, axes, _eps(op, x, 1e-5))
     # gamma/beta have shape x.shape[axes]; place them on those axes.
     affine_shape = [v.shape[i] if i in axes else 1 for i in range(v.ndim)]
     gamma, beta = x.get("gamma"), x.get("beta")
-    return scale_and_shift(y, None if gamma is None else as_float(gamma).reshape(affine_shape),
+    return normalization.scale_and_shift(y, None if gamma is None else as_float(gamma).reshape(affine_shape),
                            None if beta is None else as_float(beta).reshape(affine_shape))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgebuild.reference.reductions import log_sum_exp
+from edgebuild.plugin.reference import reductions
 
 from . import torch_kernels as kernels
 from ._params import per_op
@@ -33,7 +33,7 @@ _REDUCTIONS = {
     "reduce_l1_norm": lambda v, a, k: np.sum(np.abs(v), axis=a, keepdims=k),
     "reduce_l2_norm": lambda v, a, k: np.sqrt(np.sum(np.square(v), axis=a, keepdims=k)),
     "reduce_log_sum": lambda v, a, k: np.log(np.sum(v, axis=a, keepdims=k)),
-    "reduce_log_sum_exp": log_sum_exp,
+    "reduce_log_sum_exp": reductions.log_sum_exp,
 }
 
 

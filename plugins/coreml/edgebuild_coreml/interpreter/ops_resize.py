@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgebuild.reference.resampling import linear_along
+from edgebuild.plugin.reference import resampling
 
 from ._params import as_float, ints, param, scalar
 from .registry import evaluates
@@ -62,8 +62,8 @@ def nearest_along(arr: np.ndarray, axis: int, positions: np.ndarray) -> np.ndarr
 
 
 def _resize_linear(v, out_h, out_w, mode):
-    v = linear_along(v, -2, sample_positions(mode, v.shape[-2], out_h))
-    return linear_along(v, -1, sample_positions(mode, v.shape[-1], out_w))
+    v = resampling.linear_along(v, -2, sample_positions(mode, v.shape[-2], out_h))
+    return resampling.linear_along(v, -1, sample_positions(mode, v.shape[-1], out_w))
 
 
 def _take_index(v, axis, size_out):
@@ -127,7 +127,7 @@ def resize(op, x):
         axis = v.ndim - k
         target = shape[len(shape) - k] or v.shape[axis]
         positions = sample_positions(mode, v.shape[axis], target)
-        out = nearest_along(out, axis, positions) if nearest else linear_along(out, axis, positions)
+        out = nearest_along(out, axis, positions) if nearest else resampling.linear_along(out, axis, positions)
     return out
 
 
@@ -164,8 +164,8 @@ def _crop_one(image, box, op, x, out_h, out_w):
     h0, h1, w0, w1 = h0 * scale, h1 * scale, w0 * scale, w1 * scale
     sampling = str(scalar(param(op, x, "sampling_mode", "DEFAULT")))
     pad_value = float(scalar(param(op, x, "pad_value", 0.0)))
-    rows = linear_along(image, -2, box_positions(sampling, h0, h1, out_h), fill=pad_value)
-    return linear_along(rows, -1, box_positions(sampling, w0, w1, out_w), fill=pad_value)
+    rows = resampling.linear_along(image, -2, box_positions(sampling, h0, h1, out_h), fill=pad_value)
+    return resampling.linear_along(rows, -1, box_positions(sampling, w0, w1, out_w), fill=pad_value)
 
 
 @evaluates("crop_resize")

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from edgebuild.errors import BuildError
-from edgebuild.plugin import OpTable
+from edgebuild.plugin import BuildError, OpTable
 
 # MIL ops carry no opset: each op type holds one evaluator (a second one is an error naming both)
 EVALUATORS = OpTable("a MIL interpreter evaluator", hint="register each MIL op type once")

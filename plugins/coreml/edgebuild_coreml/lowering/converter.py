@@ -18,8 +18,7 @@ from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import Function, Program, get_new_symbol, types
 from coremltools.converters.mil.mil.var import Var
 
-from edgebuild.errors import BuildError, EdgebuildError
-from edgebuild.progress import report as report_progress
+from edgebuild.plugin import BuildError, EdgebuildError, report_progress
 from edgebuild_coreml.lowering.context import LoweringContext, unique_identifier
 from edgebuild_coreml.lowering.errors import LoweringError
 from edgebuild_coreml.lowering.names import artifact_names, sanitized
@@ -383,7 +382,7 @@ def convert(
     program (``lowering.stateful``) whose KV cache lives in Core ML states.
     """
     if registry is None:
-        from edgebuild.registry import get_registry
+        from edgebuild.plugin import get_registry
 
         registry = get_registry()
     graph = model.graph

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgebuild.errors import BuildError
+from edgebuild.plugin import BuildError
 
 
 class LoweringError(BuildError):

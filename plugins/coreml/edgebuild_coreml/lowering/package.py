@@ -17,7 +17,7 @@ import coremltools as ct
 import numpy as np
 from coremltools.converters.mil.mil.block import InvalidBlockStateError
 
-from edgebuild.errors import BuildError, UsageError
+from edgebuild.plugin import BuildError, UsageError
 from edgebuild_coreml.lowering.converter import ConvertResult
 from edgebuild_coreml.lowering.names import METADATA_KEY, metadata_value
 from edgebuild_coreml.lowering.passes import guarded_fp16_cast, pass_pipeline, validated_once  # noqa: F401
@@ -223,7 +223,7 @@ def link_weight_files(src: str, dst: str) -> str:
     """``copytree``'s copy function for packages: a file in ``weights/`` is hard-linked (written
     once by coremltools and never changed, gigabytes for a decoder), anything else copied."""
     if Path(src).parent.name == "weights":
-        from edgebuild.store.hashstate import link_vouched
+        from edgebuild.plugin.store import link_vouched
 
         try:
             link_vouched(src, dst)  # the digest the store knows of src holds for dst: not hashed again

@@ -24,8 +24,8 @@ import onnx_ir as ir
 from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import get_new_symbol, types
 
-from edgebuild.errors import BuildError, RecipeError
-from edgebuild.recipe.generate import DERIVED_INPUTS, GenerateSection, cache_pairs, describe
+from edgebuild.plugin import BuildError, RecipeError
+from edgebuild.plugin.recipe import DERIVED_INPUTS, GenerateSection, cache_pairs, describe
 from edgebuild_coreml.lowering.names import sanitized
 
 INPUT_IDS, POSITION = "input_ids", "position"

@@ -12,7 +12,7 @@ from coremltools.converters.mil import Builder as mb
 
 from edgebuild_coreml.lowering.ops._int_width import WIDTHS, fits, wrap, wrap_numpy
 from edgebuild_coreml.lowering.ops._util import dtype_of, mil_dtype, shape_tensor, wanted
-from edgebuild.errors import NotRepresentable
+from edgebuild.plugin import NotRepresentable
 from edgebuild_coreml.lowering.registry import lowers
 
 

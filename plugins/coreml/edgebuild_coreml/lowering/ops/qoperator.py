@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from edgebuild.graph.quantized.qoperator import MS_DOMAIN, REWRITES, rewrite_graph
+from edgebuild.plugin.graph import MS_DOMAIN, REWRITES, rewrite_graph
 from edgebuild_coreml.lowering.registry import lowers
 
 
