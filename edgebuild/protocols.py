@@ -11,6 +11,8 @@ Plugins return data (stages, plans, reports, diagnostics); only the CLI prints.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import (
     TYPE_CHECKING,
@@ -35,6 +37,32 @@ Runner = Callable[[Arrays], dict]
 """A reference or candidate executor: input arrays by name -> output arrays by name."""
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A runner validation compares with the reference; ``parallel``: samples may run in threads."""
+
+    runner: Runner
+    parallel: bool = True
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A runtime the recipe asks for that this machine cannot run (Core ML off macOS), and why."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class _ArtifactCall:
+    """``runtime.run(artifact, inputs)`` as a runner (picklable, unlike a lambda)."""
+
+    runtime: Any
+    artifact: Path
+
+    def __call__(self, inputs):
+        return self.runtime.run(self.artifact, inputs)
+
+
 @runtime_checkable
 class Resolver(Protocol):
     """Turns a ``source.model`` URI into a local file (``edgebuild_register_resolvers``)."""
@@ -47,6 +75,10 @@ class Resolver(Protocol):
 @runtime_checkable
 class Frontend(Protocol):
     """Imports a source format into ONNX (``edgebuild_register_frontends``)."""
+
+    libraries: Sequence[str] = ()
+    """The distributions whose versions decide what ``import_model`` writes (PyTorch: torch, transformers):
+    they join the import stage's cache key, as onnx and onnx-ir do for every frontend."""
 
     def import_model(self, path: Path, inputs: dict, out_dir: Path, *, options: Any = None,
                      base_dir: Optional[Path] = None) -> dict:
@@ -126,19 +158,55 @@ class Backend(Protocol):
     validation_runtimes: Sequence[str] = ()
     """The candidate runtimes ``validate.runtimes`` may name; a recipe that names none gets them all."""
 
-    def stages(self, variant: "Variant", registry: "Registry", plugins: dict[str, str]) -> list["Stage"]:
-        """The stages after ``optimize`` (lower, compress, package, validate, ...). ``plugins`` names the
-        distributions and versions whose code the stages run; it joins their cache keys."""
+    default_runtimes: Optional[Sequence[str]] = None
+    """The runtimes validated when the recipe's ``validate.runtimes`` names none: None for all of
+    ``validation_runtimes``, ``()`` for none (the variant is then built, not validated)."""
+
+    validation_inputs: Sequence[str] = ()
+    """The stages (besides the artifact's) whose ``Result.info`` :meth:`candidates` needs (Core ML: the
+    lower stage's, for inputs and outputs the package renamed)."""
+
+    validation_libraries: Sequence[str] = ()
+    """The distributions whose versions decide how the candidates compute (the Core ML interpreter reads
+    packages with coremltools): they join the validate stage's key."""
+
+    def stages(self, variant: "Variant", registry: "Registry") -> list["Stage"]:
+        """The stages after ``optimize`` up to the artifact (lower, compress, package; the last one's
+        ``extra["artifact"]`` names it), each declared with typed parameters and a module-level body
+        (:mod:`edgebuild.stage`). The core validates the artifact itself, through :meth:`candidates`."""
+
+    def candidates(self, artifact: Path, runtimes: Sequence[str], *, precision: str, emulate_fp16: bool,
+                   built: Mapping[str, dict], registry: "Registry") -> dict[str, "Candidate | Skipped"]:
+        """The runners that validation compares with the reference, by runtime name, for the runtimes the
+        recipe asks for: a :class:`Candidate`, or :class:`Skipped` saying why this machine cannot run it.
+        ``built``: the ``info`` of the :attr:`validation_inputs` stages. The default runs every registered
+        runtime of ``runtimes`` that can run the artifact."""
+        found: dict = {}
+        for name in runtimes:
+            runtime = registry.get("runtimes", name)
+            if runtime is None or not runtime.can_run(artifact):
+                found[name] = Skipped(f"runtime {name!r} cannot run {Path(artifact).name} on this machine")
+                continue
+            found[name] = Candidate(_ArtifactCall(runtime, Path(artifact)), parallel=runtime.parallel_samples)
+        return found
+
+    def sessions(self, artifact: Path, runtimes: Sequence[str], *,
+                 registry: "Registry") -> dict[str, "Callable[[], Any] | Skipped"]:
+        """For a generative recipe: by runtime name, a function opening the artifact's
+        ``InferenceSession`` (greedy generation is compared with the source's), or :class:`Skipped`."""
+        return {}
 
     def check_recipe(self, recipe: "Recipe") -> None:
         """Raise :class:`edgebuild.recipe.errors.RecipeError` (with its path) for what only the backend
         can judge (a chip, a rewrite, a mode its deployment target lacks); run by ``edgebuild validate``."""
         return None
 
-    def compute_plan(self, build: "Build", store: "Store", registry: "Registry", *,
+    def compute_plan(self, variant: "Variant", registry: "Registry", *, output_of: Callable[[str], Any],
                      chip: Optional[str] = None) -> Optional[dict]:
         """``{"ops", "breakdown", "total_ms", ...}`` for ``edgebuild plan``: where each op would run and
-        why, from what is in the store. None: the backend predicts nothing."""
+        why. ``output_of(stage)`` is a context manager yielding that stage's :class:`~edgebuild.stage.Result`
+        (from the store, or built into a temporary directory that is removed afterwards: the store is
+        only read). None: the backend predicts nothing."""
         return None
 
     def lower_segment(self, model: "onnx_ir.Model", directory: Path, *, params: dict,
@@ -279,13 +347,43 @@ PROTOCOLS: dict[str, type] = {
 
 
 def missing_members(obj: object, protocol: type) -> list[str]:
-    """The members of ``protocol`` that ``obj`` lacks (a plugin object subclassing it lacks none)."""
+    """The members of ``protocol`` that ``obj`` lacks: those it does not have at all, and the methods
+    the protocol only declares (a body that is a docstring or ``...``) that ``obj``'s class inherits
+    from the protocol instead of defining. Members with a real body or a value are defaults."""
     if protocol is Resolver:
         return [] if callable(obj) else ["__call__"]
-    declared = set()
+    declared, stubs = set(), {}
     for base in protocol.__mro__:
         if base in (Protocol, object) or base.__module__ == "typing":
             continue
         declared |= {n for n in vars(base) if not n.startswith("_")} | set(getattr(base, "__annotations__", {}))
-    # looked up on the class (or the instance's own attributes): a property is not evaluated
-    return sorted(name for name in declared if not (hasattr(type(obj), name) or name in getattr(obj, "__dict__", {})))
+        stubs.update({n: member for n, member in vars(base).items()
+                      if not n.startswith("_") and n not in stubs and _only_declared(member)})
+
+    def lacks(name: str) -> bool:
+        if name in getattr(obj, "__dict__", {}):
+            return False
+        # looked up on the class, not the instance: a property is not evaluated
+        owners = [k for k in type(obj).__mro__ if name in vars(k)]
+        return not owners or (name in stubs and vars(owners[0])[name] is stubs[name])
+
+    return sorted(name for name in declared if lacks(name))
+
+
+@functools.lru_cache(maxsize=None)
+def _only_declared(member: object) -> bool:
+    """Whether ``member`` is a function whose body is only a docstring or ``...``: a protocol method
+    with no default, which a class that subclasses the protocol must define itself."""
+    import ast
+    import inspect
+    import textwrap
+
+    if not inspect.isfunction(member):
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(member)))
+    except (OSError, TypeError, SyntaxError):  # no source to read: take it for a default
+        return False
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+    return bool(body) and all(isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                              and (isinstance(s.value.value, str) or s.value.value is Ellipsis) for s in body)

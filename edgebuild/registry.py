@@ -107,14 +107,20 @@ class Registry:
         if protocol is None:
             return
 
+        singular = {"passes": "pass", "custom_ops": "custom op"}.get(kind, kind[:-1])
+
         def check(real) -> None:
             missing = missing_members(real, protocol)
-            if missing:
-                raise PluginError(
-                    f"plugin {plugin!r} registers {kind[:-1]} {label!r} without {', '.join(missing)} "
-                    f"(edgebuild.protocols.{protocol.__name__})",
-                    hint=f"subclass edgebuild.protocols.{protocol.__name__}: it declares each member, with defaults",
-                )
+            if not missing:
+                return
+            names = ", ".join(missing)
+            if protocol in type(real).__mro__:  # subclassed, but a member the protocol only declares is left undefined
+                hint = (f"define {names} in {type(real).__qualname__}: edgebuild.plugin.{protocol.__name__} declares "
+                        f"{'it' if len(missing) == 1 else 'them'} without a default")
+            else:
+                hint = f"subclass edgebuild.plugin.{protocol.__name__}: it declares each member, with defaults"
+            raise PluginError(f"plugin {plugin!r} registers {singular} {label!r} without {names} "
+                              f"(edgebuild.protocols.{protocol.__name__})", hint=hint)
 
         if isinstance(obj, Lazy):
             obj.when_loaded(check)
@@ -211,6 +217,15 @@ class Registry:
 
     def versions(self) -> dict[str, str]:
         return {p.distribution or p.name: p.version for p in self.plugins.values()}
+
+    def plugins_for(self, kinds) -> dict[str, str]:
+        """Distribution -> key version of every plugin that registered something of ``kinds``: the code a
+        stage that may call those kinds runs, named in its key (a plugin registering only other kinds,
+        say a command, changes no key of it)."""
+        for kind in kinds:
+            self.tables[kind]  # loads the kind: a plugin's registrations are known once its hook ran
+        return {p.distribution or p.name: p.version for p in self.plugins.values()
+                if any(p.registered.get(kind) for kind in kinds)}
 
     def plugin_of(self, kind: str, name) -> PluginInfo | None:
         entry = self.tables[kind].get(name)

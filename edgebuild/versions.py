@@ -97,3 +97,20 @@ def edgebuild_version() -> str:
 def watched_paths() -> list[str]:
     """The files and directories whose contents some key version of this process depends on."""
     return list(_watched)
+
+
+@functools.cache
+def _installed_version(distribution: str) -> str | None:
+    import importlib.metadata as md
+
+    try:
+        return md.version(distribution)
+    except md.PackageNotFoundError:
+        return None
+
+
+def library_versions(distributions) -> dict[str, str]:
+    """The installed version of each of ``distributions`` (those not installed are left out): what a
+    stage's key names of the libraries that produce or judge its output."""
+    found = {name: _installed_version(name) for name in distributions}
+    return {name: version for name, version in sorted(found.items()) if version is not None}

@@ -12,21 +12,21 @@ from edgebuild_testplugin.cli_runner import edgebuild
 from edgebuild import progress
 from edgebuild.report import console
 from edgebuild.dag.executor import Executor, Job
-from edgebuild.dag.stages import Result, Stage
+from edgebuild.stage import Result, Stage
 from edgebuild.store.local import Store
 
 
 def _events_of(store=None, *, steps: int = 3, scratch=None) -> list[tuple]:
     """Run one stage that reports ``steps`` sub-steps; every executor event, in order. Without a
     store the stage's output is a temporary under ``scratch``."""
-    def produce(inputs, out):
+    def produce(params, inputs, out):
         for done in range(1, steps + 1):
             progress.report("things done", done, steps)
         return {}
 
     events = []
-    resolve = Stage("resolve", {}, [], {}, resolve=lambda: Result("resolve", "k", "d", None, {}, "cached", 0.0))
-    job = Job("r:v", [resolve, Stage("work", {"n": steps}, ["resolve"], {}, produce=produce)])
+    resolve = Stage("resolve", {}, [], resolve=lambda: Result("resolve", "k", "d", None, {}, "cached", 0.0))
+    job = Job("r:v", [resolve, Stage("work", {"n": steps}, ["resolve"], produce)])
     Executor(store, on_event=lambda label, event, payload: events.append((label, event, payload)),
              scratch=scratch).run([job])
     assert job.error is None

@@ -196,8 +196,8 @@ def test_activations_default_to_keep_and_a_variant_can_choose_float(tmp_path, mo
     assert variants["weight_only"].recipe.quantization.activations == "float"
     optimise = {name: next(s for s in pipeline(v, get_registry(), lambda: None) if s.name == "optimize")
                 for name, v in variants.items()}
-    assert optimise["qdq"].params["quantization"] == {"activations": "keep"}
-    assert optimise["weight_only"].params["quantization"] == {"activations": "float"}  # so the stage keys differ
+    assert optimise["qdq"].key_params()["quantization"] == {"activations": "keep"}
+    assert optimise["weight_only"].key_params()["quantization"] == {"activations": "float"}  # so the stage keys differ
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -112,7 +112,7 @@ def test_a_plugin_object_missing_a_protocol_member_is_named_when_loaded():
         def stages(self, variant, registry, plugins):
             return []
 
-    with pytest.raises(PluginError, match=r"registers backend 'a' without artifact, check_recipe, .*edgebuild.protocols.Backend"):
+    with pytest.raises(PluginError, match=r"registers backend 'a' without artifact, candidates, check_recipe, .*edgebuild.protocols.Backend"):
         _only(a=Incomplete()).get("backends", "a")
 
 

@@ -4,11 +4,12 @@ printed once, when the stage runs, and kept in the report."""
 
 from __future__ import annotations
 
+import functools
+
 import re
 
 import pytest
 
-from edgebuild.dag.stages import Stage
 from edgebuild.report.write import write_combined, write_report
 
 from test_report import variant_data
@@ -86,16 +87,11 @@ def warning_backend(monkeypatch):
 
     stages = CopyBackend.stages
 
-    def warning_stages(self, variant, registry, plugins):
-        made = stages(self, variant, registry, plugins)
+    def warning_stages(self, variant, registry):
+        made = stages(self, variant, registry)
         lower = next(s for s in made if s.name == "lower")
-        produce = lower.produce
-
-        def warn(results, out):
-            return {**produce(results, out), "warnings": [WARNING]}
-
-        return [Stage(s.name, s.params, s.deps, s.plugins, produce=warn, resolve=s.resolve, extra=s.extra)
-                if s is lower else s for s in made]
+        lower.body = functools.partial(_warning_after, lower.body)
+        return made
 
     monkeypatch.setattr(CopyBackend, "stages", warning_stages)
 
@@ -123,3 +119,8 @@ def test_a_warning_is_printed_when_its_stage_runs_not_on_cached_runs(project, cl
     # --force runs the stage again: its warning is news again
     code, _, forced = cli("run", recipe, "--force")
     assert code == 0 and forced.count(WARNING) == 1 and "see the report" not in forced
+
+
+def _warning_after(body, params, inputs, out):
+    """``body``'s info with the lower stage's warning added."""
+    return {**body(params, inputs, out), "warnings": [WARNING]}

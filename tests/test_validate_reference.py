@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from edgebuild.dag.validate import quantises_activations
+from edgebuild.verify.reference import quantises_activations
 
 
 def _save(tmp_path, nodes, initializers, name="m.onnx"):

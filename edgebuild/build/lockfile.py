@@ -1,4 +1,4 @@
-"""``edgebuild.lock.json``: every stage key, input digest and plugin version of a variant's build."""
+"""``edgebuild.lock.json``: every stage key, its parameters, input digests and the plugin and library versions in it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ if TYPE_CHECKING:
     from edgebuild.build.jobs import Build
 
 
-
-
 def lock_data(build: Build, registry) -> dict:
     stages = {}
     for stage in build.job.stages:
@@ -19,8 +17,9 @@ def lock_data(build: Build, registry) -> dict:
         if result is None:
             continue
         stages[stage.name] = {
-            "key": result.key, "digest": result.digest, "params": stage.params,
+            "key": result.key, "digest": result.digest, "params": stage.key_params(),
             "inputs": {d: build.job.results[d].digest for d in stage.deps}, "plugins": stage.plugins,
+            "libraries": stage.libraries_versions,
         }
     return {
         "recipe": build.variant.recipe.name, "variant": build.variant.name,

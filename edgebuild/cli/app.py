@@ -189,6 +189,9 @@ def schema(
         sys.stdout.write(text)
 
 
+SHOWN_NAMES = 6  # registered names of one kind `edgebuild plugins` shows; --json has them all
+
+
 @app.command()
 def plugins(as_json: bool = typer.Option(False, "--json")):
     """Every plugin, its version and what it registered."""
@@ -199,16 +202,19 @@ def plugins(as_json: bool = typer.Option(False, "--json")):
         sys.stdout.write(json.dumps({"plugins": data}, indent=2) + "\n")
         return
     from rich.console import Console
-    from rich.table import Table
+    from rich.padding import Padding
+    from rich.text import Text
 
-    table = Table("plugin", "distribution", "version", "registered")
+    # One line per plugin and per kind, wrapped between names, never cut: a long distribution or
+    # registered name is read whole (and copied into a recipe) at any terminal width.
+    console = Console(highlight=False)
     for p in data:
-        parts = []
+        console.print(Text.assemble((p["name"], "bold"), "  ", p["distribution"], " ", (p["version"], "dim"),
+                                    overflow="fold"))
         for kind, names in p["registered"].items():
-            shown = ", ".join(names[:6]) + (f", … ({len(names)} in all)" if len(names) > 6 else "")
-            parts.append(f"{kind}: {shown}")
-        table.add_row(p["name"], p["distribution"], p["version"], "\n".join(parts))
-    Console().print(table)
+            more = f" (+{len(names) - SHOWN_NAMES} more: --json lists them)" if len(names) > SHOWN_NAMES else ""
+            line = Text(f"{kind}: {', '.join(names[:SHOWN_NAMES])}{more}", overflow="fold")
+            console.print(Padding(line, (0, 0, 0, 4), expand=False))
 
 
 def _runtime_for(artifact: Path):

@@ -6,7 +6,7 @@ import json
 import sys
 
 from edgebuild.build.jobs import Build, load_variants, plan_jobs
-from edgebuild.build.plan import stage_plan
+from edgebuild.build.plan import stage_output, stage_plan
 from edgebuild.store.location import open_store
 
 
@@ -21,7 +21,8 @@ def plan_recipe(recipe, *, chip=None, variants=None, cache_dir=None, as_json=Fal
         rows = stage_plan(build, store)
         entry = {"recipe": build.variant.recipe.name, "variant": build.variant.name, "stages": rows}
         backend = registry.get("backends", build.variant.recipe.target.backend)
-        compute = backend.compute_plan(build, store, registry, chip=chip)
+        compute = backend.compute_plan(build.variant, registry, chip=chip,
+                                       output_of=lambda name, build=build: stage_output(build, store, name))
         if compute is not None:
             entry["compute"] = compute
         out["variants"].append(entry)

@@ -78,7 +78,7 @@ class StageTask:
     variant: object  # edgebuild.recipe.Variant
     stage: str
     deps: tuple[str, ...]
-    plugins: dict  # the client's versions of the producing plugins, checked on the worker
+    plugins: dict  # the client's versions of the plugins and libraries in the key, checked on the worker
     edgebuild: str  # the client's edgebuild key version (a working copy's carries its source digest)
     cache_dir: str
     force: bool
@@ -138,7 +138,7 @@ def _build(task: StageTask, inputs: dict[str, Result]) -> Result:
     send("start", None)
     if stage.resolve is not None:
         return stage.resolve()
-    mine = {"edgebuild": edgebuild_version(), **stage.plugins}
+    mine = {"edgebuild": edgebuild_version(), **stage.plugins, **stage.libraries_versions}
     theirs = {"edgebuild": task.edgebuild, **task.plugins}
     if mine != theirs:  # the keys would differ from the client's: same recipe, other entries
         raise BuildError(f"stage {task.stage}: the worker runs {_versions(mine)}, the client {_versions(theirs)}",
@@ -319,9 +319,10 @@ def plan_key(stage: Stage, variant, deps: dict[str, str]) -> str:
     if stage.resolve is not None:
         model = variant.recipe.source.model
         local = ":" not in model or model.startswith("file:")
-        what = {"resolve": stage.params, "base_dir": str(variant.base_dir) if local else None}
+        what = {"resolve": stage.key_params(), "base_dir": str(variant.base_dir) if local else None}
     else:
-        what = {"stage": stage.name, "params": stage.params, "plugins": stage.plugins, "inputs": deps}
+        what = {"stage": stage.name, "params": stage.key_params(), "plugins": stage.plugins,
+                "libraries": stage.libraries_versions, "inputs": deps}
     return hashlib.sha256(canonical(what).encode()).hexdigest()
 
 
@@ -392,7 +393,8 @@ class DaskExecutor:
                 key = planned[stage.name]
                 node = nodes.get(key)
                 if node is None:
-                    task = StageTask(job.label, shipped, stage.name, tuple(stage.deps), stage.plugins,
+                    task = StageTask(job.label, shipped, stage.name, tuple(stage.deps),
+                                     {**stage.plugins, **stage.libraries_versions},
                                      edgebuild_version(), str(self.store.root), self.force, topic, self.remote)
                     deps = [planned[d] for d in stage.deps]
                     node = nodes[key] = _Node(task, f"{stage.name}-{key[:16]}-{run_id}", deps, priority[key],

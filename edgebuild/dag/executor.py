@@ -23,8 +23,8 @@ from typing import Callable
 from edgebuild import progress
 from edgebuild.collections_scope import older_objects_frozen
 from edgebuild.dag.interrupt import Interrupts
-from edgebuild.dag.keys import stage_key
-from edgebuild.dag.stages import Result, Stage
+from edgebuild.dag.keys import key_of
+from edgebuild.stage import Result, Stage
 from edgebuild.errors import BuildError, EdgebuildError
 from edgebuild.store.local import Store
 
@@ -62,7 +62,7 @@ class Executor:
         self._interrupts = Interrupts()
 
     def key_of(self, stage: Stage, results: dict[str, Result]) -> str:
-        return stage_key(stage.name, stage.params, {d: results[d].digest for d in stage.deps}, stage.plugins)
+        return key_of(stage, {d: results[d].digest for d in stage.deps})
 
     def run(self, jobs: list[Job]) -> list[Job]:
         """Run every job; raises KeyboardInterrupt once its stages have stopped if Ctrl-C was pressed."""
@@ -206,7 +206,7 @@ class Executor:
     def _produce(self, stage: Stage, inputs: dict[str, Result], out: Path) -> dict:
         with self._exclusive(stage.extra.get("exclusive")), self._interrupts.stage_body(), \
                 older_objects_frozen(collect_at_end=True):  # the body's collections skip the libraries
-            return progress.announced(stage.produce)(inputs, out) or {}
+            return progress.announced(stage.run)(inputs, out)
 
     @contextmanager
     def _exclusive(self, group: str | None):

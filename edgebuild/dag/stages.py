@@ -1,56 +1,82 @@
-"""The stages of a variant's build, from DESIGN's data flow.
+"""The stages of a variant's build, from DESIGN's data flow, assembled once per variant.
 
-Each stage declares its parameters (after defaults), the upstream stages it reads, the
-plugins whose code produces it (their versions go into the cache key) and a ``produce``
-function writing into an empty output directory. The executor does the caching.
+The core declares ``resolve``, ``import`` and ``optimize``; the backend those after it up to the
+artifact; the core ``validate`` (:mod:`edgebuild.dag.validate`). Each is an
+:class:`edgebuild.stage.Stage`: typed parameters built here from the validated recipe, and a
+module-level body that reads nothing else. Here each stage also gets what its key names besides its
+parameters: the plugins that registered what it may call (``uses``) and the versions of its
+``libraries``. The executor does the caching.
 """
 
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from edgebuild.versions import edgebuild_version
 from edgebuild.errors import UsageError
-from edgebuild.stage import Result  # noqa: F401  (what stage bodies hand downstream)
 from edgebuild.recipe import Variant
+from edgebuild.recipe.formats import scheme_of, source_format
+from edgebuild.recipe.passes import pass_switches
+from edgebuild.stage import Result, Stage, StageInputs, StageParams
 from edgebuild.store.hashstate import file_sha256
+from edgebuild.versions import edgebuild_version, library_versions
 
 ONNX_MODEL = "model.onnx"  # what a frontend writes, unless it names another artifact
-from edgebuild.recipe.formats import source_format
+ONNX_LIBRARIES = ("onnx", "onnx-ir")  # every frontend writes its model with them
 
 
-@dataclass
-class Stage:
-    name: str
-    params: dict
-    deps: list[str]
-    plugins: dict[str, str]
-    produce: Callable[[dict[str, Result], Path], dict] | None = None
-    resolve: Callable[[], Result] | None = None  # stages outside the store (source resolution)
-    extra: dict = field(default_factory=dict)
+class SourceParams(StageParams):
+    model: str
+    sha256: str | None = None
 
 
-def _plugin(registry, kind: str, name) -> dict[str, str]:
-    info = registry.plugin_of(kind, name)
-    return {info.distribution or info.name: info.version} if info else {}
+class ImportParams(StageParams):
+    format: str
+    inputs: dict  # source.inputs, defaults applied
+    options: Any = None  # the frontend's typed source.options section (its dump is in the key)
+    option_files: dict[str, str] = {}  # local files the options name -> sha256
 
 
-def _import(frontend, path: Path, inputs: dict, options, out: Path, base_dir: Path) -> dict:
-    return frontend.import_model(path, inputs, out, options=options, base_dir=base_dir)
+class OptimizeParams(StageParams):
+    passes: dict[str, bool]  # every installed pass, on or off
+    quantization: Any  # the recipe's typed quantization section
+
+
+def import_stage(params: ImportParams, inputs: StageInputs, out: Path) -> dict:
+    frontend = inputs.registry.get("frontends", params.format)
+    return frontend.import_model(inputs.path("resolve"), params.inputs, out, options=params.options,
+                                 base_dir=inputs.base_dir)
+
+
+def optimize_stage(params: OptimizeParams, inputs: StageInputs, out: Path) -> dict:
+    imported = inputs.path("import")
+    made = inputs.info("import").get("artifact", ONNX_MODEL)
+    if made != ONNX_MODEL:  # a frontend that converted straight to a backend's format: nothing to optimise
+        shutil.copytree(imported, out, dirs_exist_ok=True)
+        return {"passthrough": made}
+    from edgebuild.graph.optimize import optimize
+
+    return optimize(imported / ONNX_MODEL, out, params.passes, registry=inputs.registry,
+                    quantization=params.quantization)
 
 
 def _option_files(frontend, variant: Variant, options) -> list[Path]:
     """Local files a frontend's options name (e.g. a PyTorch config), if the frontend says."""
     if options is None:
         return []  # and the frontend's module stays unimported
-    from edgebuild.recipe.formats import scheme_of
-
     model = variant.recipe.source.model
     local = variant.base_dir / model.removeprefix("file:") if scheme_of(model) == "file" else None
     return list(frontend.option_files(options, local, variant.base_dir))
+
+
+def _installed(registry, kind: str, name: str, field: str, hint: str):
+    """The registered object, or a UsageError (a machine, such as a Dask worker, that lacks the plugin)."""
+    found = registry.get(kind, name)
+    if found is None:
+        raise UsageError(f"{field} {name!r}: no installed plugin provides this {kind[:-1]} "
+                         f"(installed: {', '.join(map(str, registry.names(kind))) or 'none'})", hint=hint)
+    return found
 
 
 def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -> list[Stage]:
@@ -58,54 +84,34 @@ def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -
     recipe = variant.recipe
     source = variant.params["source"]
     fmt = source_format(recipe.source)
-    frontend = registry.get("frontends", fmt)
-    if frontend is None:
-        raise UsageError(
-            f"source.format {fmt!r}: no installed plugin provides this frontend",
-            hint="pip install the plugin for it (e.g. edgebuild-pytorch), then check `edgebuild plugins`",
-        )
-    stages = [Stage("resolve", {"model": recipe.source.model, "sha256": recipe.source.sha256}, [], {}, resolve=resolve_source)]
+    frontend = _installed(registry, "frontends", fmt, "source.format",
+                          "pip install the plugin for it (e.g. edgebuild-pytorch), then check `edgebuild plugins`")
     options = variant.section(f"{fmt}:source.options")
-    import_params = {"format": fmt, "inputs": source["inputs"], "options": source["options"]}
     option_files = _option_files(frontend, variant, options)
-    if option_files:
-        import_params["option_files"] = {str(p): file_sha256(p) for p in option_files}
-    stages.append(Stage(
-        "import", import_params, ["resolve"], _plugin(registry, "frontends", fmt),
-        produce=lambda r, out: _import(frontend, r["resolve"].path, source["inputs"], options, out, variant.base_dir),
-        extra={"files": option_files},
-    ))
-    passes = {name: recipe.optimize.passes.get(name, entry.obj.default)
-              for name, entry in registry.tables["passes"].items()}
-    unknown = sorted(set(recipe.optimize.passes) - set(passes))
-    if unknown:
-        raise UsageError(f"optimize.passes: unknown pass {unknown[0]!r}; installed passes: {', '.join(sorted(passes))}")
-    pass_plugins = {}
-    for name in passes:
-        pass_plugins.update(_plugin(registry, "passes", name))
+    stages = [
+        Stage("resolve", SourceParams(model=recipe.source.model, sha256=recipe.source.sha256), [],
+              resolve=resolve_source),
+        Stage("import", ImportParams(format=fmt, inputs=source["inputs"], options=options,
+                                     option_files={str(p): file_sha256(p) for p in option_files}),
+              ["resolve"], import_stage, uses=("frontends",),
+              libraries=(*ONNX_LIBRARIES, *frontend.libraries), extra={"files": option_files}),
+        Stage("optimize", OptimizeParams(passes=pass_switches(recipe.optimize.passes, registry),
+                                         quantization=recipe.quantization),
+              ["import"], optimize_stage, uses=("passes",), libraries=(*ONNX_LIBRARIES, "onnxscript", "numpy")),
+    ]
+    backend = _installed(registry, "backends", recipe.target.backend, "target.backend",
+                         "install the backend's plugin, then check `edgebuild plugins`")
+    stages.extend(backend.stages(variant, registry))
+    if recipe.validate_ is not None:
+        from edgebuild.dag.validate_stage import validate_stage_of
 
-    def optimize(r, out):
-        imported = r["import"].path
-        made = r["import"].info.get("artifact", ONNX_MODEL)
-        if made != ONNX_MODEL:  # a frontend that converted straight to a backend's format: nothing to optimise
-            shutil.copytree(imported, out, dirs_exist_ok=True)
-            return {"passthrough": made}
-        from edgebuild.graph.optimize import optimize as run_optimize
-        return run_optimize(imported / "model.onnx", out, passes, registry=registry, quantization=quantization)
-
-    quantization = variant.params["quantization"]
-    stages.append(Stage("optimize", {"passes": passes, "quantization": quantization}, ["import"], pass_plugins,
-                        produce=optimize))
-
-    backend_name = recipe.target.backend
-    backend = registry.get("backends", backend_name)
-    if backend is None:
-        raise UsageError(
-            f"target.backend {backend_name!r}: no installed plugin provides this backend "
-            f"(installed: {', '.join(map(str, registry.names('backends'))) or 'none'})",
-        )
-    backend_plugins = _plugin(registry, "backends", backend_name)
-    stages.extend(backend.stages(variant, registry, backend_plugins))
+        validate = validate_stage_of(variant, registry, backend, frontend, stages)
+        if validate is not None:
+            stages.append(validate)
+    for stage in stages:
+        stage.plugins = registry.plugins_for(stage.uses)
+        stage.libraries_versions = library_versions(stage.libraries)
+        stage.registry, stage.base_dir = registry, variant.base_dir
     return stages
 
 

@@ -1,4 +1,11 @@
-"""The validate stage: reference (onnxruntime on the source) vs candidate (a runtime on the artifact)."""
+"""The validate stage, which the core owns: the artifact's candidates (a backend's runtimes) against
+the reference that evaluates the source (:func:`edgebuild.verify.reference.choose_reference`).
+
+The pipeline appends it to a variant whose recipe has ``validate:`` (:func:`validate_stage_of`); its
+parameters are :class:`ValidateParams` and its body :func:`validate_stage`, which writes
+``validation.json`` (the report's ``validation`` record). The comparison itself is :func:`validate`
+(one candidate at a time, samples in threads) and, for generative recipes, :func:`generation_validation`.
+"""
 
 from __future__ import annotations
 
@@ -11,74 +18,13 @@ from typing import Callable, Mapping
 import numpy as np
 
 from edgebuild.errors import BuildError, UsageError
-from edgebuild.threads import blas_threads, cpu_threads
 from edgebuild.recipe.formats import source_format
+from edgebuild.threads import blas_threads, cpu_threads
+from edgebuild.verify.reference import QUANTISED_OPS, onnxruntime_runner, quantises_activations  # noqa: F401
+from edgebuild.dag.validate_stage import generate_section
 from edgebuild.verify.specs import onnx_input_specs
 
 Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
-
-
-# Ops whose arithmetic onnxruntime's extended optimisations re-round: they fuse Q/DQ pairs and
-# integer ops into kernels (QLinearConv, MatMulIntegerToFloat, ...) that requantise differently from
-# the graph as written, and a fused and an unfused session of one model can disagree at cosine 0.99.
-QUANTISED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
-                 "QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearSigmoid",
-                 "QLinearLeakyRelu", "QLinearConcat", "QLinearGlobalAveragePool", "QLinearAveragePool",
-                 "QLinearSoftmax", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "DynamicQuantizeLSTM"}
-
-
-def quantises_activations(model_path: Path) -> bool:
-    """Whether the graph (re)quantises a runtime tensor: any quantised op but a weight's DequantizeLinear."""
-    import onnx
-
-    model = onnx.load(str(model_path), load_external_data=False)
-    constants = {i.name for i in model.graph.initializer}
-    constants.update(o for n in model.graph.node if n.op_type == "Constant" for o in n.output)
-    for node in model.graph.node:
-        if node.op_type in QUANTISED_OPS and not (node.op_type == "DequantizeLinear" and node.input[0] in constants):
-            return True
-    return False
-
-
-def onnxruntime_runner(model_path: Path) -> Runner:
-    """onnxruntime on the source. A graph that quantises activations runs unoptimised: the
-    reference is the arithmetic the graph writes, op by op."""
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise BuildError("validation needs onnxruntime for the reference: pip install onnxruntime") from None
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if os.environ.get("OMP_NUM_THREADS"):  # a thread budget (a Dask worker's): onnxruntime's pool ignores OpenMP's variable
-        options.intra_op_num_threads = cpu_threads()
-    if quantises_activations(model_path):
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-
-    def run(inputs):
-        feed = {n: inputs[n] for n in names if n in inputs}
-        return dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
-
-    return run
-
-
-def reference_for(registry, variant, source_path: Path) -> tuple[Runner, dict, str]:
-    """The reference runner, input specs and reference name for a variant's source.
-
-    A frontend that knows better than onnxruntime (PyTorch: the eager module) provides
-    ``reference(path, inputs, options, base_dir)`` and ``input_specs(inputs)``; ``inputs`` are the
-    recipe's ``source.inputs`` as JSON, ``options`` its typed ``source.options`` section (or None).
-    """
-    fmt = source_format(variant.recipe.source)
-    inputs = variant.params["source"]["inputs"]
-    frontend = registry.get("frontends", fmt) if registry is not None else None
-    options = variant.section(f"{fmt}:source.options")
-    runner = frontend.reference(source_path, inputs, options, variant.base_dir) if frontend is not None else None
-    if runner is not None:
-        return runner, frontend.input_specs(inputs), f"{fmt} (eager)"
-    return onnxruntime_runner(source_path), onnx_input_specs(source_path, inputs), "onnxruntime"
-
 
 WORKERS_ENV = "EDGEBUILD_VALIDATE_WORKERS"
 
@@ -198,7 +144,10 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
     if not samples:  # nothing compared is not a pass
         raise BuildError("validate: no input samples were produced, so nothing was compared",
                          hint="check validate.samples and that validate.inputs' folders and files hold data")
-    reference = reference or onnxruntime_runner(source_path)
+    if reference is None:
+        from edgebuild.verify.reference import onnxruntime_runner
+
+        reference = onnxruntime_runner(source_path)
     truth, evaluator = (float64_truth(source_path, reference_name) if section.reference == "float64"
                         else (None, None))
 
@@ -279,29 +228,25 @@ def save(out: Path, record: dict) -> dict:
 
 # -- generative recipes (generate:): validation by greedy generation, see verify/generation.py --
 
-def generate_section(variant) -> dict | None:
-    """The recipe's ``generate:`` section as a dict, or None for a recipe that does not generate."""
-    section = getattr(variant.recipe, "generate", None)
-    if section is None:
-        section = (variant.data or {}).get("generate")
-    if hasattr(section, "model_dump"):
-        section = section.model_dump(mode="json")
-    return section or None
-
-
 def source_generator(registry, variant, source_path: Path):
+    """``(generator, name)`` of a variant's source (see :func:`generator_of`)."""
+    fmt = source_format(variant.recipe.source)
+    return generator_of(registry, fmt, variant.section(f"{fmt}:source.options"), variant.base_dir, source_path,
+                        generate_section(variant))
+
+
+def generator_of(registry, fmt: str, options, base_dir: Path, source_path: Path, generate: dict | None):
     """``(generator, name)`` of the source: the source format's frontend's ``generator`` (PyTorch: the
     eager module with its own cache), else for ONNX onnxruntime with the explicit cache."""
-    fmt = source_format(variant.recipe.source)
     frontend = registry.get("frontends", fmt) if registry is not None else None
     if frontend is not None:
-        generator = frontend.generator(source_path, variant.section(f"{fmt}:source.options"), variant.base_dir)
+        generator = frontend.generator(source_path, options, base_dir)
         if generator is not None:
             return generator, f"{fmt} (eager)"
     if fmt == "onnx":
         from edgebuild.verify.source_generation import OnnxGenerator
 
-        cache = (generate_section(variant) or {}).get("cache")
+        cache = (generate or {}).get("cache")
         pairs = [(pair["input"], pair["output"]) for pair in cache] if isinstance(cache, list) else None
         return OnnxGenerator(source_path, cache=pairs), "onnxruntime"
     raise BuildError(f"validate.generation: the {fmt} frontend offers no generator for its source, so the artifact's "
@@ -311,30 +256,35 @@ def source_generator(registry, variant, source_path: Path):
 
 def validate_generation(variant, registry, source_path: Path, sessions: Mapping[str, Callable[[], object]], *,
                         source: tuple | None = None) -> dict:
+    """:func:`generation_validation` for a variant; ``source``: ``(generator, name)`` instead of its own."""
+    return generation_validation(variant.recipe.validate_, generate_section(variant), variant.base_dir, sessions,
+                             source or source_generator(registry, variant, source_path))
+
+
+def generation_validation(section, generate: dict | None, base_dir: Path, sessions: Mapping[str, Callable[[], object]],
+                      source: tuple) -> dict:
     """The ``validation`` record of a generative recipe: each runtime's session (``sessions``: runtime
-    name -> a function opening the artifact's ``InferenceSession``) and the source generate greedily
-    from ``validate.generation.prompts``; tokens and per-step logits are compared and held to
-    ``token_agreement_min`` / ``step_cosine_min``. ``source``: ``(generator, name)`` instead of
-    ``source_generator``'s."""
+    name -> a function opening the artifact's ``InferenceSession``) and the source (``(generator,
+    name)``) generate greedily from ``validate.generation.prompts``; tokens and per-step logits are
+    compared and held to ``token_agreement_min`` / ``step_cosine_min``."""
     from edgebuild.progress import report
     from edgebuild.verify.generation import (
         SessionGenerator,
         check_generation,
         compare_generation,
         generation_limits,
-        generation_record,
+        generation_record as runtime_generation_record,
         prompt_ids,
     )
 
-    section = variant.recipe.validate_
     generation = section.generation if section is not None else None
     if generation is None:
         raise BuildError("validate: a generative recipe (generate:) is validated by generation, and "
                          "validate.generation is missing",
                          hint="add validate.generation: {prompts: [[token ids], ...], new_tokens: 16}")
-    prompts, texts = prompt_ids(generation, variant.base_dir)
-    _check_context(prompts, generation.new_tokens, generate_section(variant) or {})
-    source, source_name = source or source_generator(registry, variant, source_path)
+    prompts, texts = prompt_ids(generation, base_dir)
+    _check_context(prompts, generation.new_tokens, generate or {})
+    source, source_name = source
     source = _Remembered(source)  # every runtime is compared with the same source generations
     limits = generation_limits(section.thresholds)
     record: dict = {"samples": len(prompts), "reference": f"{source_name}, greedy generation", "runtimes": {},
@@ -344,7 +294,7 @@ def validate_generation(variant, registry, source_path: Path, sessions: Mapping[
                                       texts=texts,
                                       on_done=lambda n, r=runtime: report(f"prompts generated ({r})", n, len(prompts)))
         failures = check_generation(compared, limits)
-        record["runtimes"][runtime] = generation_record(compared, limits, failures)
+        record["runtimes"][runtime] = runtime_generation_record(compared, limits, failures)
         record["failures"] += [{"runtime": runtime, **f} for f in failures]
     return record
 

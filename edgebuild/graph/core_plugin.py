@@ -19,8 +19,10 @@ def edgebuild_register_resolvers(register):
 def edgebuild_register_frontends(register):
     from edgebuild.graph.source_files import external_data_files
 
-    # known: the resolve stage asks every run, without importing onnx_ir for it
-    register("onnx", Lazy("edgebuild.graph.frontend:OnnxFrontend").known(source_files=external_data_files))
+    # known: every run asks (the resolve stage for the files, the import stage's key for the libraries),
+    # without importing onnx_ir for it
+    register("onnx", Lazy("edgebuild.graph.frontend:OnnxFrontend").known(source_files=external_data_files,
+                                                                          libraries=()))
 
 
 # name -> (on by default, runs before constant folding); the passes themselves live in

@@ -34,6 +34,7 @@ from edgebuild.progress import report as report_progress
 from edgebuild.protocols import (
     Arrays,
     Backend,
+    Candidate,
     ConformanceRunner,
     CustomOp,
     Frontend,
@@ -43,6 +44,7 @@ from edgebuild.protocols import (
     Resolver,
     Runner,
     Runtime,
+    Skipped,
     StatefulModel,
 )
 from edgebuild.registration import STANDARD_DOMAINS, Lazy, LoweringSet, OpEntry, OpTable, standard_domain, unique_name
@@ -59,7 +61,7 @@ __all__ = [
     "OpReference",
     # what the core calls on registered objects
     "Backend", "ConformanceRunner", "CustomOp", "Frontend", "Generator", "GraphPass", "RecipeSection", "Resolver",
-    "Runtime", "StatefulModel", "Arrays", "Runner",
+    "Runtime", "StatefulModel", "Arrays", "Runner", "Candidate", "Skipped",
     # declaring stages
     "Stage", "StageParams", "StageInputs", "Result", "edgebuild_version",
     # errors

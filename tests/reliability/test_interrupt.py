@@ -18,11 +18,11 @@ import pytest
 def test_an_interrupt_a_stage_body_swallows_still_stops_the_run():
     """A library that catches KeyboardInterrupt (coremltools' bare excepts) cannot keep the build going."""
     from edgebuild.dag.executor import Executor, Job
-    from edgebuild.dag.stages import Stage
+    from edgebuild.stage import Stage
 
     ran, sleeping = [], threading.Event()
 
-    def swallowing(results, out):
+    def swallowing(params, inputs, out):
         try:  # like coremltools' `try: import torch` with a bare except around it
             sleeping.set()
             time.sleep(5)
@@ -33,11 +33,11 @@ def test_an_interrupt_a_stage_body_swallows_still_stops_the_run():
             time.sleep(0.01)
         return {}
 
-    def later(results, out):
+    def later(params, inputs, out):
         ran.append("later")
         return {}
 
-    job = Job("t:v", [Stage("slow", {}, [], {}, produce=swallowing), Stage("after", {}, ["slow"], {}, produce=later)])
+    job = Job("t:v", [Stage("slow", {}, [], swallowing), Stage("after", {}, ["slow"], later)])
     def interrupt_once_it_sleeps():  # not after a fixed delay: a loaded machine may start the stage late
         sleeping.wait(timeout=20)
         os.kill(os.getpid(), signal.SIGINT)
@@ -67,11 +67,11 @@ def test_ctrl_c_interrupts_stages_running_on_worker_threads():
 WORKER_THREADS_INTERRUPTED = """
 import json, os, signal, threading, time
 from edgebuild.dag.executor import Executor, Job
-from edgebuild.dag.stages import Stage
+from edgebuild.stage import Stage
 
 started, finished, running = set(), set(), threading.Semaphore(0)
 
-def busy(results, out):
+def busy(params, inputs, out):
     # A body that was stopped is one that started and never reached its end: nothing is recorded
     # inside an except clause, where the interrupt repeated every 0.1 s could land again first.
     name = threading.current_thread().name
@@ -87,7 +87,7 @@ def interrupt_once_both_run():  # not after a fixed delay: a loaded machine may 
     if all(running.acquire(timeout=120) for _ in range(2)):
         os.kill(os.getpid(), signal.SIGINT)
 
-jobs = [Job(f"t:{name}", [Stage("work", {"variant": name}, [], {}, produce=busy)]) for name in ("a", "b")]
+jobs = [Job(f"t:{name}", [Stage("work", {"variant": name}, [], busy)]) for name in ("a", "b")]
 threading.Thread(target=interrupt_once_both_run, daemon=True).start()
 start = time.monotonic()
 try:

@@ -40,5 +40,5 @@ def edgebuild_register_recipe_sections(register):
 def edgebuild_register_runtimes(register):
     from edgebuild.plugin import Lazy
 
-    register("mil-interpreter", Lazy("edgebuild_coreml.runtime:InterpreterRuntime"))
-    register("coreml", Lazy("edgebuild_coreml.coreml_runtime:CoreMLRuntime"))
+    register("mil-interpreter", Lazy("edgebuild_coreml.runtime:InterpreterRuntime").known(native=False))
+    register("coreml", Lazy("edgebuild_coreml.coreml_runtime:CoreMLRuntime").known(native=True))

@@ -12,6 +12,7 @@ from edgebuild_pytorch.capture import bound_module, call_module, capture, output
 from edgebuild_pytorch.inputs import plan_inputs
 from edgebuild_pytorch.loading import load_source, require_torch, source_kind
 from edgebuild_pytorch.options import PyTorchOptions, parse_options
+from edgebuild_pytorch.plugin import LIBRARIES
 from edgebuild_pytorch.weight_pages import pages_dropped_after_use
 
 ROUTE_FILE = "route.json"
@@ -20,11 +21,7 @@ ROUTE_FILE = "route.json"
 class PyTorchFrontend(Frontend):
     """Registered as the ``pytorch`` frontend; see the plugin's README for the recipe options."""
 
-    # What decides the imported model and judges it (the eager reference): torch.export and the
-    # module itself, a causal LM's transformers classes, the ONNX route's exporter (onnxscript) and
-    # IR, and coremltools' torch frontend on the Core ML route. Their versions join the import's
-    # and the validation's keys.
-    libraries = ("torch", "transformers", "onnxscript", "onnx-ir", "coremltools")
+    libraries = LIBRARIES  # edgebuild_pytorch.plugin says why
 
     def import_model(self, path: Path, inputs: dict[str, dict], out_dir: Path, *,
                      options: PyTorchOptions | dict | None = None, base_dir: Path | None = None) -> dict:

@@ -18,9 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from edgebuild.dag.stages import Stage
-from edgebuild.hookspecs import hookimpl
-from edgebuild.protocols import Backend, GraphPass, RecipeSection, Runtime
+from edgebuild.plugin import Backend, Candidate, GraphPass, RecipeSection, Runtime, Stage, StageInputs, StageParams, hookimpl
 
 
 def _log(event: str) -> None:
@@ -36,45 +34,64 @@ class CopyCompression(RecipeSection):
     weights: dict | None = None  # shaped like a real backend's, for the variant-merging tests; copied, not applied
 
 
+class LowerParams(StageParams):
+    precision: str
+
+
+class CompressParams(StageParams):
+    compression: CopyCompression  # the typed section; its dump (defaults applied) is in the key
+
+
+class PackageParams(StageParams):
+    variant: str  # written nowhere, but each variant gets its own package
+
+
+# the files each stage writes (edgebuild.store.layout): a remote entry holding others is refused
+MODEL_FILES = ("model/model.onnx", "model/compression.json")
+
+
+def lower(params: LowerParams, inputs: StageInputs, out: Path) -> dict:
+    _log("lower:start")
+    time.sleep(float(os.environ.get("EDGEBUILD_TEST_SLEEP", "0")))
+    (out / "model").mkdir()
+    shutil.copy(inputs.path("optimize") / "model.onnx", out / "model" / "model.onnx")
+    _log("lower:done")
+    return {}
+
+
+def compress(params: CompressParams, inputs: StageInputs, out: Path) -> dict:
+    _log("compress")
+    shutil.copytree(inputs.path("lower") / "model", out / "model")
+    (out / "model" / "compression.json").write_text(json.dumps(params.compression.model_dump(mode="json")))
+    return {"level": params.compression.level}
+
+
+def package(params: PackageParams, inputs: StageInputs, out: Path) -> dict:
+    _log("package")
+    built = inputs.path("compress" if "compress" in inputs.results else "lower")
+    shutil.copytree(built / "model", out / "model")
+    return {}
+
+
 class CopyBackend(Backend):
     validation_runtimes = ("testcopy",)
+    default_runtimes = ()  # validated only when the recipe names the runtime
 
-    def stages(self, variant, registry, plugins):
+    def stages(self, variant, registry):
         compression = variant.section("testcopy:compression")
-
-        def lower(results, out: Path):
-            _log("lower:start")
-            time.sleep(float(os.environ.get("EDGEBUILD_TEST_SLEEP", "0")))
-            (out / "model").mkdir()
-            shutil.copy(results["optimize"].path / "model.onnx", out / "model" / "model.onnx")
-            _log("lower:done")
-            return {}
-
-        def compress(results, out: Path):
-            _log("compress")
-            shutil.copytree(results["lower"].path / "model", out / "model")
-            (out / "model" / "compression.json").write_text(json.dumps(variant.params["compression"]))
-            return {"level": compression.level}
-
-        def package(results, out: Path):
-            _log("package")
-            shutil.copytree(results[last].path / "model", out / "model")
-            return {}
-
-        # the files each stage writes (edgebuild.store.layout): a remote entry holding others is refused
-        model = ("model/model.onnx", "model/compression.json")
-        stages = [Stage("lower", {"precision": variant.recipe.target.precision}, ["optimize"], plugins, produce=lower,
-                        extra={"layout": model[:1]})]
-        last = "lower"
+        stages = [Stage("lower", LowerParams(precision=variant.recipe.target.precision), ["optimize"], lower,
+                        extra={"layout": MODEL_FILES[:1]})]
         if compression is not None:
-            stages.append(Stage("compress", {"compression": variant.params["compression"]}, ["lower"], plugins,
-                                produce=compress, extra={"layout": model}))
-            last = "compress"
-        stages.append(Stage("package", {"variant": variant.name}, [last], plugins, produce=package,
-                            extra={"artifact": "model", "layout": model}))
-        from edgebuild_testplugin.validation import validate_stages
+            stages.append(Stage("compress", CompressParams(compression=compression), ["lower"], compress,
+                                extra={"layout": MODEL_FILES}))
+        stages.append(Stage("package", PackageParams(variant=variant.name), [stages[-1].name], package,
+                            extra={"artifact": "model", "layout": MODEL_FILES}))
+        return stages
 
-        return stages + validate_stages(variant, plugins)
+    def candidates(self, artifact, runtimes, *, precision, emulate_fp16, built, registry):
+        from edgebuild_testplugin.validation import candidate
+
+        return {name: Candidate(candidate(Path(artifact)), parallel=False) for name in runtimes}
 
 
 class CopyRuntime(Runtime):

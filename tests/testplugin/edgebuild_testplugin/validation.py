@@ -1,5 +1,5 @@
-"""The test backend's validate stage, for recipes that ask for it (``validate: {runtimes: [testcopy]}``):
-the copied model run by onnxruntime against the source, through the core's own comparison.
+"""The test backend's validation candidate, for recipes that ask for it (``validate: {runtimes: [testcopy]}``):
+the copied model run by onnxruntime, compared with the source by the core's validate stage.
 
 A copy matches its source exactly, so to give the suite a variant that misses a limit the way a
 lossy compression does, the candidate's outputs are scaled by ``1 + (level - 1) / 10``
@@ -10,25 +10,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-from edgebuild.dag.stages import Stage
-
-
-def validate_stages(variant, plugins) -> list[Stage]:
-    section = variant.recipe.validate_
-    if section is None or "testcopy" not in (section.runtimes or []):
-        return []
-
-    def validate(results, out: Path):
-        from edgebuild.dag.validate import save, validate as run_validation
-
-        model = results["package"].path / "model"
-        return save(out, run_validation(section, results["resolve"].path, variant.params["source"]["inputs"],
-                                        candidate(model), variant.base_dir, candidate_name="testcopy",
-                                        parallel=False))
-
-    return [Stage("validate", {"validate": variant.params["validate"]}, ["package", "resolve"], plugins,
-                  produce=validate)]
 
 
 def candidate(model: Path):

@@ -1,0 +1,119 @@
+"""The validate stage, declared by the core for every backend's artifact.
+
+Its parameters are the recipe's validate section with the source's format, inputs and options;
+its body compares the reference the source's format calls for
+(:func:`edgebuild.verify.reference.choose_reference`) with each candidate the backend offers
+(:meth:`edgebuild.protocols.Backend.candidates`), or for a generative recipe greedy generation with
+the backend's sessions. Declaring it imports nothing numeric: a fully cached run stays light.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+from typing import Any, Mapping
+
+from edgebuild.protocols import Skipped
+from edgebuild.recipe.formats import source_format
+from edgebuild.recipe.validation import ValidateSection
+from edgebuild.stage import Stage, StageInputs, StageParams
+from edgebuild.store.layout import VALIDATION
+
+VALIDATE_LIBRARIES = ("onnxruntime", "onnx", "numpy")  # the reference, its loader and the metrics
+
+
+class ValidateParams(StageParams):
+    backend: str
+    artifact_stage: str  # the stage whose output holds the artifact
+    artifact: str  # its name there
+    section: ValidateSection
+    input_files: dict[str, str] = {}  # validation input files -> sha256
+    format: str  # the source's frontend
+    inputs: dict  # source.inputs, defaults applied
+    options: Any = None  # the frontend's typed source.options
+    precision: str
+    runtimes: tuple[str, ...]
+    platform: str | None = None  # set when a native runtime is asked for: which ran depends on the OS
+    generate: dict | None = None  # a generative recipe's generate section: validated by generation
+
+
+def validate_stage_of(variant, registry, backend, frontend, stages: list) -> Stage | None:
+    """The validate stage of a variant whose recipe asks for validation, or None when no runtime is to
+    run (the backend validates none by default and the recipe names none)."""
+    from edgebuild.verify.files import digest_params
+
+    section = variant.recipe.validate_
+    runtimes = tuple(section.runtimes or (backend.validation_runtimes if backend.default_runtimes is None
+                                          else backend.default_runtimes))
+    if not runtimes:
+        return None
+    producer = next(stage for stage in reversed(stages) if "artifact" in stage.extra)
+    native = any(getattr(registry.get("runtimes", name), "native", False) for name in runtimes)
+    params = ValidateParams(
+        backend=variant.recipe.target.backend, artifact_stage=producer.name, artifact=producer.extra["artifact"],
+        section=section, input_files=digest_params(section, variant.base_dir).get("input_files", {}),
+        format=source_format(variant.recipe.source), inputs=variant.params["source"]["inputs"],
+        options=variant.section(f"{source_format(variant.recipe.source)}:source.options"),
+        precision=variant.recipe.target.precision, runtimes=runtimes,
+        platform=platform.system() if native else None, generate=generate_section(variant))
+    extra = {"layout": VALIDATION}
+    if "exclusive" in producer.extra:  # the backend's library, with its global state, in turns here too
+        extra["exclusive"] = producer.extra["exclusive"]
+    return Stage("validate", params, [producer.name, "resolve", *backend.validation_inputs], validate_stage,
+                 uses=("backends", "runtimes", "frontends", "custom_ops"),
+                 libraries=(*VALIDATE_LIBRARIES, *backend.validation_libraries, *frontend.libraries), extra=extra)
+
+
+def validate_stage(params: ValidateParams, inputs: StageInputs, out: Path) -> dict:
+    """The artifact against the source: each candidate runtime the backend offers, on the same samples."""
+    from edgebuild.dag.validate import generation_validation, generator_of, merge_runtime, save, validate
+    from edgebuild.verify.reference import choose_reference
+
+    registry = inputs.registry
+    backend = registry.get("backends", params.backend)
+    artifact, source = inputs.path(params.artifact_stage) / params.artifact, inputs.path("resolve")
+    section = params.section
+    if params.generate is not None:  # a stateful decoder: validated by generation
+        sessions = backend.sessions(artifact, params.runtimes, registry=registry)
+        opened = {name: s for name, s in sessions.items() if not isinstance(s, Skipped)}
+        record = generation_validation(section, params.generate, inputs.base_dir, opened,
+                                       generator_of(registry, params.format, params.options, inputs.base_dir,
+                                                    source, params.generate))
+        _record_skipped(record, sessions)
+        return save(out, record)
+    reference = choose_reference(source, registry, fmt=params.format, inputs=params.inputs, options=params.options,
+                                 base_dir=inputs.base_dir, section=section)
+    if reference.runner is None:  # validate.reference: none
+        return save(out, {"samples": 0, "reference": "none", "runtimes": {}, "failures": [],
+                          "not_validated": reference.warnings[0] if reference.warnings else "no reference",
+                          "warnings": list(reference.warnings)})
+    built = {name: inputs.info(name) for name in backend.validation_inputs}
+    candidates = backend.candidates(artifact, params.runtimes, precision=params.precision,
+                                    emulate_fp16=section.fp16_emulation == "on", built=built, registry=registry)
+    record: dict = {"samples": 0, "reference": reference.name, "runtimes": {}, "failures": []}
+    for name, candidate in candidates.items():
+        if isinstance(candidate, Skipped):
+            continue
+        merge_runtime(record, validate(section, source, params.inputs, candidate.runner, inputs.base_dir,
+                                       candidate_name=name, reference=reference.runner, specs=reference.specs,
+                                       reference_name=reference.name, parallel=candidate.parallel))
+    _record_skipped(record, candidates)
+    if reference.warnings:
+        record["warnings"] = list(reference.warnings)
+    return save(out, record)
+
+
+def _record_skipped(record: dict, offered: Mapping) -> None:
+    for name, candidate in offered.items():
+        if isinstance(candidate, Skipped):
+            record["runtimes"][name] = {"skipped": candidate.reason}
+
+
+def generate_section(variant) -> dict | None:
+    """The recipe's ``generate:`` section as a dict, or None for a recipe that does not generate."""
+    section = getattr(variant.recipe, "generate", None)
+    if section is None:
+        section = (getattr(variant, "data", None) or {}).get("generate")
+    if hasattr(section, "model_dump"):
+        section = section.model_dump(mode="json")
+    return section or None
