@@ -1,8 +1,12 @@
-"""The ``bundle`` backend: partition -> lower each segment -> package (manifest) -> validate.
+"""The ``bundle`` backend: partition -> lower each segment -> package (manifest).
 
 A model the first preferred backend runs whole stays one Core ML segment, and the artifact
 holds just ``model.mlpackage`` (no manifest); otherwise ``bundle/`` holds ``manifest.json``
-and ``segments/``.
+and ``segments/``. The core validates the artifact with the runner :meth:`BundleBackend.candidates`
+gives: an inference session running each segment on its runtime.
+
+Each stage is typed parameters built once from the recipe (:meth:`BundleBackend.stages`) and a
+module-level body reading only them, its upstream results and the registry kinds it ``uses``.
 """
 
 from __future__ import annotations
@@ -14,13 +18,14 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from edgebuild.dag.stages import Stage
-from edgebuild.graph.weight_files import load_stage_model
-from edgebuild.protocols import Backend
-from edgebuild.store.layout import MLPACKAGE, VALIDATION
+from edgebuild.plugin import Backend, Candidate, Stage, StageInputs, StageParams, edgebuild_version, standard_domain
+from edgebuild.plugin.graph import load_stage_model
+from edgebuild.plugin.store import MLPACKAGE
 from edgebuild_mpsgraph.options import BundleOptions, preference
 
 ARTIFACT = "bundle"
+WHOLE_MODEL = "model.mlpackage"  # the artifact instead when Core ML runs the whole model
+CANDIDATE = "bundle"  # the name validation reports the bundle's runner by
 
 
 def kernel_ops(registry) -> dict:
@@ -34,12 +39,10 @@ def backend_supports(name: str, model: ir.Model, registry):
         from edgebuild_mpsgraph.lowering import supports
 
         return lambda node: supports(node, model, registry)
-    from edgebuild.graph.partition import STANDARD_DOMAINS
-
-    opsets = {("" if d == "ai.onnx" else d): v for d, v in model.opset_imports.items()}
+    opsets = {standard_domain(d): v for d, v in model.opset_imports.items()}
 
     def supports_node(node) -> bool:
-        domain = "" if node.domain in STANDARD_DOMAINS else node.domain
+        domain = standard_domain(node.domain)
         return (domain, node.op_type) == ("", "Constant") or \
             registry.lowering(name, node.op_type, domain, opsets.get(domain, 1)) is not None
 
@@ -68,13 +71,13 @@ def load_model(path: Path, registry) -> tuple[ir.Model, dict]:
     return model, kernels
 
 
-def plan_segments(model: ir.Model, kernels: dict, registry, params: dict):
-    from edgebuild.graph.partition import partition
+def plan_segments(model: ir.Model, kernels: dict, registry, params: "PartitionParams"):
+    from edgebuild.plugin.graph import partition
     from edgebuild_mpsgraph.segments import KERNEL_BACKEND
 
-    backends = [(name, backend_supports(name, model, registry)) for name in params["prefer"]]
+    backends = [(name, backend_supports(name, model, registry)) for name in params.prefer]
     return partition(model, backends, kernels, kernel_backend=KERNEL_BACKEND,
-                     min_segment_ops=params["min_segment_ops"], min_segment_flops=params["min_segment_flops"])
+                     min_segment_ops=params.min_segment_ops, min_segment_flops=params.min_segment_flops)
 
 
 def graph_borders(model: ir.Model, specs: list[dict]) -> dict:
@@ -106,104 +109,133 @@ def segment_renamings(specs: list[dict]) -> list[dict]:
             for spec in specs for role in ("input", "output") for tensor in spec[role + "s"] if tensor.get("binding")]
 
 
+class PartitionParams(StageParams):
+    """Which backends may take a segment, best first, and when a segment is too small to stand alone."""
+
+    prefer: tuple[str, ...]
+    min_segment_ops: int
+    min_segment_flops: float
+
+
+class LowerParams(StageParams):
+    """What a Core ML segment is lowered for (``Backend.lower_segment``'s ``params``)."""
+
+    deployment_target: str
+    precision: str
+    policy: str
+
+
+class PackageParams(StageParams):
+    """What the manifest says besides the segments: names, the compute policy and the producing versions."""
+
+    name: str
+    variant: str
+    compute_policy: str
+    versions: dict[str, str]
+
+
+def partition_body(params: PartitionParams, inputs: StageInputs, out: Path) -> dict:
+    model, kernels = load_model(inputs.path("optimize") / "model.onnx", inputs.registry)
+    segments = plan_segments(model, kernels, inputs.registry, params)
+    order = {id(n): i for i, n in enumerate(model.graph)}
+    record = [{"backend": s.backend, "nodes": [order[id(n)] for n in s.nodes], "inputs": s.inputs,
+               "outputs": s.outputs, "flops": s.flops, "ops": s.op_types()} for s in segments]
+    (out / "partition.json").write_text(json.dumps(record, indent=1))
+    return {"segments": [{k: v for k, v in s.items() if k != "nodes"} for s in record]}
+
+
+def lower_body(params: LowerParams, inputs: StageInputs, out: Path) -> dict:
+    from edgebuild.plugin.graph import Segment
+    from edgebuild_mpsgraph.segments import lower_segment
+
+    model, _ = load_model(inputs.path("optimize") / "model.onnx", inputs.registry)
+    model.graph.sort()
+    nodes = list(model.graph)
+    record = json.loads((inputs.path("partition") / "partition.json").read_text())
+    segments = [Segment(s["backend"], [nodes[i] for i in s["nodes"]], s["inputs"], s["outputs"], s["flops"])
+                for s in record]
+    specs = [lower_segment(model, s, i, out, params=params.key_params(), registry=inputs.registry).model_dump(mode="json")
+             for i, s in enumerate(segments)]
+    return {"segments": specs, **graph_borders(model, specs), "renamings": segment_renamings(specs)}
+
+
+def package_body(params: PackageParams, inputs: StageInputs, out: Path) -> dict:
+    """Write ``out/bundle`` (manifest + segments), or ``out/model.mlpackage`` when Core ML runs the
+    whole model; ``info["artifact"]`` names which."""
+    from edgebuild.plugin.bundle import HandOffSpec, Manifest, write_manifest
+    from edgebuild.plugin.graph import HandOff
+
+    lowered = inputs.results["lower"]
+    info = lowered.info
+    segments = info["segments"]
+    if len(segments) == 1 and segments[0]["backend"] == "coreml":  # a plain Core ML model
+        shutil.copytree(lowered.path / segments[0]["files"]["model"], out / WHOLE_MODEL)
+        return {"kind": "mlpackage", "segments": 1, "artifact": WHOLE_MODEL}
+    bundle_dir = out / ARTIFACT
+    bundle_dir.mkdir(parents=True)
+    shutil.copytree(lowered.path / "segments", bundle_dir / "segments")
+    producer = {o["name"]: s["index"] for s in segments for o in s["outputs"]}
+    graph_inputs = {t["name"] for t in info["inputs"]}
+    edges = [HandOff(t["name"], None if t["name"] in graph_inputs else producer.get(t["name"]), s["index"])
+             for s in segments for t in s["inputs"]]
+    edges += [HandOff(t["name"], producer.get(t["name"]), None) for t in info["outputs"]]
+    manifest = Manifest(name=params.name, variant=params.variant, compute_policy=params.compute_policy,
+                        inputs=info["inputs"], outputs=info["outputs"], segments=segments,
+                        handoffs=[HandOffSpec(tensor=e.tensor, from_segment=e.producer, to_segment=e.consumer)
+                                  for e in edges],
+                        versions=params.versions)
+    write_manifest(manifest, bundle_dir)
+    return {"kind": "bundle", "segments": len(segments), "artifact": ARTIFACT,
+            "backends": [s["backend"] for s in segments],
+            "size_bytes": sum(f.stat().st_size for f in bundle_dir.rglob("*") if f.is_file())}
+
+
+# What decides each stage's output besides its parameters and inputs: the registry kinds its body
+# calls (their plugins join the key) and the libraries that lower or judge it.
+ONNX_LIBRARIES = ("onnx", "onnx-ir", "numpy")
+SEGMENT_LIBRARIES = ("coremltools", "edgebuild-msl")  # Core ML segments; Metal kernels' dispatch and source
+
+
 class BundleBackend(Backend):
     name = "bundle"
     artifact = ARTIFACT
+    # one candidate: the bundle as its inference session runs it, each segment on its own runtime
+    validation_runtimes = (CANDIDATE,)
+    validation_libraries = SEGMENT_LIBRARIES
 
-    def stages(self, variant, registry, plugins: dict[str, str]) -> list[Stage]:
+    def stages(self, variant, registry) -> list[Stage]:
         recipe = variant.recipe
-        dump = variant.params
         options = variant.section("bundle:target.options") or BundleOptions()
-        partition_params = {"prefer": preference(options, recipe.compute.policy),
-                            "min_segment_ops": options.min_segment_ops,
-                            "min_segment_flops": options.min_segment_flops}
-        lower_params = {**partition_params, "deployment_target": recipe.target.deployment_target,
-                        "precision": recipe.target.precision, "policy": recipe.compute.policy,
-                        "inputs": dump["source"]["inputs"]}
-
-        def partition_stage(results, out: Path) -> dict:
-            model, kernels = load_model(results["optimize"].path / "model.onnx", registry)
-            segments = plan_segments(model, kernels, registry, partition_params)
-            order = {id(n): i for i, n in enumerate(model.graph)}
-            record = [{"backend": s.backend, "nodes": [order[id(n)] for n in s.nodes], "inputs": s.inputs,
-                       "outputs": s.outputs, "flops": s.flops, "ops": s.op_types()} for s in segments]
-            (out / "partition.json").write_text(json.dumps(record, indent=1))
-            return {"segments": [{k: v for k, v in s.items() if k != "nodes"} for s in record]}
-
-        def lower_stage(results, out: Path) -> dict:
-            from edgebuild.graph.partition import Segment
-            from edgebuild_mpsgraph.segments import lower_segment
-
-            model, _ = load_model(results["optimize"].path / "model.onnx", registry)
-            model.graph.sort()
-            nodes = list(model.graph)
-            record = json.loads((results["partition"].path / "partition.json").read_text())
-            segments = [Segment(s["backend"], [nodes[i] for i in s["nodes"]], s["inputs"], s["outputs"], s["flops"])
-                        for s in record]
-            specs = [lower_segment(model, s, i, out, params=lower_params, registry=registry).model_dump(mode="json")
-                     for i, s in enumerate(segments)]
-            return {"segments": specs, **graph_borders(model, specs), "renamings": segment_renamings(specs)}
-
-        def package_stage(results, out: Path) -> dict:
-            return self.package(results["lower"], out, recipe, variant.name, plugins)
-
-        stages = [
-            # each stage's files (edgebuild.store.layout): a remote entry holding others is refused
-            Stage("partition", partition_params, ["optimize"], plugins, produce=partition_stage,
-                  extra={"layout": ("partition.json",)}),
-            Stage("lower", lower_params, ["optimize", "partition"], plugins, produce=lower_stage,
-                  extra={"layout": ("segments/**",)}),
-            Stage("package", {"name": recipe.name, "variant": variant.name}, ["lower"], plugins,
-                  produce=package_stage, extra={"artifact": ARTIFACT, "layout": (f"{ARTIFACT}/**", *MLPACKAGE)}),
+        plugin = registry.plugin_of("backends", self.name)
+        versions = {"edgebuild": edgebuild_version(),
+                    **({plugin.distribution or plugin.name: plugin.version} if plugin else {})}
+        partition = PartitionParams(prefer=preference(options, recipe.compute.policy),
+                                    min_segment_ops=options.min_segment_ops,
+                                    min_segment_flops=options.min_segment_flops)
+        lower = LowerParams(deployment_target=recipe.target.deployment_target, precision=recipe.target.precision,
+                            policy=recipe.compute.policy)
+        package = PackageParams(name=recipe.name, variant=variant.name, compute_policy=recipe.compute.policy,
+                                versions=versions)
+        return [
+            # each stage's files (the store's layouts): a remote entry holding others is refused
+            Stage("partition", partition, ["optimize"], partition_body, uses=("lowerings", "custom_ops"),
+                  libraries=ONNX_LIBRARIES, extra={"layout": ("partition.json",)}),
+            # Core ML segments go through coremltools' MIL builder, which keeps global state: take turns
+            Stage("lower", lower, ["optimize", "partition"], lower_body,
+                  uses=("lowerings", "custom_ops", "backends"), libraries=(*ONNX_LIBRARIES, *SEGMENT_LIBRARIES),
+                  extra={"layout": ("segments/**",), "exclusive": "coremltools"}),
+            # its body is this backend's own code: its plugin's version joins the key
+            Stage("package", package, ["lower"], package_body, uses=("backends",),
+                  extra={"artifact": ARTIFACT, "layout": (f"{ARTIFACT}/**", *MLPACKAGE)}),
         ]
-        if recipe.validate_ is not None:
-            section = recipe.validate_
 
-            def validate_stage(results, out: Path) -> dict:
-                from edgebuild.bundle.session import InferenceSession
-                from edgebuild.dag.validate import save
-                from edgebuild_mpsgraph.validation import validate_bundle
+    def candidates(self, artifact: Path, runtimes, *, precision: str, emulate_fp16: bool, built, registry) -> dict:
+        """One candidate, ``bundle``: an inference session running each segment on the runtime that
+        runs it on any OS (the numpy MPSGraph executor, Metal kernels emulated, Core ML's interpreter)."""
+        from edgebuild.plugin.bundle import InferenceSession
 
-                produced = results["package"].info.get("artifact", ARTIFACT)
-                session = InferenceSession(results["package"].path / produced, registry=registry, native=False)
-                record = validate_bundle(section, results["resolve"].path, dump["source"]["inputs"], session.run,
-                                         variant.base_dir, registry)
-                return save(out, record)
-
-            from edgebuild.verify.files import digest_params
-
-            params = {"validate": dump["validate"], **digest_params(section, variant.base_dir)}
-            stages.append(Stage("validate", params, ["package", "resolve"], plugins, produce=validate_stage,
-                                extra={"layout": VALIDATION}))
-        return stages
-
-    @staticmethod
-    def package(lowered, out_dir: Path, recipe, variant: str, plugins: dict) -> dict:
-        """Write ``out_dir/bundle`` (manifest + segments), or ``out_dir/model.mlpackage`` when Core
-        ML runs the whole model; ``info["artifact"]`` names which."""
-        from edgebuild.bundle.manifest import HandOffSpec, Manifest, write_manifest
-        from edgebuild.versions import edgebuild_version
-        from edgebuild.graph.partition import HandOff
-
-        info = lowered.info
-        segments = info["segments"]
-        if len(segments) == 1 and segments[0]["backend"] == "coreml":  # a plain Core ML model
-            shutil.copytree(lowered.path / segments[0]["files"]["model"], out_dir / "model.mlpackage")
-            return {"kind": "mlpackage", "segments": 1, "artifact": "model.mlpackage"}
-        bundle_dir = out_dir / ARTIFACT
-        bundle_dir.mkdir(parents=True)
-        shutil.copytree(lowered.path / "segments", bundle_dir / "segments")
-        producer = {o["name"]: s["index"] for s in segments for o in s["outputs"]}
-        graph_inputs = {t["name"] for t in info["inputs"]}
-        edges = [HandOff(t["name"], None if t["name"] in graph_inputs else producer.get(t["name"]), s["index"])
-                 for s in segments for t in s["inputs"]]
-        edges += [HandOff(t["name"], producer.get(t["name"]), None) for t in info["outputs"]]
-        manifest = Manifest(name=recipe.name, variant=variant, compute_policy=recipe.compute.policy,
-                            inputs=info["inputs"], outputs=info["outputs"], segments=segments,
-                            handoffs=[HandOffSpec(tensor=e.tensor, from_segment=e.producer, to_segment=e.consumer)
-                                      for e in edges],
-                            versions={"edgebuild": edgebuild_version(), **plugins})
-        write_manifest(manifest, bundle_dir)
-        return {"kind": "bundle", "segments": len(segments), "artifact": ARTIFACT,
-                "backends": [s["backend"] for s in segments],
-                "size_bytes": sum(f.stat().st_size for f in bundle_dir.rglob("*") if f.is_file())}
+        artifact = Path(artifact)
+        if not artifact.exists() and (artifact.parent / WHOLE_MODEL).exists():
+            artifact = artifact.parent / WHOLE_MODEL  # the package stage made a plain Core ML model
+        session = InferenceSession(artifact, registry=registry, native=False)
+        return {CANDIDATE: Candidate(session.run)}
