@@ -113,8 +113,9 @@ def test_a_local_config_is_part_of_the_import_key_and_a_prerequisite(tmp_path, m
         return build, next(s for s in build.job.stages if s.name == "import")
 
     build, before = import_stage()
-    assert list(before.params["option_files"]) == [str(config)]
+    assert list(before.params.option_files) == [str(config)]
     assert config in local_inputs(build)
     config.write_text('{"hidden": 8}')
     _, after = import_stage()
-    assert after.params["option_files"] != before.params["option_files"]
+    assert after.params.option_files != before.params.option_files
+    assert after.key_params()["option_files"] != before.key_params()["option_files"]  # and so the key
