@@ -192,7 +192,8 @@ def test_lowering_exceptions_name_the_node():
         [oh.make_node("Broken", ["x"], ["y"], name="the_node", domain="acme")],
         [oh.make_tensor_value_info("x", F, [2])], [oh.make_tensor_value_info("y", F, [2])], extra_opsets=["acme"],
     )
-    with pytest.raises(LoweringError, match=r"node 'the_node' \(acme::Broken\): lowering failed: ValueError: boom"):
+    with pytest.raises(LoweringError, match=r"node 'the_node' \(acme::Broken\): the lowering from plugin 'test-ops' "
+                                            r"\(test-ops 0\) failed: ValueError: boom"):
         convert(ir.serde.deserialize_model(model), registry=registry_with(acme__Broken=broken))
 
 
