@@ -175,7 +175,7 @@ def test_a_custom_op_without_a_reference_method_fails_at_registration():
 
     registry = _registry(broken=_plugin(edgebuild_register_custom_ops=lambda register: register(
         "mydomain", "Swish2", NoReference())))
-    with pytest.raises(PluginError, match="custom_op 'mydomain::Swish2' without run_reference"):
+    with pytest.raises(PluginError, match="custom op 'mydomain::Swish2' without run_reference"):
         registry.get("custom_ops", ("mydomain", "Swish2"))
 
 
