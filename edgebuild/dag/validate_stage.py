@@ -26,7 +26,7 @@ class ValidateParams(StageParams):
     backend: str
     artifact_stage: str  # the stage whose output holds the artifact
     artifact: str  # its name there
-    section: ValidateSection
+    validate_section: ValidateSection  # the recipe's validate: (its name is what `plan` says changed)
     input_files: dict[str, str] = {}  # validation input files -> sha256
     format: str  # the source's frontend
     inputs: dict  # source.inputs, defaults applied
@@ -51,7 +51,7 @@ def validate_stage_of(variant, registry, backend, frontend, stages: list) -> Sta
     native = any(getattr(registry.get("runtimes", name), "native", False) for name in runtimes)
     params = ValidateParams(
         backend=variant.recipe.target.backend, artifact_stage=producer.name, artifact=producer.extra["artifact"],
-        section=section, input_files=digest_params(section, variant.base_dir).get("input_files", {}),
+        validate_section=section, input_files=digest_params(section, variant.base_dir).get("input_files", {}),
         format=source_format(variant.recipe.source), inputs=variant.params["source"]["inputs"],
         options=variant.section(f"{source_format(variant.recipe.source)}:source.options"),
         precision=variant.recipe.target.precision, runtimes=runtimes,
@@ -72,7 +72,7 @@ def validate_stage(params: ValidateParams, inputs: StageInputs, out: Path) -> di
     registry = inputs.registry
     backend = registry.get("backends", params.backend)
     artifact, source = inputs.path(params.artifact_stage) / params.artifact, inputs.path("resolve")
-    section = params.section
+    section = params.validate_section
     if params.generate is not None:  # a stateful decoder: validated by generation
         sessions = backend.sessions(artifact, params.runtimes, registry=registry)
         opened = {name: s for name, s in sessions.items() if not isinstance(s, Skipped)}
