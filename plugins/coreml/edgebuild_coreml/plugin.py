@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from edgebuild.hookspecs import hookimpl
+from edgebuild.plugin import hookimpl
 
 
 def _import_all(package: str) -> None:

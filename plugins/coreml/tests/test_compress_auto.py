@@ -15,7 +15,7 @@ from edgebuild_coreml.compress import allocate
 from edgebuild_coreml.compress.apply import compress_mlpackage
 from edgebuild_coreml.compress.config import validate_compression
 from edgebuild_coreml.compress.program import load_program, weight_uses
-from edgebuild_coreml.compress.stage import calibration_inputs, compress_stage, compress_stage_params
+from edgebuild_coreml.compress.stage import calibration_inputs, compress_stage
 from edgebuild_coreml.interpreter import run_mlpackage
 
 WIDTH, BATCH, LAYERS = 128, 4, 5
@@ -199,12 +199,21 @@ def test_auto_candidate_gated_by_deployment_target(mlp, tmp_path):
                        calibration=samples)
 
 
-def test_stage_params_key_auto_on_calibration_inputs():
+def test_stage_params_key_auto_on_calibration_inputs(tmp_path):
+    from edgebuild.plugin.validation import ValidateSection
+    from edgebuild_coreml.stages import compress_params_of
+
     validate = {"samples": 4, "inputs": {"x": {"random": {"seed": 1}}}}
-    plain = compress_stage_params({"weights": {"mode": "linear"}}, "iOS17", validate)
-    assert "calibration" not in plain
-    auto = compress_stage_params({"auto": {"max_size_mb": 1.0}}, "iOS17", validate)
-    assert auto["calibration"] == {"samples": 4, "inputs": validate["inputs"]}
+
+    def key(section: dict) -> dict:
+        return compress_params_of(validate_compression(section, target="iOS17"), ValidateSection(**validate),
+                                  tmp_path, {}, None).key_params()
+
+    plain = key({"weights": {"mode": "linear"}})
+    assert plain["calibration"] is None
+    auto = key({"auto": {"max_size_mb": 1.0}})
+    assert auto["calibration"]["section"]["samples"] == 4
+    assert auto["calibration"]["section"]["inputs"] == ValidateSection(**validate).model_dump(mode="json")["inputs"]
 
 
 def test_calibration_inputs_follow_validate_section_and_mil_names(tmp_path):

@@ -212,7 +212,10 @@ def test_generative_recipes_calibrate_on_their_prompts(tmp_path):
     from onnx import TensorProto, helper
     from types import SimpleNamespace
 
-    from edgebuild_coreml.compress.stage import calibration_inputs, compress_stage_params
+    from edgebuild.plugin.validation import ValidateSection
+    from edgebuild_coreml.compress.config import validate_compression
+    from edgebuild_coreml.compress.stage import calibration_inputs
+    from edgebuild_coreml.stages import compress_params_of
 
     graph = helper.make_graph(
         [helper.make_node("Cast", ["input_ids"], ["logits"], to=TensorProto.FLOAT)], "g",
@@ -224,8 +227,9 @@ def test_generative_recipes_calibrate_on_their_prompts(tmp_path):
     samples = calibration_inputs(tmp_path / "m.onnx", {}, validate, tmp_path, None, samples=4)
     assert [s["input_ids"].tolist() for s in samples] == [[[1, 15043, 29892, 1, 15043]], [[1, 450, 7, 8, 9]]]
     assert all(s["attention_mask"].tolist() == [[1] * 5] for s in samples)
-    params = compress_stage_params({"auto": {"max_size_mb": 1}}, "iOS18", {"generation": {"prompts": [[1, 2]]}})
-    assert params["calibration"]["generation"] == {"prompts": [[1, 2]]}
+    params = compress_params_of(validate_compression({"auto": {"max_size_mb": 1}}, target="iOS18"),
+                                ValidateSection(generation={"prompts": [[1, 2]]}), tmp_path, {}, None).key_params()
+    assert params["calibration"]["section"]["generation"] == {"prompts": [[1, 2]], "new_tokens": 16}
     # a stateful artifact takes int32 input_ids of a query length at a position, its cache empty
     generate = {"max_context": 16, "query_lengths": [1, 4]}
     stateful = calibration_inputs(tmp_path / "m.onnx", {}, validate, tmp_path, None, samples=4, generate=generate)

@@ -178,7 +178,8 @@ def _lower_both_ways(recipe: str, variant: str, store, out: Path) -> dict[str, P
     from edgebuild.dag.executor import Executor
     from edgebuild.registry import get_registry
 
-    from edgebuild_coreml.backend import CoreMLBackend
+    from edgebuild_coreml.lower import lower_model
+    from edgebuild_coreml.stages import lower_params_of
 
     registry = get_registry()
     [build] = plan_jobs(load_variants([str(ROOT / "recipes" / f"{recipe}.yaml")], [variant], registry),
@@ -186,14 +187,12 @@ def _lower_both_ways(recipe: str, variant: str, store, out: Path) -> dict[str, P
     build.job.stages = [s for s in build.job.stages if s.name in ("resolve", "import", "optimize")]
     Executor(store).run([build.job])
     assert build.job.error is None, build.job.error
-    backend, variant_ = CoreMLBackend(), build.variant
+    variant_ = build.variant
     paths, infos = {}, {}
     for which in lowering_passes.PIPELINES:
         paths[which] = out / which / "model.mlpackage"
-        infos[which] = backend.lower(build.job.results["optimize"].path / "model.onnx", paths[which],
-                                     backend.lower_params(variant_), registry,
-                                     validate_section=variant_.recipe.validate_, base_dir=variant_.base_dir,
-                                     passes=which)
+        infos[which] = lower_model(build.job.results["optimize"].path / "model.onnx", paths[which],
+                                   lower_params_of(variant_), registry, base_dir=variant_.base_dir, passes=which)
     # the fp16 guard saw the same program both ways
     assert infos["lowering"].get("fp16_guard") == infos["default"].get("fp16_guard")
     return paths

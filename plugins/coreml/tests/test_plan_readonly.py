@@ -119,12 +119,12 @@ def test_plan_after_a_build_reads_the_store_and_changes_nothing(project, tmp_pat
 
 def test_lower_key_ignores_validation_samples_beyond_what_the_fp16_guard_reads(project, tmp_path):
     from edgebuild.recipe import load_recipe
-    from edgebuild_coreml.backend import CoreMLBackend
     from edgebuild_coreml.compute import FP16_GUARD_SAMPLES
+    from edgebuild_coreml.stages import lower_params_of
 
     def lower_params(samples: int) -> dict:
         (variant,) = load_recipe(str(project(samples=samples)))
-        return CoreMLBackend.lower_params(variant)
+        return lower_params_of(variant).key_params()
 
     assert lower_params(FP16_GUARD_SAMPLES) == lower_params(32) == lower_params(FP16_GUARD_SAMPLES + 1)
     assert lower_params(FP16_GUARD_SAMPLES - 1) != lower_params(FP16_GUARD_SAMPLES)

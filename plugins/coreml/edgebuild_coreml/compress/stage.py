@@ -45,18 +45,6 @@ def compress_stage(src: Path, dst: Path, section: CompressionSection, *, calibra
     return info
 
 
-def compress_stage_params(compression: dict, deployment_target: str, validate: Mapping[str, Any] | None) -> dict:
-    """The compress stage's cache-key parameters from the section's JSON (``variant.params``); auto
-    mode and activation quantisation also depend on their calibration inputs."""
-    params = {"compression": compression, "deployment_target": deployment_target}
-    if compression and (compression.get("auto") is not None or compression.get("activations") is not None):
-        validate = validate or {}
-        params["calibration"] = {"samples": validate.get("samples"), "inputs": validate.get("inputs")}
-        if validate.get("generation") is not None:  # a generative recipe calibrates on its prompts
-            params["calibration"]["generation"] = validate["generation"]
-    return params
-
-
 def calibration_inputs(
     onnx_path: Path,
     recipe_inputs: Mapping[str, Any],

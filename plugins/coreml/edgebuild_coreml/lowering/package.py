@@ -341,3 +341,31 @@ def check_public_names(model, result: ConvertResult, artifact: str) -> None:
                 f"({sorted(names.values())})",
                 hint="a name rule of this coremltools version is unknown to edgebuild "
                      "(edgebuild_coreml.lowering.names); report it with the model's input and output names")
+
+
+def write_package(src: Path, dst: Path, metadata: Mapping[str, Any], *, source_sha256: str) -> dict:
+    """The package stage: ``src`` with the recipe's metadata, the source's digest and the versions
+    that built it in its description, as ``dst``; the stage's info."""
+    from coremltools.models.model import _get_model_spec_path
+
+    # The package is the lowered one with more metadata: its weight files (gigabytes for a
+    # decoder) are hard links to the stage before's, only the spec is written anew.
+    spec = ct.utils.load_spec(str(src))
+    meta = spec.description.metadata
+    meta.author = metadata.get("author") or meta.author
+    meta.license = metadata.get("license") or meta.license
+    meta.shortDescription = metadata.get("description") or meta.shortDescription
+    if metadata.get("version"):
+        meta.versionString = metadata["version"]
+    user = meta.userDefined
+    user["com.edgebuild.source_sha256"] = source_sha256
+    user["com.edgebuild.recipe"] = metadata["recipe"]
+    user["com.edgebuild.variant"] = metadata["variant"]
+    user["com.edgebuild.compute_policy"] = metadata["compute_policy"]
+    for name, version in metadata["versions"].items():
+        user[f"com.edgebuild.version.{name}"] = version
+    shutil.copytree(src, dst, copy_function=link_weight_files)
+    spec_path = Path(_get_model_spec_path(str(dst)))
+    spec_path.unlink()
+    spec_path.write_bytes(spec.SerializeToString())
+    return {"size_bytes": sum(f.stat().st_size for f in dst.rglob("*") if f.is_file())}
