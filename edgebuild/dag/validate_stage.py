@@ -71,7 +71,9 @@ def validate_stage(params: ValidateParams, inputs: StageInputs, out: Path) -> di
 
     registry = inputs.registry
     backend = registry.get("backends", params.backend)
-    artifact, source = inputs.path(params.artifact_stage) / params.artifact, inputs.path("resolve")
+    # the artifact stage may report what it actually made (a bundle that is one whole package)
+    made = inputs.info(params.artifact_stage).get("artifact", params.artifact)
+    artifact, source = inputs.path(params.artifact_stage) / made, inputs.path("resolve")
     section = params.validate_section
     if params.generate is not None:  # a stateful decoder: validated by generation
         sessions = backend.sessions(artifact, params.runtimes, registry=registry)
