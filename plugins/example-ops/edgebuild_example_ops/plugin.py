@@ -8,8 +8,6 @@ validation needs.
 
 from __future__ import annotations
 
-import importlib.util
-
 from edgebuild.plugin import Lazy, OpReference, hookimpl
 
 from edgebuild_example_ops import DOMAIN, OP_TYPE
@@ -17,7 +15,11 @@ from edgebuild_example_ops import DOMAIN, OP_TYPE
 
 def has_kernel_sdk() -> bool:
     """Whether edgebuild-msl (the ``[msl]`` extra) is installed, so the Metal kernel can be declared."""
-    return importlib.util.find_spec("edgebuild_msl") is not None
+    try:
+        import edgebuild_msl  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 @hookimpl

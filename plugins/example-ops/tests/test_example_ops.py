@@ -3,6 +3,9 @@ registers with and without edgebuild-msl."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -61,3 +64,22 @@ def test_with_edgebuild_msl_the_op_is_registered_by_its_kernel(monkeypatch):
     pytest.importorskip("edgebuild_msl")
     spec = _registered_op(monkeypatch, with_kernel_sdk=True)
     assert spec.entry == "rms_norm" and spec.schema is not None
+
+
+WITHOUT_MSL = """
+import sys
+sys.modules["edgebuild_msl"] = None  # importing it raises ImportError, as when the [msl] extra is not installed
+from edgebuild_example_ops import plugin
+registered = {}
+for hook in (plugin.edgebuild_register_custom_ops, plugin.edgebuild_register_lowerings,
+             plugin.edgebuild_register_passes):
+    hook(register=lambda *args, **kw: registered.setdefault(hook.__name__, args))
+import edgebuild_example_ops.coreml, edgebuild_example_ops.fusion  # the lowering and the pass need no msl
+print(type(registered["edgebuild_register_custom_ops"][2]).__name__)
+"""
+
+
+def test_the_plugin_registers_and_lowers_without_edgebuild_msl():
+    done = subprocess.run([sys.executable, "-c", WITHOUT_MSL], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "OpReference"
