@@ -13,7 +13,7 @@ import numpy as np
 import onnx_ir as ir
 
 from edgebuild.plugin import unique_name
-from edgebuild_coreml.lowering.errors import LoweringError, TargetTooOld
+from edgebuild_coreml.lowering.errors import DeclinedForm, LoweringError, TargetTooOld
 
 TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18", "iOS26")
 _INT32 = np.iinfo(np.int32)
@@ -105,9 +105,13 @@ class LoweringContext:
             raise LoweringError(f"{self.where(node)}: input {index} is required but missing")
         array = self.const_value(value)
         if array is None:
-            raise LoweringError(
-                f"{self.where(node)}: {what or f'input {index}'} must be a constant: "
-                "MIL takes it as a compile-time parameter",
+            operand = what or f"input {index}"
+            source = runtime_origin(value)
+            self.decline(
+                node,
+                f"{operand} must be a constant known at build time (MIL takes it as a compile-time parameter); "
+                f"here {operand} comes from "
+                f"{source or f'{value.name!r}, computed at run time'}",
                 hint="pin the input shapes in the recipe so shape arithmetic folds, or make it an initializer",
             )
         return array
@@ -162,8 +166,14 @@ class LoweringContext:
                 hint=f"set target.deployment_target: {minimum}",
             )
 
-    def fail(self, node: ir.Node, reason: str, hint: str | None = None):
-        raise LoweringError(f"{self.where(node)}: {reason}", hint=hint)
+    def decline(self, node: ir.Node, reason: str, hint: str | None = None):
+        """Raise :class:`DeclinedForm`: the op has a lowering, but not for this node's form. ``reason``
+        names the attribute, operand, rank or dtype ("direction 'reverse' is not supported")."""
+        raise DeclinedForm(f"{self.where(node)}: {reason}", hint=hint, node=node.name, op_type=node.op_type,
+                           reason=reason)
+
+    # A lowering that cannot lower a node declines its form: one mechanism, one message.
+    fail = decline
 
     @staticmethod
     def int32(array: np.ndarray, node: ir.Node | None = None, what: str = "constant") -> np.ndarray:
@@ -173,3 +183,37 @@ class LoweringContext:
             where = LoweringContext.where(node) if node is not None else "a constant"
             raise LoweringError(f"{where}: {what} holds values outside int32, which Core ML cannot represent")
         return array.astype(np.int32) if array.dtype.kind in "iu" else array
+
+
+def runtime_origin(value: ir.Value) -> str | None:
+    """Where a value that is not constant at build time comes from, in words: the ``Shape`` of a
+    tensor with a dim the graph leaves symbolic, or a graph input's run-time data (None: neither found)."""
+    seen: set[int] = set()
+    queue, runtime_input = [value], None
+    while queue:
+        current = queue.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        producer = current.producer()
+        if producer is None:
+            if current.is_graph_input() and current.const_value is None and runtime_input is None:
+                runtime_input = current
+            continue
+        if producer.op_type == "Shape" and producer.domain in ("", "ai.onnx"):
+            source = producer.inputs[0]
+            if source.shape is None:
+                return f"Shape of {source.name!r}, whose rank is unknown"
+            dims = list(source.shape)
+            start = LoweringContext.attr(producer, "start", 0)
+            end = LoweringContext.attr(producer, "end", None)
+            symbolic = [i for i in range(len(dims))[start:end] if not isinstance(dims[i], int)]
+            if symbolic:
+                which = "input" if source.is_graph_input() else "tensor"
+                listed = ", ".join(str(i) for i in symbolic)
+                return f"Shape of the {which} {source.name!r}, whose dim {listed} is not fixed"
+            continue
+        queue.extend(producer.inputs)
+    if runtime_input is not None:
+        return f"the run-time data of the graph input {runtime_input.name!r}"
+    return None

@@ -19,8 +19,9 @@ from coremltools.converters.mil.mil import Function, Program, get_new_symbol, ty
 from coremltools.converters.mil.mil.var import Var
 
 from edgebuild.plugin import BuildError, EdgebuildError, report_progress
+from edgebuild.plugin.graph import declined_reason
 from edgebuild_coreml.lowering.context import LoweringContext, unique_identifier
-from edgebuild_coreml.lowering.errors import LoweringError
+from edgebuild_coreml.lowering.errors import DeclinedForm, LoweringError, support_check
 from edgebuild_coreml.lowering.names import artifact_names, sanitized
 
 BACKEND = "coreml"
@@ -113,14 +114,15 @@ def opset_of(model: ir.Model, domain: str) -> int:
 
 
 def find_unsupported(model: ir.Model, registry) -> list[dict]:
-    """One entry per unsupported (domain, op type): opset, count and the first node names."""
+    """One entry per (domain, op type) with no lowering: opset, count and the first node names.
+    A node a graph pass declined (``mark_declined``) is not here: :func:`find_declined` names it."""
     missing: dict[tuple[str, str], dict] = {}
     for node in iter_nodes(model.graph):
         domain = "" if node.domain in ("ai.onnx", None) else node.domain
         if (domain, node.op_type) in CONVERTER_HANDLED:
             continue
         opset = opset_of(model, domain)
-        if registry.lowering(BACKEND, node.op_type, domain, opset) is not None:
+        if registry.lowering(BACKEND, node.op_type, domain, opset) is not None or declined_reason(node):
             continue
         entry = missing.setdefault(
             (domain, node.op_type),
@@ -132,19 +134,75 @@ def find_unsupported(model: ir.Model, registry) -> list[dict]:
     return sorted(missing.values(), key=lambda e: (e["domain"], e["op_type"]))
 
 
-def unsupported_error(missing: list[dict]) -> BuildError:
-    lines = [f"{len(missing)} op type(s) have no Core ML lowering:"]
+def find_declined(model: ir.Model, registry) -> list[dict]:
+    """One entry per node whose form is declined before lowering: by its lowering's support check
+    (``errors.declines``), or, for an op with no lowering, by the graph pass that left it (its mark).
+    Each is {"node", "op_type", "domain", "reason", "by": "lowering" | "pass"}."""
+    declined = []
+    for node in iter_nodes(model.graph):
+        domain = "" if node.domain in ("ai.onnx", None) else node.domain
+        if (domain, node.op_type) in CONVERTER_HANDLED:
+            continue
+        fn = registry.lowering(BACKEND, node.op_type, domain, opset_of(model, domain))
+        check = support_check(fn) if fn is not None else None
+        reason, by = (check(node), "lowering") if check is not None else (None, "lowering")
+        if fn is None and declined_reason(node):
+            reason, by = declined_reason(node), "pass"
+        if reason:
+            declined.append({"node": node.name or "<unnamed>", "op_type": node.op_type, "domain": domain,
+                             "reason": reason, "by": by})
+    return declined
+
+
+def _qualified(domain: str, op_type: str) -> str:
+    return f"{domain}::{op_type}" if domain else op_type
+
+
+DECLINED_HINT = (
+    "the op has a Core ML lowering, but not for this form: change the form as the reason says, route the node "
+    "to another backend with the recipe's compute policy, or have a plugin rewrite the form into ops that lower "
+    "(a graph pass: implement edgebuild_register_passes, see docs/plugins.md)"
+)
+MISSING_HINT = (
+    "add a lowering in a plugin: implement the hook edgebuild_register_lowerings and call "
+    "register('coreml', op_type, fn, domain=..., since=...) (see docs/plugins.md), "
+    "or route these ops to another backend with the recipe's compute policy"
+)
+
+
+def declined_line(entry: dict) -> str:
+    what = "the Core ML lowering declines this form" if entry["by"] == "lowering" else \
+        "no Core ML lowering for this form: the graph pass that rewrites the op declined it"
+    return f"node {entry['node']!r} ({_qualified(entry['domain'], entry['op_type'])}): {what}: {entry['reason']}"
+
+
+class UnsupportedOps(LoweringError):
+    """Ops with no Core ML lowering (``missing``) and nodes whose form a lowering or a pass declines
+    (``declined``), all named in one error before anything is lowered."""
+
+    def __init__(self, message: str, *, hint: str | None = None, missing=(), declined=()):
+        super().__init__(message, hint=hint)
+        self.missing, self.declined = list(missing), list(declined)
+
+
+def unsupported_error(missing: list[dict], declined: list[dict] = ()) -> BuildError:
+    lines = []
+    if len(declined) == 1 and not missing:
+        lines.append(declined_line(declined[0]))
+    elif declined:
+        lines.append(f"{len(declined)} node(s) have a Core ML lowering that declines their form:")
+        lines.extend(f"  - {declined_line(e)}" for e in declined[:10])
+        if len(declined) > 10:
+            lines.append(f"  - ... and {len(declined) - 10} more")
+    if missing:
+        lines.append(f"{len(missing)} op type(s) have no Core ML lowering:")
     for e in missing:
-        qualified = f"{e['domain']}::{e['op_type']}" if e["domain"] else e["op_type"]
         lines.append(
-            f"  - {qualified} (opset {e['opset']}): {e['count']} node(s), e.g. {', '.join(e['nodes'])}"
+            f"  - {_qualified(e['domain'], e['op_type'])} (opset {e['opset']}): {e['count']} node(s), "
+            f"e.g. {', '.join(e['nodes'])}"
         )
-    return BuildError(
-        "\n".join(lines),
-        hint="add a lowering in a plugin: implement the hook edgebuild_register_lowerings and call "
-        "register('coreml', op_type, fn, domain=..., since=...) (see docs/plugins.md), "
-        "or route these ops to another backend with the recipe's compute policy",
-    )
+    hint = "; ".join(h for h, present in ((DECLINED_HINT, declined), (MISSING_HINT, missing)) if present)
+    return UnsupportedOps("\n".join(lines), hint=hint, missing=missing, declined=declined)
 
 
 # -- constants ------------------------------------------------------------------------------
@@ -203,6 +261,18 @@ def _bind_outputs(ctx: LoweringContext, node: ir.Node, result) -> None:
             ctx.fail(node, f"output {value.name!r} is used but the lowering does not produce it")
 
 
+def _declined(exc: DeclinedForm, node: ir.Node, owner: str | None = None) -> DeclinedForm:
+    """A lowering's decline worded as one: who declines, the node, the reason, and how to get past it."""
+    if " declines this form: " in exc.message:  # worded already, by a node in a subgraph of this one
+        return exc
+    where = LoweringContext.where(node)
+    reason = exc.message.removeprefix(f"{where}: ")
+    who = f"the lowering from {owner}" if owner else "the Core ML lowering"
+    message = f"{where}: {who} declines this form: {reason}"
+    hint = f"{exc.hint}; or: {DECLINED_HINT}" if exc.hint else DECLINED_HINT
+    return DeclinedForm(message, hint=hint, node=node.name, op_type=node.op_type, reason=exc.reason)
+
+
 def _renamed(exc: EdgebuildError, node: ir.Node, owner: str | None = None) -> EdgebuildError:
     """``exc`` with the node named in its message, and ``owner``, the plugin whose lowering raised it
     (None: this backend's own), in front of the reason (same class, same hint)."""
@@ -256,7 +326,9 @@ def lower_node(ctx: LoweringContext, node: ir.Node) -> None:
     try:
         result = fn(ctx, node)
         _bind_outputs(ctx, node, result)
-    except EdgebuildError as exc:  # the lowering declined the node (ctx.fail, an unsupported case)
+    except DeclinedForm as exc:  # the lowering declined the node's form (ctx.decline)
+        raise _declined(exc, node, ctx.owner_of(node)) from exc
+    except EdgebuildError as exc:  # another unsupported case (a target too old, a value out of range)
         raise _renamed(exc, node, ctx.owner_of(node)) from exc
     except Exception as exc:  # a lowering bug or a MIL type error: name the node, and a plugin's lowering its plugin
         owner = ctx.owner_of(node)
@@ -386,9 +458,9 @@ def convert(
 
         registry = get_registry()
     graph = model.graph
-    missing = find_unsupported(model, registry)
-    if missing:
-        raise unsupported_error(missing)
+    missing, declined = find_unsupported(model, registry), find_declined(model, registry)
+    if missing or declined:
+        raise unsupported_error(missing, declined)
     graph.sort()
 
     ctx = LoweringContext(opset_of(model, ""), target=target, precision=precision)

@@ -1,0 +1,218 @@
+"""A lowering that exists but declines a node's form says so: the node, the attribute, operand or
+shape, the reason, and a hint that fits (not "no Core ML lowering ... add a lowering in a plugin")."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx_ir as ir
+import pluggy
+import pytest
+from onnx_cases import IR_VERSION, coreml_registry
+
+from edgebuild import hookspecs
+from edgebuild.plugin.graph import declined_reason, mark_declined
+from edgebuild.registry import Registry
+from edgebuild_coreml import plugin as coreml_plugin
+from edgebuild_coreml.lowering.converter import UnsupportedOps, convert
+from edgebuild_coreml.lowering.errors import DeclinedForm, declines
+
+F, I64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
+
+
+def model_of(nodes, inputs, outputs, initializers=(), opset=18, extra_opsets=()):
+    graph = oh.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    opsets = [oh.make_opsetid("", opset)] + [oh.make_opsetid(d, 1) for d in extra_opsets]
+    return oh.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION)
+
+
+def tensor(name, dtype=F, shape=None):
+    return oh.make_tensor_value_info(name, dtype, shape)
+
+
+def lower(proto, registry=None, **kwargs):
+    return convert(ir.serde.deserialize_model(proto), registry=registry or coreml_registry(), **kwargs)
+
+
+def registry_with(**lowerings):
+    """The coreml plugin plus a plugin 'test-ops' registering ``{"domain__Op": fn}`` lowerings."""
+
+    class TestPlugin:
+        @staticmethod
+        @hookspecs.hookimpl
+        def edgebuild_register_lowerings(register):
+            for key, fn in lowerings.items():
+                domain, op_type = key.split("__")
+                register("coreml", op_type, fn, domain=domain)
+
+    manager = pluggy.PluginManager("edgebuild")
+    manager.add_hookspecs(hookspecs)
+    manager.register(coreml_plugin, name="coreml")
+    manager.register(TestPlugin, name="test-ops")
+    registry = Registry()
+    registry.collect(manager, {"coreml": ("edgebuild-coreml", "0"), "test-ops": ("test-ops", "0")})
+    return registry
+
+
+def declined(proto, **kwargs) -> DeclinedForm:
+    with pytest.raises(DeclinedForm) as caught:
+        lower(proto, **kwargs)
+    error = caught.value
+    assert "no Core ML lowering" not in str(error) and "add a lowering in a plugin" not in str(error)
+    assert "declines this form" in error.message and "not for this form" in error.hint
+    return error
+
+
+# -- declines inside a lowering: one case per kind of form ------------------------------------------
+
+def test_topk_with_k_from_the_shape_of_an_unfixed_input_names_k_and_the_dim():
+    proto = model_of(
+        [oh.make_node("Shape", ["images"], ["s"], start=0, end=1), oh.make_node("TopK", ["images", "s"], ["v", "i"], name="n")],
+        [tensor("images", F, ["N", 5])], [tensor("v"), tensor("i", I64)],
+    )
+    error = declined(proto)
+    assert error.message.startswith("node 'n' (TopK): the Core ML lowering declines this form: k must be a constant")
+    assert "Shape of the input 'images', whose dim 0 is not fixed" in error.message
+    assert "pin the input shapes" in error.hint
+    assert (error.node, error.op_type) == ("n", "TopK")
+
+
+def test_resize_sizes_from_run_time_data_names_the_input():
+    proto = model_of(
+        [oh.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="up", mode="nearest")],
+        [tensor("x", F, [1, 1, 2, 2]), tensor("sizes", I64, [4])], [tensor("y")],
+    )
+    error = declined(proto)
+    assert "node 'up' (Resize)" in error.message and "sizes must be a constant" in error.message
+    assert "run-time data of the graph input 'sizes'" in error.message
+
+
+def test_ceil_mode_pooling_of_a_flexible_size_names_the_attribute():
+    proto = model_of(
+        [oh.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)],
+        [tensor("x", F, [1, 3, "H", "W"])], [tensor("y")],
+    )
+    error = declined(proto)
+    assert "node 'pool' (MaxPool)" in error.message and "ceil_mode" in error.message and "flexible" in error.message
+
+
+def test_group_normalization_of_an_unknown_shape_says_it_needs_one():
+    proto = model_of(
+        [oh.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"], name="gn", num_groups=2)],
+        [tensor("x", F, ["N", 4, "L"])], [tensor("y")],
+        [oh.make_tensor("scale", F, [4], np.ones(4)), oh.make_tensor("bias", F, [4], np.zeros(4))], opset=21,
+    )
+    assert "needs static input shapes" in declined(proto).message
+
+
+def test_an_unrolled_lstm_of_an_unknown_sequence_length_names_what_made_it_unrolled():
+    hidden, size = 3, 2
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((1, 4 * hidden, size)).astype(np.float32)
+    r = rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32)
+    proto = model_of(
+        [oh.make_node("LSTM", ["x", "W", "R"], ["y"], name="lstm", hidden_size=hidden, clip=0.5)],
+        [tensor("x", F, ["T", 1, size])], [tensor("y")],
+        [oh.make_tensor("W", F, w.shape, w.ravel()), oh.make_tensor("R", F, r.shape, r.ravel())],
+    )
+    error = declined(proto)
+    assert "node 'lstm' (LSTM)" in error.message and "static sequence length" in error.message
+
+
+def test_a_cast_to_a_type_core_ml_lacks_names_the_type():
+    proto = model_of([oh.make_node("Cast", ["x"], ["y"], name="to_c64", to=onnx.TensorProto.COMPLEX64)],
+                     [tensor("x", F, [2])], [tensor("y", onnx.TensorProto.COMPLEX64)])
+    error = declined(proto)
+    assert "node 'to_c64' (Cast)" in error.message and "COMPLEX64" in error.message
+
+
+def test_a_plugin_lowering_that_declines_names_the_plugin():
+    def frob(ctx, node):
+        ctx.decline(node, f"mode {ctx.attr(node, 'mode')!r} is not supported (only 'fast')")
+
+    proto = model_of([oh.make_node("Frob", ["x"], ["y"], name="f", domain="acme", mode="slow")],
+                     [tensor("x", F, [2])], [tensor("y")], extra_opsets=["acme"])
+    error = declined(proto, registry=registry_with(acme__Frob=frob))
+    assert error.message.startswith("node 'f' (acme::Frob): the lowering from plugin 'test-ops' (test-ops 0) "
+                                    "declines this form: mode 'slow' is not supported")
+
+
+def test_a_decline_inside_a_loop_body_names_the_inner_node_once():
+    body = oh.make_graph(
+        [oh.make_node("Shape", ["x"], ["s"], start=0, end=1), oh.make_node("TopK", ["x", "s"], ["v", "i"], name="inner"),
+         oh.make_node("Identity", ["cond"], ["cond_out"])],
+        "body", [tensor("iter", I64, []), tensor("cond", onnx.TensorProto.BOOL, [])],
+        [tensor("cond_out", onnx.TensorProto.BOOL, []), tensor("v")],
+    )
+    proto = model_of(
+        [oh.make_node("Loop", ["trips", ""], ["vs"], name="loop", body=body)],
+        [tensor("x", F, ["N"]), tensor("trips", I64, [])], [tensor("vs")],
+    )
+    error = declined(proto)
+    assert error.message.startswith("node 'inner' (TopK): the Core ML lowering declines this form")
+    assert error.message.count("declines this form") == 1
+
+
+# -- declines found before lowering: support checks and pass marks, all in one error ------------------
+
+def _frob_with_a_check():
+    @declines(lambda node: None if node.attributes["mode"].value == "fast" else
+              f"mode {node.attributes['mode'].value!r} is not supported (only 'fast')")
+    def frob(ctx, node):
+        from coremltools.converters.mil import Builder as mb
+
+        return mb.identity(x=ctx.input(node, 0), name=ctx.name(node))
+
+    return frob
+
+
+def test_support_checks_name_every_declined_node_and_missing_ops_apart():
+    nodes = [oh.make_node("Frob", ["x"], ["a"], name="f1", domain="acme", mode="slow"),
+             oh.make_node("Frob", ["a"], ["b"], name="f2", domain="acme", mode="fast"),
+             oh.make_node("Frob", ["b"], ["c"], name="f3", domain="acme", mode="odd"),
+             oh.make_node("Missing", ["c"], ["y"], name="m", domain="acme")]
+    proto = model_of(nodes, [tensor("x", F, [2])], [tensor("y")], extra_opsets=["acme"])
+    with pytest.raises(UnsupportedOps) as caught:
+        lower(proto, registry=registry_with(acme__Frob=_frob_with_a_check()))
+    error = caught.value
+    lines = error.message.splitlines()
+    assert lines[0] == "2 node(s) have a Core ML lowering that declines their form:"
+    assert "node 'f1' (acme::Frob): the Core ML lowering declines this form: mode 'slow'" in lines[1]
+    assert "node 'f3' (acme::Frob)" in lines[2] and "'odd'" in lines[2]
+    assert lines[3] == "1 op type(s) have no Core ML lowering:" and "acme::Missing" in lines[4]
+    assert "f2" not in error.message
+    assert "not for this form" in error.hint and "add a lowering in a plugin" in error.hint
+    assert [d["node"] for d in error.declined] == ["f1", "f3"]
+
+
+def test_a_supported_form_passes_its_check_and_lowers():
+    proto = model_of([oh.make_node("Frob", ["x"], ["y"], name="f", domain="acme", mode="fast")],
+                     [tensor("x", F, [2])], [tensor("y")], extra_opsets=["acme"])
+    result = lower(proto, registry=registry_with(acme__Frob=_frob_with_a_check()))
+    assert "identity" in result.op_counts
+
+
+def test_a_node_a_pass_declined_names_the_pass_reason_not_a_missing_lowering():
+    proto = model_of([oh.make_node("Unrolled", ["x"], ["y"], name="q", domain="acme"),
+                      oh.make_node("Other", ["y"], ["z"], name="o", domain="acme")],
+                     [tensor("x", F, [2])], [tensor("z")], extra_opsets=["acme"])
+    model = ir.serde.deserialize_model(proto)
+    mark_declined(model.graph.node(0), "direction 'reverse' is not decomposed")
+    # the mark is node metadata: it survives the stage file between optimise and lower
+    model = ir.serde.deserialize_model(ir.serde.serialize_model(model))
+    assert declined_reason(model.graph.node(0)) == "direction 'reverse' is not decomposed"
+    assert declined_reason(model.graph.node(1)) is None
+    with pytest.raises(UnsupportedOps) as caught:
+        convert(model, registry=coreml_registry())
+    message = caught.value.message
+    assert ("node 'q' (acme::Unrolled): no Core ML lowering for this form: the graph pass that rewrites the op "
+            "declined it: direction 'reverse' is not decomposed") in message
+    assert "acme::Other (opset 1): 1 node(s), e.g. o" in message and "acme::Unrolled (opset" not in message
+
+
+def test_a_mark_on_an_op_that_has_a_lowering_changes_nothing():
+    proto = model_of([oh.make_node("Relu", ["x"], ["y"], name="r")], [tensor("x", F, [2])], [tensor("y")])
+    model = ir.serde.deserialize_model(proto)
+    mark_declined(model.graph.node(0), "not this pass's form")
+    assert "relu" in convert(model, registry=coreml_registry()).op_counts
