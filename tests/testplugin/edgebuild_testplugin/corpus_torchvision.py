@@ -1,0 +1,193 @@
+"""torchvision's architectures in the corpus: classification, segmentation, detection, optical flow
+and video models with random weights (``weights=None``), built from torchvision's own
+constructors (smaller ones through their constructor arguments where the published one is heavy),
+on small inputs.
+
+torchvision is imported through :mod:`edgebuild_testplugin.torchvision_models` (its C ops defined
+in plain torch first), and only when an entry is made.
+"""
+
+from __future__ import annotations
+
+from .corpus import Entry, Made
+
+
+def _tv():
+    from .torchvision_models import torchvision
+
+    return torchvision
+
+
+def _image(size: int, batch: int = 1, channels: int = 3):
+    import torch
+
+    return torch.rand(batch, channels, size, size)
+
+
+def _classifier(builder: str, size: int, **options):
+    def make() -> Made:
+        model = getattr(_tv().models, builder)(weights=None, **options)
+        return Made(model.eval(), (_image(size),), ("image",))
+
+    return make
+
+
+def _vit_small() -> Made:
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    _tv()
+    model = VisionTransformer(image_size=64, patch_size=16, num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=128,
+                              num_classes=10)
+    return Made(model.eval(), (_image(64),), ("image",))
+
+
+def _swin(version: int):
+    def make() -> Made:
+        tv = _tv()
+        from torchvision.models import swin_transformer as swin
+
+        block = dict(block=swin.SwinTransformerBlockV2, downsample_layer=swin.PatchMergingV2) if version == 2 else {}
+        model = swin.SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2, 2], num_heads=[2, 4],
+                                     window_size=[4, 4], num_classes=10, **block)
+        del tv
+        return Made(model.eval(), (_image(64),), ("image",))
+
+    return make
+
+
+def _maxvit() -> Made:
+    _tv()
+    from torchvision.models.maxvit import MaxVit
+
+    model = MaxVit(input_size=(64, 64), stem_channels=16, partition_size=2, block_channels=[16, 32],
+                   block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10)
+    return Made(model.eval(), (_image(64),), ("image",))
+
+
+def _segmentation(builder: str, size: int, **options):
+    def make() -> Made:
+        model = getattr(_tv().models.segmentation, builder)(weights=None, weights_backbone=None, num_classes=5,
+                                                             **options)
+        return Made(_OutputOf(model, "out").eval(), (_image(size),), ("image",))
+
+    return make
+
+
+def _detection(builder: str, size: int = 320, **options):
+    def make() -> Made:
+        model = getattr(_tv().models.detection, builder)(weights=None, weights_backbone=None, num_classes=3,
+                                                          **options)
+        return Made(_FirstImage(model).eval(), (_image(size, batch=1),), ("image",))
+
+    return make
+
+
+def _raft() -> Made:
+    import torch
+
+    model = _tv().models.optical_flow.raft_small(weights=None, num_flow_updates=2)
+    torch.manual_seed(1)
+    return Made(_LastFlow(model).eval(), (_image(64), _image(64)), ("image1", "image2"))
+
+
+def _video(builder: str, frames: int, size: int, **options):
+    def make() -> Made:
+        import torch
+
+        model = getattr(_tv().models.video, builder)(weights=None, num_classes=10, **options)
+        return Made(model.eval(), (torch.rand(1, 3, frames, size, size),), ("clip",))
+
+    return make
+
+
+def _wrappers():
+    """Modules that give the exporter a tensor (or a tuple of tensors) where torchvision returns dicts or lists."""
+    import torch
+
+    class OutputOf(torch.nn.Module):
+        def __init__(self, model, key):
+            super().__init__()
+            self.model, self.key = model, key
+
+        def forward(self, image):
+            return self.model(image)[self.key]
+
+    class FirstImage(torch.nn.Module):
+        """A detector on one image tensor, returning its boxes, scores and labels (as a user wraps it for export)."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, image):
+            [found] = self.model(list(image))
+            return tuple(found[key] for key in sorted(found))
+
+    class LastFlow(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, image1, image2):
+            return self.model(image1, image2)[-1]
+
+    return OutputOf, FirstImage, LastFlow
+
+
+def _OutputOf(model, key):
+    return _wrappers()[0](model, key)
+
+
+def _FirstImage(model):
+    return _wrappers()[1](model)
+
+
+def _LastFlow(model):
+    return _wrappers()[2](model)
+
+
+ENTRIES = [
+    # classification
+    Entry("classification", "resnet18", _classifier("resnet18", 64), ci=True),
+    Entry("classification", "resnext_small", _classifier("resnext50_32x4d", 64)),
+    Entry("classification", "wide_resnet_small", _classifier("wide_resnet50_2", 64)),
+    Entry("classification", "mobilenet_v2", _classifier("mobilenet_v2", 64)),
+    Entry("classification", "mobilenet_v3_small", _classifier("mobilenet_v3_small", 64), ci=True),
+    Entry("classification", "efficientnet_b0", _classifier("efficientnet_b0", 64)),
+    Entry("classification", "efficientnet_v2_s", _classifier("efficientnet_v2_s", 64)),
+    Entry("classification", "regnet_y_400mf", _classifier("regnet_y_400mf", 64)),
+    Entry("classification", "shufflenet_v2", _classifier("shufflenet_v2_x0_5", 64)),
+    Entry("classification", "squeezenet", _classifier("squeezenet1_1", 64)),
+    Entry("classification", "mnasnet", _classifier("mnasnet0_5", 64)),
+    Entry("classification", "densenet121", _classifier("densenet121", 64)),
+    Entry("classification", "googlenet", _classifier("googlenet", 64, aux_logits=False, init_weights=True)),
+    Entry("classification", "inception_v3", _classifier("inception_v3", 96, aux_logits=False, init_weights=True)),
+    Entry("classification", "convnext_tiny", _classifier("convnext_tiny", 64)),
+    Entry("classification", "vit_small", _vit_small, ci=True),
+    Entry("classification", "swin_t_small", _swin(1)),
+    Entry("classification", "swin_v2_t_small", _swin(2)),
+    Entry("classification", "maxvit_small", _maxvit),
+    # segmentation
+    Entry("segmentation", "fcn_resnet50", _segmentation("fcn_resnet50", 64)),
+    Entry("segmentation", "deeplabv3_mobilenet_v3_large", _segmentation("deeplabv3_mobilenet_v3_large", 64)),
+    Entry("segmentation", "lraspp_mobilenet_v3_large", _segmentation("lraspp_mobilenet_v3_large", 64), ci=True),
+    # detection
+    Entry("detection", "fasterrcnn_mobilenet_v3_large_320_fpn", _detection("fasterrcnn_mobilenet_v3_large_320_fpn")),
+    Entry("detection", "retinanet_resnet50_fpn", _detection("retinanet_resnet50_fpn", min_size=320, max_size=320)),
+    Entry("detection", "ssdlite320_mobilenet_v3_large", _detection("ssdlite320_mobilenet_v3_large")),
+    Entry("detection", "fcos_resnet50_fpn", _detection("fcos_resnet50_fpn", min_size=320, max_size=320)),
+    Entry("detection", "keypointrcnn_resnet50_fpn", _detection("keypointrcnn_resnet50_fpn", min_size=320, max_size=320,
+                                                              num_keypoints=5)),
+    Entry("detection", "maskrcnn_resnet50_fpn", _detection("maskrcnn_resnet50_fpn", min_size=320, max_size=320)),
+    # optical flow
+    Entry("optical-flow", "raft_small", _raft),
+    # video
+    Entry("video", "r3d_18", _video("r3d_18", 4, 32)),
+    Entry("video", "mc3_18", _video("mc3_18", 4, 32)),
+    Entry("video", "r2plus1d_18", _video("r2plus1d_18", 4, 32)),
+    Entry("video", "s3d", _video("s3d", 16, 64)),
+    Entry("video", "mvit_v2_s", _video("mvit_v2_s", 16, 224)),
+    Entry("video", "swin3d_t", _video("swin3d_t", 4, 64)),
+]
+
+__all__ = ["ENTRIES"]
