@@ -116,6 +116,33 @@ def drop_unreferenced_initializers(model: ir.Model) -> int:
     return removed
 
 
+def adopt_orphan_constants(model: ir.Model) -> int:
+    """Register as initializers the constants a node reads that no graph holds.
+
+    onnxscript's rewriter adds a rule's new initializer under a name it derives from the matched
+    output (``<output>/shape``); when a second rewrite derives the same name, the graph's
+    initializer table replaces the first value, whose reader keeps it: a constant no graph owns,
+    saved as an input nothing produces. Each such value takes a free name in the graph of its reader.
+    """
+    graphs = list(iter_graphs(model.graph))
+    taken = {v.name for g in graphs for v in (*g.inputs, *g.initializers.values(), *(o for n in g for o in n.outputs))}
+    adopted = 0
+    for graph in graphs:
+        for node in graph:
+            for value in node.inputs:
+                if value is None or value.const_value is None or value.producer() is not None \
+                        or value.is_initializer() or value.is_graph_input():
+                    continue
+                base, suffix = value.name or "constant", 1
+                while not value.name or value.name in taken:
+                    value.name = f"{base}_{suffix}"
+                    suffix += 1
+                taken.add(value.name)
+                graph.register_initializer(value)
+                adopted += 1
+    return adopted
+
+
 def keep_input_names(graph: ir.Graph, names: list[str]) -> None:
     """Undo onnxscript's renaming of a graph input that is also a graph output.
 
@@ -171,6 +198,7 @@ def optimize(model_path: Path, out_dir: Path, passes: Mapping[str, bool] | None 
     removed = FloatActivations().apply(model) if activations == "float" else 0
     with tried_at_their_first_op(getattr(onnxscript.rewriter, "_DEFAULT_REWRITE_RULES", ())):
         onnxscript.optimizer.optimize_ir(model, should_fold=keep_weight_transposes)
+    adopt_orphan_constants(model)
     keep_input_names(model.graph, input_names)
     forget_last_matches()
     for name, graph_pass in selected:
