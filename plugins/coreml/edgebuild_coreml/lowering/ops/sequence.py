@@ -1,11 +1,17 @@
-"""Ordering and running ops: Trilu, CumSum, TopK, ReverseSequence."""
+"""Ordering and running ops: Trilu, CumSum, TopK, ReverseSequence.
+
+MIL's ``topk`` takes ``k`` as a compile-time constant. A TopK whose ``k`` is only known at run time
+(detection heads keep ``min(N, count)`` of the scores that passed a threshold, and that count
+comes from NonZero) sorts the whole axis and keeps the first ``k``: the same values and indices,
+since ONNX's TopK returns them sorted.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._util import const_like, dim, dtype_of, normalize_axis, rank_of
+from edgebuild_coreml.lowering.ops._util import const_like, dim, dtype_of, normalize_axis, rank_of, to_var
 from edgebuild_coreml.lowering.registry import lowers
 
 
@@ -43,6 +49,9 @@ def topk_k_attribute(ctx, node):
 
 @lowers("TopK", since=10)
 def topk_k_input(ctx, node):
+    k = ctx.const_value(node.inputs[1]) if ctx.has_input(node, 1) else None
+    if k is None and ctx.has_input(node, 1):
+        return _topk_runtime_k(ctx, node, ctx.input(node, 1))
     return _topk(ctx, node, int(np.asarray(ctx.const(node, 1, what="k")).reshape(-1)[0]))
 
 
@@ -51,6 +60,30 @@ def _topk(ctx, node, k: int):
     axis = normalize_axis(ctx, node, int(ctx.attr(node, "axis", -1)), rank_of(x))
     largest = bool(ctx.attr(node, "largest", 1))
     values, indices = mb.topk(x=x, k=k, axis=axis, ascending=not largest, name=ctx.name(node))
+    return values, indices
+
+
+def _topk_runtime_k(ctx, node, k):
+    """TopK with ``k`` computed at run time: the whole axis sorted, then its first ``k`` (clamped
+    to the axis, which ONNX requires ``k`` not to exceed) by a slice whose end is a tensor."""
+    x = to_var(ctx.input(node, 0))
+    rank = rank_of(x)
+    axis = normalize_axis(ctx, node, int(ctx.attr(node, "axis", -1)), rank)
+    largest = bool(ctx.attr(node, "largest", 1))
+    order = mb.argsort(x=x, axis=axis, ascending=not largest, name=ctx.name(node, "order"))
+    ordered = mb.gather_along_axis(x=x, indices=order, axis=axis, name=ctx.name(node, "sorted"))
+    if dtype_of(k) != "int32":
+        k = mb.cast(x=k, dtype="int32", name=ctx.name(node, "k_int"))
+    k = mb.reshape(x=k, shape=[1], name=ctx.name(node, "k_vector"))
+    k = mb.minimum(x=k, y=mb.reshape(x=to_var(dim(x, axis)), shape=[1]), name=ctx.name(node, "k"))
+    # the end is k on the sorted axis; every other axis is taken whole (its end masked)
+    parts = [np.zeros(axis, np.int32), k, np.zeros(rank - axis - 1, np.int32)]
+    end = mb.concat(values=[to_var(p) for p in parts if not isinstance(p, np.ndarray) or p.size], axis=0,
+                    name=ctx.name(node, "end"))
+    masks = [a != axis for a in range(rank)]
+    begin = np.zeros(rank, np.int32)
+    values = mb.slice_by_index(x=ordered, begin=begin, end=end, end_mask=masks, name=ctx.name(node))
+    indices = mb.slice_by_index(x=order, begin=begin, end=end, end_mask=masks, name=ctx.name(node, "indices"))
     return values, indices
 
 
