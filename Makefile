@@ -50,9 +50,10 @@ $(VENV)/.installed: pyproject.toml $(foreach p,$(PLUGINS),$(p)/pyproject.toml) $
 
 $(TEST_VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) tests/testplugin/pyproject.toml $(CONSTRAINTS) | $(TEST_BIN)/pip
 	$(TEST_BIN)/$(PIP_INSTALL) -e '.[all,test]' $(foreach p,$(TEST_PLUGINS),-e $(p)[test]) -e tests/testplugin
-	# torchvision's model definitions for the architecture corpus: its wheel is a CUDA build whose C ops
-	# the test plugin defines (edgebuild_testplugin.torchvision_models), so none of its dependencies
-	$(TEST_BIN)/pip install -q --no-deps torchvision==0.28.0
+	# torchvision's model definitions for the architecture corpus, in a folder of their own: its wheel is a
+	# CUDA build whose C ops the test plugin defines (edgebuild_testplugin.torchvision_models), and in
+	# site-packages transformers would import it without them
+	$(TEST_BIN)/pip install -q --no-deps --upgrade --target $(TEST_VENV)/torchvision-models torchvision==0.28.0
 	touch $@
 
 # no plugins/*: the core's tests run with no backend installed

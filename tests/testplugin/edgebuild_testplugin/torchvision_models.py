@@ -8,8 +8,11 @@ kernels in plain torch, under the extension's own schemas, before torchvision is
 its fake (meta) registrations find them and ``torch.onnx.export`` maps them to ONNX's
 NonMaxSuppression and RoiAlign as it does with the real extension.
 
-Use ``from edgebuild_testplugin.torchvision_models import torchvision``; install the wheel with
-``pip install --no-deps torchvision==0.28.0`` (the Makefile's test environment does).
+The wheel lives outside site-packages, in ``<environment>/torchvision-models`` (the Makefile's
+test environment puts it there with ``pip install --no-deps --target``): installed beside
+transformers, every ``import transformers`` would import it without these ops and fail. This
+module puts that folder on ``sys.path``; use ``from edgebuild_testplugin.torchvision_models import
+torchvision`` before anything that imports torchvision in the same process.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import torch
 
 _LIBRARY = None
+TARGET = "torchvision-models"  # the folder of the environment that holds the wheel
 
 
 def _nms(dets: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
@@ -62,9 +66,13 @@ def _has_ops() -> bool:  # a def, not a lambda: torchvision scripts the function
 
 
 def _import_torchvision():
-    _define_ops()
     import sys
+    from pathlib import Path
 
+    folder = Path(sys.prefix) / TARGET
+    if folder.is_dir() and str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    _define_ops()
     import torchvision
     import torchvision.extension
 
