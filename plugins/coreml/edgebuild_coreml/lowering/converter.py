@@ -498,7 +498,7 @@ def convert(
         _lower_nodes(ctx, graph)
         outputs = _bind_graph_outputs(ctx, graph.outputs, result.output_names)
         function.set_outputs(outputs)
-    return _finish(result, function, ctx)
+    return _finish(result, function, ctx, graph)
 
 
 def _lower_nodes(ctx: LoweringContext, graph: ir.Graph) -> None:
@@ -522,7 +522,10 @@ def _bind_graph_outputs(ctx: LoweringContext, values, output_names: dict, shape=
     return outputs
 
 
-def _finish(result: ConvertResult, function, ctx: LoweringContext) -> ConvertResult:
+def _finish(result: ConvertResult, function, ctx: LoweringContext, graph: ir.Graph) -> ConvertResult:
+    from edgebuild_coreml.lowering.rank import legalise_ranks, onnx_node_namer
+
+    legalise_ranks(function, where=onnx_node_namer(graph))  # Core ML holds rank <= 5
     result.program.add_function("main", function)
     result.op_counts = dict(Counter(op.op_type for op in function.operations))
     result.notes = [f"{message} ({count} ops)" if count > 1 else message for message, count in ctx.notes.items()]
@@ -550,4 +553,4 @@ def _convert_stateful(model: ir.Model, ctx: LoweringContext, result: ConvertResu
         kept = wrapper.output_values()
         result.output_names = {v.name: result.output_names[v.name] for v in kept}
         function.set_outputs(_bind_graph_outputs(ctx, kept, result.output_names, shape=wrapper.shape_output))
-    return _finish(result, function, ctx)
+    return _finish(result, function, ctx, graph)

@@ -1,0 +1,244 @@
+"""Values of rank > 5 are folded to rank <= 5 (lowering.rank), or the build names why it cannot.
+
+Each graph is one pattern real models make (window attention, grid partitions, correlation volumes,
+a Gather with 2-D indices on 5-D data), built with onnx.helper, lowered, checked for no tensor of
+rank > 5 (coremltools' own check on the program) and run in the MIL interpreter against onnxruntime.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx.numpy_helper as onh
+import pytest
+from onnx_cases import IR_VERSION, lower, lower_and_run, rand, run_onnxruntime
+
+from edgebuild_coreml.lowering.errors import DeclinedForm
+from edgebuild_coreml.lowering.rank import MAX_RANK, transpose_steps
+
+F = onnx.TensorProto.FLOAT
+
+
+def _model(nodes, inputs: dict, outputs: dict, initializers: dict | None = None, opset: int = 18):
+    graph = oh.make_graph(
+        nodes, "rank",
+        [oh.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in inputs.items()],
+        [oh.make_tensor_value_info(n, F if dtype is None else dtype, None) for n, dtype in outputs.items()],
+        [onh.from_array(np.asarray(v), n) for n, v in (initializers or {}).items()],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=IR_VERSION)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _shape(name: str, dims) -> onnx.TensorProto:
+    return onh.from_array(np.array(dims, dtype=np.int64), name)
+
+
+def _highest_rank(program) -> int:
+    ranks = [o.rank for op in program.functions["main"].operations for o in op.outputs if hasattr(o, "rank")]
+    return max(ranks)
+
+
+def _check(model, inputs: dict, *, precision: str = "float32", cosine: float = 0.99999):
+    """Lowered without a tensor of rank > 5, coremltools' validation passes, outputs match onnxruntime."""
+    result = lower(model)
+    assert _highest_rank(result.program) <= MAX_RANK
+    result.program._check_invalid_tensor_rank()  # coremltools' check ("Core ML only supports tensors with rank <= 5")
+    expected = run_onnxruntime(model, inputs)
+    actual = lower_and_run(model, inputs, precision=precision)
+    for name, reference in expected.items():
+        got = actual[name]
+        assert got.shape == reference.shape, name
+        if reference.dtype.kind in "iub":
+            np.testing.assert_array_equal(got.astype(np.int64), reference.astype(np.int64))
+            continue
+        a, b = got.astype(np.float64).ravel(), reference.astype(np.float64).ravel()
+        assert a @ b / (np.linalg.norm(a) * np.linalg.norm(b)) >= cosine, name
+        if precision == "float32":
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    return result
+
+
+# -- reshape -> transpose -> reshape: window and grid partitions ------------------------------------
+def _partition(x_shape, six, perm, back):
+    nodes = [
+        oh.make_node("Reshape", ["x", "six"], ["h"], name="to6"),
+        oh.make_node("Transpose", ["h"], ["t"], perm=perm, name="swap"),
+        oh.make_node("Reshape", ["t", "back"], ["y"], name="back_to_low"),
+    ]
+    graph_inits = {"six": np.array(six, np.int64), "back": np.array(back, np.int64)}
+    return _model(nodes, {"x": rand(*x_shape)}, {"y": None}, graph_inits), {"x": rand(*x_shape)}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_swin_window_partition(batch):
+    """[B, H, W, C] -> [B, H/w, w, W/w, w, C] -> perm (0, 1, 3, 2, 4, 5) -> [B*nW, w*w, C]."""
+    model, inputs = _partition((batch, 8, 8, 6), [batch, 2, 4, 2, 4, 6], [0, 1, 3, 2, 4, 5], [batch * 4, 16, 6])
+    result = _check(model, inputs)
+    assert result.op_counts.get("transpose") == 1  # runs the permutation keeps together move as one dim
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_maxvit_grid_partition_of_six_runs(batch):
+    """MaxViT's perm (0, 2, 4, 3, 5, 1) keeps no two dims together: with a batch of 2 six runs move,
+    which takes a chain of rank-4 transposes; with a batch of 1 the size-1 dim drops out (one transpose)."""
+    model, inputs = _partition((batch, 6, 8, 8), [batch, 6, 2, 4, 2, 4], [0, 2, 4, 3, 5, 1], [batch, 4, 16, 6])
+    result = _check(model, inputs)
+    assert (result.op_counts.get("transpose") == 1) == (batch == 1)
+
+
+@pytest.mark.parametrize("rank", [6, 7, 8])
+def test_transpose_steps_move_data_as_transpose(rank):
+    """Every permutation of a few shapes (size-1 dims among them): the steps, each of rank <= 5,
+    leave the data in transpose's order."""
+    rng = np.random.default_rng(rank)
+    perms = list(itertools.permutations(range(rank)))
+    for perm in [perms[i] for i in rng.choice(len(perms), 40, replace=False)]:
+        shape = [int(s) for s in rng.choice([1, 2, 3], rank)]
+        x = rng.standard_normal(shape)
+        y = x.reshape(-1)
+        for target, step in transpose_steps(shape, list(perm)):
+            assert len(target) <= MAX_RANK
+            y = y.reshape(target).transpose(step)
+        np.testing.assert_array_equal(y.reshape(-1), np.transpose(x, perm).reshape(-1))
+
+
+# -- ops between the reshapes: the folded dims must not be the ones the op works on ----------------
+def _six(x_shape, six, middle, back, extra_inputs=None, initializers=None, out_dtype=None):
+    nodes = [oh.make_node("Reshape", ["x", "six"], ["h"], name="to6"), *middle,
+             oh.make_node("Reshape", ["m", "back"], ["y"], name="back_to_low")]
+    inits = {"six": np.array(six, np.int64), "back": np.array(back, np.int64), **(initializers or {})}
+    inputs = {"x": rand(*x_shape), **(extra_inputs or {})}
+    return _model(nodes, inputs, {"y": out_dtype}, inits), inputs
+
+
+def test_elementwise_with_broadcasting():
+    """Add of an operand broadcast over some dims, Mul by a scalar, Relu: the broadcast dims stay apart."""
+    bias = rand(1, 1, 4, 1, 4, 3, seed=1)
+    middle = [oh.make_node("Add", ["h", "bias"], ["a"], name="add_bias"),
+              oh.make_node("Mul", ["a", "half"], ["b"], name="scale"),
+              oh.make_node("Relu", ["b"], ["m"], name="relu")]
+    model, inputs = _six((2, 8, 8, 3), [2, 2, 4, 2, 4, 3], middle, [2, 8, 8, 3],
+                         initializers={"bias": bias, "half": np.float32(0.5)})
+    _check(model, inputs)
+
+
+def test_elementwise_with_a_runtime_operand_of_lower_rank():
+    """A rank-3 runtime operand, right-aligned against the 6-D value, reshaped to its folded form."""
+    middle = [oh.make_node("Mul", ["h", "gate"], ["m"], name="gate_mul")]
+    model, inputs = _six((2, 8, 8, 3), [2, 2, 4, 2, 4, 3], middle, [2, 8, 8, 3],
+                         extra_inputs={"gate": rand(2, 4, 3, seed=2)})
+    _check(model, inputs)
+
+
+@pytest.mark.parametrize("axis", [-1, 2])
+def test_softmax_along_one_axis(axis):
+    middle = [oh.make_node("Softmax", ["h"], ["m"], axis=axis, name="softmax")]
+    model, inputs = _six((2, 8, 8, 3), [2, 2, 4, 2, 4, 3], middle, [2, 8, 8, 3])
+    _check(model, inputs)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduction_over_adjacent_axes(keepdims):
+    """ReduceMean over axes 2, 3 of a 6-D value: adjacent reduced axes may fold into one."""
+    back = [2, 2, 4, 3]
+    middle = [oh.make_node("ReduceMean", ["h", "axes"], ["m"], keepdims=keepdims, name="mean")]
+    model, inputs = _six((2, 8, 8, 3), [2, 2, 4, 2, 4, 3], middle, back, initializers={"axes": np.array([2, 3])})
+    _check(model, inputs)
+
+
+def test_reduction_to_a_lower_rank_output():
+    """ReduceSum over one axis of a 6-D value, keepdims=0: the result is rank 5 and leaves the folded region."""
+    nodes = [oh.make_node("Reshape", ["x", "six"], ["h"], name="to6"),
+             oh.make_node("ReduceSum", ["h", "axes"], ["y"], keepdims=0, name="sum")]
+    inputs = {"x": rand(2, 8, 8, 3)}
+    model = _model(nodes, inputs, {"y": None}, {"six": np.array([2, 2, 4, 2, 4, 3]), "axes": np.array([2])})
+    _check(model, inputs)
+
+
+def test_batched_matmul_of_six_dims():
+    """Attention scores per window: [B, nH, nW, heads, T, d] @ [B, nH, nW, heads, d, T]."""
+    nodes = [oh.make_node("Reshape", ["q", "six"], ["q6"], name="q6"),
+             oh.make_node("Reshape", ["k", "six"], ["k6"], name="k6"),
+             oh.make_node("Transpose", ["k6"], ["kt"], perm=[0, 1, 2, 3, 5, 4], name="kt"),
+             oh.make_node("MatMul", ["q6", "kt"], ["s"], name="scores"),
+             oh.make_node("Softmax", ["s"], ["m"], axis=-1, name="softmax"),
+             oh.make_node("Reshape", ["m", "back"], ["y"], name="back_to_low")]
+    inputs = {"q": rand(2, 2, 2, 2, 4, 3), "k": rand(2, 2, 2, 2, 4, 3, seed=3)}
+    inputs = {n: a.reshape(2, 8, 2, 6) for n, a in inputs.items()}
+    model = _model(nodes, inputs, {"y": None}, {"six": np.array([2, 2, 2, 2, 4, 3]), "back": np.array([2, 8, 2, 8])})
+    _check(model, inputs)
+
+
+def test_gather_with_2d_indices_on_5d_data():
+    """A speech-enhancement net's frame gather: 5-D data, 2-D indices on axis 2 -> a rank-6 result."""
+    indices = np.array([[0, 1, 2], [2, 3, 4], [4, 5, 6]], np.int64)
+    nodes = [oh.make_node("Gather", ["x", "idx"], ["g"], axis=2, name="frames"),
+             oh.make_node("Mul", ["g", "w"], ["m"], name="window"),
+             oh.make_node("ReduceSum", ["m", "axes"], ["y"], keepdims=0, name="sum")]
+    inputs = {"x": rand(1, 2, 7, 4, 5)}
+    w = rand(3, 1, 1, 1, seed=4)  # a per-offset weight, broadcast over the trailing dims
+    model = _model(nodes, inputs, {"y": None}, {"idx": indices, "w": w, "axes": np.array([3])})
+    _check(model, inputs)
+
+
+def test_concat_and_slice_on_six_dims():
+    nodes = [oh.make_node("Reshape", ["x", "six"], ["h"], name="to6"),
+             oh.make_node("Concat", ["h", "h"], ["c"], axis=3, name="cat"),
+             oh.make_node("Slice", ["c", "starts", "ends", "axes"], ["m"], name="crop"),
+             oh.make_node("Reshape", ["m", "back"], ["y"], name="back_to_low")]
+    inputs = {"x": rand(2, 8, 8, 3)}
+    model = _model(nodes, inputs, {"y": None}, {
+        "six": np.array([2, 2, 4, 2, 4, 3]), "starts": np.array([1]), "ends": np.array([3]), "axes": np.array([3]),
+        "back": np.array([2, 2, 4, 2, 4 * 3])})
+    _check(model, inputs)
+
+
+def test_fp16_build_of_a_folded_graph():
+    bias = rand(1, 1, 4, 1, 4, 3, seed=1)
+    middle = [oh.make_node("Add", ["h", "bias"], ["a"], name="add_bias"),
+              oh.make_node("Softmax", ["a"], ["m"], axis=-1, name="softmax")]
+    model, inputs = _six((2, 8, 8, 3), [2, 2, 4, 2, 4, 3], middle, [2, 8, 8, 3], initializers={"bias": bias})
+    _check(model, inputs, precision="float16", cosine=0.999)
+
+
+# -- refusals: before coremltools, naming the node, the shape and why -------------------------------
+def test_rank_six_model_output_is_refused():
+    nodes = [oh.make_node("Reshape", ["x", "six"], ["y"], name="to6")]
+    inputs = {"x": rand(2, 8, 8, 3)}
+    model = _model(nodes, inputs, {"y": None}, {"six": np.array([2, 2, 4, 2, 4, 3])})
+    with pytest.raises(DeclinedForm) as caught:
+        lower(model)
+    message = str(caught.value)
+    assert "node 'to6' (Reshape)" in message and "rank-6 tensor [2, 2, 4, 2, 4, 3]" in message
+    assert "model output" in message and "Core ML holds rank <= 5" in message
+
+
+def test_dims_no_fold_can_join_are_refused():
+    """A broadcast that alternates over six dims keeps all six apart: no legal folding exists."""
+    middle = [oh.make_node("Add", ["h", "checker"], ["m"], name="checker_add")]
+    checker = rand(2, 1, 4, 1, 4, 1, seed=5)
+    model, inputs = _six((2, 8, 8, 3), [2, 2, 4, 2, 4, 3], middle, [2, 8, 8, 3], initializers={"checker": checker})
+    with pytest.raises(DeclinedForm) as caught:
+        lower(model)
+    message = str(caught.value)
+    assert "makes a rank-6 tensor [2, 2, 4, 2, 4, 3]" in message
+    assert "keep 6 of them apart" in message and "checker_add" in message and "broadcasts" in message
+
+
+def test_op_the_pass_cannot_fold_through_is_refused():
+    """GatherElements on a 6-D value: an op the pass has no rule for is named with the value's shape."""
+    nodes = [oh.make_node("Reshape", ["x", "six"], ["h"], name="to6"),
+             oh.make_node("GatherElements", ["h", "idx"], ["m"], axis=5, name="pick"),
+             oh.make_node("Reshape", ["m", "back"], ["y"], name="back_to_low")]
+    inputs = {"x": rand(2, 8, 8, 3)}
+    model = _model(nodes, inputs, {"y": None}, {
+        "six": np.array([2, 2, 4, 2, 4, 3]), "idx": np.zeros((2, 2, 4, 2, 4, 1), np.int64),
+        "back": np.array([2, 8, 8, 1])})
+    with pytest.raises(DeclinedForm) as caught:
+        lower(model)
+    message = str(caught.value)
+    assert "rank-6 tensor" in message and "could not fold its dims" in message and "'pick'" in message
