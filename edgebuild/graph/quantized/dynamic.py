@@ -7,17 +7,21 @@ time. It spells a quantised MatMul/Conv as::
         -> Mul(x_scale * w_scale) [-> Add bias]
 
 and, after onnxruntime's own graph fusions, as the com.microsoft ops DynamicQuantizeMatMul,
-MatMulIntegerToFloat and (for LSTM) DynamicQuantizeLSTM. This pass rewrites each into::
+MatMulIntegerToFloat and (for LSTM) DynamicQuantizeLSTM. This pass rewrites each matmul/conv into
+the same integer arithmetic in standard float ops (edgebuild.graph.quantized.integer)::
 
-    DynamicQuantizeLinear(x) -> DequantizeLinear(x_q, x_scale, x_zp) ┐
-    DequantizeLinear(w_q, w_scale, w_zp[, axis])                     ├-> float MatMul / Conv
-                                                                     ┘
+    DynamicQuantizeLinear(x) -> DequantizeLinear(x_q, 1, x_zp)                 ┐
+    DequantizeLinear(w_q, 2**-shift, w_zp[, axis])                             ├-> MatMul / Conv
+                                                                               ┘   -> Mul(scale * 2**shift)
 
-which is the same arithmetic (the integer accumulation times the scale product equals the float
-product of the dequantised operands, up to float rounding), keeps the weights compressed behind
-DequantizeLinear (constant folding leaves it alone), and never accumulates integers in float,
-where an fp16 build would overflow. An integer op whose output is used any other way is left
-alone: the backend's MatMulInteger/ConvInteger lowerings compute it as ONNX specifies.
+The operands are the integers ``q - zero point`` as floats, so the float MatMul/Conv sums exactly
+what onnxruntime's int32 kernel sums (split over the contraction where it could pass 2**24), and
+the one multiply by the graph's own scale product rounds as onnxruntime's ``Cast -> Mul`` does:
+at fp32 the result is onnxruntime's bit for bit. ``shift`` keeps the worst-case sum within fp16's
+range, so one graph also serves an fp16 build (there the sum is rounded to fp16 and agreement
+with onnxruntime is approximate). The weights stay int8/uint8 behind DequantizeLinear (constant
+folding leaves it alone). An integer op whose output is used any other way is left alone: the
+backend's MatMulInteger/ConvInteger lowerings compute it as ONNX specifies.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from edgebuild.graph.external_data import iter_graphs
+from edgebuild.graph.quantized import integer
 from edgebuild.graph.quantized._emit import (
     MS_DOMAIN,
     Emitter,
@@ -135,7 +140,7 @@ class _Rewriter:
         """DynamicQuantizeLinear(x) -> DequantizeLinear: run-time uint8 quantisation of a float tensor."""
         key = ("dynamic", id(x))
         if key not in self._activations:
-            q, scale, zero = self.em.op("DynamicQuantizeLinear", [x], outputs=3, name=name + "_quantize")
+            q, scale, zero = self.dynamic_quantized(x, name)
             self._activations[key] = self.em.dequantize(q, scale, zero, None, name)
         return self._activations[key]
 
@@ -164,8 +169,15 @@ class _Rewriter:
 
     # -- integer ops followed by Cast -> Mul -----------------------------------------------------
 
+    def unit_scale(self, shift: int = 0) -> ir.Value:
+        """The constant scale ``2**-shift`` (one per graph and shift, so activations are shared)."""
+        key = ("unit", shift)
+        if key not in self._activations:
+            self._activations[key] = self.em.const(np.array(2.0 ** -shift, np.float32), f"integer_scale_{shift}")
+        return self._activations[key]
+
     def integer_op(self, node: ir.Node) -> bool:
-        """MatMulInteger / ConvInteger -> Cast(float) -> Mul(scale product): dequantise the operands instead."""
+        """MatMulInteger / ConvInteger -> Cast(float) -> Mul(scale): the same sum on integer-valued floats."""
         cast = only_consumer(node.outputs[0])
         if cast is None or not _is_standard(cast, "Cast"):
             return False
@@ -175,141 +187,150 @@ class _Rewriter:
         mul = only_consumer(cast.outputs[0])
         if mul is None or not _is_standard(mul, "Mul") or len(mul.inputs) != 2:
             return False
-        product = mul.inputs[1] if mul.inputs[0] is cast.outputs[0] else mul.inputs[0]
-        if product is cast.outputs[0]:
+        scale = mul.inputs[1] if mul.inputs[0] is cast.outputs[0] else mul.inputs[0]
+        if scale is cast.outputs[0]:
             return False
-
         conv = node.op_type == "ConvInteger"
-        a, b = node.inputs[0], node.inputs[1]
-        a_zero, b_zero = _input(node, 2), _input(node, 3)
+        attributes = {k: v.value for k, v in node.attributes.items() if k in _CONV_ATTRIBUTES} if conv else {}
         name = node.name or node.outputs[0].name or node.op_type
-        b_const = const_array(b)
-        weight = None
-        if b_const is not None and b_const.dtype in (np.int8, np.uint8) and b_const.ndim >= (3 if conv else 1):
-            if conv:
-                weight = _Weight(b_const, 0, b_const.ndim, 1)
-            else:
-                out_rank = _rank(node.outputs[0]) or max(b_const.ndim, 2)
-                weight = _Weight(b_const, b_const.ndim - 1, out_rank, -1)
-
-        operands = self._operands(node, product, a, a_zero, b, b_zero, weight, name)
-        if operands is None:
+        product = self.integer_product(node.inputs[0], _input(node, 2), node.inputs[1], _input(node, 3), name,
+                                       conv=conv, attributes=attributes)
+        if product is None:
             return False
-        a_float, b_float = operands
-        if conv:
-            attributes = {k: v.value for k, v in node.attributes.items() if k in _CONV_ATTRIBUTES}
-            out = self.em.op("Conv", [a_float, b_float], attributes, name=name + "_float")
-        else:
-            out = self.em.op("MatMul", [a_float, b_float], name=name + "_float")
-        out.dtype = ir.DataType.FLOAT
-        self.em.flush(mul)
-        replace_output(self.graph, mul.outputs[0], out)
-        self.graph.remove(mul, safe=True)
+        self._finish(mul, product, scale, None, name)
         self.graph.remove(cast, safe=True)
         self.graph.remove(node, safe=True)
         return True
 
-    def _operands(self, node, product, a, a_zero, b, b_zero, weight, name):
-        """(dequantised A, dequantised B), splitting ``product`` into A's and B's scales."""
-        for a_scale, b_scale in _scale_factors(product, a, b):
-            if a_scale is None:
-                a_scale = self.em.const(np.array(1.0, np.float32), name + "_unit_scale")
-            a_float = self.activation(a, a_scale, a_zero, name + "_a") if const_array(a) is None else None
-            if a_float is None:
-                continue
-            if weight is not None:
-                b_array = const_array(b_scale)
-                if b_array is None:
-                    continue
-                b_float = self.weight(weight, b_array, b_zero, name + "_weight", source=b)
-            else:
-                b_float = self.activation(b, b_scale, b_zero, name + "_b")
-            if b_float is not None:
-                return a_float, b_float
-        return None
+    def integer_product(self, a: ir.Value, a_zero: ir.Value | None, b: ir.Value, b_zero: ir.Value | None,
+                        name: str, *, conv: bool = False, attributes: dict | None = None,
+                        bias: np.ndarray | None = None) -> tuple[ir.Value, int] | None:
+        """(the integer sum ``(a - a_zero) . (b - b_zero)`` as float32, times ``2**-shift``; ``shift``).
 
-    # -- com.microsoft ops -----------------------------------------------------------------------
-
-    def dynamic_quantize_matmul(self, node: ir.Node) -> bool:
-        """DynamicQuantizeMatMul(A, B, b_scale, b_zero_point?, bias?)."""
-        a, b, b_scale = node.inputs[0], node.inputs[1], node.inputs[2]
-        name = node.name or "DynamicQuantizeMatMul"
-        b_float = self._matmul_weight(node, b, b_scale, _input(node, 3), name)
-        if b_float is None:
-            return False
-        a_float = self.dynamic_activation(a, name + "_a")
-        return self._finish_matmul(node, a_float, b_float, _input(node, 4), name)
-
-    def matmul_integer_to_float(self, node: ir.Node) -> bool:
-        """MatMulIntegerToFloat(A, B, a_scale, b_scale, a_zero_point?, b_zero_point?, bias?)."""
-        a, b, a_scale, b_scale = node.inputs[:4]
-        if a_scale is None or a_scale.dtype not in (ir.DataType.FLOAT, None):
-            return False  # an fp16 scale needs ai.onnx 19's DequantizeLinear; leave it to the backend
-        name = node.name or "MatMulIntegerToFloat"
-        b_float = self._matmul_weight(node, b, b_scale, _input(node, 5), name)
-        a_float = self.activation(a, a_scale, _input(node, 4), name + "_a")
-        if a_float is None or b_float is None:
-            return False
-        return self._finish_matmul(node, a_float, b_float, _input(node, 6), name)
-
-    def _matmul_weight(self, node, b, b_scale, b_zero, name) -> ir.Value | None:
-        if b_scale is None or b_scale.dtype not in (ir.DataType.FLOAT, None):
+        A is run-time (per-tensor zero point); B a constant int8/uint8 weight (per tensor or per
+        channel) or run-time too. ``bias``: an integer-valued bias added to the sum (QLinearConv's).
+        None when the operands do not fit.
+        """
+        b_data = const_array(b)
+        a_int = self.activation(a, self.unit_scale(), a_zero, name + "_a") if const_array(a) is None else None
+        if a_int is None:
             return None
-        data = const_array(b)
-        if data is None:
-            return self.activation(b, b_scale, b_zero, name + "_b")
-        scale = const_array(b_scale)
-        if scale is None or data.dtype not in (np.int8, np.uint8) or data.ndim < 1:
-            return None
-        # b_scale / b_zero_point are per column of B: 1-D [N], read as broadcasting over the output
-        return self.weight(_Weight(data, data.ndim - 1, max(data.ndim, 2), -1), scale, b_zero, name + "_weight",
-                           source=b)
+        steps = None
+        if b_data is not None and b_data.dtype in (np.int8, np.uint8) and b_data.ndim >= (3 if conv else 2):
+            zero = np.zeros((), b_data.dtype) if b_zero is None else const_array(b_zero)
+            channels = b_data.shape[0 if conv else -1]
+            if zero is None or zero.dtype != b_data.dtype or _zero_point_channels(zero, channels) is None:
+                return None
+            steps = integer.contraction_sums(b_data, zero, conv)
+            bound = integer.EIGHT_BIT_SPAN * float(steps.sum())
+        else:
+            if conv:
+                return None  # a run-time filter: left to the backend's ConvInteger lowering
+            k = b.shape[-2] if b.shape is not None and len(b.shape) >= 2 and isinstance(b.shape[-2], int) else None
+            bound = float(integer.EIGHT_BIT_SPAN ** 2 * (k or _UNKNOWN_CONTRACTION))
+        shift = integer.shift_for(bound)
+        if steps is None:
+            b_int = self.activation(b, self.unit_scale(shift), b_zero, name + "_b")
+            if b_int is None:
+                return None
+            return self.em.op("MatMul", [a_int, b_int], name=name + "_integer"), shift
+        grouped = conv and int((attributes or {}).get("group", 1)) != 1
+        runs = [(0, len(steps))] if grouped else integer.chunks(steps, integer.EIGHT_BIT_SPAN)
+        weight_axis, out_axis = (0, 1) if conv else (b_data.ndim - 1, -1)
+        out_rank = b_data.ndim if conv else max(b_data.ndim, 2)
+        step_axis = 1 if conv else b_data.ndim - 2
 
-    def _finish_matmul(self, node, a_float, b_float, bias, name) -> bool:
-        out = self.em.op("MatMul", [a_float, b_float], name=name + "_float")
+        def weight_part(start: int, end: int) -> ir.Value:
+            whole = (start, end) == (0, len(steps))
+            data = b_data if whole else np.take(b_data, np.arange(start, end), axis=step_axis)
+            return self.weight(_Weight(data, weight_axis, out_rank, out_axis), np.float32(2.0 ** -shift), b_zero,
+                               f"{name}_weight", source=b if whole else None)
+
+        bias_value = None
+        if bias is not None:
+            bias_value = self.em.const((bias.astype(np.float64) * 2.0 ** -shift).astype(np.float32), name + "_bias")
+        a_axis = 1 if conv else -1
+
+        def op(op_type, inputs, attrs):
+            value = self.em.op(op_type, inputs, attrs, name=f"{name}_{op_type.lower()}")
+            value.dtype = ir.DataType.FLOAT
+            return value
+
+        total = integer.chunked_product(op, lambda array: self.em.const(array, name + "_slice"),
+                                        "Conv" if conv else "MatMul", a_int, weight_part, runs, a_axis,
+                                        attributes or {}, bias_value)
+        return total, shift
+
+    def shifted(self, scale: ir.Value, shift: int, name: str) -> ir.Value:
+        """``scale * 2**shift`` (exact): the scale a shifted integer sum is multiplied by."""
+        if not shift:
+            return scale
+        array = const_array(scale)
+        if array is not None:
+            return self.em.const((array.astype(np.float32) * np.float32(2.0 ** shift)).astype(np.float32),
+                                 name + "_shifted_scale")
+        value = self.em.op("Mul", [scale, self.em.const(np.array(2.0 ** shift, np.float32), name + "_shift")],
+                           name=name + "_shifted_scale")
+        value.dtype = ir.DataType.FLOAT
+        return value
+
+    def _finish(self, anchor: ir.Node, product: tuple[ir.Value, int], scale: ir.Value, bias: ir.Value | None,
+                name: str) -> None:
+        """Replace ``anchor``'s output by the sum times the (shifted) scale [+ bias]."""
+        total, shift = product
+        out = self.em.op("Mul", [total, self.shifted(scale, shift, name)], name=name + "_scaled")
         out.dtype = ir.DataType.FLOAT
         if bias is not None:
             out = self.em.op("Add", [out, bias], name=name + "_bias")
             out.dtype = ir.DataType.FLOAT
-        self.em.flush(node)
-        replace_output(self.graph, node.outputs[0], out)
-        self.graph.remove(node, safe=True)
+        self.em.flush(anchor)
+        replace_output(self.graph, anchor.outputs[0], out)
+        self.graph.remove(anchor, safe=True)
+
+    # -- com.microsoft ops -----------------------------------------------------------------------
+
+    def dynamic_quantize_matmul(self, node: ir.Node) -> bool:
+        """DynamicQuantizeMatMul(A, B, b_scale, b_zero_point?, bias?): A quantised as DynamicQuantizeLinear does."""
+        a, b, b_scale = node.inputs[0], node.inputs[1], node.inputs[2]
+        if b_scale is None or b_scale.dtype not in (ir.DataType.FLOAT, None):
+            return False
+        name = node.name or "DynamicQuantizeMatMul"
+        q, a_scale, a_zero = self.dynamic_quantized(a, name + "_a")
+        return self._integer_matmul(node, q, a_scale, a_zero, b, b_scale, _input(node, 3), _input(node, 4), name)
+
+    def matmul_integer_to_float(self, node: ir.Node) -> bool:
+        """MatMulIntegerToFloat(A, B, a_scale, b_scale, a_zero_point?, b_zero_point?, bias?)."""
+        a, b, a_scale, b_scale = node.inputs[:4]
+        if any(s is None or s.dtype not in (ir.DataType.FLOAT, None) for s in (a_scale, b_scale)):
+            return False  # an fp16 scale needs ai.onnx 19's DequantizeLinear; leave it to the backend
+        if not _per_tensor(a_scale):
+            return False
+        name = node.name or "MatMulIntegerToFloat"
+        return self._integer_matmul(node, a, a_scale, _input(node, 4), b, b_scale, _input(node, 5), _input(node, 6),
+                                    name)
+
+    def _integer_matmul(self, node, a, a_scale, a_zero, b, b_scale, b_zero, bias, name) -> bool:
+        """onnxruntime's kernel: the int32 product times (a_scale * b_scale), then the bias."""
+        product = self.integer_product(a, a_zero, b, b_zero, name)
+        if product is None:
+            return False
+        total, shift = product
+        # a_scale * (b_scale * 2**shift) is (a_scale * b_scale) * 2**shift exactly
+        scale = self.em.op("Mul", [a_scale, self.shifted(b_scale, shift, name)], name=name + "_scale")
+        scale.dtype = ir.DataType.FLOAT
+        self._finish(node, (total, 0), scale, bias, name)
         return True
 
-
-def _activation_scale(x: ir.Value) -> ir.Value | None:
-    """The scale a runtime quantised tensor was made with, when its producer says."""
-    producer = x.producer()
-    if producer is None or producer.domain not in ("", "ai.onnx"):
-        return None
-    if producer.op_type == "DynamicQuantizeLinear" and x is producer.outputs[0]:
-        return producer.outputs[1]
-    if producer.op_type == "QuantizeLinear" and x is producer.outputs[0]:
-        return producer.inputs[1]
-    return None
+    def dynamic_quantized(self, x: ir.Value, name: str) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """DynamicQuantizeLinear(x): (uint8 values, scale, zero point), one per tensor."""
+        key = ("quantized", id(x))
+        if key not in self._activations:
+            self._activations[key] = self.em.op("DynamicQuantizeLinear", [x], outputs=3, name=name + "_quantize")
+        return self._activations[key]
 
 
-def _scale_factors(product: ir.Value, a: ir.Value, b: ir.Value) -> list[tuple[ir.Value | None, ir.Value]]:
-    """Candidate (A scale, B scale) pairs whose product is ``product``; None stands for 1.
-
-    quantize_dynamic writes ``Mul(a_scale, w_scale)``, in either order; a folded constant product
-    is all B's (a unit scale for A). Where an operand's producer names its scale, that decides.
-    """
-    if const_array(product) is not None:
-        return [(None, product)]
-    mul = product.producer()
-    if mul is None or not _is_standard(mul, "Mul") or len(mul.inputs) != 2:
-        return []
-    p, q = mul.inputs
-    pairs = [(p, q), (q, p)]
-    known_a, known_b = _activation_scale(a), _activation_scale(b)
-    if known_a is not None:
-        pairs = [pair for pair in pairs if pair[0] is known_a]
-    if known_b is not None:
-        pairs = [pair for pair in pairs if pair[1] is known_b]
-    # a constant operand is more likely the weight's scale: try it as B's first
-    pairs.sort(key=lambda pair: const_array(pair[1]) is None)
-    return pairs
+# A run-time B whose contraction size is unknown: the fp16 shift assumes this many steps.
+_UNKNOWN_CONTRACTION = 4096
 
 
 _OPS = {

@@ -12,9 +12,14 @@ result, so a backend needs only Q/DQ and the float op:
 - int32 biases (QLinearConv ``B``, QGemm ``C``) are stored at scale ``x_scale * w_scale``; they
   become float initializers (they are small), or ``Cast -> Mul`` when a scale is computed.
 
-Integer kernels accumulate in int32 and requantise once; the float form computes the same sum
-in float, so a requantised output can differ from onnxruntime's by one quantisation step where
-the exact value sits on a rounding boundary.
+QLinearConv and QLinearMatMul with constant scales and a constant weight take onnxruntime's
+integer arithmetic instead (edgebuild.graph.quantized.integer): integer-valued operands
+(``DequantizeLinear(x, 1, x_zp)``, the weight times ``2**-shift``), the int32 bias as integers, one
+``Mul`` by ``x_scale * w_scale / y_scale`` (computed in float32 in that order, as onnxruntime's
+kernels do, times ``2**shift``) and ``QuantizeLinear(., 1, y_zp)``, which rounds half to even and
+saturates as onnxruntime's requantisation does: at fp32 the output is onnxruntime's exactly. The
+other ops (and computed scales) go through float: there a requantised output can differ from
+onnxruntime's by one step where the exact value sits on a rounding boundary.
 
 Per-axis Q/DQ (``axis``) is ai.onnx opset 13; the model's opset is never raised (that would change
 other ops' meaning). A model at opset 10-12 gets per-axis DequantizeLinear nodes all the same:
@@ -30,6 +35,7 @@ import numpy as np
 import onnx_ir as ir
 
 from edgebuild.graph.external_data import iter_graphs
+from edgebuild.graph.quantized import integer
 from edgebuild.graph.quantized._emit import MS_DOMAIN, const_array
 
 
@@ -106,7 +112,8 @@ class Rewrite:
 
     def initializer(self, array: np.ndarray, suffix: str) -> ir.Value:
         name = self.fresh(suffix)
-        value = ir.Value(name=name, const_value=ir.tensor(np.ascontiguousarray(array), name=name))
+        array = np.ascontiguousarray(array).reshape(np.shape(array))  # keeps 0-d as 0-d
+        value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
         value.shape = ir.Shape(array.shape)
         value.type = ir.TensorType(value.const_value.dtype)
         self.graph.register_initializer(value)
@@ -172,20 +179,109 @@ class Rewrite:
 
 
 # -- the ops --------------------------------------------------------------------------------
+def _constant_scales(r: Rewrite, *indices: int) -> list[np.ndarray] | None:
+    """The float32 scales at these inputs, when every one is a constant."""
+    arrays = [const_array(r.optional(i)) if r.optional(i) is not None else None for i in indices]
+    if any(a is None or a.dtype != np.float32 for a in arrays):
+        return None
+    return arrays
+
+
+def _integer_weight(r: Rewrite, index: int, zero_index: int, conv: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """(int8/uint8 weight, its zero point) when both are constants of one type (per tensor or per channel)."""
+    data = const_array(r.optional(index))
+    zero_value = r.optional(zero_index)
+    zero = np.zeros((), data.dtype) if data is not None and zero_value is None else const_array(zero_value)
+    if data is None or zero is None or data.dtype not in (np.int8, np.uint8) or zero.dtype != data.dtype:
+        return None
+    if data.ndim < (3 if conv else 2) or zero.size not in (1, data.shape[0 if conv else -1]):
+        return None
+    return data, zero
+
+
+def _integer_requantized(r: Rewrite, kind: str, x_index: int, w_index: int, scale_indices: tuple[int, int, int],
+                         attributes: dict, bias: np.ndarray | None) -> ir.Value | None:
+    """onnxruntime's integer kernel: the int32 sum (plus the int32 bias) as integer-valued float32,
+    times ``x_scale * w_scale / y_scale`` in that order, rounded half to even, shifted by the output
+    zero point and saturated (QuantizeLinear with scale 1). None when a scale is computed or the
+    weight is not a constant (the float form then)."""
+    conv = kind == "Conv"
+    scales = _constant_scales(r, *scale_indices)
+    weight = _integer_weight(r, w_index, w_index + 2, conv)
+    x_zero = r.optional(x_index + 2)
+    if scales is None or weight is None or scales[0].size != 1 or scales[2].size != 1:
+        return None
+    if x_zero is not None and _static_size(x_zero) != 1:
+        return None
+    data, zero = weight
+    channels = data.shape[0 if conv else -1]
+    if scales[1].size not in (1, channels):
+        return None
+    steps = integer.contraction_sums(data, zero, conv)
+    bound = integer.EIGHT_BIT_SPAN * float(steps.sum()) + (float(np.abs(bias).max()) if bias is not None else 0.0)
+    shift = integer.shift_for(bound)
+    x_int = r.dequantize(r.input(x_index), _unit_scale(r, x_zero), x_zero, "x")
+    step_axis = 1 if conv else data.ndim - 2
+    weight_scale = np.full(channels if zero.size > 1 else (), 2.0 ** -shift, np.float32)
+    channel_axis = 0 if conv else data.ndim - 1
+
+    def weight_part(start: int, end: int) -> ir.Value:
+        part = data if (start, end) == (0, len(steps)) else np.take(data, np.arange(start, end), axis=step_axis)
+        source = r.input(w_index) if part is data else r.initializer(part, "w_part")
+        return r.dequantize(source, r.initializer(weight_scale, "w_integer_scale"),
+                            r.initializer(zero, "w_zero_point") if np.any(zero) else None,
+                            "w", axis=channel_axis)
+
+    bias_value = None
+    if bias is not None:
+        bias_value = r.initializer((bias.astype(np.float64) * 2.0 ** -shift).astype(np.float32), "bias_integer")
+    grouped = conv and int(attributes.get("group", 1)) != 1
+    runs = [(0, len(steps))] if grouped else integer.chunks(steps, integer.EIGHT_BIT_SPAN)
+    total = integer.chunked_product(lambda op, inputs, attrs: r.op(op, inputs, op.lower(), **attrs),
+                                    lambda array: r.initializer(array, "slice"), kind, x_int, weight_part, runs,
+                                    1 if conv else -1, attributes, bias_value)
+    if bias_value is not None and kind != "Conv":
+        total = r.op("Add", [total, bias_value], "bias")
+    x_scale, w_scale, y_scale = (a.astype(np.float32) for a in scales)
+    multiplier = (x_scale.reshape(()) * w_scale.reshape(-1) / y_scale.reshape(())).astype(np.float32)
+    multiplier = (multiplier * np.float32(2.0 ** shift)).astype(np.float32)  # exact: a power of two
+    if multiplier.size == 1:
+        multiplier = multiplier.reshape(())
+    elif conv:
+        multiplier = multiplier.reshape([-1] + [1] * (data.ndim - 2))
+    scaled = r.op("Mul", [total, r.initializer(multiplier, "multiplier")], "requantize")
+    y_zero = r.optional(scale_indices[2] + 1)
+    return r.quantize(scaled, _unit_scale(r, y_zero), y_zero, r.node.outputs[0], like=r.input(x_index))
+
+
+def _unit_scale(r: Rewrite, zero: ir.Value | None) -> ir.Value:
+    """A scale of 1 shaped like ``zero`` (Q/DQ want a per-tensor scale and zero point of one shape)."""
+    shape = () if zero is None or zero.shape is None else tuple(zero.shape)
+    return r.initializer(np.ones(shape if all(isinstance(d, int) for d in shape) else (), np.float32), "unit_scale")
+
+
 def _conv(r: Rewrite) -> ir.Value:
     """QLinearConv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, B])."""
+    attributes = r.copied_attrs("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+    bias = const_array(r.optional(8)) if r.optional(8) is not None else None
+    if r.optional(8) is None or bias is not None:
+        exact = _integer_requantized(r, "Conv", 0, 3, (1, 4, 6), attributes, bias)
+        if exact is not None:
+            return exact
     x = r.dequantize(r.input(0, "x"), r.input(1, "x_scale"), r.optional(2), "x")
     w = r.dequantize(r.input(3, "w"), r.input(4, "w_scale"), r.optional(5), "w", axis=0)
     inputs = [x, w]
     if r.optional(8) is not None:  # int32 bias at scale x_scale * w_scale (per output channel)
         inputs.append(r.int32_as_float(r.input(8), [r.input(1), r.input(4)], "bias"))
-    y = r.op("Conv", inputs, "conv",
-             **r.copied_attrs("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+    y = r.op("Conv", inputs, "conv", **attributes)
     return r.quantize(y, r.input(6, "y_scale"), r.optional(7), r.node.outputs[0], like=r.input(0))
 
 
 def _matmul(r: Rewrite) -> ir.Value:
     """QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp): a per row, b per column."""
+    exact = _integer_requantized(r, "MatMul", 0, 3, (1, 4, 6), {}, None)
+    if exact is not None:
+        return exact
     a_in, b_in = r.input(0, "a"), r.input(3, "b")
     a = r.dequantize(a_in, r.input(1, "a_scale"), r.optional(2), "a", axis=-2)
     b = r.dequantize(b_in, r.input(4, "b_scale"), r.optional(5), "b", axis=-1)

@@ -112,6 +112,8 @@ def dequantize_linear(ctx, node):
         offset = _broadcast_param(_as_fp32(zero, ctx.name(node, "zero_float")), rank, axis, block, size,
                                   ctx.name(node, "zero_view"))
         values = mb.sub(x=values, y=offset, name=ctx.name(node, "centred"))
+    if isinstance(scale, np.ndarray) and np.all(scale == 1):  # the integer values themselves (integer-exact sums)
+        return mb.identity(x=values, name=ctx.name(node))
     factor = _broadcast_param(_as_fp32(scale, ctx.name(node, "scale_float")), rank, axis, block, size,
                               ctx.name(node, "scale_view"))
     return mb.mul(x=values, y=factor, name=ctx.name(node))
