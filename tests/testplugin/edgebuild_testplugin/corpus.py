@@ -23,7 +23,6 @@ this package without them. Exported files are cached by the entry's name and the
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import subprocess
@@ -126,16 +125,21 @@ _CACHE: Optional[Path] = None
 _MADE: dict[str, Made] = {}
 
 
+def _code_digest(code) -> str:
+    """What a function does (bytecode, names, constants; nested functions too), not where its lines sit."""
+    parts = [code.co_code.hex(), repr(code.co_names)]
+    parts += [_code_digest(const) if hasattr(const, "co_code") else repr(const) for const in code.co_consts]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
 def _key(entry: Entry) -> str:
-    """The entry's name and the source of its make(), so an edited entry exports afresh."""
-    try:
-        source = inspect.getsource(entry.make)
-    except (OSError, TypeError):
-        source = repr(entry.make)
-    source += repr([cell.cell_contents for cell in getattr(entry.make, "__closure__", None) or ()])
+    """The entry's name, what its make() does and the values it closes over, so an edited entry exports afresh."""
     import torch
 
-    digest = hashlib.sha256(f"{entry.id}\n{torch.__version__}\n{source}".encode()).hexdigest()[:12]
+    make = entry.make
+    code = _code_digest(make.__code__) if hasattr(make, "__code__") else repr(make)
+    cells = repr([cell.cell_contents for cell in getattr(make, "__closure__", None) or ()])
+    digest = hashlib.sha256(f"{entry.id}\n{torch.__version__}\n{code}\n{cells}".encode()).hexdigest()[:12]
     return f"{entry.family}-{entry.name}-{digest}".replace("/", "_")
 
 
@@ -352,5 +356,5 @@ def _output_names(exported: Exported) -> list[str]:
     return [output.name for output in onnx.load(str(exported.path), load_external_data=False).graph.output]
 
 
-__all__ = ["COSINE_MIN", "Built", "Converted", "Entry", "Excluded", "Exported", "Made", "build", "coremltools_convert",
-           "export", "made", "onnxruntime_runs", "recipe"]
+__all__ = ["COSINE_MIN", "PRECISIONS", "Built", "Converted", "Entry", "Excluded", "Exported", "Made", "build",
+           "coremltools_convert", "export", "first_line", "made", "onnxruntime_runs", "recipe"]

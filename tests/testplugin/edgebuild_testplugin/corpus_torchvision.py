@@ -32,35 +32,39 @@ def _classifier(builder: str, size: int, **options):
     return make
 
 
-def _vit_small() -> Made:
-    from torchvision.models.vision_transformer import VisionTransformer
+def _resnet_small(**options):
+    """A ResNet of one bottleneck per stage: resnext's grouped or wide_resnet's wide bottleneck, cheaper."""
 
-    _tv()
-    model = VisionTransformer(image_size=64, patch_size=16, num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=128,
-                              num_classes=10)
+    def make() -> Made:
+        resnet = _tv().models.resnet
+        model = resnet.ResNet(resnet.Bottleneck, [1, 1, 1, 1], num_classes=10, **options)
+        return Made(model.eval(), (_image(64),), ("image",))
+
+    return make
+
+
+def _vit_small() -> Made:
+    vit = _tv().models.vision_transformer
+    model = vit.VisionTransformer(image_size=64, patch_size=16, num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=128,
+                                  num_classes=10)
     return Made(model.eval(), (_image(64),), ("image",))
 
 
 def _swin(version: int):
     def make() -> Made:
-        tv = _tv()
-        from torchvision.models import swin_transformer as swin
-
+        swin = _tv().models.swin_transformer
         block = dict(block=swin.SwinTransformerBlockV2, downsample_layer=swin.PatchMergingV2) if version == 2 else {}
         model = swin.SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2, 2], num_heads=[2, 4],
                                      window_size=[4, 4], num_classes=10, **block)
-        del tv
         return Made(model.eval(), (_image(64),), ("image",))
 
     return make
 
 
 def _maxvit() -> Made:
-    _tv()
-    from torchvision.models.maxvit import MaxVit
-
-    model = MaxVit(input_size=(64, 64), stem_channels=16, partition_size=2, block_channels=[16, 32],
-                   block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10)
+    model = _tv().models.maxvit.MaxVit(input_size=(64, 64), stem_channels=16, partition_size=2,
+                                       block_channels=[16, 32], block_layers=[1, 1], head_dim=8,
+                                       stochastic_depth_prob=0.0, num_classes=10)
     return Made(model.eval(), (_image(64),), ("image",))
 
 
@@ -83,11 +87,8 @@ def _detection(builder: str, size: int = 320, **options):
 
 
 def _raft() -> Made:
-    import torch
-
-    model = _tv().models.optical_flow.raft_small(weights=None, num_flow_updates=2)
-    torch.manual_seed(1)
-    return Made(_LastFlow(model).eval(), (_image(64), _image(64)), ("image1", "image2"))
+    model = _tv().models.optical_flow.raft_small(weights=None)
+    return Made(_LastFlow(model).eval(), (_image(128), _image(128)), ("image1", "image2"))  # its smallest
 
 
 def _video(builder: str, frames: int, size: int, **options):
@@ -98,6 +99,21 @@ def _video(builder: str, frames: int, size: int, **options):
         return Made(model.eval(), (torch.rand(1, 3, frames, size, size),), ("clip",))
 
     return make
+
+
+def _mvit_v2_small() -> Made:
+    """mvit_v2_s's first two blocks (its pooling strides, relative positions and residual pooling), narrower."""
+    import torch
+
+    mvit = _tv().models.video.mvit
+    MSBlockConfig = mvit.MSBlockConfig
+    blocks = [MSBlockConfig(num_heads=1, input_channels=32, output_channels=32, kernel_q=[3, 3, 3],
+                            kernel_kv=[3, 3, 3], stride_q=[1, 1, 1], stride_kv=[1, 4, 4]),
+              MSBlockConfig(num_heads=2, input_channels=32, output_channels=64, kernel_q=[3, 3, 3],
+                            kernel_kv=[3, 3, 3], stride_q=[1, 2, 2], stride_kv=[1, 2, 2])]
+    model = mvit.MViT(spatial_size=(64, 64), temporal_size=4, block_setting=blocks, residual_pool=True,
+                 residual_with_cls_embed=False, rel_pos_embed=True, proj_after_attn=True, num_classes=10)
+    return Made(model.eval(), (torch.rand(1, 3, 4, 64, 64),), ("clip",))
 
 
 def _wrappers():
@@ -129,7 +145,7 @@ def _wrappers():
             self.model = model
 
         def forward(self, image1, image2):
-            return self.model(image1, image2)[-1]
+            return self.model(image1, image2, num_flow_updates=2)[-1]  # two refinement steps of the default 12
 
     return OutputOf, FirstImage, LastFlow
 
@@ -148,9 +164,9 @@ def _LastFlow(model):
 
 ENTRIES = [
     # classification
-    Entry("classification", "resnet18", _classifier("resnet18", 64), ci=True),
-    Entry("classification", "resnext_small", _classifier("resnext50_32x4d", 64)),
-    Entry("classification", "wide_resnet_small", _classifier("wide_resnet50_2", 64)),
+    Entry("classification", "resnet18", _classifier("resnet18", 64)),
+    Entry("classification", "resnext_small", _resnet_small(groups=32, width_per_group=4)),
+    Entry("classification", "wide_resnet_small", _resnet_small(width_per_group=128)),
     Entry("classification", "mobilenet_v2", _classifier("mobilenet_v2", 64)),
     Entry("classification", "mobilenet_v3_small", _classifier("mobilenet_v3_small", 64), ci=True),
     Entry("classification", "efficientnet_b0", _classifier("efficientnet_b0", 64)),
@@ -186,7 +202,7 @@ ENTRIES = [
     Entry("video", "mc3_18", _video("mc3_18", 4, 32)),
     Entry("video", "r2plus1d_18", _video("r2plus1d_18", 4, 32)),
     Entry("video", "s3d", _video("s3d", 16, 64)),
-    Entry("video", "mvit_v2_s", _video("mvit_v2_s", 16, 224)),
+    Entry("video", "mvit_v2_small", _mvit_v2_small),
     Entry("video", "swin3d_t", _video("swin3d_t", 4, 64)),
 ]
 
