@@ -32,6 +32,8 @@ PASSES = {
     "decompose_qoperator": (True, True),
     "decompose_dynamic_quant": (True, True),
     "dequantize_weights": (True, True),
+    "unify_if_branches": (True, False),
+    "fold_static_values": (True, False),
     "decompose_dynamic_quant_lstm": (True, False),
     "fuse_conv_bn": (True, False),
     "fuse_bias": (True, False),
@@ -46,8 +48,15 @@ PASSES = {
 }
 
 
+# the passes that live outside edgebuild.graph.fusion: name -> their module's ``graph_pass`` factory
+PASS_FACTORIES = {
+    "unify_if_branches": "edgebuild.graph.if_branches:graph_pass",
+    "fold_static_values": "edgebuild.graph.static_values:graph_pass",
+}
+
+
 @hookimpl
 def edgebuild_register_passes(register):
     for name, (default, before_folding) in PASSES.items():
-        register(name, Lazy("edgebuild.graph.fusion:graph_pass", name).known(
+        register(name, Lazy(PASS_FACTORIES.get(name, "edgebuild.graph.fusion:graph_pass"), name).known(
             name=name, default=default, before_folding=before_folding))

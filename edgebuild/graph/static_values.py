@@ -1,0 +1,358 @@
+"""Shape arithmetic that the pinned dims make constant, folded where onnxscript's folding stops.
+
+Backends take some operands as compile-time parameters (TopK's k, Reshape targets, Slice bounds,
+Pad pads, Tile repeats, Resize sizes, Split sizes, Range limits, ...), and models compute them from
+``Shape``. onnxscript's optimizer folds a ``Shape`` only when every dim of its input is static,
+and a value only when all of its inputs are constants. Two forms escape it:
+
+- a tensor whose shape is known in part: ``Shape(x)[1]`` of an ``x [N, 8]`` is 8 whatever N is
+  (a flexible batch dim in the recipe, or a count a NonZero decided);
+- a tensor whose shape no inference gave: the output of an ``If`` whose branches agree on a shape
+  (onnx's inference leaves it untyped when the branches are typed only inside), or of an op of a
+  domain onnx has no schema for that keeps its input's shape (``com.microsoft::Gelu``).
+
+This pass gives those outputs the shape they have, follows the known elements of small integer
+vectors through the shape arithmetic (Shape, Gather, Slice, Concat, Unsqueeze, Squeeze, Reshape,
+Cast, the elementwise arithmetic and comparisons, Where, the reductions), turns every value whose
+elements are all known into a constant, and lets onnxscript fold what then became foldable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
+
+from edgebuild.graph.external_data import iter_graphs
+
+MAX_ROUNDS = 8
+MAX_ELEMENTS = 64  # shape vectors; a value longer than this is data, not shape arithmetic
+
+# ops of domains onnx has no schema for whose first output has the first input's shape and dtype
+SHAPE_PRESERVING = {
+    "com.microsoft": {"Gelu", "FastGelu", "QuickGelu", "BiasGelu", "SkipLayerNormalization",
+                      "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "LayerNormalization",
+                      "RotaryEmbedding", "BiasAdd", "BiasDropout"},
+    "edgebuild": {"Silu", "Gelu", "RMSNorm"},
+}
+
+_ELEMENTWISE = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Min": np.minimum, "Max": np.maximum,
+    "Equal": np.equal, "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal,
+    "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or,
+}
+_UNARY = {"Neg": np.negative, "Abs": np.abs, "Not": np.logical_not, "Floor": np.floor, "Ceil": np.ceil,
+          "Identity": lambda a: a, "Sign": np.sign}
+_REDUCE = {"ReduceMin": np.min, "ReduceMax": np.max, "ReduceProd": np.prod, "ReduceSum": np.sum}
+
+
+@dataclass
+class Partial:
+    """A small tensor (rank 0 or 1) whose elements are known where ``known`` says so."""
+
+    values: np.ndarray
+    known: np.ndarray
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.known.all())
+
+
+def _standard(node: ir.Node) -> bool:
+    return node.domain in ("", "ai.onnx")
+
+
+def _const(value: ir.Value | None) -> np.ndarray | None:
+    if value is None or value.const_value is None:
+        return None
+    tensor = value.const_value
+    if tensor.size > MAX_ELEMENTS:
+        return None
+    return tensor.numpy()
+
+
+def _int_attr(node: ir.Node, name: str, default: int) -> int:
+    attribute = node.attributes.get(name)
+    return default if attribute is None else int(attribute.value)
+
+
+class _Evaluator:
+    """Known elements of the small integer (and boolean) values of a model."""
+
+    def __init__(self):
+        self.partials: dict[int, Partial] = {}
+
+    def of(self, value: ir.Value | None) -> Partial | None:
+        if value is None or value.name == "":
+            return None
+        found = self.partials.get(id(value))
+        if found is not None:
+            return found
+        array = _const(value)
+        if array is None or array.ndim > 1:
+            return None
+        return Partial(array, np.ones(array.shape, bool))
+
+    def visit(self, node: ir.Node) -> None:
+        if not _standard(node) or len(node.outputs) != 1:
+            return
+        try:
+            result = self._evaluate(node)
+        except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError):
+            return  # a form the rules below do not cover: the value stays unknown
+        if result is not None and result.values.ndim <= 1 and result.values.size <= MAX_ELEMENTS:
+            self.partials[id(node.outputs[0])] = result
+
+    def _evaluate(self, node: ir.Node) -> Partial | None:
+        op = node.op_type
+        inputs = [self.of(v) for v in node.inputs]
+        if op == "Shape":
+            return _shape_of(node)
+        if op == "Size":
+            shape = node.inputs[0].shape
+            if shape is None or not all(isinstance(d, int) for d in shape):
+                return None
+            return Partial(np.array(int(np.prod([int(d) for d in shape])), np.int64), np.ones((), bool))
+        if op in _ELEMENTWISE:
+            if len(inputs) < 2 or any(p is None for p in inputs):
+                return None
+            result = inputs[0]
+            for other in inputs[1:]:
+                result = Partial(_ELEMENTWISE[op](result.values, other.values),
+                                 np.logical_and(*np.broadcast_arrays(result.known, other.known)))
+            return result
+        if op in ("Div", "Mod"):
+            a, b = inputs[0], inputs[1]
+            if a is None or b is None:
+                return None
+            known = np.logical_and(*np.broadcast_arrays(a.known, b.known))
+            divisor = np.where(np.broadcast_to(b.known, known.shape) & (b.values != 0), b.values, 1)
+            if op == "Div":
+                values = _divide(a.values, divisor)
+            else:
+                values = np.fmod(a.values, divisor) if _int_attr(node, "fmod", 0) else np.mod(a.values, divisor)
+            return Partial(values, known & (np.broadcast_to(b.values, known.shape) != 0))
+        if op in _UNARY and inputs and inputs[0] is not None:
+            return Partial(_UNARY[op](inputs[0].values), inputs[0].known)
+        if op == "Cast" and inputs[0] is not None:
+            dtype = ir.DataType(_int_attr(node, "to", 0)).numpy()
+            return Partial(inputs[0].values.astype(dtype), inputs[0].known)
+        if op == "Where":
+            cond, a, b = inputs
+            if cond is None or a is None or b is None:
+                return None
+            chosen = np.where(cond.values, a.values, b.values)
+            known = np.where(cond.values, a.known, b.known) & np.broadcast_to(cond.known, chosen.shape)
+            return Partial(chosen, known)
+        if op == "Gather":
+            data, indices = inputs[0], _const(node.inputs[1])
+            if data is None or indices is None or data.values.ndim != 1 or indices.ndim > 1:
+                return None
+            return Partial(np.take(data.values, indices), np.take(data.known, indices))
+        if op == "Slice":
+            return _slice(node, inputs[0])
+        if op == "Concat":
+            if any(p is None for p in inputs) or any(p.values.ndim != 1 for p in inputs):
+                return None
+            dtype = np.result_type(*(p.values.dtype for p in inputs))
+            return Partial(np.concatenate([p.values.astype(dtype) for p in inputs]),
+                           np.concatenate([p.known for p in inputs]))
+        if op in ("Unsqueeze", "Squeeze", "Reshape", "Flatten") and inputs and inputs[0] is not None:
+            return _reshaped(node, inputs[0])
+        if op in _REDUCE and inputs and inputs[0] is not None and inputs[0].complete:
+            if len(node.inputs) > 1 and node.inputs[1] is not None and node.inputs[1].name:
+                axes = _const(node.inputs[1])
+                if axes is None or axes.size > 1 or (axes.size == 1 and int(axes.reshape(-1)[0]) not in (0, -1)):
+                    return None
+            value = _REDUCE[op](inputs[0].values)
+            if _int_attr(node, "keepdims", 1) and inputs[0].values.ndim == 1:
+                value = np.reshape(value, [1])
+            return Partial(np.asarray(value, inputs[0].values.dtype), np.ones(np.shape(value), bool))
+        return None
+
+
+def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ONNX Div: integers truncate toward zero (as onnxruntime's kernel), floats divide."""
+    if np.asarray(a).dtype.kind in "iu" and np.asarray(b).dtype.kind in "iu":
+        quotient = np.abs(a) // np.abs(b)
+        return (np.sign(a) * np.sign(b) * quotient).astype(np.result_type(a, b))
+    return np.true_divide(a, b)
+
+
+def _shape_of(node: ir.Node) -> Partial | None:
+    shape = node.inputs[0].shape
+    if shape is None:
+        return None
+    dims = list(shape)
+    start, end = _int_attr(node, "start", 0), node.attributes.get("end")
+    dims = dims[start:int(end.value) if end is not None else None]
+    values = np.array([d if isinstance(d, int) else 0 for d in dims], np.int64)
+    return Partial(values, np.array([isinstance(d, int) for d in dims], bool))
+
+
+def _slice(node: ir.Node, data: Partial | None) -> Partial | None:
+    if data is None or data.values.ndim != 1:
+        return None
+    bounds = [_const(v) if i < len(node.inputs) else None for i, v in enumerate(node.inputs[1:5], start=1)]
+    starts, ends = bounds[0], bounds[1]
+    axes = bounds[2] if len(bounds) > 2 else None
+    steps = bounds[3] if len(bounds) > 3 else None
+    if starts is None or ends is None or starts.size != 1:
+        return None
+    if len(node.inputs) > 3 and node.inputs[3] is not None and node.inputs[3].name and axes is None:
+        return None  # runtime axes
+    if axes is not None and int(axes.reshape(-1)[0]) not in (0, -1):
+        return None
+    if len(node.inputs) > 4 and node.inputs[4] is not None and node.inputs[4].name and steps is None:
+        return None
+    step = 1 if steps is None else int(steps.reshape(-1)[0])
+    size = data.values.shape[0]
+    start, end = (int(np.clip(int(b.reshape(-1)[0]), -size - 1, size + 1)) for b in (starts, ends))
+    index = slice(start, end, step)
+    return Partial(data.values[index], data.known[index])
+
+
+def _reshaped(node: ir.Node, data: Partial) -> Partial | None:
+    """Unsqueeze/Squeeze/Reshape/Flatten of a scalar or vector to a scalar or vector."""
+    out = node.outputs[0]
+    count = data.values.size
+    if node.op_type == "Unsqueeze":
+        rank = data.values.ndim + (1 if count else 0)
+    elif node.op_type == "Squeeze":
+        rank = 0 if count == 1 else data.values.ndim
+    elif node.op_type == "Flatten":
+        return None
+    else:
+        target = _const(node.inputs[1])
+        if target is None or target.ndim != 1:
+            return None
+        rank = int(target.size)
+    if rank > 1 or (rank == 0 and count != 1):
+        return None
+    shape = () if rank == 0 else (count,)
+    if out.shape is not None and len(out.shape) != rank:
+        return None
+    return Partial(data.values.reshape(shape), data.known.reshape(shape))
+
+
+def _merged(shapes: list[ir.Shape | None]) -> ir.Shape | None:
+    """The shape every one of ``shapes`` has: equal dims kept, differing dims unnamed."""
+    if not shapes or any(s is None for s in shapes) or len({len(s) for s in shapes}) != 1:
+        return None
+    dims = []
+    for column in zip(*shapes):
+        names = {d if isinstance(d, int) else d.value for d in column}
+        dims.append(names.pop() if len(names) == 1 else None)  # an equal int or dim name, else unknown
+    return ir.Shape(dims)
+
+
+def _better(old: ir.Shape | None, new: ir.Shape | None) -> bool:
+    """``new`` says more than ``old`` (no dim of ``old`` it contradicts)."""
+    if new is None:
+        return False
+    if old is None:
+        return True
+    if len(old) != len(new):
+        return False
+    gained = False
+    for a, b in zip(old, new):
+        if isinstance(a, int):
+            if a != b:
+                return False
+        elif isinstance(b, int):
+            gained = True
+    return gained
+
+
+def give_known_shapes(model: ir.Model) -> int:
+    """Shapes of outputs no inference typed: If outputs whose branches agree, and the first output of
+    the shape-preserving ops of domains onnx has no schema for. Returns how many it gave."""
+    given = 0
+    for graph in iter_graphs(model.graph):
+        for node in graph:
+            if node.op_type == "If" and _standard(node):
+                branches = [node.attributes.get(name) for name in ("then_branch", "else_branch")]
+                if any(b is None for b in branches):
+                    continue
+                for index, output in enumerate(node.outputs):
+                    branch_outputs = [b.value.outputs[index] for b in branches if index < len(b.value.outputs)]
+                    if len(branch_outputs) != 2:
+                        continue
+                    shape = _merged([v.shape for v in branch_outputs])
+                    if _better(output.shape, shape):
+                        output.shape = shape
+                        given += 1
+                    if output.dtype is None and branch_outputs[0].dtype is not None:
+                        output.dtype = branch_outputs[0].dtype
+            elif node.op_type in SHAPE_PRESERVING.get(node.domain, ()) and node.inputs and node.inputs[0] is not None:
+                source, output = node.inputs[0], node.outputs[0]
+                if _better(output.shape, source.shape):
+                    output.shape = ir.Shape(list(source.shape))
+                    given += 1
+                if output.dtype is None:
+                    output.dtype = source.dtype
+    return given
+
+
+def fold_known_values(model: ir.Model) -> int:
+    """Replace every small value whose elements the shapes decide by a constant; returns how many."""
+    evaluator = _Evaluator()
+    folded = 0
+    for graph in iter_graphs(model.graph):
+        for node in list(graph):
+            evaluator.visit(node)
+            if len(node.outputs) != 1:
+                continue
+            output = node.outputs[0]
+            partial = evaluator.partials.get(id(output))
+            if partial is None or not partial.complete or output.const_value is not None or output.is_graph_output() \
+                    or all(_const(v) is not None for v in node.inputs if v is not None):
+                continue  # onnxscript folds a node of constants itself; graph outputs keep their producer
+            dtype = output.dtype.numpy() if output.dtype is not None else partial.values.dtype
+            array = np.asarray(partial.values).astype(dtype)
+            constant = ir.Value(name=f"{output.name}_static", shape=ir.Shape(array.shape),
+                                type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                                const_value=ir.tensor(array, name=f"{output.name}_static"))
+            if constant.name in graph.initializers:
+                continue
+            graph.register_initializer(constant)
+            ir.convenience.replace_all_uses_with(output, constant)
+            folded += 1
+    return folded
+
+
+@dataclass
+class FoldStaticValues:
+    """The registered pass (``edgebuild.protocols.GraphPass``); after onnxscript's folding, first of
+    the passes there, so later rewrites and the backend see the constants."""
+
+    name: str = "fold_static_values"
+    description: str = (
+        "shape arithmetic the pinned dims decide (a known dim of a partly symbolic shape, the shape of "
+        "an If whose branches agree or of a shape-preserving custom op) -> constants"
+    )
+    default: bool = True
+    before_folding: bool = False
+    min_opset: int | None = None
+
+    def apply(self, model: ir.Model) -> int:
+        import onnxscript.optimizer
+
+        total = 0
+        for _ in range(MAX_ROUNDS):
+            changed = give_known_shapes(model) + fold_known_values(model)
+            if not changed:
+                break
+            total += changed
+            onnxscript.optimizer.fold_constants(model)
+            common_passes.RemoveUnusedNodesPass()(model)
+        return total
+
+
+def graph_pass(name: str = "fold_static_values") -> FoldStaticValues:
+    return FoldStaticValues(name=name)
+
+
+PASS = FoldStaticValues()
