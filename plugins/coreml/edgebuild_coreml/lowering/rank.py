@@ -38,12 +38,15 @@ ELEMENTWISE = frozenset({
     "leaky_relu", "elu", "softplus", "softsign", "sigmoid_hard", "scaled_tanh", "linear_activation", "threshold",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
 })
+# the inputs that are data (folded with the op's dims); every other input is a parameter
+DATA_INPUTS = frozenset({"x", "y", "values", "indices", "cond", "a", "b"})
 RESHAPES = frozenset({"reshape", "expand_dims", "squeeze", "flatten2d"})
 REDUCTIONS = frozenset({
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_l1_norm", "reduce_l2_norm",
     "reduce_log_sum", "reduce_log_sum_exp", "reduce_sum_square", "reduce_argmax", "reduce_argmin",
 })
-AXIS_OPS = frozenset({"softmax", "concat", "split", "cumsum"})  # one axis kept apart, all operands alike
+# one axis kept apart, every operand of the output's rank alike
+AXIS_OPS = frozenset({"softmax", "concat", "split", "cumsum", "topk", "argsort", "gather_along_axis"})
 
 
 class _Cuts:
@@ -207,6 +210,11 @@ class RankLegaliser:
         kind = op.op_type
         plan = _OpPlan(op)
         for name, value in op.inputs.items():
+            if name not in DATA_INPUTS:  # a parameter (a weight, an axis, pads): rebuilt by the rule, or kept
+                high = [v for v in (value if isinstance(value, (list, tuple)) else (value,)) if self.high(v)]
+                if high:
+                    self._unsupported(op, f"its {name} is a rank-{high[0].rank} value")
+                continue
             if isinstance(value, (list, tuple)):
                 plan.inputs[name] = [self._operand(v) if _is_tensor(v) else v for v in value]
             elif _is_tensor(value) and value.rank >= 1:
@@ -234,6 +242,17 @@ class RankLegaliser:
             self._keep_apart(x, axes, f"{label} normalises axes {axes}", together=True)
         elif kind == "matmul":
             self._matmul(op, plan, label)
+        elif kind == "linear":  # x [..., in] with a constant weight [out, in]: the last dim is the op's
+            x, y = plan.inputs["x"], plan.outputs[0]
+            self._tie_all([x, y], label)
+            self._keep_apart(x, [len(x.shape) - 1], f"{label} multiplies its last dim")
+        elif kind == "pad":
+            x, y = plan.inputs["x"], plan.outputs[0]
+            pads = [int(p) for p in _value(op, "pad")]
+            padded = len(pads) // 2
+            axes = [len(x.shape) - padded + i for i in range(padded) if pads[2 * i] or pads[2 * i + 1]]
+            self._tie_all([x, y], label)
+            self._keep_apart(x, axes, f"{label} pads axes {axes}")
         elif kind == "gather":
             self._gather(op, plan, label)
         elif kind == "slice_by_index" or kind == "slice_by_size":
@@ -423,6 +442,14 @@ class RankLegaliser:
             params["axis"] = x.group_of(self.cuts, _axis(_value(op, "axis", 0), len(x.shape)))
         elif kind in ("slice_by_index", "slice_by_size"):
             params.update(_folded_slice(op, x, self.cuts))
+        elif kind == "pad":
+            pads = [int(p) for p in _value(op, "pad")]
+            padded = len(pads) // 2
+            rank, folded = len(x.shape), []
+            for group in x.groups(self.cuts):
+                i = group[0] - (rank - padded)
+                folded += pads[2 * i:2 * i + 2] if len(group) == 1 and i >= 0 else [0, 0]
+            params["pad"] = np.array(folded, np.int32)
         elif kind == "tile":
             reps = [int(r) for r in _value(op, "reps")]
             params["reps"] = [math.prod(reps[d] for d in group) for group in x.groups(self.cuts)]
