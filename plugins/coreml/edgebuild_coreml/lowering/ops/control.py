@@ -44,6 +44,26 @@ def if_(ctx, node):
     # an empty shape list would be typed float; MIL wants an int32 shape
     pred = mb.reshape(x=condition, shape=np.zeros(0, np.int32), name=ctx.name(node, "pred")) if condition.rank else condition
     ranks = _single_element_ranks(then_graph, else_graph)
-    result = mb.cond(pred=pred, _true_fn=lambda: _lower_branch(ctx, then_graph, ranks),
-                     _false_fn=lambda: _lower_branch(ctx, else_graph, ranks), name=ctx.name(node))
+    try:
+        result = mb.cond(pred=pred, _true_fn=lambda: _lower_branch(ctx, then_graph, ranks),
+                         _false_fn=lambda: _lower_branch(ctx, else_graph, ranks), name=ctx.name(node))
+    except ValueError as exc:
+        if "mismatch" not in str(exc):
+            raise
+        # the unify_if_branches pass makes one shape of what ONNX semantics allow; this is the rest
+        ctx.decline(node, f"its branches give an output in two shapes MIL's cond cannot join: "
+                    f"{_shape_mismatches(then_graph, else_graph) or exc}",
+                    hint="make both branches return the output in one shape (a Reshape at the end of one), "
+                         "or route the If to another backend")
     return tuple(result) if isinstance(result, (list, tuple)) else result
+
+
+def _shape_mismatches(then_graph, else_graph) -> str:
+    """Each output whose branches differ in shape, in words (unknown shapes are skipped)."""
+    def dims(shape):
+        return [d if isinstance(d, int) else (d.value or "?") for d in shape]
+
+    return "; ".join(
+        f"output {i} is {dims(a.shape)} in then_branch and {dims(b.shape)} in else_branch"
+        for i, (a, b) in enumerate(zip(then_graph.outputs, else_graph.outputs))
+        if a.shape is not None and b.shape is not None and dims(a.shape) != dims(b.shape))
