@@ -198,8 +198,15 @@ def quantize_linear(ctx, node):
     return _quantize(ctx, node, x, factor, offset, _RANGES[out_type], ctx.name(node))
 
 
+FP16_NOTE = ("quantised arithmetic is not integer-exact at float16: the quantisers read fp16 values and the "
+             "integer sums are rounded to fp16, so the outputs agree with onnxruntime's integer kernels only "
+             "approximately; build at float32 for onnxruntime's exact arithmetic")
+
+
 def _quantize(ctx, node, x, scale, offset, bounds, name: str):
     """clip(round_half_even(x / scale) + offset, low, high) as int32 (``offset`` may be None)."""
+    if ctx.precision == "float16":
+        ctx.note(FP16_NOTE)
     scaled = mb.real_div(x=x, y=scale, name=ctx.name(node, "scaled"))
     rounded = mb.round(x=scaled, name=ctx.name(node, "rounded"))
     if offset is not None:
