@@ -45,6 +45,7 @@ PASSES = {
     "fuse_grouped_query_attention": (True, False),
     "share_tied_embeddings": (True, True),
     "fuse_gated_mlp": (True, False),
+    "saturate_discarded_int64": (True, False),
 }
 
 
@@ -52,6 +53,7 @@ PASSES = {
 PASS_FACTORIES = {
     "unify_if_branches": "edgebuild.graph.if_branches:graph_pass",
     "fold_static_values": "edgebuild.graph.static_values:graph_pass",
+    "saturate_discarded_int64": "edgebuild.graph.int_ranges:graph_pass",
 }
 
 
