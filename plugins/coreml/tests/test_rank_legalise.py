@@ -263,15 +263,34 @@ def test_rank_six_model_output_is_refused():
 
 
 def test_dims_no_fold_can_join_are_refused():
-    """A broadcast that alternates over six dims keeps all six apart: no legal folding exists."""
-    middle = [oh.make_node("Add", ["h", "checker"], ["m"], name="checker_add")]
-    checker = rand(2, 1, 4, 1, 4, 1, seed=5)
-    model, inputs = _six((2, 8, 8, 3), [2, 2, 4, 2, 4, 3], middle, [2, 8, 8, 3], initializers={"checker": checker})
+    """A run-time operand that broadcasts over every other of six dims keeps all six apart."""
+    middle = [oh.make_node("Reshape", ["gate", "checkered"], ["checker"], name="checker"),
+              oh.make_node("Add", ["h", "checker"], ["m"], name="checker_add")]
+    model, inputs = _six((2, 8, 8, 3), [2, 2, 4, 2, 4, 3], middle, [2, 8, 8, 3],
+                         extra_inputs={"gate": rand(2, 4, 4, seed=5)},
+                         initializers={"checkered": np.array([2, 1, 4, 1, 4, 1])})
     with pytest.raises(DeclinedForm) as caught:
         lower(model)
     message = str(caught.value)
     assert "makes a rank-6 tensor [2, 2, 4, 2, 4, 3]" in message
     assert "keep 6 of them apart" in message and "checker_add" in message and "broadcasts" in message
+
+
+def test_a_constant_broadcast_over_every_other_dim_is_stored_at_full_size():
+    """The same pattern with a constant operand folds: the constant is stored broadcast, so its dims join."""
+    middle = [oh.make_node("Add", ["h", "checker"], ["m"], name="checker_add")]
+    model, inputs = _six((2, 8, 8, 3), [2, 2, 4, 2, 4, 3], middle, [2, 8, 8, 3],
+                         initializers={"checker": rand(2, 1, 4, 1, 4, 1, seed=5)})
+    _check(model, inputs)
+
+
+def test_rank_six_model_input_is_refused():
+    nodes = [oh.make_node("Relu", ["x"], ["r"], name="relu"),
+             oh.make_node("Reshape", ["r", "back"], ["y"], name="back_to_low")]
+    inputs = {"x": rand(2, 2, 4, 2, 4, 3)}
+    model = _model(nodes, inputs, {"y": None}, {"back": np.array([2, 8, 8, 3])})
+    with pytest.raises(DeclinedForm, match=r"model input 'x' is a rank-6 tensor \[2, 2, 4, 2, 4, 3\]"):
+        lower(model)
 
 
 def test_op_the_pass_cannot_fold_through_is_refused():

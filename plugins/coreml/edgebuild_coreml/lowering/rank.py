@@ -89,6 +89,7 @@ class _Operand:
     var: object
     shape: tuple
     slots: list[int]
+    broadcast: bool = False  # a constant stored broadcast to ``shape`` (its own shape folds no further)
 
     def groups(self, cuts: _Cuts) -> list[list[int]]:
         if not self.shape:
@@ -118,10 +119,13 @@ class _OpPlan:
 class RankLegaliser:
     """Folds the dims of every value of rank > ``MAX_RANK`` in ``function``'s main block; see the module."""
 
-    def __init__(self, function, where=None):
+    def __init__(self, function, where=None, broadcast_constants: bool = False):
         self.function = function
         self.block = function
         self.where = where or (lambda op: f"op {op.name!r} ({op.op_type})")
+        # Constants an elementwise op broadcasts are stored at full size instead (their dims then
+        # fold with the op's): the second try, when folding fails without it.
+        self.broadcast_constants = broadcast_constants
         self.cuts = _Cuts()
         self.slots: dict[int, list[int]] = {}  # id(high-rank var) -> its slots
         self.plans: list[_OpPlan] = []
@@ -148,7 +152,12 @@ class RankLegaliser:
         self._check_boundaries(touched)
         for op in touched:
             self.plans.append(self._constrain(op))
-        self._check_ranks()
+        try:
+            self._check_ranks()
+        except DeclinedForm:
+            if self.broadcast_constants or not self._broadcast_constant_count:
+                raise
+            return RankLegaliser(self.function, self.where, broadcast_constants=True).run()
         with self.block:
             self._rewrite()
         return len(self.slots)
@@ -174,9 +183,10 @@ class RankLegaliser:
             if self.high(var):
                 self._decline(_producer(var), var, "it is a model output, and Core ML outputs hold rank <= 5",
                               hint="reshape the output to rank 5 or less in the source model")
-        for var in self.function.inputs.values():
+        for name, var in self.function.inputs.items():
             if self.high(var):
-                self._decline(var.op, var, "it is a model input", hint="feed the input at rank 5 or less")
+                self._decline(None, var, "Core ML inputs hold rank <= 5 too", hint="feed the input at rank 5 or less",
+                              what=f"model input {name!r} is")
 
     def _high_of(self, op):
         return next(v for v in (*op.outputs, *_input_vars(op)) if self.high(v))
@@ -198,10 +208,10 @@ class RankLegaliser:
                         hint="reshape the tensor to rank 5 or less in the source model around those ops, or "
                              "route them to another backend with the recipe's compute policy")
 
-    def _decline(self, op, var, reason: str, hint: str | None = None):
+    def _decline(self, op, var, reason: str, hint: str | None = None, what: str | None = None):
         shape = list(var.shape)
-        message = (f"{self.where(op)} makes a rank-{len(shape)} tensor {shape}; Core ML holds rank <= {MAX_RANK}, "
-                   f"and {reason}")
+        what = what or f"{self.where(op)} makes"
+        message = f"{what} a rank-{len(shape)} tensor {shape}; Core ML holds rank <= {MAX_RANK}, and {reason}"
         raise DeclinedForm(message, hint=hint or "reshape the tensor to rank 5 or less in the source model",
                            reason=f"a rank-{len(shape)} tensor {shape}: {reason}")
 
@@ -298,6 +308,10 @@ class RankLegaliser:
         own dims or all broadcast ones (size-1 dims go with either)."""
         rank = len(out.shape)
         for operand in operands:
+            if _is_const(operand.var) and tuple(operand.shape) != tuple(out.shape):
+                self._broadcast_constant_count += 1
+                if self.broadcast_constants:
+                    operand.shape, operand.slots, operand.broadcast = tuple(out.shape), self.cuts.new(rank - 1), True
             offset = rank - len(operand.shape)
             for j, slot in enumerate(operand.slots):
                 self.cuts.tie(slot, out.slots[offset + j])
@@ -309,6 +323,8 @@ class RankLegaliser:
             for k in range(rank - 1):
                 if filled[k] != filled[k + 1]:
                     self.cuts.force(out.slots[k], f"{label} broadcasts some of these dims, not others")
+
+    _broadcast_constant_count = 0
 
     def _reduction(self, op, plan: _OpPlan, label: str) -> None:
         x, y = plan.inputs["x"], plan.outputs[0]
@@ -396,6 +412,8 @@ class RankLegaliser:
         if id(operand.var) in folded:
             return folded[id(operand.var)]
         shape = operand.folded_shape(self.cuts)
+        if operand.broadcast:
+            return mb.const(val=np.reshape(np.broadcast_to(operand.var.val, operand.shape), shape), before_op=op)
         if shape == list(operand.shape):
             return operand.var
         if operand.var.val is not None and _is_const(operand.var):
