@@ -11,13 +11,13 @@ Every entry of the corpus (torchvision's and transformers' model classes with ra
   package checked with ``edgebuild verify`` against the same ONNX file.
 
     python benchmarks/corpus.py [--family classification,video] [--models resnet18,vit_small]
-                                [--precisions fp32,fp16] [--no-coremltools] [--results rows.jsonl] [--json]
+                                [--precisions fp32,fp16] [--no-coremltools] [--results rows.jsonl] [--no-run] [--json]
 
 One table row per model, then per family: models, exported and run by onnxruntime, built and
 validated by edgebuild at each precision, converted by coremltools (and validated by verify at
 the fp32 limit); a ratio line compares the two tools on the models that entered the corpus.
 ``--results`` appends each finished row to a JSON-lines file and skips the models already in it,
-so a long run can be resumed. Export files are cached in ``EDGEBUILD_CORPUS_CACHE``.
+so a long run can be resumed (``--no-run`` prints the table of what is there). Export files are cached in ``EDGEBUILD_CORPUS_CACHE``.
 """
 
 from __future__ import annotations
@@ -74,12 +74,13 @@ def _passed(step: dict | None, limit: float) -> bool:
         step.get("validated", True))
 
 
-def _cosine(step: dict | None) -> str:
+def _cosine(step: dict | None, limit: float) -> str:
+    """The worst cosine, marked "below" under the limit; "failed" when nothing was built."""
     if not step:
         return "-"
     if step.get("cosine") is None:
-        return "failed" if not step.get("built", step.get("converted")) else "no cosine"
-    return f"{step['cosine']:.6f}"
+        return "failed" if not step.get("built", step.get("converted")) else "not validated"
+    return f"{step['cosine']:.6f}" + ("" if _passed(step, limit) else " below")
 
 
 def _seconds(step: dict | None) -> str:
@@ -94,10 +95,10 @@ def print_table(rows: list[dict], precisions: list[str], coremltools: bool) -> N
     for row in rows:
         line = [row["family"], row["model"], row.get("exporter", "no") if row["exported"] else "no",
                 "yes" if row["onnxruntime"] else ("no" if row["exported"] else "-")]
-        line += [_cosine(row.get(p)) for p in precisions]
+        line += [_cosine(row.get(p), corpus.COSINE_MIN[corpus.PRECISIONS[p]]) for p in precisions]
         line.append(_seconds(row.get(precisions[0])) if precisions else "-")
         if coremltools:
-            line += [_cosine(row.get("coremltools")), _seconds(row.get("coremltools"))]
+            line += [_cosine(row.get("coremltools"), corpus.COSINE_MIN["float32"]), _seconds(row.get("coremltools"))]
         table.append(line)
     widths = [max(len(str(line[i])) for line in table) for i in range(len(header))]
     for line in table:
@@ -143,29 +144,31 @@ def main() -> None:
     parser.add_argument("--models", default="", help="comma-separated model names (default: all)")
     parser.add_argument("--precisions", default="fp32,fp16")
     parser.add_argument("--no-coremltools", action="store_true", help="leave out ct.convert")
-    parser.add_argument("--results", type=Path, help="JSON lines: append finished rows, skip models already there")
+    parser.add_argument("--results", type=Path, action="append", default=[],
+                        help="JSON lines: rows there are not run again, finished rows are appended to the first")
+    parser.add_argument("--no-run", action="store_true", help="only print the table of the --results rows")
     parser.add_argument("--workdir", type=Path, help="build folders (default: a temporary one)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     options = parser.parse_args()
     precisions = [p for p in options.precisions.split(",") if p]
     chosen = entries(set(filter(None, options.family.split(","))), set(filter(None, options.models.split(","))))
     done = {}
-    if options.results and options.results.exists():
-        for line in options.results.read_text().splitlines():
+    for results in options.results:
+        for line in results.read_text().splitlines() if results.exists() else ():
             if line.strip():
                 row = json.loads(line)
                 done[(row["family"], row["model"])] = row
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix="edgebuild-corpus-runs-"))
     rows = []
     for entry in chosen:
-        if (entry.family, entry.name) in done:
-            rows.append(done[(entry.family, entry.name)])
+        if (entry.family, entry.name) in done or options.no_run:
+            rows += [done[(entry.family, entry.name)]] if (entry.family, entry.name) in done else []
             continue
         print(f"{entry.id} ...", file=sys.stderr, flush=True)
         row = run_entry(entry, precisions, not options.no_coremltools, workdir)
         rows.append(row)
         if options.results:
-            with options.results.open("a") as handle:
+            with options.results[0].open("a") as handle:
                 handle.write(json.dumps(row) + "\n")
     if options.json:
         print(json.dumps(rows, indent=1))
