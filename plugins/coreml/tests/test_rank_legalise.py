@@ -93,6 +93,28 @@ def test_maxvit_grid_partition_of_six_runs(batch):
     assert (result.op_counts.get("transpose") == 1) == (batch == 1)
 
 
+def test_partition_after_departition():
+    """MaxViT as exported: a departition ends in a rank-4 value that the next partition reshapes to rank 6
+    again (the rank-4 value is rewritten once and read by the next rewrite)."""
+    nodes = [
+        oh.make_node("Reshape", ["x", "six"], ["h"], name="part"),
+        oh.make_node("Transpose", ["h"], ["t"], perm=[0, 2, 4, 3, 5, 1], name="part_swap"),
+        oh.make_node("Reshape", ["t", "four"], ["w"], name="windows"),
+        oh.make_node("Relu", ["w"], ["r"], name="relu"),
+        oh.make_node("Reshape", ["r", "six_back"], ["h2"], name="depart"),
+        oh.make_node("Transpose", ["h2"], ["t2"], perm=[0, 5, 1, 3, 2, 4], name="depart_swap"),
+        oh.make_node("Reshape", ["t2", "image"], ["g"], name="image_again"),
+        oh.make_node("Reshape", ["g", "six"], ["h3"], name="part2"),
+        oh.make_node("Transpose", ["h3"], ["t3"], perm=[0, 2, 4, 3, 5, 1], name="part2_swap"),
+        oh.make_node("Reshape", ["t3", "four"], ["y"], name="windows2"),
+    ]
+    inputs = {"x": rand(2, 6, 8, 8)}
+    model = _model(nodes, inputs, {"y": None}, {
+        "six": np.array([2, 6, 2, 4, 2, 4]), "four": np.array([2, 4, 16, 6]), "six_back": np.array([2, 2, 2, 4, 4, 6]),
+        "image": np.array([2, 6, 8, 8])})
+    _check(model, inputs)
+
+
 @pytest.mark.parametrize("rank", [6, 7, 8])
 def test_transpose_steps_move_data_as_transpose(rank):
     """Every permutation of a few shapes (size-1 dims among them): the steps, each of rank <= 5,

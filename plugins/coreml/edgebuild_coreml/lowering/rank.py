@@ -397,6 +397,7 @@ class RankLegaliser:
                     if list(result.shape) != list(operand.shape):
                         result = mb.reshape(x=result, shape=list(operand.shape), before_op=op)
                     self.block.replace_uses_of_var_after_op(anchor_op=op, old_var=operand.var, new_var=result)
+                    folded[id(operand.var)] = result  # (later plans read the value under its old Var)
             removed.append(op)
         self.block.remove_ops(removed)
         stale = [op for op in self.block.operations if op.op_type == "const" and self.high_const(op.outputs[0])
@@ -409,16 +410,17 @@ class RankLegaliser:
         return _is_tensor(var) and var.rank > MAX_RANK
 
     def _folded_input(self, operand: _Operand, folded: dict, op):
-        if id(operand.var) in folded:
-            return folded[id(operand.var)]
+        var = folded.get(id(operand.var), operand.var)
+        if self.high(operand.var):
+            return var
         shape = operand.folded_shape(self.cuts)
         if operand.broadcast:
-            return mb.const(val=np.reshape(np.broadcast_to(operand.var.val, operand.shape), shape), before_op=op)
+            return mb.const(val=np.reshape(np.broadcast_to(var.val, operand.shape), shape), before_op=op)
         if shape == list(operand.shape):
-            return operand.var
-        if operand.var.val is not None and _is_const(operand.var):
-            return mb.const(val=np.reshape(operand.var.val, shape), before_op=op)
-        return mb.reshape(x=operand.var, shape=shape, before_op=op)
+            return var
+        if var.val is not None and _is_const(var):
+            return mb.const(val=np.reshape(var.val, shape), before_op=op)
+        return mb.reshape(x=var, shape=shape, before_op=op)
 
     def _out_shape(self, operand: _Operand) -> list[int]:
         return operand.folded_shape(self.cuts) if self.high(operand.var) else list(operand.shape)
