@@ -239,3 +239,28 @@ def test_a_computed_scale_keeps_the_float_form():
     model = _model([node], [oh.make_tensor_value_info("x", U8, [1, 3, 4, 4]), oh.make_tensor_value_info("ys", F, [])],
                    params)
     assert _ops(_rewritten(model, QOPERATOR)) == ["DequantizeLinear", "DequantizeLinear", "Conv", "QuantizeLinear"]
+
+
+@pytest.mark.parametrize("trans_b,requantized", [(0, True), (1, True), (1, False)])
+def test_qgemm_scales_by_alpha_a_and_b_once(trans_b, requantized):
+    """com.microsoft QGemm: C joins the int32 sum; the scale is alpha * a_scale * b_scale [/ y_scale]."""
+    k, n = 32, 6
+    b = _weights((n, k) if trans_b else (k, n), np.int8, 9)
+    b_scale = RNG.uniform(0.001, 0.01, n).astype(np.float32)
+    c = RNG.integers(-3000, 3000, n).astype(np.int32)
+    params = {"as": np.array(0.02, np.float32), "az": np.array(120, np.uint8), "b": b, "bs": b_scale,
+              "bz": np.zeros(n, np.int8), "c": c}
+    names = ["a", "as", "az", "b", "bs", "bz", "c"]
+    if requantized:
+        params.update(ys=np.array(0.3, np.float32), yz=np.array(110, np.uint8))
+        names += ["ys", "yz"]
+    node = oh.make_node("QGemm", names, ["y"], domain=MS, transB=trans_b, alpha=0.7)
+    model = _model([node], [oh.make_tensor_value_info("a", U8, [5, k])], params, ms=True)
+    a = _weights((5, k), np.uint8, 10)
+    acc = _int32_matmul(a.astype(np.int64) - 120, b.T if trans_b else b) + c
+    scale = (np.float32(0.7) * np.float32(0.02) * b_scale).astype(np.float32)
+    got = run_reference(_rewritten(model, QOPERATOR), {"a": a})["y"]
+    if requantized:
+        np.testing.assert_array_equal(got, _requantized(acc, (scale / np.float32(0.3)).astype(np.float32), 110, np.uint8))
+    else:
+        np.testing.assert_array_equal(got, acc.astype(np.float32) * scale)

@@ -133,7 +133,7 @@ def test_qgemm_scales_its_int32_c_by_alpha_and_both_input_scales(transpose_b):
     model = one_node("QGemm", inputs, {"A"}, TensorProto.FLOAT, domain=MS, attrs={"alpha": 0.5, "transB": transpose_b})
     decomposed = decompose(model)
     weight_dq = list(decomposed.graph)[1]
-    assert weight_dq.attributes["axis"].as_int() == (0 if transpose_b else 1)  # per column of the product
+    assert weight_dq.attributes["axis"].as_int() == 1  # per column of the product (B read as [K, N])
     product = (0.02 * (a.astype(np.float64) - 120)) @ ((b.T if transpose_b else b) * b_scale)
     expected = 0.5 * product + c * 0.5 * 0.02 * b_scale
     np.testing.assert_allclose(run_reference(decomposed, {"A": a})["y"], expected, rtol=1e-4, atol=1e-4)

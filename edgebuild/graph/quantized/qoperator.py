@@ -12,12 +12,13 @@ result, so a backend needs only Q/DQ and the float op:
 - int32 biases (QLinearConv ``B``, QGemm ``C``) are stored at scale ``x_scale * w_scale``; they
   become float initializers (they are small), or ``Cast -> Mul`` when a scale is computed.
 
-QLinearConv and QLinearMatMul with constant scales and a constant weight take onnxruntime's
+QLinearConv, QLinearMatMul and QGemm with constant scales and a constant weight take onnxruntime's
 integer arithmetic instead (edgebuild.graph.quantized.integer): integer-valued operands
 (``DequantizeLinear(x, 1, x_zp)``, the weight times ``2**-shift``), the int32 bias as integers, one
 ``Mul`` by ``x_scale * w_scale / y_scale`` (computed in float32 in that order, as onnxruntime's
 kernels do, times ``2**shift``) and ``QuantizeLinear(., 1, y_zp)``, which rounds half to even and
-saturates as onnxruntime's requantisation does: at fp32 the output is onnxruntime's exactly. The
+saturates as onnxruntime's requantisation does (QGemm: ``alpha * a_scale * b_scale``, over
+``y_scale`` when it requantises): at fp32 the output is onnxruntime's exactly. The
 other ops (and computed scales) go through float: there a requantised output can differ from
 onnxruntime's by one step where the exact value sits on a rounding boundary.
 
@@ -187,33 +188,41 @@ def _constant_scales(r: Rewrite, *indices: int) -> list[np.ndarray] | None:
     return arrays
 
 
-def _integer_weight(r: Rewrite, index: int, zero_index: int, conv: bool) -> tuple[np.ndarray, np.ndarray] | None:
+def _integer_weight(r: Rewrite, index: int, zero_index: int, conv: bool,
+                    trans_b: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """(int8/uint8 weight, its zero point) when both are constants of one type (per tensor or per channel)."""
     data = const_array(r.optional(index))
     zero_value = r.optional(zero_index)
     zero = np.zeros((), data.dtype) if data is not None and zero_value is None else const_array(zero_value)
     if data is None or zero is None or data.dtype not in (np.int8, np.uint8) or zero.dtype != data.dtype:
         return None
-    if data.ndim < (3 if conv else 2) or zero.size not in (1, data.shape[0 if conv else -1]):
+    if data.ndim < (3 if conv else 2) or (trans_b and data.ndim != 2):
+        return None
+    if zero.size not in (1, data.shape[0 if conv or trans_b else -1]):
         return None
     return data, zero
 
 
-def _integer_requantized(r: Rewrite, kind: str, x_index: int, w_index: int, scale_indices: tuple[int, int, int],
-                         attributes: dict, bias: np.ndarray | None) -> ir.Value | None:
+def _integer_requantized(r: Rewrite, kind: str, x_index: int, w_index: int, scale_indices: tuple,
+                         attributes: dict, bias: np.ndarray | None, *, alpha: float | None = None,
+                         trans_a: bool = False, trans_b: bool = False) -> ir.Value | None:
     """onnxruntime's integer kernel: the int32 sum (plus the int32 bias) as integer-valued float32,
-    times ``x_scale * w_scale / y_scale`` in that order, rounded half to even, shifted by the output
-    zero point and saturated (QuantizeLinear with scale 1). None when a scale is computed or the
-    weight is not a constant (the float form then)."""
+    times ``x_scale * w_scale / y_scale`` in that order (QGemm: ``alpha * a_scale * b_scale``
+    [``/ y_scale``]), rounded half to even, shifted by the output zero point and saturated
+    (QuantizeLinear with scale 1); without a y_scale index (QGemm's float output) the scaled sum.
+    None when a scale is computed or the weight is not a constant (the float form then)."""
     conv = kind == "Conv"
-    scales = _constant_scales(r, *scale_indices)
-    weight = _integer_weight(r, w_index, w_index + 2, conv)
+    requantize = scale_indices[2] is not None
+    scales = _constant_scales(r, *(i for i in scale_indices if i is not None))
+    weight = _integer_weight(r, w_index, w_index + 2, conv, trans_b)
     x_zero = r.optional(x_index + 2)
-    if scales is None or weight is None or scales[0].size != 1 or scales[2].size != 1:
+    if scales is None or weight is None or scales[0].size != 1 or (requantize and scales[2].size != 1):
         return None
     if x_zero is not None and _static_size(x_zero) != 1:
         return None
     data, zero = weight
+    if trans_b:  # QGemm's [N, K] weight as [K, N] (still 8-bit)
+        data = np.ascontiguousarray(data.T)
     channels = data.shape[0 if conv else -1]
     if scales[1].size not in (1, channels):
         return None
@@ -221,13 +230,15 @@ def _integer_requantized(r: Rewrite, kind: str, x_index: int, w_index: int, scal
     bound = integer.EIGHT_BIT_SPAN * float(steps.sum()) + (float(np.abs(bias).max()) if bias is not None else 0.0)
     shift = integer.shift_for(bound)
     x_int = r.dequantize(r.input(x_index), _unit_scale(r, x_zero), x_zero, "x")
+    if trans_a:
+        x_int = r.op("Transpose", [x_int], "a_transposed", perm=[1, 0])
     step_axis = 1 if conv else data.ndim - 2
     weight_scale = np.full(channels if zero.size > 1 else (), 2.0 ** -shift, np.float32)
     channel_axis = 0 if conv else data.ndim - 1
 
     def weight_part(start: int, end: int) -> ir.Value:
         part = data if (start, end) == (0, len(steps)) else np.take(data, np.arange(start, end), axis=step_axis)
-        source = r.input(w_index) if part is data else r.initializer(part, "w_part")
+        source = r.input(w_index) if part is data and not trans_b else r.initializer(part, "w_part")
         return r.dequantize(source, r.initializer(weight_scale, "w_integer_scale"),
                             r.initializer(zero, "w_zero_point") if np.any(zero) else None,
                             "w", axis=channel_axis)
@@ -239,17 +250,23 @@ def _integer_requantized(r: Rewrite, kind: str, x_index: int, w_index: int, scal
     runs = [(0, len(steps))] if grouped else integer.chunks(steps, integer.EIGHT_BIT_SPAN)
     total = integer.chunked_product(lambda op, inputs, attrs: r.op(op, inputs, op.lower(), **attrs),
                                     lambda array: r.initializer(array, "slice"), kind, x_int, weight_part, runs,
-                                    1 if conv else -1, attributes, bias_value)
+                                    1 if conv else -1, attributes, bias_value if conv else None)
     if bias_value is not None and kind != "Conv":
         total = r.op("Add", [total, bias_value], "bias")
-    x_scale, w_scale, y_scale = (a.astype(np.float32) for a in scales)
-    multiplier = (x_scale.reshape(()) * w_scale.reshape(-1) / y_scale.reshape(())).astype(np.float32)
+    x_scale, w_scale = (a.astype(np.float32).reshape(-1) for a in scales[:2])
+    if alpha is not None:
+        x_scale = (np.float32(alpha) * x_scale).astype(np.float32)
+    multiplier = (x_scale * w_scale).astype(np.float32)
+    if requantize:
+        multiplier = (multiplier / scales[2].astype(np.float32).reshape(())).astype(np.float32)
     multiplier = (multiplier * np.float32(2.0 ** shift)).astype(np.float32)  # exact: a power of two
     if multiplier.size == 1:
         multiplier = multiplier.reshape(())
     elif conv:
         multiplier = multiplier.reshape([-1] + [1] * (data.ndim - 2))
     scaled = r.op("Mul", [total, r.initializer(multiplier, "multiplier")], "requantize")
+    if not requantize:
+        return scaled
     y_zero = r.optional(scale_indices[2] + 1)
     return r.quantize(scaled, _unit_scale(r, y_zero), y_zero, r.node.outputs[0], like=r.input(x_index))
 
@@ -297,6 +314,14 @@ def _gemm(r: Rewrite) -> ir.Value:
     """
     trans_b = r.int_attr("transB", 0)
     alpha = r.float_attr("alpha", 1.0)
+    bias = const_array(r.optional(6)) if r.optional(6) is not None else None
+    # onnxruntime requantises when y_zero_point is given, else writes the scaled float sum
+    float_output = r.optional(7) is None and r.optional(8) is None
+    if (r.optional(6) is None or bias is not None) and (float_output or r.optional(8) is not None):
+        exact = _integer_requantized(r, "MatMul", 0, 3, (1, 4, None if float_output else 7), {}, bias, alpha=alpha,
+                                     trans_a=bool(r.int_attr("transA", 0)), trans_b=bool(trans_b))
+        if exact is not None:
+            return exact
     a_in = r.input(0, "A")
     a = r.dequantize(a_in, r.input(1, "a_scale"), r.optional(2), "a")
     b = r.dequantize(r.input(3, "B"), r.input(4, "b_scale"), r.optional(5), "b", axis=0 if trans_b else 1)
