@@ -54,7 +54,7 @@ class _Cuts:
 
     def __init__(self):
         self.parent: list[int] = []
-        self.forced: dict[int, list[str]] = {}  # root -> ops that force it
+        self.forced: dict[int, list[tuple]] = {}  # root -> (why, op) of the ops that force it
 
     def new(self, count: int) -> list[int]:
         start = len(self.parent)
@@ -75,7 +75,9 @@ class _Cuts:
                 self.forced.setdefault(a, []).extend(self.forced.pop(b))
 
     def force(self, slot: int, why: str) -> None:
-        self.forced.setdefault(self.find(slot), []).append(why)
+        self.forced.setdefault(self.find(slot), []).append((why, self.current))
+
+    current = None  # the op whose constraints are being added (named in errors)
 
     def is_cut(self, slot: int) -> bool:
         return self.find(slot) in self.forced
@@ -198,8 +200,8 @@ class RankLegaliser:
                     continue
                 groups = operand.groups(self.cuts)
                 if len(groups) > MAX_RANK:
-                    why = sorted({w for slot in operand.slots if self.cuts.is_cut(slot)
-                                  for w in self.cuts.forced[self.cuts.find(slot)]})
+                    why = sorted({w.format(op=self.where(o)) for slot in operand.slots if self.cuts.is_cut(slot)
+                                  for w, o in self.cuts.forced[self.cuts.find(slot)]})
                     producer = operand.var.op if operand.var.op is not None else plan.op
                     self._decline(
                         producer, operand.var,
@@ -230,7 +232,8 @@ class RankLegaliser:
             elif _is_tensor(value) and value.rank >= 1:
                 plan.inputs[name] = self._operand(value)
         plan.outputs = [self._operand(v) for v in op.outputs]
-        label = f"{kind} {op.name!r}"
+        label = "{op}"  # the node, named only if an error needs it
+        self.cuts.current = op
         if kind in ELEMENTWISE:
             self._broadcast(plan.outputs[0], [o for o in plan.inputs.values() if isinstance(o, _Operand)], label)
         elif kind in RESHAPES or kind in ("transpose", "shape"):
@@ -283,7 +286,7 @@ class RankLegaliser:
 
     def _unsupported(self, op, why: str):
         var = self._high_of(op)
-        self._decline(op, var, f"edgebuild could not fold its dims: {why} ({op.op_type} {op.name!r})",
+        self._decline(op, var, f"edgebuild could not fold its dims: {why} ({self.where(op)})",
                       hint="reshape the tensor to rank 5 or less in the source model, or route the op to another "
                            "backend with the recipe's compute policy")
 
