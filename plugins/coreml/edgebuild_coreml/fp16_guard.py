@@ -36,6 +36,7 @@ SATURATED = FP16_MAX / 2
 # stay well below one activation of a full-resolution image model.
 SCAN_CHUNK = 1 << 16
 DROP_PAGES_ELEMENTS = 1 << 20  # max_finite_magnitude(drop_pages=True) drops this many at a time
+CAST_SUFFIX = "_cast_fp16"  # coremltools' add_fp16_cast names an op's fp16 copy so
 
 
 @dataclass
@@ -44,6 +45,10 @@ class GuardResult:
     readers: list[str]  # ops reading an overflowing output
     checked_samples: int
     ranges: dict[str, float] = field(default_factory=dict, repr=False)  # op name -> max |output|
+    # op name -> the names of its float outputs, for every op kept in fp32: the island as values.
+    # Later passes may recreate an op under a new name (topological_reorder moves every transpose
+    # and cast that way) but keep its output's name, so the saved program is checked by value.
+    island_values: dict[str, list[str]] = field(default_factory=dict, repr=False)
 
     @property
     def keep_fp32(self) -> set[str]:
@@ -244,12 +249,22 @@ def find_overflows(program, samples, *, limit: float = FP16_MAX) -> GuardResult:
     overflowing = {name: peak for name, peak in ranges.items() if peak > limit}
     for name, peak in constant_overflows(program, limit).items():
         overflowing.setdefault(name, peak)
+    readers = readers_of(program, set(overflowing)) if overflowing else []
     return GuardResult(
         overflowing=overflowing,
-        readers=readers_of(program, set(overflowing)) if overflowing else [],
+        readers=readers,
         checked_samples=checked,
         ranges=ranges,
+        island_values=float_outputs_of(program, set(overflowing) | set(readers)),
     )
+
+
+def float_outputs_of(program, names: set[str]) -> dict[str, list[str]]:
+    """{op name: names of its float outputs} for the ops of ``program`` named in ``names``."""
+    from coremltools.converters.mil.mil import types
+
+    return {op.name: [v.name for v in op.outputs if v.dtype in (types.fp16, types.fp32)]
+            for op in _all_ops(program.functions["main"]) if op.name in names}
 
 
 # -- check the saved artifact -----------------------------------------------------------------
@@ -270,3 +285,56 @@ def ops_not_fp32(program, names) -> list[str]:
         if any(v.dtype != types.fp32 for v in float_outputs):
             wrong.append(name)
     return wrong
+
+
+@dataclass
+class IslandCheck:
+    """How the guard's islands came through the passes after the cast, in the saved program."""
+
+    in_fp16: dict[str, list[str]]  # op kept fp32 -> its values the saved program computes in fp16
+    kept: dict[str, list[str]]  # op kept fp32 -> its values the saved program computes in fp32
+    folded: list[str]  # ops none of whose values is left (eliminated, folded or fused into a reader)
+
+    def to_json(self) -> dict:
+        return {"islands_fp32": sorted(self.kept), "islands_folded_away": sorted(self.folded)}
+
+
+def check_islands(program, island_values: Mapping[str, list[str]]) -> IslandCheck:
+    """Find each value of the guard's islands in the saved ``program`` by name.
+
+    A value is the island's whichever op now makes it (passes after the cast recreate ops under new
+    names and keep their outputs' names). One the program computes in fp16 is the failure this
+    check exists for. One the program no longer holds was removed by a pass that keeps dtypes
+    (a no-op or constant folded away, an op fused into its reader, which reads fp32 and is in the
+    island itself): its readers carry the check.
+    """
+    from coremltools.converters.mil.mil import types
+    from coremltools.converters.mil.mil.passes.defs.preprocess import NameSanitizer
+
+    made_by = {v.name: v for op in _all_ops(program.functions["main"]) for v in op.outputs}
+
+    def sanitized(name: str) -> str:  # what the backend's sanitize pass makes of a name (a fresh sanitizer:
+        return NameSanitizer(prefix="var_").sanitize_name(name)  # one remembers names, and numbers repeats)
+
+    def computed_in_fp16(name: str) -> bool:
+        # fp16 itself, or an fp16 value cast up under the island's name (no island op is such a
+        # cast: the guard measured an all-fp32 program)
+        value = made_by[name]
+        return value.dtype == types.fp16 or (value.op.op_type == "cast" and value.op.x.dtype == types.fp16)
+
+    def found(name: str) -> str | None:
+        return next((n for n in (name, sanitized(name)) if n in made_by), None)
+
+    in_fp16, kept, folded = {}, {}, []
+    for op_name, values in island_values.items():
+        present = [found(v) for v in values if found(v)]
+        fp16 = [v for v in present if computed_in_fp16(v)]
+        # the fp16 copy coremltools' cast pass makes of an op it did cast, named after it
+        fp16 += [found(v + CAST_SUFFIX) for v in values if not found(v) and found(v + CAST_SUFFIX)]
+        if fp16:
+            in_fp16[op_name] = fp16
+        elif present:
+            kept[op_name] = present
+        else:
+            folded.append(op_name)
+    return IslandCheck(in_fp16, kept, folded)

@@ -78,16 +78,14 @@ def _lower(model_path: Path, artifact: Path, params: LowerParams, registry, *, b
     del model
     gc.collect()  # also removes coremltools' temporary package, whose weight file links ours
     hashing = _hash_in_background(artifact)  # the store's scan of the output then reads nothing
-    keep_fp32: set[str] = set()
     if params.calibration is not None:
         guard = guard_run.get("result")
         if guard is None:
             raise BuildError(f"{artifact.name}: coremltools' pipeline ran no fp16 cast pass, so the fp16 "
                              "guard measured nothing", hint="set compute.fp16_guard: false")
         info["fp16_guard"] = {**guard.to_json(), "saturated_constants": saturated}
-        keep_fp32 = guard.keep_fp32
-    if keep_fp32:
-        _check_kept_fp32(program, keep_fp32, artifact.name)
+        if guard.keep_fp32:
+            info["fp16_guard"].update(check_kept_fp32(program, guard, artifact.name).to_json())
     renamed_inputs = {k: v for k, v in result.input_names.items() if k != v}
     plan = policy.plan_for(program, compute, shapes_dynamic=policy.range_inputs(params.inputs, result.input_names))
     error = policy.violation_error(plan, LABEL)
@@ -134,16 +132,20 @@ def _fp16_guard(record: dict, model_path: Path, recipe_inputs: dict, input_names
     return before_fp16_cast
 
 
-def _check_kept_fp32(program, keep_fp32: set[str], artifact_name: str) -> None:
-    from edgebuild_coreml.fp16_guard import ops_not_fp32
+def check_kept_fp32(program, guard, artifact_name: str):
+    """The last line of defence: every value of the guard's islands the saved program still holds
+    is computed in fp32 (whatever the passes after the cast named its op); returns the IslandCheck."""
+    from edgebuild_coreml.fp16_guard import check_islands
 
-    wrong = ops_not_fp32(program, sorted(keep_fp32))
-    if wrong:
+    checked = check_islands(program, guard.island_values)
+    if checked.in_fp16:
+        wrong = ", ".join(f"{op} (as {', '.join(values)})" for op, values in sorted(checked.in_fp16.items()))
         raise BuildError(
-            f"{artifact_name}: the fp16 guard asked to keep {', '.join(wrong)} in fp32, but the saved "
-            "program computes them in fp16 (or renamed them), so they would overflow",
+            f"{artifact_name}: the fp16 guard asked to keep {wrong} in fp32, but the saved "
+            "program computes them in fp16, so they would overflow",
             hint="set target.precision: float32, or compute.fp16_guard: false to accept the overflow",
         )
+    return checked
 
 
 def _import_lowering_libraries() -> None:

@@ -114,6 +114,7 @@ class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass
         if self.before_cast is not None:
             keep.update(self.before_cast(prog))
         self.op_selector = lambda op: op.name not in keep
+        islands = {op.name for op in _float_ops(prog) if op.name in keep}
         # each large weight is cast once, as its overflow is checked, and its cast op takes that value
         with WeightCasts(_large_fp32_bytes(prog)).serving_casts() as casts:
             self._casts = casts
@@ -121,6 +122,7 @@ class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass
                 super().apply(prog)
             finally:
                 self._casts = None
+        _check_islands_cast_fp32(prog, islands)
 
     _casts: WeightCasts | None = None
 
@@ -155,6 +157,32 @@ class guarded_fp16_cast(add_fp16_cast):  # noqa: N801 - coremltools names a pass
     @staticmethod
     def fp16_overflow(op) -> bool:
         return any(_overflows(var) for var in _fp32_consts(op))
+
+
+def _float_ops(prog):
+    def walk(block):
+        for op in block.operations:
+            if any(v.dtype in (types.fp16, types.fp32) for v in op.outputs):
+                yield op
+            for inner in op.blocks:
+                yield from walk(inner)
+
+    for function in prog.functions.values():
+        yield from walk(function)
+
+
+def _check_islands_cast_fp32(prog, islands: set[str]) -> None:
+    """Every op kept in fp32 is still there, under its name, with fp32 outputs, right after the cast:
+    here names are exact (the passes after it may recreate an op under another name, and the lower
+    stage checks the saved program by the islands' values instead)."""
+    from edgebuild.plugin import BuildError
+
+    found = {op.name: op for op in _float_ops(prog) if op.name in islands}
+    wrong = sorted(name for name in islands
+                   if name not in found or any(v.dtype == types.fp16 for v in found[name].outputs))
+    if wrong:
+        raise BuildError(f"the fp16 cast pass was asked to keep {', '.join(wrong)} in fp32, but cast them to fp16",
+                         hint="set target.precision: float32, or compute.fp16_guard: false to accept the overflow")
 
 
 def _large_fp32_bytes(prog) -> int:
