@@ -231,7 +231,7 @@ class IntRanges:
         """The output type's range wraps the bounds: the source's type in the source graph, the
         backend's integers in the saturated one; 64-bit arithmetic whose bounds reach beyond 2**62
         may have wrapped too."""
-        dtype = value.dtype or _output_dtype(value.producer())
+        dtype = _dtype_of(value)
         bounds = _dtype_range(dtype)
         if bounds is None:
             if span.any_differs:
@@ -265,8 +265,14 @@ class IntRanges:
                 pending.extend(v for v in node.outputs if v is not None)
 
 
-def _output_dtype(node: ir.Node | None) -> ir.DataType | None:
-    """The type of a node's output where the graph does not say (no shape inference ran)."""
+def _dtype_of(value: ir.Value | None, depth: int = 0) -> ir.DataType | None:
+    """A value's type, or where the graph does not say (no shape inference ran) its producer's."""
+    if value is None or value.dtype is not None or depth > 50:
+        return value.dtype if value is not None else None
+    return _output_dtype(value.producer(), depth + 1)
+
+
+def _output_dtype(node: ir.Node | None, depth: int) -> ir.DataType | None:
     if node is None:
         return None
     if node.op_type == "Cast":
@@ -278,8 +284,7 @@ def _output_dtype(node: ir.Node | None) -> ir.DataType | None:
     if node.op_type == "ConstantOfShape":
         attribute = node.attributes.get("value")
         return attribute.value.dtype if attribute is not None else ir.DataType.FLOAT
-    source = node.inputs[1] if node.op_type == "Where" else node.inputs[0]
-    return source.dtype if source is not None else None
+    return _dtype_of(node.inputs[1] if node.op_type == "Where" else node.inputs[0], depth)
 
 
 def _constant(value: ir.Value) -> np.ndarray | None:
@@ -734,22 +739,30 @@ def saturate_graph(graph: ir.Graph, bits: int = 32) -> tuple[list[ir.Value], dic
             values.update({id(v): v for v in node.outputs if out_of_range(v, bits)})
     kept: dict[str, str] = {}
     while values:
-        analysis = IntRanges(graph, bits, candidates=dict(values))
-        try:
-            analysis.follow(list(values.values()))
-        except Unproven as exc:
-            blocked = [v for v in values.values() if _reaches(v, exc.node, graph)]
-            if not blocked:  # the failure is a graph output: it is reached from whichever differs there
-                blocked = [v for v in values.values() if analysis.span(v).any_differs and _reaches_output(v, graph)]
-            blocked = blocked or list(values.values())
-            for value in blocked:
-                kept[value.name] = exc.describe()
-                del values[id(value)]
-            continue
-        for value in values.values():
-            _saturate(value, bits)
-        return list(values.values()), kept
+        # proven together, since one saturated constant may meet another; a failure blocks the
+        # constants that fail on their own, else every constant that reaches where it failed
+        failure = _failure(graph, bits, values)
+        if failure is None:
+            for value in values.values():
+                _saturate(value, bits)
+            return list(values.values()), kept
+        alone = {id(v): _failure(graph, bits, {id(v): v}) for v in values.values()}
+        blocked = {key: reason for key, reason in alone.items() if reason is not None}
+        if not blocked:
+            reached = [key for key, v in values.items() if _reaches(v, failure.node, graph)
+                       or failure.node is None and _reaches_output(v, graph)]
+            blocked = {key: failure for key in reached or values}
+        for key, reason in blocked.items():
+            kept[values.pop(key).name] = reason.describe()
     return [], kept
+
+
+def _failure(graph: ir.Graph, bits: int, values: dict[int, ir.Value]) -> Unproven | None:
+    try:
+        IntRanges(graph, bits, candidates=dict(values)).follow(list(values.values()))
+    except Unproven as exc:
+        return exc
+    return None
 
 
 def _downstream(value: ir.Value) -> tuple[set[int], set[int]]:

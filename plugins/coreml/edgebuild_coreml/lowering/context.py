@@ -13,6 +13,7 @@ import numpy as np
 import onnx_ir as ir
 
 from edgebuild.plugin import unique_name
+from edgebuild.plugin.graph import int_range_reason
 from edgebuild_coreml.lowering.errors import DeclinedForm, LoweringError, TargetTooOld
 
 TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18", "iOS26")
@@ -181,7 +182,9 @@ class LoweringContext:
         array = np.asarray(array)
         if array.dtype.kind in "iu" and array.size and (array.min() < _INT32.min or array.max() > _INT32.max):
             where = LoweringContext.where(node) if node is not None else "a constant"
-            raise LoweringError(f"{where}: {what} holds values outside int32, which Core ML cannot represent")
+            reason = int_range_reason(node) if node is not None else None  # why the graph pass kept them
+            raise LoweringError(f"{where}: {what} holds values outside int32, which Core ML cannot represent"
+                                + (f"; {reason}" if reason else ""))
         return array.astype(np.int32) if array.dtype.kind in "iu" else array
 
 
