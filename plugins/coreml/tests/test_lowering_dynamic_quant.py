@@ -80,10 +80,6 @@ def _ops(model: onnx.ModelProto) -> set[str]:
     return {n.op_type for n in model.graph.node}
 
 
-def _activation_step(x: np.ndarray) -> float:
-    return (max(float(x.max()), 0.0) - min(float(x.min()), 0.0)) / 255
-
-
 def _program_ops(model: onnx.ModelProto) -> list[str]:
     return [op.op_type for op in lower(model).program.functions["main"].operations]
 

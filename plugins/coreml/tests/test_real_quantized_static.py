@@ -41,17 +41,17 @@ from edgebuild_testplugin.sources import shipped_source
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = 4
 CALIBRATION_SAMPLES = 8
-# Worst cosine over every output, measured: ppocr_cls QDQ 1.000000, QOperator 0.999238; orientation
-# QDQ 0.999673, QOperator 0.998956; ddddocr_det QDQ 0.999816, QOperator 0.999792. Not 0.9999 on the
+# QOperator sources: QLinearConv/QLinearMatMul/QGemm compute onnxruntime's integer arithmetic
+# (test_real_quantized_exact), measured 1.000000 on ppocr_cls and orientation (0.999238 and 0.998956
+# in the float form), 0.999810 on ddddocr_det (its QLinearAdd/Concat/pooling requantise in float).
+# QDQ, measured: ppocr_cls 1.000000, orientation 0.999673, ddddocr_det 0.999816. Not 0.9999 on the
 # deeper models: the interpreter's fp32 convolutions sum in another order than onnxruntime's, and a
 # last-bit difference just before a QuantizeLinear moves a value on a rounding tie by one step,
 # which the following layers carry on (onnxruntime's own fused and op-by-op sessions of orientation
-# QDQ differ by 0.9990, three times as much). A QOperator source is integer kernels with one
-# requantisation per op; 1-step differences compound through ~50 layers into a quantised softmax
-# of 2-4 classes, where one step is ~0.4%. Matching to 0.9999 would take exact integer emulation.
+# QDQ differ by 0.9990, three times as much).
 # onnxruntime's float kernels round differently per instruction set: on an AVX2-only CPU orientation
 # QDQ measured 0.999459, so QDQ is held to onnxruntime's own agreement with itself (0.9990).
-COSINE = {"qdq": 0.999, "qoperator": 0.998}
+COSINE = {"qdq": 0.999, "qoperator": 0.9997}
 DEFAULT_COSINE = 0.9999  # ppocr_cls QDQ, the default-run case
 
 DEFAULT = [("ppocr_cls", "qdq")]
