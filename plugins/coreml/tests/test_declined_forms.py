@@ -66,16 +66,25 @@ def declined(proto, **kwargs) -> DeclinedForm:
 
 # -- declines inside a lowering: one case per kind of form ------------------------------------------
 
-def test_topk_with_k_from_the_shape_of_an_unfixed_input_names_k_and_the_dim():
+def _one_hot_nodes(name: str):
+    """OneHot whose depth is the class count read off the logits' shape (dim 1, left symbolic)."""
+    return [oh.make_node("Shape", ["logits"], [f"{name}_shape"], start=1, end=2),
+            oh.make_node("OneHot", ["labels", f"{name}_shape", "on_off"], [f"{name}_out"], name=name, axis=-1)]
+
+
+ON_OFF = oh.make_tensor("on_off", F, [2], [0.0, 1.0])
+
+
+def test_an_operand_from_the_shape_of_an_unfixed_input_names_the_operand_and_the_dim():
     proto = model_of(
-        [oh.make_node("Shape", ["images"], ["s"], start=0, end=1), oh.make_node("TopK", ["images", "s"], ["v", "i"], name="n")],
-        [tensor("images", F, ["N", 5])], [tensor("v"), tensor("i", I64)],
+        _one_hot_nodes("n"), [tensor("logits", F, [2, "C"]), tensor("labels", I64, [2])], [tensor("n_out")], [ON_OFF],
     )
     error = declined(proto)
-    assert error.message.startswith("node 'n' (TopK): the Core ML lowering declines this form: k must be a constant")
-    assert "Shape of the input 'images', whose dim 0 is not fixed" in error.message
+    assert error.message.startswith("node 'n' (OneHot): the Core ML lowering declines this form: depth must be a "
+                                    "constant known at build time")
+    assert "Shape of the input 'logits', whose dim 1 is not fixed" in error.message
     assert "pin the input shapes" in error.hint
-    assert (error.node, error.op_type) == ("n", "TopK")
+    assert (error.node, error.op_type) == ("n", "OneHot")
 
 
 def test_resize_sizes_from_run_time_data_names_the_input():
@@ -140,17 +149,17 @@ def test_a_plugin_lowering_that_declines_names_the_plugin():
 
 def test_a_decline_inside_a_loop_body_names_the_inner_node_once():
     body = oh.make_graph(
-        [oh.make_node("Shape", ["x"], ["s"], start=0, end=1), oh.make_node("TopK", ["x", "s"], ["v", "i"], name="inner"),
-         oh.make_node("Identity", ["cond"], ["cond_out"])],
+        [*_one_hot_nodes("inner"), oh.make_node("Identity", ["cond"], ["cond_out"])],
         "body", [tensor("iter", I64, []), tensor("cond", onnx.TensorProto.BOOL, [])],
-        [tensor("cond_out", onnx.TensorProto.BOOL, []), tensor("v")],
+        [tensor("cond_out", onnx.TensorProto.BOOL, []), tensor("inner_out")],
     )
     proto = model_of(
-        [oh.make_node("Loop", ["trips", ""], ["vs"], name="loop", body=body)],
-        [tensor("x", F, ["N"]), tensor("trips", I64, [])], [tensor("vs")],
+        [oh.make_node("Loop", ["trips", ""], ["rows"], name="loop", body=body)],
+        [tensor("logits", F, [2, "C"]), tensor("labels", I64, [2]), tensor("trips", I64, [])], [tensor("rows")],
+        [ON_OFF],
     )
     error = declined(proto)
-    assert error.message.startswith("node 'inner' (TopK): the Core ML lowering declines this form")
+    assert error.message.startswith("node 'inner' (OneHot): the Core ML lowering declines this form")
     assert error.message.count("declines this form") == 1
 
 
