@@ -93,6 +93,15 @@ def test_maxvit_grid_partition_of_six_runs(batch):
     assert (result.op_counts.get("transpose") == 1) == (batch == 1)
 
 
+@pytest.mark.parametrize("batch", [1, 2])
+def test_video_swin_window_partition_of_rank_eight(batch):
+    """Video Swin's 3-D windows: [B, D, H, W, C] -> rank 8 -> perm (0, 1, 3, 5, 2, 4, 6, 7) -> [B*nW, w^3, C];
+    with a batch above 1 six runs move (a chain of rank-4 transposes)."""
+    model, inputs = _partition((batch, 4, 8, 8, 3), [batch, 2, 2, 2, 4, 2, 4, 3], [0, 1, 3, 5, 2, 4, 6, 7],
+                               [batch * 8, 32, 3])
+    _check(model, inputs)
+
+
 def test_partition_after_departition():
     """MaxViT as exported: a departition ends in a rank-4 value that the next partition reshapes to rank 6
     again (the rank-4 value is rewritten once and read by the next rewrite)."""
