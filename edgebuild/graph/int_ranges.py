@@ -146,8 +146,10 @@ def _dtype_range(dtype: ir.DataType | None) -> tuple[float, float] | None:
         return 0.0, 1.0
     if dtype is None or not dtype.is_integer():
         return None
-    info = np.iinfo(dtype.numpy())
-    return float(info.min), float(info.max)
+    bits = dtype.bitwidth
+    if dtype.is_signed():
+        return -(2.0 ** (bits - 1)), 2.0 ** (bits - 1) - 1
+    return 0.0, 2.0 ** bits - 1
 
 
 def _wrap(lo, hi, low, high, type_low=None, type_high=None):
@@ -629,6 +631,10 @@ _RULES = {
 # -- the pass ---------------------------------------------------------------------------------------
 def out_of_range(value: ir.Value, bits: int) -> bool:
     """An integer constant with values a ``bits``-wide signed integer cannot hold."""
+    tensor = value.const_value
+    bounds = _dtype_range(tensor.dtype) if tensor is not None else None
+    if bounds is None or (bounds[0] >= -(2 ** (bits - 1)) and bounds[1] <= 2 ** (bits - 1) - 1):
+        return False  # not an integer type wider than the limit: never read (weights are floats)
     array = _constant(value)
     if array is None or array.dtype.kind not in "iu" or not array.size:
         return False
@@ -704,8 +710,9 @@ def fold_around_out_of_range(graph: ir.Graph, bits: int = 32) -> int:
 
     folds: dict[int, tuple[ir.Value, np.ndarray]] = {}
     values = [*graph.initializers.values(), *(v for node in graph for v in node.outputs if v is not None)]
+    wide = {dtype for dtype in ir.DataType if (_dtype_range(dtype) or (0, 0))[1] > high}
     for value in values:
-        if value.dtype not in (None, ir.DataType.INT64, ir.DataType.UINT64) or not out_of_range_array(known.of(value)):
+        if value.dtype is not None and value.dtype not in wide or not out_of_range_array(known.of(value)):
             continue
         for reader, _ in value.uses():
             if reader.graph is not graph:

@@ -9,7 +9,7 @@ lowering as constants, which refused them ("holds values outside int32"). The
 onnxruntime on the source.
 
 Each model is transformers' own class from T5Config (2 layers, d_model 64) with seeded random weights,
-exported with ``torch.onnx.export``; they run under -m slow: the encoder at fp32, then the encoder and
+exported with ``torch.onnx.export``; they run under -m slow: the encoder at fp32, then the encoder, UMT5's and
 the decoder step (encoder output as an input, no cache) at fp32 and fp16, and without the pass (the
 refusal). By default two small graphs show the Core ML side: saturated sentinels lower and match
 onnxruntime, and one the analysis cannot clear refuses naming the reader that keeps it.
@@ -40,7 +40,8 @@ CONFIG = dict(d_model=64, d_ff=128, num_layers=2, num_decoder_layers=2, num_head
 
 
 def _export(kind: str, out: Path) -> Path:
-    """T5's encoder, or one decoder step on the encoder's output, exported with dynamic sequence axes."""
+    """T5's encoder (or UMT5's), or one T5 decoder step on the encoder's output, exported with dynamic
+    sequence axes."""
     pytest.importorskip("transformers")
     from edgebuild_testplugin.torchvision_models import torchvision  # noqa: F401 (its ops before transformers)
     import torch
@@ -49,8 +50,9 @@ def _export(kind: str, out: Path) -> Path:
     torch.manual_seed(0)
     config = transformers.T5Config(**CONFIG)
     path = out / f"t5_{kind}.onnx"
-    if kind == "encoder":
-        model = transformers.T5EncoderModel(config).eval()
+    if kind in ("encoder", "umt5_encoder"):
+        model = (transformers.T5EncoderModel(config) if kind == "encoder" else
+                 transformers.UMT5EncoderModel(transformers.UMT5Config(**CONFIG))).eval()
         args, names, outputs = (torch.randint(0, 256, (1, 16)),), ["input_ids"], ["last_hidden_state"]
         axes = {"input_ids": {1: "tokens"}, "last_hidden_state": {1: "tokens"}}
     else:
@@ -131,8 +133,9 @@ def test_saturated_sentinels_lower_and_match_onnxruntime():
     keep = np.arange(6) % 2 == 0
     nodes = [oh.make_node("Clip", ["x", "lowest", "hundred"], ["clipped"]),
              oh.make_node("Where", ["keep", "clipped", "sentinels"], ["y"])]
-    initializers = [onh.from_array(np.array(np.iinfo(np.int64).min), "lowest"), onh.from_array(np.array(100), "hundred"),
-                    onh.from_array(keep, "keep"), onh.from_array(np.where(keep, 0, np.iinfo(np.int64).max), "sentinels")]
+    initializers = [onh.from_array(np.array(np.iinfo(np.int64).min), "lowest"),
+                    onh.from_array(np.array(100), "hundred"), onh.from_array(keep, "keep"),
+                    onh.from_array(np.where(keep, 0, np.iinfo(np.int64).max), "sentinels")]
     # the Where keeps INT64_MAX at odd places in y: those stay, and refuse; Clip's bound is saturated
     model = _after_the_pass(nodes, initializers)
     assert onh.to_array(next(t for t in model.graph.initializer if t.name == "lowest")) == -(2 ** 31)
@@ -179,15 +182,16 @@ def test_t5_encoder_builds_with_its_buckets_folded(exported, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["encoder", "decoder_step"])
+@pytest.mark.parametrize("kind", ["encoder", "decoder_step", "umt5_encoder"])  # UMT5: buckets in every layer
 def test_t5_fp32_and_fp16_and_the_refusal_without_the_pass(kind, exported, tmp_path):
     model = exported / f"t5_{kind}.onnx"
     if not model.is_file():
         _export(kind, exported)
-    inputs = ("{input_ids: {shape: [1, %d], dtype: int64}}" % TOKENS if kind == "encoder" else
+    encoder = kind != "decoder_step"
+    inputs = ("{input_ids: {shape: [1, %d], dtype: int64}}" % TOKENS if encoder else
               "{decoder_input_ids: {shape: [1, %d], dtype: int64}, encoder_hidden_states: {shape: [1, %d, 64], "
               "dtype: float32}}" % (TOKENS, TOKENS))
-    tokens = "input_ids" if kind == "encoder" else "decoder_input_ids"
+    tokens = "input_ids" if encoder else "decoder_input_ids"
     records = _build(model, inputs, tokens, WITH_FP16, tmp_path, exported / "cache")
     worst = {variant: _check(records[variant], cosine) for variant, cosine in (("fp32", 0.9999), ("fp16", 0.999))}
     print(f"\nT5 {kind} worst cosine {worst}")
