@@ -1,7 +1,8 @@
 """Public architectures whose graphs hold rank-6 values build and validate (lowering.rank).
 
 torchvision's Swin, Swin V2 and MaxViT partition images into windows through rank-6 reshapes and
-transposes; RAFT scales its correlation volume as a rank-6 tensor. Each is built from its published
+transposes; RAFT scales its correlation volume as a rank-6 tensor; transformers' Hiera unrolls its
+tokens through rank-6 values it splits, squeezes and max-pools. Each is built from its published
 constructor with random weights, small, and exported with ``torch.onnx.export`` (the TorchScript
 exporter, opset 17: the dynamo exporter fails on RAFT) as a user would; before the rank
 legalisation coremltools stopped every one of them ("Core ML only supports tensors with rank <= 5").
@@ -51,6 +52,23 @@ def _architecture(name: str):
     if name == "maxvit_t":
         return maxvit.MaxVit(input_size=(64, 64), stem_channels=16, partition_size=4, block_channels=[16, 32],
                              block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10), (image,)
+    if name == "hiera":  # transformers' Hiera: unrolls and re-rolls its tokens through rank-6 values
+        from transformers import HieraConfig, HieraModel
+
+        config = HieraConfig(embed_dim=16, image_size=[64, 64], patch_size=[7, 7], patch_stride=[4, 4],
+                             patch_padding=[3, 3], depths=[1, 1, 1, 1], num_heads=[1, 2, 2, 2], query_stride=[2, 2],
+                             masked_unit_size=[8, 8], mlp_ratio=2.0)
+        hiera = HieraModel(config)
+
+        class LastHidden(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.hiera = hiera
+
+            def forward(self, pixel_values):
+                return self.hiera(pixel_values=pixel_values).last_hidden_state
+
+        return LastHidden(), (image,)
     if name == "raft_small":
         raft = torchvision.models.optical_flow.raft_small(weights=None)
 
@@ -132,7 +150,7 @@ def _recipe(name: str, path: Path, inputs: dict, directory: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["swin_t", "swin_v2_t", "maxvit_t", "raft_small"])
+@pytest.mark.parametrize("name", ["swin_t", "swin_v2_t", "maxvit_t", "raft_small", "hiera"])
 def test_rank_six_architecture_builds_and_validates_at_fp32_and_fp16(name, tmp_path):
     path, inputs = _export(name, tmp_path)
     assert _highest_onnx_rank(path) == 6
