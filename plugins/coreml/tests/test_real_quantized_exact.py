@@ -92,10 +92,13 @@ def test_qoperator_convolutions_and_matmul_equal_onnxruntime(tmp_path, per_chann
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     source = onnx.load(tmp_path / "q.onnx")
     assert {"QLinearConv", "QLinearMatMul"} <= {n.op_type for n in source.graph.node}
-    optimised = _optimised(tmp_path, source)
+    from edgebuild_coreml.interpreter import run_program
+
+    lowered = lower(_optimised(tmp_path, source))
     for seed in range(3):
         x = np.random.default_rng(seed).normal(size=(1, 3, 12, 12)).astype(np.float32)
-        np.testing.assert_array_equal(lower_and_run(optimised, {"x": x})["y"], run_onnxruntime(source, {"x": x})["y"])
+        got = run_program(lowered.program, {lowered.input_names["x"]: x})[lowered.output_names["y"]]
+        np.testing.assert_array_equal(got, run_onnxruntime(source, {"x": x})["y"])
 
 
 def test_dynamic_matmuls_equal_onnxruntime_and_fp16_says_it_is_not_exact(tmp_path):
