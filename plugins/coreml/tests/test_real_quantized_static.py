@@ -43,7 +43,7 @@ SAMPLES = 4
 CALIBRATION_SAMPLES = 8
 # QOperator sources: QLinearConv/QLinearMatMul/QGemm compute onnxruntime's integer arithmetic
 # (test_real_quantized_exact), measured 1.000000 on ppocr_cls and orientation (0.999238 and 0.998956
-# in the float form), 0.999810 on ddddocr_det (its QLinearAdd/Concat/pooling requantise in float).
+# in the float form), 0.999810 on ddddocr_det (its other quantised ops requantise in float).
 # QDQ, measured: ppocr_cls 1.000000, orientation 0.999673, ddddocr_det 0.999816. Not 0.9999 on the
 # deeper models: the interpreter's fp32 convolutions sum in another order than onnxruntime's, and a
 # last-bit difference just before a QuantizeLinear moves a value on a rounding tie by one step,
