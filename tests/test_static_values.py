@@ -236,3 +236,24 @@ def test_the_pass_reports_nothing_on_a_graph_without_such_values():
                           [oh.make_tensor_value_info("y", F, [2, 3])])
     model = ir.serde.deserialize_model(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10))
     assert PASS.apply(model) == 0
+
+
+def test_shape_of_a_loop_carried_value_stays_computed():
+    """A Loop body's input may change shape between iterations whatever it is typed: its Shape is not folded."""
+    body = oh.make_graph([oh.make_node("Shape", ["state"], ["s"]), oh.make_node("Gather", ["s", "one_index"], ["d"], axis=0),
+                          oh.make_node("Unsqueeze", ["d", "axis0"], ["dv"]),
+                          oh.make_node("Concat", ["state", "state"], ["grown"], axis=1),
+                          oh.make_node("Identity", ["cond_in"], ["cond_out"]), oh.make_node("Identity", ["dv"], ["width"])],
+                         "body", [oh.make_tensor_value_info("i", I64, []), oh.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                                  oh.make_tensor_value_info("state", F, [2, 3])],
+                         [oh.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+                          oh.make_tensor_value_info("grown", F, [2, None]), oh.make_tensor_value_info("width", I64, [1])],
+                         [_i64("one_index", 1), _i64("axis0", [0])])
+    graph = oh.make_graph([oh.make_node("Loop", ["trips", "go", "x"], ["final", "widths"], body=body)], "g",
+                          [oh.make_tensor_value_info("x", F, [2, 3])], [onnx.ValueInfoProto(name="widths")],
+                          [_i64("trips", 3), onh.from_array(np.array(True), "go")])
+    model = ir.serde.deserialize_model(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10))
+    PASS.apply(model)
+    rewritten = ir.serde.serialize_model(model)
+    widths = ReferenceEvaluator(rewritten).run(None, {"x": np.zeros((2, 3), np.float32)})[0]
+    np.testing.assert_array_equal(widths.reshape(-1), [3, 6, 12])

@@ -26,6 +26,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from edgebuild.graph.external_data import iter_graphs
+from edgebuild.registration import unique_name
 
 MAX_ROUNDS = 8
 MAX_ELEMENTS = 64  # shape vectors; a value longer than this is data, not shape arithmetic
@@ -81,7 +82,8 @@ def _int_attr(node: ir.Node, name: str, default: int) -> int:
 class _Evaluator:
     """Known elements of the small integer (and boolean) values of a model."""
 
-    def __init__(self):
+    def __init__(self, main: ir.Graph):
+        self.main = main
         self.partials: dict[int, Partial] = {}
 
     def of(self, value: ir.Value | None) -> Partial | None:
@@ -109,7 +111,7 @@ class _Evaluator:
         op = node.op_type
         inputs = [self.of(v) for v in node.inputs]
         if op == "Shape":
-            return _shape_of(node)
+            return _shape_of(node, self.main)
         if op == "Size":
             shape = node.inputs[0].shape
             if shape is None or not all(isinstance(d, int) for d in shape):
@@ -181,10 +183,11 @@ def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.true_divide(a, b)
 
 
-def _shape_of(node: ir.Node) -> Partial | None:
-    shape = node.inputs[0].shape
-    if shape is None:
-        return None
+def _shape_of(node: ir.Node, main: ir.Graph) -> Partial | None:
+    source = node.inputs[0]
+    shape = source.shape
+    if shape is None or (source.is_graph_input() and source.graph is not main):
+        return None  # a Loop body's input may change shape from one iteration to the next
     dims = list(shape)
     start, end = _int_attr(node, "start", 0), node.attributes.get("end")
     dims = dims[start:int(end.value) if end is not None else None]
@@ -218,10 +221,17 @@ def _reshaped(node: ir.Node, data: Partial) -> Partial | None:
     """Unsqueeze/Squeeze/Reshape/Flatten of a scalar or vector to a scalar or vector."""
     out = node.outputs[0]
     count = data.values.size
-    if node.op_type == "Unsqueeze":
-        rank = data.values.ndim + (1 if count else 0)
-    elif node.op_type == "Squeeze":
-        rank = 0 if count == 1 else data.values.ndim
+    if node.op_type in ("Unsqueeze", "Squeeze"):
+        axes = _const(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+        if axes is None and "axes" in node.attributes:
+            axes = np.asarray(node.attributes["axes"].value)
+        if node.op_type == "Unsqueeze":
+            if axes is None:
+                return None
+            rank = data.values.ndim + int(np.asarray(axes).size)
+        else:
+            dropped = int(np.asarray(axes).size) if axes is not None else sum(d == 1 for d in data.values.shape)
+            rank = data.values.ndim - dropped
     elif node.op_type == "Flatten":
         return None
     else:
@@ -298,8 +308,10 @@ def give_known_shapes(model: ir.Model) -> int:
 
 def fold_known_values(model: ir.Model) -> int:
     """Replace every small value whose elements the shapes decide by a constant; returns how many."""
-    evaluator = _Evaluator()
+    evaluator = _Evaluator(model.graph)
     folded = 0
+    taken = {v.name for g in iter_graphs(model.graph)
+             for v in (*g.inputs, *g.initializers.values(), *(o for n in g for o in n.outputs))}
     for graph in iter_graphs(model.graph):
         for node in list(graph):
             evaluator.visit(node)
@@ -312,11 +324,10 @@ def fold_known_values(model: ir.Model) -> int:
                 continue  # onnxscript folds a node of constants itself; graph outputs keep their producer
             dtype = output.dtype.numpy() if output.dtype is not None else partial.values.dtype
             array = np.asarray(partial.values).astype(dtype)
-            constant = ir.Value(name=f"{output.name}_static", shape=ir.Shape(array.shape),
+            name = unique_name(f"{output.name}_static", taken)
+            constant = ir.Value(name=name, shape=ir.Shape(array.shape),
                                 type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-                                const_value=ir.tensor(array, name=f"{output.name}_static"))
-            if constant.name in graph.initializers:
-                continue
+                                const_value=ir.tensor(array, name=name))
             graph.register_initializer(constant)
             ir.convenience.replace_all_uses_with(output, constant)
             folded += 1
@@ -340,13 +351,15 @@ class FoldStaticValues:
     def apply(self, model: ir.Model) -> int:
         import onnxscript.optimizer
 
+        from edgebuild.graph.optimize import keep_weight_transposes
+
         total = 0
         for _ in range(MAX_ROUNDS):
             changed = give_known_shapes(model) + fold_known_values(model)
             if not changed:
                 break
             total += changed
-            onnxscript.optimizer.fold_constants(model)
+            onnxscript.optimizer.fold_constants(model, should_fold=keep_weight_transposes)
             common_passes.RemoveUnusedNodesPass()(model)
         return total
 
