@@ -3,6 +3,8 @@ shape, the reason, and a hint that fits (not "no Core ML lowering ... add a lowe
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import onnx.helper as oh
@@ -225,3 +227,48 @@ def test_a_mark_on_an_op_that_has_a_lowering_changes_nothing():
     model = ir.serde.deserialize_model(proto)
     mark_declined(model.graph.node(0), "not this pass's form")
     assert "relu" in convert(model, registry=coreml_registry()).op_counts
+
+
+# -- every declined node in one error, for run and plan -----------------------------------------------
+
+def _two_declined_forms():
+    """A ceil_mode MaxPool over flexible sizes (and a Relu reading it) and a Resize to run-time sizes."""
+    return model_of(
+        [oh.make_node("MaxPool", ["img"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+         oh.make_node("Relu", ["p"], ["y"], name="after_pool"),
+         oh.make_node("Resize", ["img", "", "", "sizes"], ["z"], name="resize", mode="nearest")],
+        [tensor("img", F, [1, 3, "H", "W"]), tensor("sizes", I64, [4])], [tensor("y"), tensor("z")],
+    )
+
+
+def test_the_walk_goes_on_past_a_declined_node_and_names_every_one():
+    with pytest.raises(UnsupportedOps) as caught:
+        lower(_two_declined_forms())
+    error = caught.value
+    lines = error.message.splitlines()
+    assert lines[0] == "2 node(s) have a Core ML lowering that declines their form:"
+    assert "node 'pool' (MaxPool): the Core ML lowering declines this form: ceil_mode" in lines[1]
+    assert "node 'resize' (Resize): the Core ML lowering declines this form: sizes must be a constant" in lines[2]
+    assert "after_pool" not in error.message  # it reads the declined pool's output: not lowered, not named
+    assert [(d["node"], d["op_type"]) for d in error.declined] == [("pool", "MaxPool"), ("resize", "Resize")]
+    assert error.hint.count("pin the") == 2 and error.hint.endswith("see docs/plugins.md)")
+    assert "add a lowering in a plugin" not in error.hint
+
+
+def test_plan_names_every_declined_node(tmp_path, capsys):
+    import onnx as onnx_lib
+    from edgebuild_testplugin.cli_runner import run_in_process
+
+    onnx_lib.save(_two_declined_forms(), tmp_path / "two.onnx")
+    recipe = tmp_path / "two.yaml"
+    recipe.write_text(
+        "edgebuild: 1\nname: two\n"
+        "source:\n  model: two.onnx\n  inputs: {img: {shape: [1, 3, {range: [4, 16]}, {range: [4, 16]}], "
+        "dtype: float32}, sizes: {shape: [4], dtype: int64}}\n"
+        "target: {backend: coreml, deployment_target: iOS17, precision: float32}\noutputs: {dir: out}\n"
+    )
+    code, out, err = run_in_process(capsys, "plan", recipe, "--cache-dir", tmp_path / "cache", "--json")
+    assert code == 1, err
+    message = json.loads(out)["error"]["message"]
+    assert "node 'pool' (MaxPool)" in message and "node 'resize' (Resize)" in message
+    assert "declines their form" in message and "no Core ML lowering" not in message

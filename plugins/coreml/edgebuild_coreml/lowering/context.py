@@ -171,7 +171,7 @@ class LoweringContext:
         """Raise :class:`DeclinedForm`: the op has a lowering, but not for this node's form. ``reason``
         names the attribute, operand, rank or dtype ("direction 'reverse' is not supported")."""
         raise DeclinedForm(f"{self.where(node)}: {reason}", hint=hint, node=node.name, op_type=node.op_type,
-                           reason=reason)
+                           domain=node.domain, reason=reason)
 
     # A lowering that cannot lower a node declines its form: one mechanism, one message.
     fail = decline

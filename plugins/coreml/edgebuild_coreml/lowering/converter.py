@@ -270,7 +270,8 @@ def _declined(exc: DeclinedForm, node: ir.Node, owner: str | None = None) -> Dec
     who = f"the lowering from {owner}" if owner else "the Core ML lowering"
     message = f"{where}: {who} declines this form: {reason}"
     hint = f"{exc.hint}; or: {DECLINED_HINT}" if exc.hint else DECLINED_HINT
-    return DeclinedForm(message, hint=hint, node=node.name, op_type=node.op_type, reason=exc.reason)
+    return DeclinedForm(message, hint=hint, node=node.name, op_type=node.op_type, domain=node.domain,
+                        reason=exc.reason)
 
 
 def _renamed(exc: EdgebuildError, node: ir.Node, owner: str | None = None) -> EdgebuildError:
@@ -502,12 +503,55 @@ def convert(
 
 
 def _lower_nodes(ctx: LoweringContext, graph: ir.Graph) -> None:
+    """Lower every node of ``graph``. A node whose form its lowering declines does not stop the walk:
+    the nodes that read what it would make are skipped, the others lowered, so one error names every
+    declined node that does not follow from another."""
     release_after = _weights_read_last(graph)
+    declined: list[DeclinedForm] = []
+    unmade: set[str] = set()  # outputs of declined (or skipped) nodes
     for index, node in enumerate(graph):
-        lower_node(ctx, node)
+        if unmade and any(name in unmade for name in _names_read(node)):
+            unmade.update(value.name for value in node.outputs if value is not None)
+        else:
+            try:
+                lower_node(ctx, node)
+            except DeclinedForm as exc:
+                declined.append(exc)
+                unmade.update(value.name for value in node.outputs if value is not None)
+            except EdgebuildError:
+                if not declined:
+                    raise
+                break  # after a declined node, the declines are the error to fix first
         for value in release_after.get(index, ()):
             _release_weight(ctx, value)
         report_progress("ops lowered", index + 1, len(graph))
+    if len(declined) == 1:
+        raise declined[0]
+    if declined:
+        raise declined_together(declined)
+
+
+def _names_read(node: ir.Node) -> set[str]:
+    """Values ``node`` reads, its subgraphs' reads of outer values included."""
+    names = {value.name for value in node.inputs if value is not None}
+    for sub in _subgraphs(node):
+        for inner in iter_nodes(sub):
+            names.update(value.name for value in inner.inputs if value is not None)
+    return names
+
+
+def declined_together(declined: list[DeclinedForm]) -> UnsupportedOps:
+    """One error for several nodes whose lowering declined their form (each already worded by
+    :func:`_declined`), their specific hints first."""
+    lines = [f"{len(declined)} node(s) have a Core ML lowering that declines their form:"]
+    lines.extend(f"  - {exc.message}" for exc in declined[:10])
+    if len(declined) > 10:
+        lines.append(f"  - ... and {len(declined) - 10} more")
+    specific = dict.fromkeys(part for exc in declined if exc.hint
+                             for part in exc.hint.split("; or: ") if part != DECLINED_HINT)
+    entries = [{"node": exc.node, "op_type": exc.op_type, "domain": exc.domain, "reason": exc.reason, "by": "lowering"}
+               for exc in declined]
+    return UnsupportedOps("\n".join(lines), hint="; ".join([*specific, DECLINED_HINT]), declined=entries)
 
 
 def _bind_graph_outputs(ctx: LoweringContext, values, output_names: dict, shape=None) -> list[Var]:

@@ -20,9 +20,9 @@ class DeclinedForm(LoweringError):
     an operand not known at build time. ``reason`` says which (without the node), ``node`` names it."""
 
     def __init__(self, message: str, *, hint: str | None = None, node: str | None = None,
-                 op_type: str | None = None, reason: str | None = None):
+                 op_type: str | None = None, reason: str | None = None, domain: str = ""):
         super().__init__(message, hint=hint)
-        self.node, self.op_type, self.reason = node, op_type, reason or message
+        self.node, self.op_type, self.domain, self.reason = node, op_type, domain or "", reason or message
 
 
 # What a support check returns: None (this form lowers) or the reason it is declined.
