@@ -170,3 +170,18 @@ def test_a_1_a_reader_would_not_broadcast_is_left():
     source = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10)
     _, count, _ = _run_pass(source)
     assert count == 0
+
+
+def test_an_output_read_as_a_shape_is_left():
+    """[N] against [1, N] read as a Reshape's target: a [1, N] target would be no shape at all."""
+    then = _branch("then", [oh.make_node("Constant", [], ["a"], value=onh.from_array(np.array([[3, 2]], np.int64)))],
+                   "a", [1, 2], dtype=I64)
+    els = _branch("else", [oh.make_node("Constant", [], ["b"], value=onh.from_array(np.array([2, 3], np.int64)))],
+                  "b", [2], dtype=I64)
+    nodes = [oh.make_node("ReduceSum", ["x"], ["total"], keepdims=0), oh.make_node("Greater", ["total", "zero"], ["p"]),
+             oh.make_node("If", ["p"], ["target"], then_branch=then, else_branch=els),
+             oh.make_node("Reshape", ["x", "target"], ["y"])]
+    graph = oh.make_graph(nodes, "g", [_vi("x", F, [2, 3])], [onnx.ValueInfoProto(name="y")],
+                          [onh.from_array(np.array(0.0, np.float32), "zero")])
+    _, count, _ = _run_pass(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10))
+    assert count == 0

@@ -86,8 +86,8 @@ def _reads_broadcasting(value: ir.Value, expand_to: list | None = None) -> bool:
             if expand_to is not None or not all(_reads_broadcasting(out) for out in reader.outputs):
                 return False
             continue
-        if reader.op_type not in _BROADCASTING:
-            return False
+        if reader.op_type not in _BROADCASTING or (reader.op_type in ("Reshape", "Expand") and use.idx != 0):
+            return False  # a Reshape's or Expand's shape operand must stay 1-D
         if expand_to is not None:
             if reader.op_type in ("Reshape", "Expand"):
                 return False
