@@ -334,3 +334,20 @@ def test_op_the_pass_cannot_fold_through_is_refused():
         lower(model)
     message = str(caught.value)
     assert "rank-6 tensor" in message and "could not fold its dims" in message and "'pick'" in message
+
+
+def test_program_without_high_ranks_is_left_alone():
+    """A program holding a list (a ListVar has no shape) and nothing of rank > 5: nothing changes."""
+    from coremltools.converters.mil import Builder as mb
+
+    from edgebuild_coreml.lowering.rank import legalise_ranks
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 3))])
+    def program(x):
+        frames = mb.make_list(init_length=1, elem_shape=(2, 3), dtype="fp32")
+        frames = mb.list_write(ls=frames, index=0, value=x)
+        return mb.list_read(ls=frames, index=0)
+
+    before = [op.op_type for op in program.functions["main"].operations]
+    assert legalise_ranks(program.functions["main"]) == 0
+    assert [op.op_type for op in program.functions["main"].operations] == before

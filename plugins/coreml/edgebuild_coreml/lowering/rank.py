@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil.var import ListVar, Var
 
 from edgebuild_coreml.lowering.errors import DeclinedForm
 
@@ -482,7 +483,12 @@ class RankLegaliser:
 
 # -- helpers ---------------------------------------------------------------------------------
 def _is_tensor(var) -> bool:
-    return hasattr(var, "rank") and hasattr(var, "shape") and var.shape is not None and not hasattr(var, "elem_type")
+    if not isinstance(var, Var) or isinstance(var, ListVar):  # (a ListVar's shape raises)
+        return False
+    try:
+        return var.shape is not None
+    except ValueError:
+        return False
 
 
 def _is_const(var) -> bool:
