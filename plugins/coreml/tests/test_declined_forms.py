@@ -272,3 +272,31 @@ def test_plan_names_every_declined_node(tmp_path, capsys):
     message = json.loads(out)["error"]["message"]
     assert "node 'pool' (MaxPool)" in message and "node 'resize' (Resize)" in message
     assert "declines their form" in message and "no Core ML lowering" not in message
+
+
+def test_a_form_the_optimize_stage_left_is_named_by_the_build(tmp_path, capsys):
+    """A DynamicQuantizeLSTM whose recurrent weights come in at run time: the decomposition pass
+    leaves it marked, the mark crosses the stage files, and the lower stage's error gives its reason."""
+    import onnx as onnx_lib
+    import onnx.numpy_helper as onh
+    from edgebuild_testplugin.cli_runner import run_in_process
+
+    rng = np.random.default_rng(0)
+    hidden, features = 3, 4
+    node = oh.make_node("DynamicQuantizeLSTM", ["x", "w", "r", "", "", "", "", "", "ws", "wz", "rs", "rz"], ["y"],
+                        name="qlstm", domain="com.microsoft", hidden_size=hidden)
+    inits = [onh.from_array(rng.integers(-127, 128, (1, features, 4 * hidden)).astype(np.int8), "w"),
+             onh.from_array(np.full(1, 0.01, np.float32), "ws"), onh.from_array(np.zeros(1, np.int8), "wz"),
+             onh.from_array(np.full(1, 0.01, np.float32), "rs"), onh.from_array(np.zeros(1, np.int8), "rz")]
+    proto = model_of([node], [tensor("x", F, [5, 1, features]), tensor("r", onnx_lib.TensorProto.INT8, [1, hidden, 4 * hidden])],
+                     [tensor("y")], inits, extra_opsets=["com.microsoft"])
+    onnx_lib.save(proto, tmp_path / "qlstm.onnx")
+    recipe = tmp_path / "qlstm.yaml"
+    recipe.write_text("edgebuild: 1\nname: qlstm\nsource: {model: qlstm.onnx}\n"
+                      "target: {backend: coreml, deployment_target: iOS17, precision: float32}\noutputs: {dir: out}\n")
+    code, out, err = run_in_process(capsys, "run", recipe, "--cache-dir", tmp_path / "cache", "--json")
+    [variant] = json.loads(out)["variants"]
+    assert code == 1 and variant["status"] == "failed", err
+    assert ("node 'qlstm' (com.microsoft::DynamicQuantizeLSTM): no Core ML lowering for this form: the graph pass "
+            "that rewrites the op declined it: ") in variant["error"]
+    assert "input R is computed at run time" in variant["error"] and "add a lowering in a plugin" not in variant["error"]
