@@ -264,3 +264,21 @@ def test_qgemm_scales_by_alpha_a_and_b_once(trans_b, requantized):
         np.testing.assert_array_equal(got, _requantized(acc, (scale / np.float32(0.3)).astype(np.float32), 110, np.uint8))
     else:
         np.testing.assert_array_equal(got, acc.astype(np.float32) * scale)
+
+
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_qlinear_global_average_pool_sums_integers_and_requantises_once(channels_last):
+    """onnxruntime's kernel: sum(x - x_zero_point) * (x_scale / (y_scale * image size)), rounded once."""
+    shape = [2, 5, 5, 6] if channels_last else [2, 6, 5, 5]
+    params = {"xs": np.array(0.021, np.float32), "xz": np.array(100, np.uint8), "ys": np.array(0.013, np.float32),
+              "yz": np.array(90, np.uint8)}
+    node = oh.make_node("QLinearGlobalAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"], domain=MS,
+                        channels_last=channels_last)
+    model = _model([node], [oh.make_tensor_value_info("x", U8, shape)], params, ms=True)
+    rewritten = _rewritten(model, QOPERATOR)
+    assert _ops(rewritten) == ["DequantizeLinear", "ReduceSum", "Mul", "QuantizeLinear"]
+    x = _weights(shape, np.uint8, 11)
+    axes = (1, 2) if channels_last else (2, 3)
+    acc = (x.astype(np.int64) - 100).sum(axis=axes, keepdims=True)
+    multiplier = (np.float32(0.021) / (np.float32(0.013) * np.float32(25))).astype(np.float32)
+    np.testing.assert_array_equal(run_reference(rewritten, {"x": x})["y"], _requantized(acc, multiplier, 90, np.uint8))

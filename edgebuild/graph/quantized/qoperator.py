@@ -18,7 +18,9 @@ integer arithmetic instead (edgebuild.graph.quantized.integer): integer-valued o
 ``Mul`` by ``x_scale * w_scale / y_scale`` (computed in float32 in that order, as onnxruntime's
 kernels do, times ``2**shift``) and ``QuantizeLinear(., 1, y_zp)``, which rounds half to even and
 saturates as onnxruntime's requantisation does (QGemm: ``alpha * a_scale * b_scale``, over
-``y_scale`` when it requantises): at fp32 the output is onnxruntime's exactly. The
+``y_scale`` when it requantises): at fp32 the output is onnxruntime's exactly.
+QLinearGlobalAveragePool likewise sums ``x - x_zero_point`` (ReduceSum) and requantises once by
+``x_scale / (y_scale * image size)``. The
 other ops (and computed scales) go through float: there a requantised output can differ from
 onnxruntime's by one step where the exact value sits on a rounding boundary.
 
@@ -391,6 +393,32 @@ def _pool(op_type: str, *copied: str) -> Callable[[Rewrite], ir.Value]:
     return rewrite
 
 
+def _global_average_pool(r: Rewrite) -> ir.Value:
+    """QLinearGlobalAveragePool as onnxruntime's kernel: the int32 sum of ``x - x_zero_point`` over
+    the image, times ``x_scale / (y_scale * image size)``, requantised once. Computed scales or an
+    unknown image size take the float form."""
+    x_in = r.input(0, "X")
+    scales = _constant_scales(r, 1, 3)
+    x_zero = r.optional(2)
+    dims = list(x_in.shape) if x_in.shape is not None else None
+    if scales is None or dims is None or len(dims) < 3 or not all(isinstance(d, int) for d in dims) \
+            or any(a.size != 1 for a in scales) or (x_zero is not None and _static_size(x_zero) != 1):
+        return _pool("GlobalAveragePool")(r)
+    channels_last = bool(r.int_attr("channels_last", 0))
+    axes = list(range(1, len(dims) - 1)) if channels_last else list(range(2, len(dims)))
+    size = int(np.prod([dims[a] for a in axes]))
+    x_int = r.dequantize(x_in, _unit_scale(r, x_zero), x_zero, "x")
+    if r.opset is not None and r.opset >= 13:
+        total = r.op("ReduceSum", [x_int, r.initializer(np.array(axes, np.int64), "axes")], "sum", keepdims=1)
+    else:
+        total = r.op("ReduceSum", [x_int], "sum", axes=axes, keepdims=1)
+    x_scale, y_scale = (a.astype(np.float32).reshape(()) for a in scales)
+    multiplier = (x_scale / (y_scale * np.float32(size))).astype(np.float32)
+    scaled = r.op("Mul", [total, r.initializer(multiplier, "multiplier")], "requantize")
+    y_zero = r.optional(4)
+    return r.quantize(scaled, _unit_scale(r, y_zero), y_zero, r.node.outputs[0], like=x_in)
+
+
 def _softmax(r: Rewrite) -> ir.Value:
     """com.microsoft QLinearSoftmax(X, X_scale, x_zp, y_scale, y_zp); ``opset`` says which Softmax it
     quantises: before 13 the input is flattened to 2-D at ``axis`` (default 1), from 13 one axis
@@ -418,7 +446,7 @@ REWRITES: dict[tuple[str, str], Callable[[Rewrite], ir.Value]] = {
     (MS_DOMAIN, "QLinearLeakyRelu"): _unary("LeakyRelu", alpha=lambda r: r.float_attr("alpha", 0.01)),
     (MS_DOMAIN, "QLinearConcat"): _concat,
     (MS_DOMAIN, "QLinearSoftmax"): _softmax,
-    (MS_DOMAIN, "QLinearGlobalAveragePool"): _pool("GlobalAveragePool"),
+    (MS_DOMAIN, "QLinearGlobalAveragePool"): _global_average_pool,
     (MS_DOMAIN, "QLinearAveragePool"): _pool(
         "AveragePool", "auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"),
 }
