@@ -82,6 +82,7 @@ def test_swin_window_partition(batch):
     model, inputs = _partition((batch, 8, 8, 6), [batch, 2, 4, 2, 4, 6], [0, 1, 3, 2, 4, 5], [batch * 4, 16, 6])
     result = _check(model, inputs)
     assert result.op_counts.get("transpose") == 1  # runs the permutation keeps together move as one dim
+    assert result.op_counts.get("reshape") == 2  # as many as the source: reshapes of reshapes are merged
 
 
 @pytest.mark.parametrize("batch", [1, 2])

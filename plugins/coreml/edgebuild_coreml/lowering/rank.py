@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil.types.symbolic import any_symbolic
 from coremltools.converters.mil.mil.var import ListVar, Var
 
 from edgebuild_coreml.lowering.errors import DeclinedForm
@@ -161,8 +162,14 @@ class RankLegaliser:
             if self.broadcast_constants or not self._broadcast_constant_count:
                 raise
             return RankLegaliser(self.function, self.where, broadcast_constants=True).run()
+        existing = {id(op) for op in self.block.operations}
         with self.block:
             self._rewrite()
+        # the reshapes a later reshape read through
+        made = [op for op in self.block.operations if id(op) not in existing]
+        for op in reversed(made):
+            if not any(v.child_ops or v in self.block.outputs for v in op.outputs):
+                self.block.remove_ops([op])
         return len(self.slots)
 
     def _touched_ops(self) -> list:
@@ -399,7 +406,7 @@ class RankLegaliser:
                     folded[id(operand.var)] = result
                 else:
                     if list(result.shape) != list(operand.shape):
-                        result = mb.reshape(x=result, shape=list(operand.shape), before_op=op)
+                        result = _reshape(result, list(operand.shape), op)
                     self.block.replace_uses_of_var_after_op(anchor_op=op, old_var=operand.var, new_var=result)
                     folded[id(operand.var)] = result  # (later plans read the value under its old Var)
             removed.append(op)
@@ -424,7 +431,7 @@ class RankLegaliser:
             return var
         if var.val is not None and _is_const(var):
             return mb.const(val=np.reshape(var.val, shape), before_op=op)
-        return mb.reshape(x=var, shape=shape, before_op=op)
+        return _reshape(var, shape, op)
 
     def _out_shape(self, operand: _Operand) -> list[int]:
         return operand.folded_shape(self.cuts) if self.high(operand.var) else list(operand.shape)
@@ -433,7 +440,7 @@ class RankLegaliser:
         op, kind = plan.op, plan.op.op_type
         out = plan.outputs[0]
         if kind in RESHAPES:
-            return [mb.reshape(x=inputs["x"], shape=self._out_shape(out), before_op=op)]
+            return [_reshape(inputs["x"], self._out_shape(out), op)]
         if kind == "transpose":
             return [_transposed(inputs["x"], plan.inputs["x"].shape, [int(p) for p in _value(op, "perm")],
                                 self._out_shape(out), op)]
@@ -656,9 +663,20 @@ def transpose_steps(shape, perm) -> list[tuple[list[int], list[int]]]:
 
 def _transposed(x, shape, perm, out_shape, op):
     for target, step in transpose_steps(shape, perm):
-        x = mb.reshape(x=x, shape=target, before_op=op)
+        x = _reshape(x, target, op)
         x = mb.transpose(x=x, perm=step, before_op=op)
-    return mb.reshape(x=x, shape=out_shape, before_op=op)
+    return _reshape(x, out_shape, op)
+
+
+def _reshape(x, shape, op):
+    """``x`` reshaped to ``shape`` before ``op``: a reshape of a reshape reads the first one's input
+    (coremltools' curated passes merge no reshapes), and none is made where the shape is ``x``'s."""
+    while (x.op is not None and x.op.op_type == "reshape" and _is_tensor(x.op.x) and x.op.x.rank <= MAX_RANK
+           and not any_symbolic(x.op.x.shape)):
+        x = x.op.x
+    if list(x.shape) == list(shape):
+        return x
+    return mb.reshape(x=x, shape=list(shape), before_op=op)
 
 
 def legalise_ranks(function, where=None) -> int:
