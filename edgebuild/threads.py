@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 
+#: how many validation samples run at once; set, it also starts the runtimes' worker processes at once
+WORKERS_ENV = "EDGEBUILD_VALIDATE_WORKERS"
+
 
 def cpu_threads() -> int:
     """Threads a stage's numeric work may use: ``$OMP_NUM_THREADS`` when set (a scheduler that
@@ -26,3 +29,17 @@ def blas_threads(limit: int):
     except ImportError:
         return contextlib.nullcontext()
     return threadpool_limits(limits=limit, user_api="blas")
+
+
+def requested_sample_workers() -> int | None:
+    """``$EDGEBUILD_VALIDATE_WORKERS`` as a number, None when unset; a usage error when not a number."""
+    configured = os.environ.get(WORKERS_ENV, "").strip()
+    if not configured:
+        return None
+    try:
+        return int(configured)
+    except ValueError:
+        from edgebuild.errors import UsageError
+
+        raise UsageError(f"{WORKERS_ENV}={configured!r} is not a number of workers",
+                         hint="set it to 1 to run validation samples one at a time") from None

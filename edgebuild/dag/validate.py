@@ -17,29 +17,20 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from edgebuild.errors import BuildError, UsageError
+from edgebuild.errors import BuildError
 from edgebuild.recipe.formats import source_format
-from edgebuild.threads import blas_threads, cpu_threads
+from edgebuild.threads import WORKERS_ENV, blas_threads, cpu_threads, requested_sample_workers  # noqa: F401
 from edgebuild.verify.reference import QUANTISED_OPS, onnxruntime_runner, quantises_activations  # noqa: F401
 from edgebuild.dag.validate_stage import generate_section
 from edgebuild.verify.specs import onnx_input_specs
 
 Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
-WORKERS_ENV = "EDGEBUILD_VALIDATE_WORKERS"
-
-
 def sample_workers(samples: int) -> int:
     """How many samples to run at once: one per core, at most two (each holds its activations),
     or ``$EDGEBUILD_VALIDATE_WORKERS``."""
-    configured = os.environ.get(WORKERS_ENV, "").strip()
-    if configured:
-        try:
-            workers = int(configured)
-        except ValueError:
-            raise UsageError(f"{WORKERS_ENV}={configured!r} is not a number of workers",
-                             hint="set it to 1 to run validation samples one at a time") from None
-    else:
+    workers = requested_sample_workers()
+    if workers is None:
         workers = min(2, cpu_threads())
     return max(1, min(workers, samples))
 

@@ -50,7 +50,7 @@ from edgebuild.protocols import (
 from edgebuild.registration import STANDARD_DOMAINS, Lazy, LoweringSet, OpEntry, OpTable, standard_domain, unique_name
 from edgebuild.registry import Registry, get_registry
 from edgebuild.stage import Result, Stage, StageInputs, StageParams
-from edgebuild.threads import blas_threads, cpu_threads
+from edgebuild.threads import blas_threads, cpu_threads, requested_sample_workers
 from edgebuild.versions import edgebuild_version
 from edgebuild.worker_processes import can_start_workers, worker_context
 
@@ -69,5 +69,5 @@ __all__ = [
     "ValidationFailed",
     # running inside a stage
     "report_progress", "cpu_threads", "blas_threads", "can_start_workers", "worker_context",
-    "older_objects_frozen",
+    "requested_sample_workers", "older_objects_frozen",
 ]

@@ -108,13 +108,86 @@ def test_a_small_program_runs_one_sample_at_a_time_in_the_build_process(runner):
         assert (run, workers) == (runner, 1)
 
 
-def test_a_large_program_runs_its_samples_in_worker_processes(runner, monkeypatch):
+def test_workers_asked_for_run_a_large_programs_samples_from_the_first(runner, monkeypatch):
     monkeypatch.setattr(artifact_runner, "PROCESS_MIN_ELEMENTS", 1)
+    monkeypatch.setenv("EDGEBUILD_VALIDATE_WORKERS", "2")
     sample = _samples(1)[0]
     with runner.samples_in_parallel(2) as (run, workers):
-        assert workers == 2 and run is not runner
+        assert workers == 2 and isinstance(run, artifact_runner._WorkerPool)
+        assert len(multiprocessing.active_children()) == 2
         _assert_same_outputs(run(sample)["y"], runner(sample)["y"])
     assert not multiprocessing.active_children()
+
+
+def _counting_pool_calls(monkeypatch) -> list:
+    calls = []
+    original = artifact_runner._WorkerPool.run_many
+
+    def counted(self, samples):
+        calls.append(len(samples))
+        return original(self, samples)
+
+    monkeypatch.setattr(artifact_runner._WorkerPool, "run_many", counted)
+    return calls
+
+
+def test_samples_that_take_less_than_a_start_never_start_workers(runner, monkeypatch):
+    monkeypatch.setattr(artifact_runner, "PROCESS_MIN_ELEMENTS", 1)
+    monkeypatch.delenv("EDGEBUILD_VALIDATE_WORKERS", raising=False)
+    monkeypatch.setattr(artifact_runner, "WORKER_START_SECONDS", 3600.0)
+    samples = _samples(6)
+    with runner.samples_in_parallel(2) as (run, workers):
+        assert workers == 2
+        outputs = [run(s) for s in samples]
+        assert not multiprocessing.active_children()
+    for sample, output in zip(samples, outputs):
+        np.testing.assert_allclose(output["y"], runner(sample)["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_samples_that_take_as_long_as_a_start_go_on_in_workers_once_ready(runner, monkeypatch):
+    import time
+
+    monkeypatch.setattr(artifact_runner, "PROCESS_MIN_ELEMENTS", 1)
+    monkeypatch.delenv("EDGEBUILD_VALIDATE_WORKERS", raising=False)
+    monkeypatch.setattr(artifact_runner, "WORKER_START_SECONDS", 0.0)  # the first call here pays for a start
+    pool_calls = _counting_pool_calls(monkeypatch)
+    samples = _samples(3)
+    with runner.samples_in_parallel(2) as (run, workers):
+        first = run(samples[0])
+        assert pool_calls == []  # ran here, and started the workers
+        deadline = time.monotonic() + 300  # a bound for a slow machine, not a measurement
+        while run._pool is None and time.monotonic() < deadline:
+            run(samples[1])  # meanwhile samples go on here
+        assert run._pool is not None, "the workers never came up"
+        last = run.run_many(samples[1:])
+        assert pool_calls == [2]
+    assert not multiprocessing.active_children()
+    _assert_same_outputs(first["y"], runner(samples[0])["y"])
+    for sample, output in zip(samples[1:], last):
+        _assert_same_outputs(output["y"], runner(sample)["y"])
+
+
+def test_leaving_while_workers_start_does_not_wait_for_them(runner, monkeypatch):
+    import threading
+
+    monkeypatch.setattr(artifact_runner, "PROCESS_MIN_ELEMENTS", 1)
+    monkeypatch.delenv("EDGEBUILD_VALIDATE_WORKERS", raising=False)
+    monkeypatch.setattr(artifact_runner, "WORKER_START_SECONDS", 0.0)
+    release = threading.Event()
+    started = artifact_runner._WorkerPool.__init__
+
+    def held(self, *args, **kwargs):  # a start that cannot finish before the block is left
+        release.wait()
+        started(self, *args, **kwargs)
+
+    monkeypatch.setattr(artifact_runner._WorkerPool, "__init__", held)
+    with runner.samples_in_parallel(2) as (run, _):
+        run(_samples(1)[0])
+        starter = run._starter
+    assert starter.is_alive()  # left without waiting for it
+    release.set()
+    starter.join(timeout=300)
+    assert not starter.is_alive() and not multiprocessing.active_children()  # it stopped the pool itself
 
 
 def test_a_worker_that_dies_fails_the_calls_with_a_hint(runner):

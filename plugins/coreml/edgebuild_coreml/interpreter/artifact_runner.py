@@ -8,6 +8,13 @@ progress bars or a Dask worker's, is unsafe) that imports the interpreter once, 
 the caller's main module (``edgebuild.worker_processes``); each worker then
 reads the package and keeps its plan (expanded weights included) for every sample it runs,
 with BLAS and torch's kernels (``torch_kernels``, where torch is installed) on one thread.
+
+Starting them costs seconds (a fresh interpreter importing coremltools' reader and torch),
+more than most validations' samples take. So samples run in the build's process first, and
+workers are started in the background only once those samples have taken as long as a start
+costs (``WORKER_START_SECONDS``: the rent-or-buy rule, never worse than twice the better of
+the two choices made in hindsight); the build's process goes on running samples until they are
+ready. ``$EDGEBUILD_VALIDATE_WORKERS`` set starts them at once.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import contextlib
 import os
 import pickle
 import queue
+import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -75,28 +84,36 @@ class ArtifactRunner:
 
     @contextlib.contextmanager
     def samples_in_parallel(self, workers: int) -> Iterator[tuple[Callable[[Mapping[str, np.ndarray]], dict], int]]:
-        """``(run, workers)`` for ``edgebuild.dag.validate.sample_runner``: each call of ``run``
-        (from up to ``workers`` threads) runs in one of ``workers`` processes, BLAS on one thread
-        in each; they are stopped on leaving, killed if the block raised (an error or an
-        interrupt). A program whose whole activations are small (an RNN cell over a short
+        """``(run, workers)`` for ``edgebuild.dag.validate.sample_runner``: calls of ``run`` (from
+        up to ``workers`` threads) run here until they have taken ``WORKER_START_SECONDS``, then
+        in ``workers`` processes started meanwhile, BLAS on one thread in each (``_LocalFirst``;
+        with ``$EDGEBUILD_VALIDATE_WORKERS`` set, in the processes from the first call); they are
+        stopped on leaving, killed if the block raised (an error or an interrupt). A program whose whole activations are small (an RNN cell over a short
         frame) runs one sample at a time here: shipping its samples to a process, or taking
         turns on the GIL with another thread, costs more than it computes. Its BLAS calls run
         on one thread meanwhile, as a worker's do: its matrices are small, and a BLAS pool
         waiting on a busy second core made a small program's matmul ten times slower. A
         daemonic process (a Dask worker's) may start no processes: it runs them one at a time too."""
-        from edgebuild.plugin import can_start_workers
+        from edgebuild.plugin import blas_threads, can_start_workers, requested_sample_workers
 
         if workers <= 1:
             yield self, 1
             return
         if activation_elements(self.program) < PROCESS_MIN_ELEMENTS or not can_start_workers():
-            from edgebuild.plugin import blas_threads
-
             with blas_threads(1):
                 yield self, 1
             return
-        with self.in_processes(workers) as run:
-            yield run, workers
+        if requested_sample_workers() is not None:  # asked for: workers from the start
+            with self.in_processes(workers) as run:
+                yield run, workers
+            return
+        local = _LocalFirst(self, lambda: self.in_processes(workers))
+        try:
+            yield local, workers
+        except BaseException:
+            local.close(kill=True)
+            raise
+        local.close(kill=False)
 
     @contextlib.contextmanager
     def in_processes(self, workers: int) -> Iterator[_WorkerPool]:
@@ -161,6 +178,76 @@ def declared_elements(program, function: str = "main") -> int | None:
     return total
 
 
+#: what starting the worker processes is taken to cost (a forkserver importing the interpreter,
+#: coremltools' reader and torch, then each worker reading the package): samples run in the
+#: build's process until they have taken this long, then workers start beside them
+WORKER_START_SECONDS = 1.0
+
+
+class _LocalFirst:
+    """Samples in the build's process until they have taken ``WORKER_START_SECONDS``, then in
+    worker processes started in the background meanwhile (``start()``, a context manager giving a
+    ``_WorkerPool``): a call finds the pool ready or runs here, one call here at a time (Python
+    between the interpreter's kernels takes turns on the GIL anyway). Closing never waits for a
+    start under way: the starting thread stops the pool itself once it is up."""
+
+    def __init__(self, local: ArtifactRunner, start: Callable[[], contextlib.AbstractContextManager]):
+        self._local = local
+        self._start = start
+        self.samples_per_call = local.samples_per_call
+        self._state = threading.Condition()
+        self._busy = False  # a call is running here
+        self._pool: _WorkerPool | None = None
+        self._starter: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._spent = 0.0  # seconds the calls here have taken
+
+    def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict:
+        return self.run_many([inputs])[0]
+
+    def run_many(self, samples: list[Mapping[str, np.ndarray]]) -> list[dict]:
+        with self._state:
+            while self._busy and self._pool is None:
+                self._state.wait()
+            pool = self._pool
+            self._busy = pool is None
+        if pool is not None:
+            return pool.run_many(samples)
+        start = time.perf_counter()
+        try:
+            return self._local.run_many(samples)
+        finally:
+            with self._state:
+                self._busy = False
+                self._spent += time.perf_counter() - start
+                if self._spent >= WORKER_START_SECONDS and self._starter is None and not self._closed.is_set():
+                    self._starter = threading.Thread(target=self._serve_pool, name="edgebuild-workers", daemon=True)
+                    self._starter.start()
+                self._state.notify_all()
+
+    def _serve_pool(self) -> None:
+        """The pool's life: started, offered to the calls, stopped once the runner is closed."""
+        try:
+            with self._start() as pool:
+                with self._state:
+                    if not self._closed.is_set():
+                        self._pool = pool
+                    self._state.notify_all()
+                self._closed.wait()
+        except Exception:  # noqa: BLE001, S110 - no workers: the samples go on running here
+            pass
+
+    def close(self, *, kill: bool) -> None:
+        """No more calls: the workers leave (are killed when ``kill``), now or once started."""
+        with self._state:
+            self._closed.set()
+            pool = self._pool
+        if pool is not None:
+            if kill:
+                pool.kill()
+            self._starter.join()  # the pool's stop: its workers finish their last replies
+
+
 class _WorkerPool:
     """``workers`` processes, each serving samples over a duplex pipe of its own: a call takes an
     idle worker's connection (from any thread), sends the sample, waits for its reply and hands
@@ -184,7 +271,12 @@ class _WorkerPool:
                 there.close()  # the worker's end lives on in the worker alone: its death reads as EOF here
                 self._processes.append(process)
                 self._connections.append(here)
-                self._idle.put(here)
+            for connection in self._connections:  # each says when it has read and planned the package
+                try:
+                    connection.recv_bytes()
+                except (EOFError, OSError):
+                    raise self._died() from None
+                self._idle.put(connection)
         except BaseException:
             self.kill()
             raise
@@ -241,6 +333,7 @@ class _WorkerPool:
 
 
 STOP_SECONDS = 60  # a worker still busy this long after the pool is left is terminated
+READY = b"ready"  # a worker's first message: set up (or failed to, which each sample's reply then says)
 
 
 class _WorkerTraceback(Exception):
@@ -306,6 +399,7 @@ def _serve(connection, artifact: str, emulate_fp16: bool, to_mil: dict, to_onnx:
     except Exception as exc:  # noqa: BLE001 - crosses back as each sample's error
         failed = _failure(exc)
     try:
+        connection.send_bytes(READY)
         while True:
             try:
                 request = connection.recv_bytes()
