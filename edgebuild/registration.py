@@ -50,9 +50,14 @@ class Lazy:
 
     def known(self, **attributes) -> "Lazy":
         """Answer ``attributes`` without importing the target: values read before the object is
-        used (a graph pass's ``default``, read when a build plans its stages)."""
+        used (a graph pass's ``default``, read when a build plans its stages; a backend's
+        ``default``, read to pick the backend of a recipe that names none)."""
         self.__dict__.update(attributes)
+        self.__dict__.setdefault("_known", {}).update(attributes)
         return self
+
+    def known_attributes(self) -> dict[str, Any]:
+        return dict(self.__dict__.get("_known", {}))
 
     def _resolve(self):
         if self._obj is None:

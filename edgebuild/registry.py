@@ -124,6 +124,7 @@ class Registry:
 
         if isinstance(obj, Lazy):
             obj.when_loaded(check)
+            obj.when_loaded(lambda real: _check_known(obj, real, plugin, singular, label))
         else:
             check(obj)
 
@@ -274,3 +275,16 @@ def get_registry(refresh: bool = False) -> Registry:
     if _REGISTRY is None or refresh:
         _REGISTRY = build_registry()
     return _REGISTRY
+
+
+def _check_known(stand_in: Lazy, real, plugin: str, singular: str, label: str) -> None:
+    """What a plugin said of an object without importing it (``Lazy.known``) must be what it is:
+    its values (a function said in its place stands in for a method, and is not compared)."""
+    for name, said in stand_in.known_attributes().items():
+        if not isinstance(said, (bool, int, float, str, tuple, frozenset, type(None))):
+            continue
+        actual = getattr(real, name, None)
+        if actual != said:
+            raise PluginError(f"plugin {plugin!r} registers {singular} {label!r} as having {name}={said!r}, "
+                              f"but it has {name}={actual!r}",
+                              hint=f"make the registration's .known({name}=...) match the object")

@@ -126,6 +126,35 @@ def test_a_lazy_plugin_object_is_checked_when_it_first_loads_not_before():
         lazy.stages
 
 
+class _DefaultBackend(Backend):
+    default = True
+
+    def stages(self, variant, registry):
+        return []
+
+
+class _OtherBackend(_DefaultBackend):
+    default = False
+
+
+def test_the_default_backend_is_picked_from_what_registrations_say_without_importing_them():
+    from edgebuild.plugin import Lazy
+
+    default = Lazy(f"{__name__}:_DefaultBackend").known(default=True)
+    other = Lazy(f"{__name__}:_OtherBackend").known(default=False)
+    assert _only(a=other, b=default).default_backend() == "b"
+    assert default._obj is None and other._obj is None  # neither was made
+
+
+def test_a_registration_that_says_other_than_its_object_is_named_when_it_loads():
+    from edgebuild.plugin import Lazy
+
+    wrong = Lazy(f"{__name__}:_OtherBackend").known(default=True)
+    registry = _only(a=wrong)
+    with pytest.raises(PluginError, match=r"registers backend 'a' as having default=True, but it has default=False"):
+        registry.get("backends", "a").stages
+
+
 def test_a_recipe_section_that_is_not_a_recipe_section_model_is_refused_when_registered():
     from pydantic import BaseModel
 

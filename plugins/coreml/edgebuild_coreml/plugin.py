@@ -26,7 +26,7 @@ def edgebuild_register_lowerings(register):
 def edgebuild_register_backends(register):
     from edgebuild.plugin import Lazy
 
-    register("coreml", Lazy("edgebuild_coreml.backend:CoreMLBackend"))
+    register("coreml", Lazy("edgebuild_coreml.backend:CoreMLBackend").known(default=True))
 
 
 @hookimpl

@@ -15,7 +15,7 @@ def edgebuild_register_lowerings(register):
 
 @hookimpl
 def edgebuild_register_backends(register):
-    register("bundle", Lazy("edgebuild_mpsgraph.bundle_backend:BundleBackend"))
+    register("bundle", Lazy("edgebuild_mpsgraph.bundle_backend:BundleBackend").known(default=False))
 
 
 @hookimpl
