@@ -220,13 +220,16 @@ class Registry:
         return {p.distribution or p.name: p.version for p in self.plugins.values()}
 
     def plugins_for(self, kinds) -> dict[str, str]:
-        """Distribution -> key version of every plugin that registered something of ``kinds``: the code a
-        stage that may call those kinds runs, named in its key (a plugin registering only other kinds,
-        say a command, changes no key of it)."""
-        for kind in kinds:
-            self.tables[kind]  # loads the kind: a plugin's registrations are known once its hook ran
-        return {p.distribution or p.name: p.version for p in self.plugins.values()
-                if any(p.registered.get(kind) for kind in kinds)}
+        """Distribution -> key version of every plugin that registers things of ``kinds`` (implements
+        their hooks): the code a stage that may call those kinds runs, named in its key (a plugin
+        registering only other kinds, say a command, changes no key of it). Read from the hooks'
+        implementers, not their registrations, so that planning a build runs no registration
+        hook (the lowerings' imports coremltools) and a fully cached run stays light."""
+        if self._pm is None:
+            return {}
+        implementing = {impl.plugin_name for kind in kinds
+                        for impl in getattr(self._pm.hook, f"edgebuild_register_{kind}").get_hookimpls()}
+        return {p.distribution or p.name: p.version for name, p in self.plugins.items() if name in implementing}
 
     def plugin_of(self, kind: str, name) -> PluginInfo | None:
         entry = self.tables[kind].get(name)

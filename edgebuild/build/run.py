@@ -151,8 +151,9 @@ def _size(build: Build, results) -> int:
 
 def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=False, force=False,
                 as_json=False, depfile=None, verbose=False, console, remote=None, matrix=None, report_file=None,
-                executor="local") -> int:
-    """``remote``: the run's remote cache settings (edgebuild.store.config.RemoteSettings) or None;
+                executor="local", planned: list | None = None) -> int:
+    """``planned``: a list the planned builds are appended to (``edgebuild watch`` reads their inputs);
+    ``remote``: the run's remote cache settings (edgebuild.store.config.RemoteSettings) or None;
     ``matrix``: axes from ``--matrix`` (``{"chips": ["m1", "m3"]}``); ``report_file``: where to
     write the page comparing every variant of the command (default: see ``_write_combined``); ``executor``: ``local`` or ``dask://HOST:PORT``."""
     from edgebuild.registry import get_registry
@@ -162,6 +163,8 @@ def run_recipes(recipes, *, variants=None, jobs=1, cache_dir=None, no_cache=Fals
     registry = get_registry()
     store = open_store(cache_dir)
     builds = plan_jobs(load_variants(recipes, variants, registry, matrix=matrix), registry, store)
+    if planned is not None:
+        planned += builds
     if report_file is not None:
         check_report_file(Path(report_file), builds)
     if depfile:

@@ -96,6 +96,48 @@ def run(
 
 
 @app.command()
+def watch(
+    recipes: List[Path] = typer.Argument(..., help="recipe files"),
+    variant: Optional[List[str]] = typer.Option(None, "--variant", help="build only this variant (repeatable)"),
+    jobs: int = typer.Option(1, "-j", "--jobs", min=1, max=256, help="stages to run in parallel"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="store location"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout per build"),
+    verbose: bool = typer.Option(False, "-v", "--verbose"),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="print errors and unmet thresholds only"),
+    matrix: Optional[List[str]] = typer.Option(None, "--matrix", metavar="AXIS=V1,V2",
+                                               help="set or narrow a matrix axis, e.g. chips=m1,m3 (repeatable)"),
+):
+    """Build RECIPE..., then again whenever a recipe, the model, a validation input or an installed plugin changes."""
+    from edgebuild.build.run import run_recipes
+    from edgebuild.build.watch import watch as watch_inputs
+    from edgebuild.cli.arguments import check_cache_dir, check_recipe_paths
+    from edgebuild.errors import EdgebuildError, UsageError
+    from edgebuild.recipe.matrix import parse_axes
+    from edgebuild.report.console import printer_for
+
+    if quiet and verbose:
+        raise UsageError("-q and -v contradict each other; give one")
+    check_recipe_paths(recipes)
+    check_cache_dir(cache_dir)
+    axes = parse_axes(matrix)
+    say = printer_for(quiet=False).print
+
+    def build(planned: list) -> None:
+        try:
+            run_recipes([str(r) for r in recipes], variants=variant, jobs=jobs, cache_dir=cache_dir, as_json=as_json,
+                        verbose=verbose, console=printer_for(quiet=quiet, verbose=verbose), matrix=axes,
+                        planned=planned)
+        except EdgebuildError as exc:  # reported as `run` reports it; the fix is watched for
+            sys.stderr.write(f"error: {exc}\n")
+        sys.stdout.flush()
+
+    try:
+        watch_inputs(build, [str(r) for r in recipes], say=lambda text: say(f"[dim]{text}[/]"))
+    except KeyboardInterrupt:
+        raise typer.Exit(0)
+
+
+@app.command()
 def init(
     model: str = typer.Argument(..., help="an .onnx file, or a pypi:/https: source as recipes write it"),
     out: Optional[str] = typer.Option(None, "-o", "--out", help="recipe to write (default: NAME.yaml here; - for stdout)"),
