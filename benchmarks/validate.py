@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -127,19 +128,25 @@ def parallel_runs(runners: dict, samples: list[dict]):
 
 def validate_loop_ms(variant, source: Path, runner, samples: int) -> float:
     """The validate stage's whole sample loop (reference + candidate + metrics), per sample."""
-    from edgebuild.dag.validate import reference_for, validate
+    from edgebuild.dag.validate import validate
+    from edgebuild.recipe.formats import source_format
+    from edgebuild.registry import get_registry
+    from edgebuild.verify.reference import choose_reference
 
     dump = variant.recipe.model_dump(mode="json", by_alias=True)
     section = variant.recipe.validate_.model_copy(update={"samples": samples})
-    reference, specs, name = reference_for(None, variant, source)
+    fmt = source_format(variant.recipe.source)
+    reference = choose_reference(source, get_registry(), fmt=fmt, inputs=dump["source"]["inputs"],
+                                 options=variant.section(f"{fmt}:source.options"), base_dir=variant.base_dir,
+                                 section=section)
     start = time.perf_counter()
-    validate(section, source, dump["source"]["inputs"], runner, variant.base_dir, reference=reference,
-             specs=specs, reference_name=name)
+    validate(section, source, dump["source"]["inputs"], runner, variant.base_dir, reference=reference.runner,
+             specs=reference.specs, reference_name=reference.name)
     return (time.perf_counter() - start) * 1000 / samples
 
 
 def measure(name: str, samples: int, cache: str, loop: bool, parallel: bool, rounds: int) -> dict:
-    from edgebuild.dag.validate import onnx_input_specs
+    from edgebuild.verify.specs import onnx_input_specs
     from edgebuild.verify.inputs import generate_inputs
 
     recipe = str(ROOT / "recipes" / f"{name}.yaml")
@@ -222,6 +229,9 @@ def print_table(rows: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # the samples-in-parallel columns are the workers' steady state: started at once, not once the
+    # samples in the build's process have taken as long as a start (benchmarks/first_build.py times that)
+    os.environ.setdefault("EDGEBUILD_VALIDATE_WORKERS", "2")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(RECIPES), help="recipe names in recipes/, comma-separated")
     parser.add_argument("--samples", type=int, default=8, help="samples timed per runner (after one warm-up)")

@@ -1,0 +1,209 @@
+"""The fixed costs of a small build: cold convert, the validate stage's fixed cost, a fully cached
+run, a no-op and a warm rebuild in ``edgebuild watch``, each in fresh processes, in one run.
+
+For each model (the demo recipe's orientation classifier and the text-direction classifier, both
+small CNNs; ``--models`` names recipes in ``recipes/``), with the model copied to a local file
+first (a download is not a build's fixed cost):
+
+- **cold convert**: ``edgebuild convert MODEL -o M.mlpackage`` into an empty store, validation
+  included (the command's default recipe: fp16, 8 samples); wall time, and each stage's seconds
+  from the report. Its **floor** beside it: a fresh process importing only the libraries the
+  stages use, plus the same build again in one warm process (``edgebuild.build`` a second time,
+  into another empty store): what is left when nothing but the work is paid for.
+- **validate fixed cost**: the validate stage of the convert's recipe with 8 and with 16 samples,
+  each from a fresh process with every other stage cached; the stage's seconds are
+  ``fixed + samples x per_sample``, so ``fixed = 2 T(8) - T(16)`` (worker start, the package read
+  and planned, the reference's session, the inputs drawn).
+- **fully cached run**: ``edgebuild run`` with the outputs deleted and every stage in the store.
+- **no-op**: the same command again (answered from its stamp): the median of ``--repeat`` runs.
+- **watch**: ``edgebuild watch`` on the recipe; once it waits, a threshold edit, and the time from
+  the edit to the rebuilt result (only the validate stage runs, imports warm).
+
+Targets: cold convert <= 2.5 s, validate fixed cost <= 0.3 s, cached <= 0.25 s, no-op <= 0.1 s,
+watch rebuild <= 0.5 s (wall, interpreter start-up included). Absolute times are this machine's,
+in this run; ``--json`` prints the rows.
+
+    python benchmarks/first_build.py [--models orientation,ppocr_cls] [--repeat 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ("orientation", "ppocr_cls")
+TARGETS = {"cold_s": 2.5, "validate_fixed_s": 0.3, "cached_s": 0.25, "noop_s": 0.1, "watch_s": 0.5}
+# what the stages of an ONNX -> Core ML build with validation import, and nothing else
+LIBRARIES = ("edgebuild.cli.app", "edgebuild.build.run", "onnx", "onnx_ir", "onnxscript.optimizer", "onnxruntime",
+             "edgebuild_coreml.lowering.converter", "edgebuild_coreml.interpreter.executor")
+WAIT = 600
+
+
+def edgebuild(args: list[str], cwd: Path, cache: Path) -> tuple[float, subprocess.CompletedProcess]:
+    env = {**os.environ, "EDGEBUILD_CACHE_DIR": str(cache)}
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "edgebuild", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=WAIT)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"edgebuild {' '.join(args)} failed ({done.returncode}):\n{done.stderr}")
+    return elapsed, done
+
+
+def local_model(recipe: str, work: Path) -> Path:
+    """The recipe's model as a local file (resolved once, into a store of the benchmark's own)."""
+    from edgebuild.build.jobs import load_variants, source_resolver
+    from edgebuild.registry import get_registry
+    from edgebuild.store.location import open_store
+
+    registry = get_registry()
+    [variant] = load_variants([str(ROOT / "recipes" / f"{recipe}.yaml")], ["fp32"], registry)
+    source = source_resolver(variant, registry, open_store(work / "downloads"))().path
+    target = work / f"{recipe}.onnx"
+    shutil.copyfile(source, target)
+    return target
+
+
+def stage_seconds(report: Path) -> dict[str, float]:
+    return {s["name"]: s["seconds"] for s in json.loads(report.read_text())["stages"]}
+
+
+def floor_seconds(recipe: Path, work: Path) -> dict:
+    """Imports of a fresh process that loads only what the stages use, and a warm second build."""
+    code = f"""
+import json, sys, time
+start = time.perf_counter()
+import edgebuild_coreml  # its lean coremltools import, as the build's process has it
+for name in {list(LIBRARIES)!r}:
+    __import__(name)
+imported = time.perf_counter() - start
+import edgebuild
+from pathlib import Path
+recipe = Path(sys.argv[1])
+edgebuild.build(str(recipe), cache_dir=sys.argv[2])  # the first build warms every import and plan
+start = time.perf_counter()
+result = edgebuild.build(str(recipe), cache_dir=sys.argv[3])
+print(json.dumps({{"imports_s": imported, "warm_build_s": time.perf_counter() - start,
+                  "exit": result.exit_code}}))
+"""
+    floor = work / "floor.yaml"
+    floor.write_text(f"extends: {recipe.name}\noutputs: {{dir: floor-out}}\n")
+    done = subprocess.run([sys.executable, "-c", code, str(floor), str(work / "floor-a"), str(work / "floor-b")],
+                          cwd=work, capture_output=True, text=True, timeout=WAIT)
+    if done.returncode != 0:
+        sys.exit(f"the floor's process failed:\n{done.stderr}")
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**found, "floor_s": found["imports_s"] + found["warm_build_s"]}
+
+
+def validate_fixed(recipe: Path, work: Path, cache: Path) -> dict:
+    """``2 T(8) - T(16)`` of the validate stage, each in a fresh process, the other stages cached."""
+    seconds = {}
+    for samples in (8, 16):
+        variant = work / f"samples{samples}.yaml"
+        variant.write_text(f"extends: {recipe.name}\nvalidate: {{samples: {samples}}}\n"
+                           f"outputs: {{dir: samples{samples}-out}}\n")
+        edgebuild(["run", variant.name], work, cache)
+        [report] = (work / f"samples{samples}-out").glob("*/report.json")
+        seconds[samples] = stage_seconds(report)["validate"]
+    return {"validate_8_s": seconds[8], "validate_16_s": seconds[16],
+            "validate_fixed_s": max(0.0, 2 * seconds[8] - seconds[16])}
+
+
+def watch_rebuild(recipe: Path, work: Path, cache: Path) -> float:
+    """Seconds from a threshold edit to the rebuilt result, in ``edgebuild watch``."""
+    env = {**os.environ, "EDGEBUILD_CACHE_DIR": str(cache)}
+    process = subprocess.Popen([sys.executable, "-m", "edgebuild", "watch", recipe.name], cwd=work, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    timer = threading.Timer(WAIT, process.kill)
+    timer.start()
+    try:
+        def wait_for(needle: str) -> None:
+            for line in process.stderr:
+                if needle in line:
+                    return
+            sys.exit("edgebuild watch ended early")
+
+        wait_for("watching")
+        edited, edits = re.subn(r"cosine_min: [0-9.]+", "cosine_min: 0.98", recipe.read_text(), count=1)
+        assert edits == 1, "the recipe sets no cosine_min to edit"
+        start = time.perf_counter()
+        recipe.write_text(edited)
+        wait_for("watching")
+        return time.perf_counter() - start
+    finally:
+        timer.cancel()
+        process.terminate()
+        process.wait(WAIT)
+
+
+def measure(name: str, repeat: int, work: Path) -> dict:
+    work.mkdir(parents=True)
+    model = local_model(name, work)
+    cache = work / "store"
+    cold, _ = edgebuild(["convert", model.name, "-o", f"{name}.mlpackage", "--cache-dir", str(cache)], work, cache)
+    recipe = work / f"{name}.edgebuild.yaml"
+    [report] = (work / f"{name}.edgebuild").glob("*/report.json")
+    row = {"model": name, "weights_mb": model.stat().st_size / 2**20, "cold_s": cold,
+           "cold_stages_s": stage_seconds(report)}
+    row.update(floor_seconds(recipe, work))
+    row.update(validate_fixed(recipe, work, cache))
+    edgebuild(["run", recipe.name], work, cache)  # stamps the command
+    shutil.rmtree(work / f"{name}.edgebuild")  # the outputs: every stage stays in the store
+    row["cached_s"], _ = edgebuild(["run", recipe.name], work, cache)
+    row["noop_s"] = statistics.median(edgebuild(["run", recipe.name], work, cache)[0] for _ in range(repeat))
+    row["watch_s"] = watch_rebuild(recipe, work, cache)
+    print(f"{name}: {json.dumps(row)}", file=sys.stderr)
+    return row
+
+
+def print_table(rows: list[dict]) -> None:
+    heads = [("cold_s", "cold convert"), ("floor_s", "its floor"), ("validate_fixed_s", "validate fixed"),
+             ("cached_s", "cached run"), ("noop_s", "no-op"), ("watch_s", "watch rebuild")]
+    print(f"{'model':<14}" + "".join(f"{title:>16}" for _, title in heads))
+    print(f"{'target (s)':<14}" + "".join(f"{('<= ' + str(TARGETS[k])) if k in TARGETS else '':>16}"
+                                          for k, _ in heads))
+    print("-" * (14 + 16 * len(heads)))
+    for row in rows:
+        print(f"{row['model']:<14}" + "".join(f"{row[k]:>16.3f}" for k, _ in heads))
+    print("\nstage seconds of the cold convert (from its report):")
+    for row in rows:
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in row["cold_stages_s"].items())
+        print(f"  {row['model']}: {stages}; the rest (start-up, reading the model, reports) "
+              f"{row['cold_s'] - sum(row['cold_stages_s'].values()):.2f}")
+    print("\nits floor: a fresh process's imports of only what the stages use "
+          f"({', '.join(LIBRARIES)}) plus the same build in a warm process; validate fixed: 2 T(8) - T(16) "
+          "of the validate stage, each from a fresh process; all wall seconds, this run")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS), help="recipe names in recipes/, comma-separated")
+    parser.add_argument("--repeat", type=int, default=5, help="no-op runs to take the median of")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="edgebuild-bench-first-"))
+    try:
+        rows = [measure(name, args.repeat, work / name) for name in args.models.split(",")]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
