@@ -257,3 +257,30 @@ def test_shape_of_a_loop_carried_value_stays_computed():
     rewritten = ir.serde.serialize_model(model)
     widths = ReferenceEvaluator(rewritten).run(None, {"x": np.zeros((2, 3), np.float32)})[0]
     np.testing.assert_array_equal(widths.reshape(-1), [3, 6, 12])
+
+
+def test_a_reshape_target_known_but_for_a_count_infers_it(tmp_path):
+    """Boxes kept by a threshold (Compress: a count the data decides) reshaped by Concat(Shape(kept)[0], 4), the
+    form of torchvision's RetinaNet and FCOS heads: the target becomes [-1, 4], so the 4 is static after it."""
+    nodes = [oh.make_node("ReduceMax", ["x", "axis1"], ["score"], keepdims=0),
+             oh.make_node("Greater", ["score", "half"], ["keep"]),
+             oh.make_node("Compress", ["x", "keep"], ["kept"], axis=0),
+             oh.make_node("Shape", ["kept"], ["s"], end=1), oh.make_node("Concat", ["s", "two_two"], ["t1"], axis=0),
+             oh.make_node("Reshape", ["kept", "t1"], ["pairs"]),
+             oh.make_node("Shape", ["pairs"], ["s2"], end=1), oh.make_node("Concat", ["s2", "four"], ["t2"], axis=0),
+             oh.make_node("Reshape", ["pairs", "t2"], ["y"])]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", F, [8, 4])], [onnx.ValueInfoProto(name="y")],
+                          [_i64("axis1", [1]), onh.from_array(np.array(0.5, np.float32), "half"),
+                           _i64("two_two", [2, 2]), _i64("four", [4])])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10)
+    optimized = _optimized(model, tmp_path, {"x": {"shape": [8, 4]}})
+    targets = {i.name: onh.to_array(i) for i in optimized.graph.initializer}
+    reshapes = [n for n in optimized.graph.node if n.op_type == "Reshape"]
+    assert reshapes and all(n.input[1] in targets and -1 in targets[n.input[1]] for n in reshapes)
+    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+              for v in [*optimized.graph.value_info, *optimized.graph.output]}
+    assert shapes["y"][-1] == 4
+    for seed in (0, 1):
+        feeds = {"x": np.random.default_rng(seed).uniform(0, 1, (8, 4)).astype(np.float32)}
+        np.testing.assert_array_equal(ReferenceEvaluator(optimized).run(None, feeds)[0],
+                                      ReferenceEvaluator(model).run(None, feeds)[0])

@@ -14,7 +14,8 @@ and a value only when all of its inputs are constants. Two forms escape it:
 This pass gives those outputs the shape they have, follows the known elements of small integer
 vectors through the shape arithmetic (Shape, Gather, Slice, Concat, Unsqueeze, Squeeze, Reshape,
 Cast, the elementwise arithmetic and comparisons, Where, the reductions), turns every value whose
-elements are all known into a constant, and lets onnxscript fold what then became foldable.
+elements are all known into a constant, and lets onnxscript fold what then became foldable. A
+Reshape target known but for one element takes -1 there (``[count, 4]`` -> ``[-1, 4]``).
 """
 
 from __future__ import annotations
@@ -318,6 +319,7 @@ def fold_known_values(model: ir.Model) -> int:
             if len(node.outputs) != 1:
                 continue
             output = node.outputs[0]
+            folded += _infer_one_reshape_dim(graph, node, evaluator, taken)
             partial = evaluator.partials.get(id(output))
             if partial is None or not partial.complete or output.const_value is not None or output.is_graph_output() \
                     or all(_const(v) is not None for v in node.inputs if v is not None):
@@ -332,6 +334,28 @@ def fold_known_values(model: ir.Model) -> int:
             ir.convenience.replace_all_uses_with(output, constant)
             folded += 1
     return folded
+
+
+def _infer_one_reshape_dim(graph: ir.Graph, node: ir.Node, evaluator: _Evaluator, taken: set[str]) -> int:
+    """A Reshape target known but for one element becomes a constant with -1 there: Reshape infers
+    that dim from the element count, which is what the run-time value had to be. Backends then know
+    every other dim of the result (a box tensor stays [N, 4] after a count NonZero decided)."""
+    if node.op_type != "Reshape" or not _standard(node) or len(node.inputs) < 2 or node.inputs[1] is None:
+        return 0
+    target = node.inputs[1]
+    partial = evaluator.partials.get(id(target))
+    if target.const_value is not None or partial is None or partial.values.ndim != 1:
+        return 0
+    known = partial.values[partial.known]
+    if np.count_nonzero(~partial.known) != 1 or (known <= 0).any():
+        return 0  # a 0 copies a dim (or is a 0 dim with allowzero) and a -1 is already inferred: keep them apart
+    array = np.where(partial.known, partial.values, -1).astype(np.int64)
+    name = unique_name(f"{target.name}_one_inferred", taken)
+    constant = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.INT64),
+                        const_value=ir.tensor(array, name=name))
+    graph.register_initializer(constant)
+    node.replace_input_with(1, constant)
+    return 1
 
 
 @dataclass
