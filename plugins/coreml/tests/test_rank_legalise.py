@@ -208,6 +208,17 @@ def test_batched_matmul_of_six_dims():
     _check(model, inputs)
 
 
+def test_matmul_whose_batch_dims_broadcast():
+    """[2, 2, 1, 2, 4, 3] @ a constant [1, 1, 2, 1, 3, 4]: each operand's broadcast batch dims stay apart."""
+    nodes = [oh.make_node("Reshape", ["q", "six"], ["q6"], name="q6"),
+             oh.make_node("MatMul", ["q6", "k"], ["s"], name="scores"),
+             oh.make_node("Reshape", ["s", "back"], ["y"], name="back_to_low")]
+    inputs = {"q": rand(2, 2, 2, 12)}
+    model = _model(nodes, inputs, {"y": None}, {"six": np.array([2, 2, 1, 2, 4, 3]), "k": rand(1, 1, 2, 1, 3, 4, seed=3),
+                                                "back": np.array([2, 2, 2, 32])})
+    _check(model, inputs)
+
+
 def test_gather_with_2d_indices_on_5d_data():
     """A speech-enhancement net's frame gather: 5-D data, 2-D indices on axis 2 -> a rank-6 result."""
     indices = np.array([[0, 1, 2], [2, 3, 4], [4, 5, 6]], np.int64)

@@ -314,12 +314,13 @@ class RankLegaliser:
             if (left != right) if together else (left or right):
                 self.cuts.force(slot, why)
 
-    def _broadcast(self, out: _Operand, operands: list[_Operand], label: str) -> None:
+    def _broadcast(self, out: _Operand, operands: list[_Operand], label: str, whole: bool = True) -> None:
         """Numpy broadcasting of ``operands`` to ``out``: a folded dim of an operand must be all its
-        own dims or all broadcast ones (size-1 dims go with either)."""
+        own dims or all broadcast ones (size-1 dims go with either). ``whole``: the operands are whole
+        tensors (not a matmul's batch dims), so a constant among them may be stored broadcast."""
         rank = len(out.shape)
         for operand in operands:
-            if _is_const(operand.var) and tuple(operand.shape) != tuple(out.shape):
+            if whole and _is_const(operand.var) and tuple(operand.shape) != tuple(out.shape):
                 self._broadcast_constant_count += 1
                 if self.broadcast_constants:
                     operand.shape, operand.slots, operand.broadcast = tuple(out.shape), self.cuts.new(rank - 1), True
@@ -366,7 +367,8 @@ class RankLegaliser:
             self._keep_apart(operand, [rank - 2, rank - 1], f"{label} multiplies its last two dims")
         batch = len(out.shape) - 2
         if batch:
-            self._broadcast(_batch(out, batch), [_batch(x, len(x.shape) - 2), _batch(y, len(y.shape) - 2)], label)
+            self._broadcast(_batch(out, batch), [_batch(x, len(x.shape) - 2), _batch(y, len(y.shape) - 2)], label,
+                            whole=False)  # (the batch dims only: a constant is not stored broadcast)
 
     def _gather(self, op, plan: _OpPlan, label: str) -> None:
         x, indices, out = plan.inputs["x"], plan.inputs.get("indices"), plan.outputs[0]
