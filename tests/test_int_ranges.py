@@ -306,3 +306,17 @@ def test_build_time_sentinel_with_a_run_time_reader_is_saturated():
     assert entry.apply(model) == 2  # one fold, one saturation
     assert np.array_equal(before[0], _run(model, _feeds())[0])
     assert {node.op_type for node in model.graph} == {"Max"} and _in_range(model)
+
+
+def test_constant_nodes_without_inferred_types():
+    """The sentinel from a Constant node, read through an Identity, with no shape inference run: the
+    types come from the producers, and the saturated value lands in the node's attribute."""
+    nodes = [oh.make_node("Constant", [], ["c"], value=_sentinels(INT64_MAX)), oh.make_node("Identity", ["c"], ["i"]),
+             oh.make_node("Where", ["odd_false", "i", "x"], ["y"])]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", I64, [N])],
+                          [oh.make_tensor_value_info("y", I64, None)], [_HELPERS[-1]])
+    model = ir.serde.deserialize_model(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)]))
+    saturated, kept = _apply(model, _feeds())
+    assert saturated == ["c"] and not kept
+    [constant] = [node for node in model.graph if node.op_type == "Constant"]
+    assert constant.attributes["value"].value.numpy().max() == INT32_MAX

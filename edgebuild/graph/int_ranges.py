@@ -286,11 +286,25 @@ def _output_dtype(node: ir.Node | None, depth: int) -> ir.DataType | None:
     if node.op_type == "ConstantOfShape":
         attribute = node.attributes.get("value")
         return attribute.value.dtype if attribute is not None else ir.DataType.FLOAT
-    return _dtype_of(node.inputs[1] if node.op_type == "Where" else node.inputs[0], depth)
+    if node.op_type == "Constant" and "value" in node.attributes:
+        return node.attributes["value"].value.dtype
+    index = 1 if node.op_type == "Where" else 0
+    return _dtype_of(node.inputs[index], depth) if len(node.inputs) > index else None
+
+
+def _constant_tensor(value: ir.Value):
+    """The tensor of an initializer or of a ``Constant`` node's ``value`` (None for anything else)."""
+    if value.const_value is not None:
+        return value.const_value
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx") \
+            and "value" in producer.attributes:
+        return producer.attributes["value"].value
+    return None
 
 
 def _constant(value: ir.Value) -> np.ndarray | None:
-    tensor = value.const_value
+    tensor = _constant_tensor(value)
     if tensor is None:
         return None
     try:
@@ -578,7 +592,8 @@ def _index_map(analysis, node, data) -> tuple[list, list[np.ndarray]] | None:
         if value is None or value.name == "":
             continue
         if index in data:
-            dims = value.shape
+            tensor = _constant_tensor(value)
+            dims = value.shape if value.shape is not None or tensor is None else tensor.shape
             if dims is None or not all(isinstance(d, int) for d in dims) or int(np.prod(dims)) > MAX_ELEMENTS:
                 return None
             size = int(np.prod(dims))
@@ -631,7 +646,7 @@ _RULES = {
 # -- the pass ---------------------------------------------------------------------------------------
 def out_of_range(value: ir.Value, bits: int) -> bool:
     """An integer constant with values a ``bits``-wide signed integer cannot hold."""
-    tensor = value.const_value
+    tensor = _constant_tensor(value)
     bounds = _dtype_range(tensor.dtype) if tensor is not None else None
     if bounds is None or (bounds[0] >= -(2 ** (bits - 1)) and bounds[1] <= 2 ** (bits - 1) - 1):
         return False  # not an integer type wider than the limit: never read (weights are floats)
@@ -718,7 +733,7 @@ def fold_around_out_of_range(graph: ir.Graph, bits: int = 32) -> int:
             if reader.graph is not graph:
                 continue
             results = [known.of(output) for output in reader.outputs]
-            if all(result is not None for result in results):
+            if all(result is not None and result.dtype.kind in "iub" for result in results):  # integer work only
                 for output, result in zip(reader.outputs, results):
                     if not out_of_range_array(result) and result.size <= MAX_FOLDED and id(output) not in outputs:
                         folds[id(output)] = (output, result)
@@ -769,6 +784,8 @@ def _failure(graph: ir.Graph, bits: int, values: dict[int, ir.Value]) -> Unprove
         IntRanges(graph, bits, candidates=dict(values)).follow(list(values.values()))
     except Unproven as exc:
         return exc
+    except Exception as exc:  # a form the rules do not expect: nothing proven, the constants stay as they are
+        return Unproven(None, f"stopped the range analysis: {type(exc).__name__}: {exc}")
     return None
 
 
