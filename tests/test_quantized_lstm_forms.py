@@ -15,7 +15,7 @@ saturates pairs of full-range products in int16 (quantize_dynamic's reduce_range
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -50,7 +50,6 @@ class Form:
     weight: str = "int8"  # int8 | uint8
     outputs: tuple[bool, bool, bool] = (True, True, True)  # Y, Y_h, Y_c named
     bias: bool = True
-    extra: dict = field(default_factory=dict, hash=False)
 
     @property
     def dirs(self) -> int:
@@ -130,7 +129,7 @@ def _case(form: Form, seed: int = 0):
     if form.peephole:
         inits.append(onh.from_array(rng.normal(scale=0.5, size=(dirs, 3 * HIDDEN)).astype(np.float32), "p"))
         names[7] = "p"
-    attributes = {"hidden_size": HIDDEN, "direction": form.direction, **form.extra}
+    attributes = {"hidden_size": HIDDEN, "direction": form.direction}
     if form.clip is not None:
         attributes["clip"] = form.clip
     if form.input_forget:

@@ -129,7 +129,8 @@ def _floats_attr(node: ir.Node, name: str) -> list[float]:
 
 
 def _activations(names: list[str], alphas: list[float], betas: list[float]) -> list[tuple[str, float, float]]:
-    """(name, alpha, beta) per activation, alpha/beta taken in list order by those that use them (onnxruntime's rule)."""
+    """(name, alpha, beta) per activation; alpha / beta are taken in list order by the functions
+    that use them (onnxruntime's rule), defaults after the list runs out."""
     alphas, betas, out = list(alphas), list(betas), []
     for name in names:
         uses_alpha, uses_beta, alpha, beta = _ACTIVATIONS[name]
