@@ -320,3 +320,29 @@ def test_constant_nodes_without_inferred_types():
     assert saturated == ["c"] and not kept
     [constant] = [node for node in model.graph if node.op_type == "Constant"]
     assert constant.attributes["value"].value.numpy().max() == INT32_MAX
+
+
+def _first_index(mask):
+    """``Where(mask, arange, INT64_MAX)`` then ReduceMin: the first index where ``mask`` holds, plus ``x``."""
+    nodes = [oh.make_node("Where", ["mask", "positions", "c"], ["w"]),
+             oh.make_node("ReduceMin", ["w"], ["first"], keepdims=0), oh.make_node("Add", ["first", "x"], ["y"])]
+    return _graph(nodes, [_const("mask", mask, np.bool_), _const("positions", np.arange(N)), _const("c", [INT64_MAX] * N)])
+
+
+@pytest.mark.parametrize("reduce_op", ["ReduceMin", "ReduceMax"])
+def test_reductions_that_never_pick_the_sentinel_saturate_it(reduce_op):
+    """The first (or last, from INT64_MIN) index where a mask holds: one element the same in both lies
+    beyond every sentinel, so the reduction never returns it."""
+    model = _first_index(np.arange(N) == 3)
+    if reduce_op == "ReduceMax":
+        for node in model.graph:
+            if node.op_type == "ReduceMin":
+                node.op_type = "ReduceMax"
+        model.graph.initializers["c"].const_value = ir.tensor(np.full(N, INT64_MIN), name="c")
+    saturated, kept = _apply(model, _feeds(shape=()))
+    assert saturated == ["c"] and not kept
+
+
+def test_reduction_of_only_sentinels_keeps_them():
+    saturated, kept = _apply(_first_index(np.zeros(N, bool)), _feeds(shape=()))
+    assert not saturated and "graph output 'y'" in kept["c"]

@@ -548,6 +548,57 @@ def _need(node: ir.Node, inputs, index: int, what: str) -> None:
         raise Unproven(node, f"takes them as its {what}, a parameter whose value matters")
 
 
+def _reduce(analysis, node, inputs):
+    """ReduceMin (ReduceMax by negation): the same in both where an element the same in both lies at or
+    below every value a differing element may take in either (the extreme then comes from the former)."""
+    flip = node.op_type == "ReduceMax"
+    data = _negated(inputs[0]) if flip else inputs[0]
+    _need(node, inputs, 1, "axes")
+    source = node.inputs[0]
+    tensor = _constant_tensor(source)
+    dims = source.shape if source.shape is not None or tensor is None else tensor.shape
+    axes = _constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    if axes is None and "axes" in node.attributes:
+        axes = np.array(node.attributes["axes"].value)
+    keepdims = node.attributes["keepdims"].value if "keepdims" in node.attributes else 1
+    static = dims is not None and all(isinstance(d, int) for d in dims)
+    if not static or (len(node.inputs) > 1 and node.inputs[1] is not None and axes is None):
+        result = _reduced(data.summary().parts(), ())
+    else:
+        rank = len(dims)
+        if axes is None or axes.size == 0:
+            noop = node.attributes["noop_with_empty_axes"].value if "noop_with_empty_axes" in node.attributes else 0
+            if axes is not None and noop:
+                return [inputs[0]]
+            axes = np.arange(rank)
+        axes = sorted({int(a) % rank for a in np.asarray(axes).reshape(-1)})
+        kept = [a for a in range(rank) if a not in axes]
+        moved = [np.transpose(part, kept + axes).reshape([dims[a] for a in kept] + [-1])
+                 for part in data.full(tuple(dims)).parts()]
+        result = _reduced(moved, [1 if a in axes else dims[a] for a in range(rank)] if keepdims else None)
+    return [_negated(result) if flip else result]
+
+
+def _reduced(parts, shape) -> Span:
+    """The minimum over the last axis of ``parts`` (a Span's arrays), reshaped to ``shape`` if given."""
+    lo, hi, olo, ohi, slo, shi, differs = (np.asarray(part) for part in parts)
+    if lo.ndim == 0:
+        lo, hi, olo, ohi, slo, shi, differs = (part.reshape(1) for part in (lo, hi, olo, ohi, slo, shi, differs))
+    source = (np.minimum(lo, olo).min(-1), np.maximum(hi, ohi).min(-1))
+    saturated = (np.minimum(lo, slo).min(-1), np.maximum(hi, shi).min(-1))
+    settled = np.where(differs, np.inf, hi).min(-1)  # an element the same in both, at most this
+    least_differing = np.where(differs, np.minimum(olo, slo), np.inf).min(-1)
+    agreed = ~differs.any(-1) | (settled <= least_differing)
+    result = _union([_masked(source, saturated, np.ones((), bool), agreed),
+                     Span.same(np.minimum(source[0], saturated[0]), np.maximum(source[1], saturated[1]))])
+    return result.full(result.lo.shape) if shape is None else Span(*(np.reshape(p, shape) for p in
+                                                                       result.full(result.lo.shape).parts()))
+
+
+def _negated(span: Span) -> Span:
+    return Span(-span.hi, -span.lo, -span.ohi, -span.olo, -span.shi, -span.slo, span.differs)
+
+
 # -- data movement: which inputs carry the elements; the others are constants that place them --------------
 _MOVED_INPUTS = {
     "Identity": (0,), "Reshape": (0,), "Flatten": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Transpose": (0,),
@@ -638,6 +689,7 @@ _RULES = {
     "Less": _comparison(True, True), "LessOrEqual": _comparison(True, False),
     "Greater": _comparison(False, True), "GreaterOrEqual": _comparison(False, False), "Equal": _binary(_equal_bounds),
     "Not": _unary(_not_bounds), "And": _pairwise(_min), "Or": _pairwise(_max),  # on 0/1, And is Min and Or Max
+    "Sign": _unary(lambda lo, hi: (np.sign(lo), np.sign(hi))), "ReduceMin": _reduce, "ReduceMax": _reduce,
     "Where": _where, "Cast": _cast, "Shape": _shape_of, "Size": _shape_of, "ConstantOfShape": _constant_of_shape,
     **{op: _moved for op in _MOVED_INPUTS},
 }
