@@ -16,8 +16,9 @@ to 0.999.
 The weights are quantised with ``reduce_range`` (7 bits; quantize_dynamic writes LSTM weights as
 int8 whatever its weight_type): onnxruntime's own x86 uint8 x int8 kernel on CPUs without VNNI sums
 pairs of full-range products in int16 with saturation, so its result there is not the graph's
-arithmetic (the embedder at full range: cosine 0.996 against the exact sums, on any decomposition). The reference runs on one thread (OMP_NUM_THREADS=1): onnxruntime otherwise quantises
-each thread's rows of a batch's hidden state apart.
+arithmetic (the embedder at full range: cosine 0.996 against the exact sums, on any decomposition).
+The reference runs on one thread (OMP_NUM_THREADS=1): onnxruntime otherwise quantises each
+thread's rows of a batch's hidden state apart.
 
 One bidirectional 2-layer model runs by default; the rest under ``-m slow``.
 """
@@ -111,7 +112,8 @@ def _lstm_nodes(model: Path) -> int:
 def _build(model: Path, inputs: dict, validate_inputs: str, workdir: Path, cache: Path, variant: str) -> dict:
     """``edgebuild run --json`` of a recipe for ``model``; the variant's record."""
     digest = hashlib.sha256(model.read_bytes()).hexdigest()
-    shapes = "\n".join(f"    {name}: {{shape: {list(shape)}, dtype: {dtype}}}" for name, (shape, dtype) in inputs.items())
+    shapes = "\n".join(f"    {name}: {{shape: {list(shape)}, dtype: {dtype}}}"
+                       for name, (shape, dtype) in inputs.items())
     recipe = workdir / f"{model.stem}.yaml"
     recipe.write_text(
         "edgebuild: 1\n"
