@@ -296,7 +296,7 @@ class IslandCheck:
     folded: list[str]  # ops none of whose values is left (eliminated, folded or fused into a reader)
 
     def to_json(self) -> dict:
-        return {"islands_fp32": sorted(self.kept), "islands_folded_away": sorted(self.folded)}
+        return {"fp32": sorted(self.kept), "folded_away": sorted(self.folded)}
 
 
 def check_islands(program, island_values: Mapping[str, list[str]]) -> IslandCheck:

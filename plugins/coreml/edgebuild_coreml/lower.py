@@ -84,8 +84,8 @@ def _lower(model_path: Path, artifact: Path, params: LowerParams, registry, *, b
             raise BuildError(f"{artifact.name}: coremltools' pipeline ran no fp16 cast pass, so the fp16 "
                              "guard measured nothing", hint="set compute.fp16_guard: false")
         info["fp16_guard"] = {**guard.to_json(), "saturated_constants": saturated}
-        if guard.keep_fp32:
-            info["fp16_guard"].update(check_kept_fp32(program, guard, artifact.name).to_json())
+        if guard.keep_fp32:  # apart from the guard's own record: this is what the passes after it made
+            info["fp16_islands"] = check_kept_fp32(program, guard, artifact.name).to_json()
     renamed_inputs = {k: v for k, v in result.input_names.items() if k != v}
     plan = policy.plan_for(program, compute, shapes_dynamic=policy.range_inputs(params.inputs, result.input_names))
     error = policy.violation_error(plan, LABEL)
