@@ -5,7 +5,9 @@ Exported models compute sentinels no 32-bit integer holds. T5's relative-positio
 pick ``INT64_MAX`` away with ``Where`` or clamp it with ``Min``/``Clip``. Once pinned shapes fold such
 arithmetic, the sentinel is a constant that a backend with 32-bit integers (Core ML) must refuse,
 unless replacing it by the nearest value it can hold changes nothing the graph computes. This pass
-proves that by following the constant through its readers, and saturates what it proves.
+first folds the integer work next to such a value that is computable at build time (onnxscript's
+folding stops at a ``ConstantOfShape``; Core ML's lowering evaluates it and meets -2**63), then
+proves the rest by following each constant through its readers, and saturates what it proves.
 
 Each integer tensor on the way gets a :class:`Span`: per element (or one summary for the whole
 tensor), bounds of the value the source graph computes, bounds of the value the backend computes
@@ -15,7 +17,8 @@ both (``Min``/``Max``/``Clip`` against a bound beyond both, a comparison or a Ca
 alike in both) or reach a ``Slice`` bound (clamped to the dimension). Reaching a graph output, a
 float value, an op without a rule here or an operand whose value is a parameter (indices, shapes)
 leaves the constant as it is; the nodes reading it are marked with the reason
-(:func:`int_range_reason`), which the backend's refusal names.
+(:func:`int_range_reason`), which the backend's refusal names. A run-time integer is taken to hold
+what the backend's integers hold (a 64-bit input is an int32 there): the backend's own premise.
 """
 
 from __future__ import annotations
