@@ -84,3 +84,30 @@ def test_ties_keep_the_lower_index_first():
                    ["values", "indices"])
     x = np.array([[1, 3, 3, 0, 3, 2, 2, 1], [0, 0, 0, 0, 1, 1, 0, 0]], np.float32)
     _check(model, {"x": x, "k": np.array([5], np.int64)})
+
+
+
+def _sorting_loop(x_shape):
+    """A Loop whose body sorts the outer x whole (k = Shape(x)[0]) at each of 3 trips: scan rows only, no
+    loop-carried value (MIL's while_loop then returns its one variable alone)."""
+    flag = onnx.TensorProto.BOOL
+    body = oh.make_graph(
+        [oh.make_node("Shape", ["x"], ["s"], start=0, end=1), oh.make_node("TopK", ["x", "s"], ["v", "i"]),
+         oh.make_node("Identity", ["cond"], ["cond_out"])],
+        "body", [oh.make_tensor_value_info("iter", I64, []), oh.make_tensor_value_info("cond", flag, [])],
+        [oh.make_tensor_value_info("cond_out", flag, []), oh.make_tensor_value_info("v", F, None)])
+    return _model([oh.make_node("Loop", ["trips", ""], ["vs"], body=body, name="sorting")],
+                  [oh.make_tensor_value_info("x", F, x_shape)], ["vs"], [oh.make_tensor("trips", I64, [], [3])])
+
+
+def test_a_loop_of_scan_rows_only_lowers():
+    _check(_sorting_loop([6]), {"x": np.random.default_rng(6).standard_normal(6).astype(np.float32)})
+
+
+def test_scan_rows_as_long_as_a_flexible_dim_are_declined_by_name():
+    from onnx_cases import lower
+
+    from edgebuild_coreml.lowering.errors import DeclinedForm
+
+    with pytest.raises(DeclinedForm, match="scan output 0 has rows of shape"):
+        lower(_sorting_loop(["N"]))

@@ -129,8 +129,9 @@ def _while(ctx, node, body, trip, cond, carried, buffers, on_scans=None):
     if with_cond:
         initial.append(cond if isinstance(cond, Var) else mb.const(val=cond, name=ctx.name(node, "cond0")))
     try:
-        return mb.while_loop(_cond=keep_going, _body=step, loop_vars=tuple(initial + carried + buffers),
-                             name=ctx.name(node, "loop"))
+        results = mb.while_loop(_cond=keep_going, _body=step, loop_vars=tuple(initial + carried + buffers),
+                                name=ctx.name(node, "loop"))
+        return results if isinstance(results, (list, tuple)) else (results,)  # one loop variable: a Var alone
     except ValueError as exc:  # MIL's message names the variable whose type changes
         if "changes in the body" in str(exc) or "subtype" in str(exc):
             ctx.fail(node, "a loop-carried value changes rank or type between iterations, which Core ML's "
