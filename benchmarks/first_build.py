@@ -149,6 +149,12 @@ def watch_rebuild(recipe: Path, work: Path, cache: Path) -> float:
         process.wait(WAIT)
 
 
+def has_watch() -> bool:
+    """Whether this edgebuild has ``watch`` (an older one, measured for comparison, may not)."""
+    done = subprocess.run([sys.executable, "-m", "edgebuild", "watch", "--help"], capture_output=True, timeout=WAIT)
+    return done.returncode == 0
+
+
 def measure(name: str, repeat: int, work: Path) -> dict:
     work.mkdir(parents=True)
     model = local_model(name, work)
@@ -164,7 +170,7 @@ def measure(name: str, repeat: int, work: Path) -> dict:
     shutil.rmtree(work / f"{name}.edgebuild")  # the outputs: every stage stays in the store
     row["cached_s"], _ = edgebuild(["run", recipe.name], work, cache)
     row["noop_s"] = statistics.median(edgebuild(["run", recipe.name], work, cache)[0] for _ in range(repeat))
-    row["watch_s"] = watch_rebuild(recipe, work, cache)
+    row["watch_s"] = watch_rebuild(recipe, work, cache) if has_watch() else None
     print(f"{name}: {json.dumps(row)}", file=sys.stderr)
     return row
 
@@ -177,7 +183,8 @@ def print_table(rows: list[dict]) -> None:
                                           for k, _ in heads))
     print("-" * (14 + 16 * len(heads)))
     for row in rows:
-        print(f"{row['model']:<14}" + "".join(f"{row[k]:>16.3f}" for k, _ in heads))
+        print(f"{row['model']:<14}" + "".join(f"{row[k]:>16.3f}" if row[k] is not None else f"{'-':>16}"
+                                              for k, _ in heads))
     print("\nstage seconds of the cold convert (from its report):")
     for row in rows:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in row["cold_stages_s"].items())
