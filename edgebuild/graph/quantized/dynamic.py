@@ -54,10 +54,6 @@ def _input(node: ir.Node, index: int) -> ir.Value | None:
     return node.inputs[index] if index < len(node.inputs) else None
 
 
-def _rank(value: ir.Value | None) -> int | None:
-    return None if value is None or value.shape is None else len(value.shape)
-
-
 def _output_channels(array: np.ndarray, out_rank: int, out_axis: int, channels: int) -> np.ndarray | None:
     """A scale that multiplies the op's output, as a scalar or as a vector over ``out_axis``."""
     if array.size == 1:

@@ -7,8 +7,8 @@ fp16 build says it is not integer-exact.
   onnxruntime on the quantised source: equal bit for bit at fp32;
 - ``-m slow``: torchvision's resnet18 (random weights, exported with torch.onnx.export) quantised
   by quantize_static in the QOperator format, per channel and per tensor, built with
-  ``edgebuild run`` at fp32 (cosine >= COSINE against onnxruntime's integer kernels; the float
-  form reached 0.998-0.999 on such CNNs) and fp16 (the report says so); all-MiniLM-L6 quantised
+  ``edgebuild run`` at fp32 (cosine >= RESNET_COSINE against onnxruntime's integer kernels) and
+  fp16 (the report says so); all-MiniLM-L6 quantised
   by quantize_dynamic (reduce_range on and off): the decomposed graph, run by onnxruntime, equals
   the source bit for bit, and the package is held to MINILM_L6_COSINE.
 
@@ -40,7 +40,11 @@ from edgebuild.graph.optimize import optimize
 ROOT = Path(__file__).resolve().parents[3]
 F = onnx.TensorProto.FLOAT
 RNG = np.random.default_rng(11)
-COSINE = 0.9999
+# resnet18 QOperator, measured fp32 0.999900 per channel, 0.999914 per tensor (the float form: 0.999889):
+# its convolutions, QGemm and pooling are onnxruntime's integer arithmetic, but coremltools'
+# divide_to_multiply pass makes each QuantizeLinear by a constant scale (the input's, QLinearAdd's)
+# multiply by the reciprocal, which rounds ties differently from onnxruntime's division.
+RESNET_COSINE = 0.9998
 MINILM_L6_COSINE = 0.985
 FP16_NOTE = "quantised arithmetic is not integer-exact at float16"
 
@@ -142,7 +146,7 @@ def _worst_cosine(record: dict) -> float:
 
 
 def _report_notes(record: dict) -> list[str]:
-    return json.loads(Path(record["report"]).read_text()).get("notes", [])
+    return json.loads(Path(record["report"]).with_name("report.json").read_text()).get("notes", [])
 
 
 def _recipe(workdir: Path, model: Path, inputs: dict, cosine: float, *, extends: str | None = None) -> Path:
@@ -152,7 +156,13 @@ def _recipe(workdir: Path, model: Path, inputs: dict, cosine: float, *, extends:
                                   "validate": {"thresholds": {"cosine_min": 0.9, "max_rel_max": None}}}},
             "outputs": {"dir": "out"}}
     if extends:
-        head = {"extends": extends, "name": model.stem, "source": {"model": str(model)}}
+        import hashlib
+
+        sha256 = hashlib.sha256(model.read_bytes()).hexdigest()
+        head = {"extends": extends, "name": model.stem, "source": {"model": str(model), "sha256": sha256}}
+        # the shipped fp32 variant's elementwise limit is for its float source
+        body["variants"]["fp32"]["validate"] = {"per_output": {name: {"thresholds": {"max_rel_max": None}}
+                                                               for name in ("last_hidden_state", "pooler_output")}}
     else:
         head = {"edgebuild": 1, "name": model.stem, "source": {"model": str(model), "inputs": inputs},
                 "target": {"backend": "coreml", "deployment_target": "iOS17", "precision": "float32"}}
@@ -188,12 +198,12 @@ def test_resnet18_qoperator_matches_onnxruntimes_integer_kernels(resnet18_onnx, 
     quantize_static(str(prepared), str(quantised), samples, quant_format=QuantFormat.QOperator,
                     per_channel=per_channel, reduce_range=True, activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8)
-    recipe = _recipe(tmp_path, quantised, {"x": {"shape": [1, 3, 112, 112], "dtype": "float32"}}, COSINE)
+    recipe = _recipe(tmp_path, quantised, {"x": {"shape": [1, 3, 112, 112], "dtype": "float32"}}, RESNET_COSINE)
     fp32 = _run(recipe, tmp_path / "cache", tmp_path, "fp32")
     fp16 = _run(recipe, tmp_path / "cache", tmp_path, "fp16")
     print(f"\nresnet18 QOperator per_channel={per_channel}: fp32 cosine {_worst_cosine(fp32):.6f}, "
           f"fp16 {_worst_cosine(fp16):.6f}")
-    assert _worst_cosine(fp32) >= COSINE
+    assert _worst_cosine(fp32) >= RESNET_COSINE
     assert not any(FP16_NOTE in note for note in _report_notes(fp32))
     assert any(FP16_NOTE in note for note in _report_notes(fp16))
 
