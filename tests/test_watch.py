@@ -15,17 +15,9 @@ import pytest
 
 from edgebuild.build import watch as watching
 from edgebuild_testplugin.models import tiny_model
+from edgebuild_testplugin.recipes import RECIPE
 
-RECIPE = """\
-edgebuild: 1
-name: cnn
-source:
-  model: cnn.onnx
-  inputs: {{x: {{shape: [2, 4], dtype: float32}}}}
-target: {{backend: testcopy, precision: float32}}
-validate: {{samples: 2, runtimes: [testcopy], thresholds: {{max_abs_max: {limit}}}}}
-outputs: {{dir: out}}
-"""
+VALIDATE = "validate: {{samples: 2, runtimes: [testcopy], thresholds: {{max_abs_max: {limit}}}}}"
 WAIT = 120  # seconds: a bound for a slow machine, never a measurement
 
 
@@ -84,10 +76,14 @@ def test_a_recipe_that_failed_to_load_is_watched_for_its_fix(tmp_path):
     assert watching.input_paths([str(recipe)], []) == [recipe.absolute()]
 
 
+def _recipe(limit: float) -> str:
+    return RECIPE.format(extra=VALIDATE.format(limit=limit))
+
+
 @pytest.fixture
 def project(tmp_path):
-    tiny_model(tmp_path / "cnn.onnx")
-    (tmp_path / "cnn.yaml").write_text(RECIPE.format(limit=0.01))
+    tiny_model(tmp_path / "tiny.onnx")
+    (tmp_path / "tiny.yaml").write_text(_recipe(0.01))
     return tmp_path
 
 
@@ -101,7 +97,7 @@ def _read_until(stream, needle: str, lines: list[str]) -> None:
 
 def test_the_command_rebuilds_what_a_threshold_edit_reaches_and_prints_each_result(project):
     env = {**os.environ, "EDGEBUILD_CACHE_DIR": str(project / "cache")}
-    process = subprocess.Popen([sys.executable, "-m", "edgebuild", "watch", "cnn.yaml"], cwd=project, env=env,
+    process = subprocess.Popen([sys.executable, "-m", "edgebuild", "watch", "tiny.yaml"], cwd=project, env=env,
                                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     lines: list[str] = []
     try:
@@ -110,11 +106,11 @@ def test_the_command_rebuilds_what_a_threshold_edit_reaches_and_prints_each_resu
         _read_until(process.stderr, "watching", lines)
         first = "".join(lines)
         assert "validation passed" in first and "validate  ran" in first
-        _edit(project / "cnn.yaml", RECIPE.format(limit=0.02))
+        _edit(project / "tiny.yaml", _recipe(0.02))
         lines.clear()
         _read_until(process.stderr, "watching", lines)
         again = "".join(lines)
-        assert "changed: cnn.yaml" in again and "validation passed" in again
+        assert "changed: tiny.yaml" in again and "validation passed" in again
         assert "lower     cached" in again and "validate  ran" in again  # only what the threshold reaches
     finally:
         timer.cancel()
