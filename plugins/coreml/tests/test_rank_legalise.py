@@ -231,6 +231,18 @@ def test_gather_with_2d_indices_on_5d_data():
     _check(model, inputs)
 
 
+@pytest.mark.parametrize("attrs", [{"dilations": [1, 2, 2]}, {"indices": True}], ids=["dilated", "indices"])
+def test_max_pool_3d_whose_taps_stack_to_rank_six(attrs):
+    """MaxPool over 5-D input with dilations or an Indices output: the lowering stacks each window's
+    taps into a rank-6 value and reduces over them (and picks the tap's index with gather_along_axis)."""
+    indices = attrs.pop("indices", False)
+    outputs = ["y", "where"] if indices else ["y"]
+    node = oh.make_node("MaxPool", ["x"], outputs, kernel_shape=[2, 2, 2], strides=[1, 2, 2], name="pool", **attrs)
+    inputs = {"x": rand(1, 2, 4, 8, 8)}
+    model = _model([node], inputs, {"y": None, **({"where": onnx.TensorProto.INT64} if indices else {})})
+    _check(model, inputs)
+
+
 def test_concat_and_slice_on_six_dims():
     nodes = [oh.make_node("Reshape", ["x", "six"], ["h"], name="to6"),
              oh.make_node("Concat", ["h", "h"], ["c"], axis=3, name="cat"),

@@ -276,6 +276,18 @@ class RankLegaliser:
             self._keep_apart(x, axes, f"{label} pads axes {axes}")
         elif kind == "gather":
             self._gather(op, plan, label)
+        elif kind == "stack":  # a new axis in the output: kept apart, the inputs' dims either side of it too
+            out = plan.outputs[0]
+            axis = _axis(_value(op, "axis"), len(out.shape))
+            self._keep_apart(out, [axis], f"{label} stacks along axis {axis}")
+            for value in plan.inputs["values"]:
+                for k, slot in enumerate(value.slots):
+                    if k + 1 < axis:
+                        self.cuts.tie(slot, out.slots[k])
+                    elif k >= axis:
+                        self.cuts.tie(slot, out.slots[k + 1])
+                    else:
+                        self.cuts.force(slot, f"{label} stacks along axis {axis}")
         elif kind == "slice_by_index" or kind == "slice_by_size":
             x, y = plan.inputs["x"], plan.outputs[0]
             if kind == "slice_by_index" and _value(op, "squeeze_mask") is not None and any(_value(op, "squeeze_mask")):
@@ -473,6 +485,8 @@ class RankLegaliser:
                     params[name] = np.reshape(op.inputs[name].val, shape)
         elif kind == "gather":
             params["axis"] = x.group_of(self.cuts, _axis(_value(op, "axis", 0), len(x.shape)))
+        elif kind == "stack":
+            params["axis"] = out.group_of(self.cuts, _axis(_value(op, "axis"), len(out.shape)))
         elif kind in ("slice_by_index", "slice_by_size"):
             params.update(_folded_slice(op, x, self.cuts))
         elif kind == "pad":
