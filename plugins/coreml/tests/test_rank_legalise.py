@@ -243,6 +243,17 @@ def test_max_pool_3d_whose_taps_stack_to_rank_six(attrs):
     _check(model, inputs)
 
 
+def test_deform_conv_offsets_and_mask_at_rank_six():
+    """DeformConv's lowering splits offsets and scales the taps by the mask as [N, G, taps, 2|C, oh, ow]."""
+    inputs = {"x": rand(1, 4, 6, 6, seed=34), "w": rand(4, 2, 3, 3, seed=35),
+              "offset": rand(1, 2 * 9 * 2, 6, 6, seed=36, low=-2.5, high=2.5), "b": rand(4, seed=37),
+              "mask": rand(1, 2 * 9, 6, 6, seed=38, low=0.0, high=1.0)}
+    node = oh.make_node("DeformConv", list(inputs), ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=2,
+                        offset_group=2, name="deform")
+    model = _model([node], inputs, {"y": None}, opset=19)
+    _check(model, inputs)
+
+
 def test_concat_and_slice_on_six_dims():
     nodes = [oh.make_node("Reshape", ["x", "six"], ["h"], name="to6"),
              oh.make_node("Concat", ["h", "h"], ["c"], axis=3, name="cat"),
