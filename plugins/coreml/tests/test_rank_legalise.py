@@ -33,10 +33,6 @@ def _model(nodes, inputs: dict, outputs: dict, initializers: dict | None = None,
     return onnx.shape_inference.infer_shapes(model)
 
 
-def _shape(name: str, dims) -> onnx.TensorProto:
-    return onh.from_array(np.array(dims, dtype=np.int64), name)
-
-
 def _highest_rank(program) -> int:
     ranks = [o.rank for op in program.functions["main"].operations for o in op.outputs if hasattr(o, "rank")]
     return max(ranks)
