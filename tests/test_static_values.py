@@ -22,7 +22,7 @@ from onnx.reference.op_run import OpRun
 
 from edgebuild.graph.frontend import OnnxFrontend
 from edgebuild.graph.optimize import optimize
-from edgebuild.graph.static_values import PASS
+from edgebuild.graph.static_values import PASS, dim_upper_bound
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -284,3 +284,54 @@ def test_a_reshape_target_known_but_for_a_count_infers_it(tmp_path):
         feeds = {"x": np.random.default_rng(seed).uniform(0, 1, (8, 4)).astype(np.float32)}
         np.testing.assert_array_equal(ReferenceEvaluator(optimized).run(None, feeds)[0],
                                       ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+def _nms_of_the_top_scores(limit: int = 20) -> onnx.ModelProto:
+    """Scores above 0.3 (NonZero), their TopK(Min(limit, count)), those boxes into NonMaxSuppression with
+    max_output_boxes_per_class = INT64_MAX, as torchvision's detection heads write it."""
+    nodes = [
+        oh.make_node("Greater", ["scores", "threshold"], ["keep"]), oh.make_node("NonZero", ["keep"], ["where"]),
+        oh.make_node("Squeeze", ["where", "axis0"], ["kept_index"]),
+        oh.make_node("Gather", ["scores", "kept_index"], ["kept"], axis=0),
+        oh.make_node("Shape", ["kept"], ["count"]), oh.make_node("Concat", ["limit", "count"], ["both"], axis=0),
+        oh.make_node("ReduceMin", ["both"], ["k"], keepdims=1),
+        oh.make_node("TopK", ["kept", "k"], ["top", "top_index"]),
+        oh.make_node("Gather", ["kept_index", "top_index"], ["chosen"], axis=0),
+        oh.make_node("Gather", ["boxes", "chosen"], ["chosen_boxes"], axis=0),
+        oh.make_node("Unsqueeze", ["chosen_boxes", "axis0"], ["batch_boxes"]),
+        oh.make_node("Unsqueeze", ["top", "axes01"], ["batch_scores"]),
+        oh.make_node("NonMaxSuppression", ["batch_boxes", "batch_scores", "max_out", "iou"], ["y"]),
+    ]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("scores", F, [50]),
+                                       oh.make_tensor_value_info("boxes", F, [50, 4])], [onnx.ValueInfoProto(name="y")],
+                          [onh.from_array(np.array(0.3, np.float32), "threshold"), _i64("axis0", [0]),
+                           _i64("axes01", [0, 1]), _i64("limit", [limit]), _i64("max_out", [2**63 - 1]),
+                           onh.from_array(np.array([0.5], np.float32), "iou")])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10)
+
+
+def _detections(seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    corner = rng.uniform(0, 10, (50, 2)).astype(np.float32)
+    return {"scores": rng.uniform(0, 1, 50).astype(np.float32),
+            "boxes": np.concatenate([corner, corner + rng.uniform(1, 4, (50, 2)).astype(np.float32)], axis=1)}
+
+
+def test_nms_selects_at_most_the_bound_of_its_box_count():
+    """max_output_boxes_per_class INT64_MAX becomes 20, the TopK's limit: NMS cannot select more boxes than it
+    has, so the selection is the same, and a backend preallocating it gets a size it can hold."""
+    import onnxscript.optimizer
+
+    source = _nms_of_the_top_scores()
+    model = ir.serde.deserialize_model(source)
+    onnxscript.optimizer.optimize_ir(model)
+    nms = next(n for n in model.graph if n.op_type == "NonMaxSuppression")
+    assert dim_upper_bound(nms.inputs[0], 1) == 20
+    assert PASS.apply(model) >= 1
+    rewritten = ir.serde.serialize_model(model)
+    limits = {i.name: onh.to_array(i) for i in rewritten.graph.initializer}
+    [node] = [n for n in rewritten.graph.node if n.op_type == "NonMaxSuppression"]
+    assert limits[node.input[2]].tolist() == [20]
+    for seed in range(3):
+        np.testing.assert_array_equal(ReferenceEvaluator(rewritten).run(None, _detections(seed))[0],
+                                      ReferenceEvaluator(source).run(None, _detections(seed))[0])

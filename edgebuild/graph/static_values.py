@@ -16,6 +16,11 @@ vectors through the shape arithmetic (Shape, Gather, Slice, Concat, Unsqueeze, S
 Cast, the elementwise arithmetic and comparisons, Where, the reductions), turns every value whose
 elements are all known into a constant, and lets onnxscript fold what then became foldable. A
 Reshape target known but for one element takes -1 there (``[count, 4]`` -> ``[-1, 4]``).
+
+A dim the data decides may still have a static bound (a TopK with k = Min(C, count) keeps at most
+C): NonMaxSuppression's max_output_boxes_per_class (INT64_MAX in torchvision's exports) is lowered
+to the bound of its box count, which selects the same boxes and gives a backend that preallocates
+the selection a size it can hold.
 """
 
 from __future__ import annotations
@@ -358,6 +363,142 @@ def _infer_one_reshape_dim(graph: ir.Graph, node: ir.Node, evaluator: _Evaluator
     return 1
 
 
+_SAME_SHAPE = {"Cast", "Identity", "Relu", "Sigmoid", "Exp", "Log", "Neg", "Abs", "Clip", "Softmax", "Sqrt",
+               "Floor", "Ceil", "Round", "Not", "Tanh", "Erf", "Reciprocal"}
+_BROADCAST = {"Add", "Sub", "Mul", "Div", "Pow", "Min", "Max", "Equal", "Less", "Greater", "And", "Or", "Where"}
+
+
+def dim_upper_bound(value: ir.Value, axis: int, depth: int = 0) -> int | None:
+    """A static upper bound of ``value``'s dim ``axis`` when the dim itself is decided at run time (a count
+    NonZero, TopK with k = Min(C, count), Compress took), read through the ops that keep or sum it; None
+    when no producer bounds it."""
+    shape = value.shape
+    if shape is None or not -len(shape) <= axis < len(shape) or depth > 64:
+        return None
+    axis %= len(shape)
+    if isinstance(shape[axis], int):
+        return shape[axis]
+    node = value.producer()
+    if node is None or not _standard(node):
+        return None
+    op, inputs = node.op_type, node.inputs
+    again = lambda v, a: dim_upper_bound(v, a, depth + 1) if v is not None else None  # noqa: E731
+    if op in _SAME_SHAPE or (op in ("Slice", "Compress") and node.outputs[0] is value):
+        return again(inputs[0], axis)
+    if op == "TopK" and axis == _int_attr(node, "axis", -1) % len(shape):
+        bound = _upper_value(inputs[1], depth + 1)
+        source = again(inputs[0], axis)
+        return min(b for b in (bound, source) if b is not None) if bound is not None or source is not None else None
+    if op == "TopK":
+        return again(inputs[0], axis)
+    if op == "Concat":
+        along = _int_attr(node, "axis", 0) % len(shape)
+        bounds = [again(v, axis) for v in inputs]
+        if along == axis:
+            return sum(bounds) if all(b is not None for b in bounds) else None
+        return min((b for b in bounds if b is not None), default=None)
+    if op in _BROADCAST:
+        bounds = []
+        for v in inputs:
+            if v is None or v.shape is None:
+                return None
+            offset = axis - (len(shape) - len(v.shape))
+            bounds.append(1 if offset < 0 else again(v, offset))
+        return None if any(b is None for b in bounds) else max(bounds)
+    if op == "Transpose":
+        perm = node.attributes.get("perm")
+        return again(inputs[0], list(perm.value)[axis]) if perm is not None else None
+    if op in ("Unsqueeze", "Squeeze") and inputs[0] is not None and inputs[0].shape is not None:
+        axes = _const(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else None
+        if axes is None:
+            return None
+        rank_in, rank_out = len(inputs[0].shape), len(shape)
+        axes = sorted(int(a) % (rank_out if op == "Unsqueeze" else rank_in) for a in np.asarray(axes).reshape(-1))
+        if op == "Unsqueeze":
+            return None if axis in axes else again(inputs[0], axis - sum(a < axis for a in axes))
+        kept = [a for a in range(rank_in) if a not in axes]
+        return again(inputs[0], kept[axis])
+    if op in ("Reshape", "Flatten"):
+        # the one run-time dim of the result holds at most the input's elements over the static dims' product
+        others = [d for a, d in enumerate(shape) if a != axis]
+        count = _count_bound(inputs[0], depth + 1)
+        if count is None or not all(isinstance(d, int) and d > 0 for d in others):
+            return None
+        return count // int(np.prod(others, dtype=np.int64))
+    if op == "Gather":
+        data, indices = inputs
+        along = _int_attr(node, "axis", 0) % len(data.shape) if data.shape is not None else None
+        if along is None or indices.shape is None:
+            return None
+        if axis < along:
+            return again(data, axis)
+        if axis < along + len(indices.shape):
+            return again(indices, axis - along)
+        return again(data, axis - len(indices.shape) + 1)
+    if op in ("GatherND", "NonZero"):
+        return _count_bound(inputs[0] if op == "NonZero" else inputs[1], depth + 1)
+    return None
+
+
+def _count_bound(value: ir.Value, depth: int) -> int | None:
+    """An upper bound of ``value``'s element count: the product of its dims' bounds."""
+    if value is None or value.shape is None:
+        return None
+    bounds = [dim_upper_bound(value, a, depth) for a in range(len(value.shape))]
+    return None if any(b is None for b in bounds) else int(np.prod(bounds, dtype=np.int64))
+
+
+def _upper_value(value: ir.Value, depth: int) -> int | None:
+    """An upper bound of the one integer ``value`` holds: a constant, or Min/ReduceMin with a constant
+    among its operands (TopK's k = Min(C, count)), through Reshape/Unsqueeze/Squeeze/Cast/Concat."""
+    if value is None or depth > 64:
+        return None
+    array = _const(value)
+    if array is not None:
+        return int(np.max(array)) if array.size else None
+    node = value.producer()
+    if node is None or not _standard(node):
+        return None
+    if node.op_type in ("Reshape", "Unsqueeze", "Squeeze", "Cast", "Identity"):
+        return _upper_value(node.inputs[0], depth + 1)
+    if node.op_type in ("Min", "ReduceMin"):
+        operands = list(node.inputs) if node.op_type == "Min" else [node.inputs[0]]
+        gathered = operands[0].producer() if node.op_type == "ReduceMin" and operands[0] is not None else None
+        if gathered is not None and gathered.op_type == "Concat" and _standard(gathered):
+            operands = list(gathered.inputs)  # the least of a vector is at most the least bound of its parts
+        bounds = [_upper_value(v, depth + 1) for v in operands]
+        return min((b for b in bounds if b is not None), default=None)
+    if node.op_type in ("Concat", "Max", "ReduceMax"):
+        bounds = [_upper_value(v, depth + 1) for v in node.inputs[:None if node.op_type != "ReduceMax" else 1]]
+        return None if any(b is None for b in bounds) else max(bounds)
+    return None
+
+
+def bound_nms_outputs(model: ir.Model) -> int:
+    """NonMaxSuppression's max_output_boxes_per_class lowered to the static bound of its box count when
+    that is smaller (torchvision writes sys.maxsize): NMS never selects more boxes than it has, so the
+    result is the same, and a backend that preallocates the selection (Core ML) gets a size it can hold."""
+    lowered = 0
+    for graph in iter_graphs(model.graph):
+        for node in graph:
+            if node.op_type != "NonMaxSuppression" or not _standard(node) or len(node.inputs) < 3:
+                continue
+            limit = _const(node.inputs[2]) if node.inputs[2] is not None else None
+            bound = dim_upper_bound(node.inputs[0], 1)
+            if limit is None or limit.size != 1 or bound is None or int(limit.reshape(-1)[0]) <= bound:
+                continue
+            array = np.array([bound], np.int64).reshape(limit.shape)
+            name = f"{node.name or 'nms'}_max_output_bound"
+            constant = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.INT64),
+                                const_value=ir.tensor(array, name=name))
+            if name in graph.initializers:
+                continue
+            graph.register_initializer(constant)
+            node.replace_input_with(2, constant)
+            lowered += 1
+    return lowered
+
+
 @dataclass
 class FoldStaticValues:
     """The registered pass (``edgebuild.protocols.GraphPass``); after onnxscript's folding, first of
@@ -366,7 +507,8 @@ class FoldStaticValues:
     name: str = "fold_static_values"
     description: str = (
         "shape arithmetic the pinned dims decide (a known dim of a partly symbolic shape, the shape of "
-        "an If whose branches agree or of a shape-preserving custom op) -> constants"
+        "an If whose branches agree or of a shape-preserving custom op) -> constants; NonMaxSuppression's "
+        "output limit -> the static bound of its box count"
     )
     default: bool = True
     before_folding: bool = False
@@ -377,7 +519,7 @@ class FoldStaticValues:
 
         from edgebuild.graph.optimize import keep_weight_transposes
 
-        total = 0
+        total = bound_nms_outputs(model)
         for _ in range(MAX_ROUNDS):
             changed = give_known_shapes(model) + fold_known_values(model)
             if not changed:
@@ -385,7 +527,7 @@ class FoldStaticValues:
             total += changed
             onnxscript.optimizer.fold_constants(model, should_fold=keep_weight_transposes)
             common_passes.RemoveUnusedNodesPass()(model)
-        return total
+        return total + (bound_nms_outputs(model) if total else 0)
 
 
 def graph_pass(name: str = "fold_static_values") -> FoldStaticValues:

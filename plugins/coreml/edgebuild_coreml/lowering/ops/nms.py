@@ -44,6 +44,17 @@ def _center_size(ctx, node, boxes):
     return mb.concat(values=[centre_x, centre_y, width, height], axis=-1, name=ctx.name(node, "centre_size"))
 
 
+def _trailing_shape(x, start: int):
+    """[-1, *x.shape[start:]] as a reshape target: constant when those dims are static, else read at run
+    time (the box count N is often decided by the data: a threshold, a TopK of it)."""
+    dims = shape_of(x)[start:]
+    if all(is_static(d) for d in dims):
+        return np.array([-1, *dims], np.int32)
+    tail = mb.slice_by_index(x=mb.shape(x=x), begin=np.array([start], np.int32), end=np.array([0], np.int32),
+                             end_mask=[True])
+    return mb.concat(values=[np.array([-1], np.int32), tail], axis=0)
+
+
 @lowers("NonMaxSuppression", since=10)
 def non_max_suppression(ctx, node):
     boxes, scores = as_float(ctx.input(node, 0)), as_float(ctx.input(node, 1))
@@ -60,6 +71,11 @@ def non_max_suppression(ctx, node):
     iou_threshold = float(_optional_scalar(ctx, node, 3, "iou_threshold") or 0.0)
     score_threshold = _optional_scalar(ctx, node, 4, "score_threshold")
     slots = min(per_class, int(count)) if is_static(count) else per_class
+    if slots > np.iinfo(np.int32).max:
+        ctx.decline(node, f"max_output_boxes_per_class is {per_class} and the box count (boxes dim 1) is decided at "
+                    "run time with no static bound: Core ML's NMS preallocates max_boxes slots",
+                    hint="give max_output_boxes_per_class the most boxes the model can select, or bound the box count "
+                         "(a TopK with a constant k before the NMS)")
     dtype = float_np(boxes)
     classes = int(classes)
 
@@ -69,9 +85,8 @@ def non_max_suppression(ctx, node):
         centred = mb.transpose(x=centred, perm=[0, 2, 1], name=ctx.name(node, "boxes_last"))
     if classes > 1:  # each (batch, class) pair becomes a batch entry of its own
         tiled = mb.tile(x=mb.expand_dims(x=centred, axes=[1]), reps=[1, classes, 1, 1])
-        centred = mb.reshape(x=tiled, shape=np.array([-1, *shape_of(centred)[1:]], np.int32),
-                             name=ctx.name(node, "per_class_boxes"))
-    flat_scores = mb.reshape(x=scores, shape=np.array([-1, shape_of(scores)[2]], np.int32),
+        centred = mb.reshape(x=tiled, shape=_trailing_shape(centred, 1), name=ctx.name(node, "per_class_boxes"))
+    flat_scores = mb.reshape(x=scores, shape=_trailing_shape(scores, 2),
                              name=ctx.name(node, "flat_scores"))  # [B*C, N]
     if ios17:
         _, _, indices = mb.non_maximum_suppression(
