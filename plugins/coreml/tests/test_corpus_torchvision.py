@@ -6,8 +6,8 @@ against onnxruntime at the limits ``edgebuild init`` writes (cosine 0.9999 at fp
 A model whose export fails, or that onnxruntime cannot run, is an expected failure naming why;
 anything edgebuild does wrong fails the test.
 
-A representative share (``Entry.ci``: a CNN, a vision transformer, a segmentation net) runs by
-default; every entry under ``-m slow``. ``benchmarks/corpus.py`` prints the same corpus as a table
+A representative share (``Entry.ci``: a vision transformer and a convolutional segmentation net,
+LR-ASPP on MobileNet V3) runs by default; every entry under ``-m slow``. ``benchmarks/corpus.py`` prints the same corpus as a table
 beside coremltools. Exports are cached per process (EDGEBUILD_CORPUS_CACHE: across runs).
 """
 
@@ -24,11 +24,16 @@ CASES = [pytest.param(entry, precision, id=f"{entry.name}-{precision}",
 
 def entered(entry) -> corpus.Exported:
     """The entry's ONNX file, or an expected failure when the export or onnxruntime fails."""
+    import numpy as np
+
     try:
         exported = corpus.export(entry)
-        corpus.onnxruntime_runs(exported, entry)
+        outputs = corpus.onnxruntime_runs(exported, entry)
     except corpus.Excluded as excluded:
         pytest.xfail(f"{entry.id} left out of the corpus: {excluded}")
+    # a constant output (a head initialised to zero) would match anything at cosine 1
+    varying = [out for out in map(np.asarray, outputs) if out.dtype.kind == "f" and out.size and np.ptp(out) > 0]
+    assert varying, f"{entry.id}: every float output is constant or empty on the example"
     return exported
 
 
@@ -42,10 +47,9 @@ def test_torchvision_architecture_builds_and_validates(entry, precision, tmp_pat
         f"{entry.id} {precision}: cosine {built.cosine} (limit {limit}): {built.error}")
 
 
-def test_ci_share_covers_conv_attention_and_segmentation():
-    """The default share keeps a CNN, a transformer and a dense-prediction net."""
+def test_ci_share_covers_attention_and_convolutional_segmentation():
+    """The default share keeps a transformer and a convolutional dense-prediction net, and stays small."""
     families = {entry.name: entry.family for entry in ENTRIES if entry.ci}
     assert "segmentation" in families.values()
     assert any(name.startswith(("vit", "swin")) for name in families)
-    assert any(name.startswith(("mobilenet", "resnet", "squeezenet")) for name in families)
-    assert len(families) <= 4
+    assert len(families) <= 3
