@@ -335,3 +335,32 @@ def test_nms_selects_at_most_the_bound_of_its_box_count():
     for seed in range(3):
         np.testing.assert_array_equal(ReferenceEvaluator(rewritten).run(None, _detections(seed))[0],
                                       ReferenceEvaluator(source).run(None, _detections(seed))[0])
+
+
+def test_bound_through_the_labels_torchvision_builds_for_batched_nms():
+    """labels = Concat(ConstantOfShape(Shape(top_per_class)), ...): each at most its TopK's k, the Concat the sum;
+    the axes of an Unsqueeze left as a Constant node (a branch's) count as constants."""
+    nodes = [oh.make_node("TopK", ["scores", "k"], ["top", "top_index"]), oh.make_node("Shape", ["top"], ["n"]),
+             oh.make_node("ConstantOfShape", ["n"], ["labels"], value=onh.from_array(np.array([1], np.int64))),
+             oh.make_node("Concat", ["labels", "labels"], ["all_labels"], axis=0),
+             oh.make_node("Constant", [], ["axes"], value=onh.from_array(np.array([1], np.int64))),
+             oh.make_node("Unsqueeze", ["all_labels", "axes"], ["y"])]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("scores", F, ["N"]),
+                                       oh.make_tensor_value_info("k", I64, [1])], [onnx.ValueInfoProto(name="y")])
+    typed = onnx.shape_inference.infer_shapes(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10))
+    model = ir.serde.deserialize_model(typed)
+    values = {o.name: o for node in model.graph for o in node.outputs}
+    assert dim_upper_bound(values["y"], 0) is None  # k is run-time data: nothing bounds it
+    model.graph.node(0).replace_input_with(1, _bounded_k(model.graph))
+    assert dim_upper_bound(values["labels"], 0) == 7 and dim_upper_bound(values["y"], 0) == 14
+
+
+def _bounded_k(graph: ir.Graph) -> ir.Value:
+    """Min(7, k): the detection heads' k."""
+    seven = ir.Value(name="seven", shape=ir.Shape([1]), type=ir.TensorType(ir.DataType.INT64),
+                     const_value=ir.tensor(np.array([7], np.int64), name="seven"))
+    graph.register_initializer(seven)
+    node = ir.node("Min", [seven, graph.inputs[1]], name="bounded_k")
+    node.outputs[0].shape, node.outputs[0].dtype = ir.Shape([1]), ir.DataType.INT64
+    graph.insert_before(graph.node(0), node)
+    return node.outputs[0]

@@ -72,9 +72,14 @@ def _standard(node: ir.Node) -> bool:
 
 
 def _const(value: ir.Value | None) -> np.ndarray | None:
-    if value is None or value.const_value is None:
+    if value is None:
         return None
     tensor = value.const_value
+    producer = value.producer()
+    if tensor is None and producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
+        tensor = producer.attributes["value"].value  # a Constant node left in a subgraph
+    if tensor is None:
+        return None
     if tensor.size > MAX_ELEMENTS:
         return None
     return tensor.numpy()
@@ -437,6 +442,31 @@ def dim_upper_bound(value: ir.Value, axis: int, depth: int = 0) -> int | None:
         return again(data, axis - len(indices.shape) + 1)
     if op in ("GatherND", "NonZero"):
         return _count_bound(inputs[0] if op == "NonZero" else inputs[1], depth + 1)
+    if op == "ConstantOfShape":
+        return _element_bound(inputs[0], axis, depth + 1)
+    return None
+
+
+def _element_bound(vector: ir.Value, index: int, depth: int) -> int | None:
+    """An upper bound of element ``index`` of a shape vector: a constant, a dim of a Shape, a part of a Concat."""
+    array = _const(vector)
+    if array is not None:
+        return int(array.reshape(-1)[index]) if index < array.size else None
+    node = vector.producer()
+    if node is None or not _standard(node) or depth > 64:
+        return None
+    if node.op_type in ("Cast", "Identity"):
+        return _element_bound(node.inputs[0], index, depth + 1)
+    if node.op_type == "Shape" and _int_attr(node, "start", 0) >= 0:
+        return dim_upper_bound(node.inputs[0], _int_attr(node, "start", 0) + index, depth + 1)
+    if node.op_type == "Concat":
+        for part in node.inputs:
+            length = part.shape[0] if part is not None and part.shape is not None and len(part.shape) == 1 else None
+            if not isinstance(length, int):
+                return None
+            if index < length:
+                return _element_bound(part, index, depth + 1)
+            index -= length
     return None
 
 

@@ -72,3 +72,23 @@ def test_an_unbounded_box_count_with_an_unbounded_limit_is_declined_by_name():
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=IR_VERSION)
     with pytest.raises(DeclinedForm, match="decided at run time with no static bound"):
         lower(model)
+
+
+def test_an_if_giving_an_empty_constant_or_a_counted_list_matches_onnxruntime():
+    """torchvision's batched_nms: ``if boxes.numel() == 0: return empty [0]`` else a list the data sizes; MIL's
+    cond types its output from the true branch, so the run-time [N] must be the one it sees."""
+    empty = oh.make_graph([oh.make_node("Constant", [], ["none"], value=oh.make_tensor("e", I64, [0], []))], "then", [],
+                          [oh.make_tensor_value_info("none", I64, [0])])
+    counted = oh.make_graph([oh.make_node("Greater", ["x", "half"], ["keep"]), oh.make_node("NonZero", ["keep"], ["where"]),
+                             oh.make_node("Squeeze", ["where", "axis0"], ["kept"])], "else", [],
+                            [oh.make_tensor_value_info("kept", I64, ["N"])])
+    graph = oh.make_graph([oh.make_node("ReduceMax", ["x"], ["top"], keepdims=0),
+                           oh.make_node("Less", ["top", "half"], ["nothing"]),
+                           oh.make_node("If", ["nothing"], ["y"], then_branch=empty, else_branch=counted)], "g",
+                          [oh.make_tensor_value_info("x", F, [12])], [onnx.ValueInfoProto(name="y")],
+                          [oh.make_tensor("half", F, [], [0.5]), oh.make_tensor("axis0", I64, [1], [0])])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=IR_VERSION)
+    for scale in (1.0, 0.4):  # some above 0.5: the counted list; none: the empty constant
+        feeds = {"x": (np.random.default_rng(0).uniform(0, 1, 12) * scale).astype(np.float32)}
+        expected = run_onnxruntime(model, feeds)["y"]
+        np.testing.assert_array_equal(lower_and_run(model, feeds)["y"], expected)

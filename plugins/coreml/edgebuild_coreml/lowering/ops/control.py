@@ -44,6 +44,11 @@ def if_(ctx, node):
     # an empty shape list would be typed float; MIL wants an int32 shape
     pred = mb.reshape(x=condition, shape=np.zeros(0, np.int32), name=ctx.name(node, "pred")) if condition.rank else condition
     ranks = _single_element_ranks(then_graph, else_graph)
+    if _else_is_more_general(then_graph, else_graph):
+        # MIL's cond takes its output types from the true branch: a run-time dim must come first
+        # (torchvision's batched_nms returns an empty [0] in one branch, [N] in the other)
+        pred = mb.logical_not(x=pred, name=ctx.name(node, "pred_not"))
+        then_graph, else_graph = else_graph, then_graph
     try:
         result = mb.cond(pred=pred, _true_fn=lambda: _lower_branch(ctx, then_graph, ranks),
                          _false_fn=lambda: _lower_branch(ctx, else_graph, ranks), name=ctx.name(node))
@@ -56,6 +61,17 @@ def if_(ctx, node):
                     hint="make both branches return the output in one shape (a Reshape at the end of one), "
                          "or route the If to another backend")
     return tuple(result) if isinstance(result, (list, tuple)) else result
+
+
+def _else_is_more_general(then_graph, else_graph) -> bool:
+    """Some output has a static dim in then_branch where else_branch's is known only at run time, and none
+    the other way round."""
+    def static_against_runtime(a, b):
+        return sum(1 for x, y in zip(a.shape, b.shape) if isinstance(x, int) and not isinstance(y, int))
+
+    pairs = [(a, b) for a, b in zip(then_graph.outputs, else_graph.outputs)
+             if a.shape is not None and b.shape is not None and len(a.shape) == len(b.shape)]
+    return any(static_against_runtime(a, b) for a, b in pairs) and not any(static_against_runtime(b, a) for a, b in pairs)
 
 
 def _shape_mismatches(then_graph, else_graph) -> str:
