@@ -38,6 +38,7 @@ UNDERFLOW_CHECK_MAX_ELEMENTS = 400  # coremltools' add_fp16_cast: larger constan
 GUARDED_FP16_CAST_PASS = "edgebuild::guarded_fp16_cast"
 COLLECT_GARBAGE_PASS = "edgebuild::collect_garbage"
 DROP_WEIGHT_PAGES_PASS = "edgebuild::drop_weight_pages"
+RECIPROCAL_PASS = "edgebuild::divide_to_multiply"
 PIPELINES = ("lowering", "default")
 
 # Each pass once where one run settles it; coremltools' backend pipeline (run by ct.convert after
@@ -46,7 +47,7 @@ PIPELINES = ("lowering", "default")
 _BEFORE_CAST = [
     "common::noop_elimination",  # Identity nodes, reshapes to the same shape
     "common::const_elimination",  # shape arithmetic on static shapes
-    "common::divide_to_multiply",  # Div by a constant -> Mul by its reciprocal
+    RECIPROCAL_PASS,  # Div by a constant -> Mul by its reciprocal, unless the quotient is rounded
     "common::const_deduplication",  # weights an exporter stored twice
     DROP_WEIGHT_PAGES_PASS,  # what the deduplication read of mapped weights
     "common::remove_symbolic_reshape",  # reshapes to flexible (RangeDim) shapes
@@ -93,6 +94,35 @@ def lowering_passes(precision: str) -> list[str]:
         before = [name for name in _BEFORE_CAST if name not in ("common::const_deduplication", DROP_WEIGHT_PAGES_PASS)]
         return before + _FP16_CASTS + _AFTER_CAST + _FP16_CLEANUP + _FINISH
     return _BEFORE_CAST + _AFTER_CAST + _FINISH
+
+
+@register_pass(namespace="edgebuild")
+class divide_to_multiply(AbstractGraphPass):  # noqa: N801 - coremltools names a pass after its class
+    """``x / c`` -> ``x * (1 / c)`` for a constant float divisor, as coremltools' pass of that name
+    does, except where the quotient is rounded: a quantiser's ``round(x / scale)``. The product
+    by the reciprocal differs from the quotient in the last bit now and then, and on a rounding
+    tie that is a whole quantisation step away from what onnxruntime's division gives."""
+
+    def apply(self, prog):
+        for function in prog.functions.values():
+            _reciprocal_products(function)
+
+
+def _reciprocal_products(block) -> None:
+    with block:
+        for op in list(block.operations):
+            for inner in op.blocks:
+                _reciprocal_products(inner)
+            if op.blocks or op.op_type != "real_div" or op.y.val is None or not types.is_float(op.x.dtype):
+                continue
+            if any(reader.op_type == "round" for reader in op.outputs[0].child_ops):
+                continue
+            reciprocal = np.array(1.0, dtype=op.y.val.dtype) / op.y.val
+            if not np.isfinite(reciprocal).all():
+                continue
+            product = mb.mul(x=op.x, y=reciprocal, name=f"_inversed_{op.name}", before_op=op)
+            op.enclosing_block.replace_uses_of_var_after_op(anchor_op=op, old_var=op.outputs[0], new_var=product)
+            block.remove_ops([op])
 
 
 @register_pass(namespace="edgebuild")
