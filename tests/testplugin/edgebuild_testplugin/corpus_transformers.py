@@ -112,11 +112,13 @@ def _signal(config: dict, model_class: str, input_name: str, shape: tuple[int, .
     return make
 
 
-def _clip(config: dict):
+def _text_image(config: dict, model_class: str):
+    """A text-image model (CLIP, SigLIP) on token ids, their mask and an image."""
+
     def make() -> Made:
         import torch
 
-        model = _model(config, "CLIPModel")
+        model = _model(config, model_class)
         names = ("input_ids", "attention_mask", "pixel_values")
         size = config["vision_config"]["image_size"]
         tensors = (torch.randint(3, VOCAB, (1, TOKENS)), torch.ones(1, TOKENS, dtype=torch.int64),
@@ -149,6 +151,24 @@ ENCODERS = {
     "xlm_roberta": {"model_type": "xlm-roberta", **_ROBERTA_LIKE},
     "mpnet": {"model_type": "mpnet", **_BERT_LIKE, "pad_token_id": 1, "max_position_embeddings": 66,
               "relative_attention_num_buckets": 32},
+    # Funnel: the sequence pooled between blocks, relative attention
+    "funnel": {"model_type": "funnel", "block_sizes": [1, 1], "num_decoder_layers": 1, "d_model": 64, "n_head": 4,
+               "d_head": 16, "d_inner": 128, "vocab_size": VOCAB, "num_labels": 3},
+    # SqueezeBERT: grouped 1-D convolutions in place of the dense layers
+    "squeezebert": {"model_type": "squeezebert", **_BERT_LIKE, "embedding_size": 64, "q_groups": 4, "k_groups": 4,
+                    "v_groups": 4, "post_attention_groups": 1, "intermediate_groups": 4, "output_groups": 4},
+    # ConvBERT: span-based dynamic convolution heads beside self-attention
+    "convbert": {"model_type": "convbert", **_BERT_LIKE, "embedding_size": 64, "head_ratio": 2,
+                 "conv_kernel_size": 9, "num_groups": 1},
+    # RoFormer: rotary positions in an encoder
+    "roformer": {"model_type": "roformer", **_BERT_LIKE, "embedding_size": 64},
+}
+# other heads on the same encoders: question answering, token classification, masked LM (tied embeddings)
+HEADS = {
+    "bert_question_answering": ({**ENCODERS["bert"], "num_labels": 2}, "BertForQuestionAnswering",
+                                ("start_logits", "end_logits")),
+    "bert_token_classification": (ENCODERS["bert"], "BertForTokenClassification", ("logits",)),
+    "roberta_masked_lm": (ENCODERS["roberta"], "RobertaForMaskedLM", ("logits",)),
 }
 
 _VIT_LIKE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -177,6 +197,36 @@ VISION = {
     # DINOv2: its position embeddings interpolated (bicubic) to the image's patch grid
     "dinov2": ({"model_type": "dinov2", **_VIT_LIKE, "image_size": 56, "patch_size": 14, "layerscale_value": 0.5},
                "Dinov2Model", 56, ("last_hidden_state", "pooler_output")),
+    "swinv2": ({"model_type": "swinv2", "image_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [1, 1],
+                "num_heads": [2, 4], "window_size": 4, "num_labels": 10}, "Swinv2ForImageClassification", 32,
+               ("logits",)),
+    # LeViT: attention with subsampling between stages, batch-normed linears
+    "levit": ({"model_type": "levit", "image_size": 64, "hidden_sizes": [32, 48], "num_attention_heads": [2, 3],
+               "depths": [1, 1], "key_dim": [8, 8], "mlp_ratio": [2, 2], "attention_ratio": [2, 2],
+               "down_ops": [["Subsample", 8, 4, 4, 2, 2]], "num_labels": 10}, "LevitForImageClassification", 64,
+              ("logits",)),
+    "poolformer": ({"model_type": "poolformer", "num_encoder_blocks": 2, "depths": [1, 1], "hidden_sizes": [16, 32],
+                    "patch_sizes": [7, 3], "strides": [4, 2], "padding": [2, 1], "num_labels": 10},
+                   "PoolFormerForImageClassification", 32, ("logits",)),
+    # EfficientNet-B0's first two stages: depthwise convs, squeeze-excitation
+    "efficientnet": ({"model_type": "efficientnet", "image_size": 32, "width_coefficient": 1.0,
+                      "depth_coefficient": 1.0, "kernel_sizes": [3, 5], "in_channels": [32, 16],
+                      "out_channels": [16, 24], "depthwise_padding": [], "strides": [1, 2],
+                      "num_block_repeats": [1, 1], "expand_ratios": [1, 6], "hidden_dim": 1280, "num_labels": 10},
+                     "EfficientNetForImageClassification", 32, ("logits",)),
+    # CvT: convolutional token embeddings and depthwise-conv projections of q, k, v
+    "cvt": ({"model_type": "cvt", "patch_sizes": [7, 3], "patch_stride": [4, 2], "patch_padding": [2, 1],
+             "embed_dim": [16, 32], "num_heads": [1, 2], "depth": [1, 2],  # CvtStage indexes its drop path rates by stage "mlp_ratio": [4.0, 4.0],
+             "attention_drop_rate": [0.0, 0.0], "drop_rate": [0.0, 0.0], "drop_path_rate": [0.0, 0.0],
+             "qkv_bias": [True, True], "cls_token": [False, True], "qkv_projection_method": ["dw_bn", "dw_bn"],
+             "kernel_qkv": [3, 3], "padding_kv": [1, 1], "stride_kv": [2, 2], "padding_q": [1, 1],
+             "stride_q": [1, 1], "num_labels": 10}, "CvtForImageClassification", 32, ("logits",)),
+    # FocalNet: focal modulation (gated depthwise convs at growing windows) in place of attention
+    "focalnet": ({"model_type": "focalnet", "image_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [1, 1],
+                  "focal_levels": [2, 2], "focal_windows": [3, 3], "num_labels": 10},
+                 "FocalNetForImageClassification", 32, ("logits",)),
+    "mobilenet_v2": ({"model_type": "mobilenet_v2", "image_size": 32, "depth_multiplier": 0.35, "num_labels": 10},
+                     "MobileNetV2ForImageClassification", 32, ("logits",)),
 }
 
 _WAV2VEC2_LIKE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -187,6 +237,10 @@ SPEECH = {
     "hubert": ({"model_type": "hubert", **_WAV2VEC2_LIKE}, "HubertModel"),
     # WavLM: gated relative position bias (log buckets)
     "wavlm": ({"model_type": "wavlm", **_WAV2VEC2_LIKE, "num_buckets": 32, "max_bucket_distance": 64}, "WavLMModel"),
+    # SEW-D: squeezed sequence, DeBERTa-style disentangled attention
+    "sew_d": ({"model_type": "sew-d", **_WAV2VEC2_LIKE, "squeeze_factor": 2, "max_position_embeddings": 64,
+               "position_buckets": 32, "relative_attention": True, "pos_att_type": ["p2c", "c2p"],
+               "norm_rel_ebd": "layer_norm", "share_att_key": True}, "SEWDModel"),
 }
 WHISPER = {"model_type": "whisper", "d_model": 64, "encoder_layers": 2, "decoder_layers": 2,
            "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
@@ -194,11 +248,31 @@ WHISPER = {"model_type": "whisper", "d_model": 64, "encoder_layers": 2, "decoder
            "pad_token_id": VOCAB - 2, "bos_token_id": VOCAB - 2, "eos_token_id": VOCAB - 2,
            "decoder_start_token_id": VOCAB - 1}
 
+# speech models on features (mel frames): Whisper's encoder, Speech2Text's encoder, AST
+SPEECH2TEXT = {"model_type": "speech_to_text", "d_model": 64, "encoder_layers": 2, "decoder_layers": 2,
+               "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
+               "decoder_ffn_dim": 128, "vocab_size": VOCAB, "input_feat_per_channel": 16, "num_conv_layers": 2,
+               "conv_kernel_sizes": [5, 5], "conv_channels": 64, "max_source_positions": 64}
+AST = {"model_type": "audio-spectrogram-transformer", **_VIT_LIKE, "patch_size": 16, "frequency_stride": 10,
+       "time_stride": 10, "max_length": 64, "num_mel_bins": 32}
+FEATURES = {
+    "whisper_encoder": (WHISPER, "WhisperModel", "input_features",
+                        (1, WHISPER["num_mel_bins"], 2 * WHISPER["max_source_positions"]), ("last_hidden_state",),
+                        "encoder"),
+    "speech_to_text_encoder": (SPEECH2TEXT, "Speech2TextModel", "input_features", (1, 32, 16),
+                               ("last_hidden_state",), "encoder"),
+    "audio_spectrogram_transformer": (AST, "ASTForAudioClassification", "input_values", (1, 64, 32), ("logits",),
+                                      None),
+}
+
 CLIP = {"model_type": "clip", "projection_dim": 32,
         "text_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
                         "vocab_size": VOCAB, "max_position_embeddings": TOKENS, "eos_token_id": 2},
         "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
                           "num_attention_heads": 4, "image_size": 32, "patch_size": 8}}
+SIGLIP = {"model_type": "siglip",
+          "text_config": {**CLIP["text_config"], "pad_token_id": 1, "eos_token_id": 2},
+          "vision_config": CLIP["vision_config"]}
 
 _SEQ2SEQ_LIKE = {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
                  "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": VOCAB,
@@ -215,6 +289,11 @@ SEQ2SEQ = {
     "marian": ({"model_type": "marian", **_SEQ2SEQ_LIKE, "pad_token_id": VOCAB - 1,
                 "decoder_start_token_id": VOCAB - 1, "eos_token_id": 0, "scale_embedding": True},
                "MarianMTModel", VOCAB - 1, VOCAB - 1),
+    "mbart": ({"model_type": "mbart", **_SEQ2SEQ_LIKE, "pad_token_id": 1, "decoder_start_token_id": 2},
+              "MBartForConditionalGeneration", 1, 2),
+    # Pegasus: sinusoidal positions, pre-norm
+    "pegasus": ({"model_type": "pegasus", **_SEQ2SEQ_LIKE, "pad_token_id": 0, "eos_token_id": 1,
+                 "decoder_start_token_id": 0}, "PegasusForConditionalGeneration", 0, 0),
 }
 
 _DECODER_LIKE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -239,6 +318,22 @@ DECODERS = {
     "falcon": {"model_type": "falcon", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                "vocab_size": VOCAB, "new_decoder_architecture": False, "multi_query": True, "parallel_attn": True,
                "alibi": False, "bias": False, "use_cache": False},
+    # Mixtral: sparse mixture of experts (top-2 of 4 routed per token)
+    "mixtral": {"model_type": "mixtral", **_DECODER_LIKE, "num_key_value_heads": 2, "num_local_experts": 4,
+                "num_experts_per_tok": 2, "sliding_window": None},
+    # GPT-J: interleaved rotary on part of the head, parallel attention and MLP
+    "gptj": {"model_type": "gptj", "n_embd": 64, "n_layer": 2, "n_head": 4, "rotary_dim": 8, "vocab_size": VOCAB,
+             "n_positions": 256, "use_cache": False},
+    # MPT: ALiBi, no biases
+    "mpt": {"model_type": "mpt", "d_model": 64, "n_heads": 4, "n_layers": 2, "expansion_ratio": 2,
+            "max_seq_len": 256, "vocab_size": VOCAB, "use_cache": False},
+    # Phi-2: partial rotary, parallel blocks, dense biases
+    "phi": {"model_type": "phi", **_DECODER_LIKE, "partial_rotary_factor": 0.5},
+    # Qwen3: RMSNorm on queries and keys
+    "qwen3": {"model_type": "qwen3", **_DECODER_LIKE, "num_key_value_heads": 2, "head_dim": 16},
+    # Mamba: selective state space (its sequential scan, no CUDA kernels), causal depthwise conv
+    "mamba": {"model_type": "mamba", "hidden_size": 64, "state_size": 8, "num_hidden_layers": 2, "expand": 2,
+              "conv_kernel": 4, "vocab_size": VOCAB, "use_cache": False},
 }
 
 CI = {"bert", "llama"}  # one text encoder, one decoder (torchvision's share holds the vision models)
@@ -253,10 +348,12 @@ ENTRIES = [
     *(Entry("speech", name, _signal(config, model_class, "input_values", (1, 800), ("last_hidden_state",),
                                     low=-3.0, high=3.0), ci=name in CI)
       for name, (config, model_class) in SPEECH.items()),
-    Entry("speech", "whisper_encoder", _signal(WHISPER, "WhisperModel", "input_features",
-                                               (1, WHISPER["num_mel_bins"], 2 * WHISPER["max_source_positions"]),
-                                               ("last_hidden_state",), part="encoder")),
-    Entry("clip", "clip", _clip(CLIP)),
+    *(Entry("speech", name, _signal(config, model_class, input_name, shape, outputs, part=part))
+      for name, (config, model_class, input_name, shape, outputs, part) in FEATURES.items()),
+    *(Entry("text-encoder", name, _text(config, model_class, outputs, pad=config.get("pad_token_id", 0)))
+      for name, (config, model_class, outputs) in HEADS.items()),
+    Entry("clip", "clip", _text_image(CLIP, "CLIPModel")),
+    Entry("clip", "siglip", _text_image(SIGLIP, "SiglipModel")),
     *(Entry("seq2seq", name, _text(config, model_class, ("logits", "encoder_last_hidden_state"), pad=pad,
                                    decoder_tokens=1, decoder_start=start))
       for name, (config, model_class, pad, start) in SEQ2SEQ.items()),
