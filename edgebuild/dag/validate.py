@@ -10,6 +10,7 @@ parameters are :class:`ValidateParams` and its body :func:`validate_stage`, whic
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 from pathlib import Path
@@ -88,15 +89,18 @@ def sample_runner(runner: Runner, samples: int, *, parallel: bool = True):
     """``(run, workers)``: ``runner`` (or a stand-in for it) and how many samples ``map_samples``
     should run at once with it. A runner with Python between its kernels (the MIL interpreter)
     gains nothing from threads, which take turns on the GIL: it may offer
-    ``runner.samples_in_parallel(workers)``, a context manager giving ``(run, workers)`` of its
-    own choosing (its calls run in worker processes, or one at a time where a sample is too small
-    to be worth shipping), which stops whatever it started when the block ends."""
+    ``runner.samples_in_parallel(workers[, samples])``, a context manager giving ``(run, workers)``
+    of its own choosing (its calls run in worker processes, or one at a time where a sample is too
+    small to be worth shipping; ``samples``, when it takes it: how many are coming), which stops
+    whatever it started when the block ends."""
     workers = sample_workers(samples) if parallel else 1
     offer = getattr(runner, "samples_in_parallel", None)
     if workers == 1 or offer is None:
         yield runner, workers
         return
-    with offer(workers) as chosen:
+    # how many samples are coming, for a runner that weighs starting processes against them
+    told = {"samples": samples} if "samples" in inspect.signature(offer).parameters else {}
+    with offer(workers, **told) as chosen:
         yield chosen
 
 

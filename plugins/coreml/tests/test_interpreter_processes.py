@@ -214,3 +214,26 @@ def test_calls_from_more_threads_than_workers_wait_for_an_idle_one(runner):
     for sample, theirs in zip(samples, there):
         _assert_same_outputs(theirs["y"], runner(sample)["y"])
     assert not multiprocessing.active_children()
+
+
+def test_told_no_sample_is_left_it_starts_no_workers_whatever_a_start_costs(runner, monkeypatch):
+    monkeypatch.setattr(artifact_runner, "PROCESS_MIN_ELEMENTS", 1)
+    monkeypatch.delenv("EDGEBUILD_VALIDATE_WORKERS", raising=False)
+    monkeypatch.setattr(artifact_runner, "WORKER_START_SECONDS", 0.0)
+    samples = _samples(2)
+    with runner.samples_in_parallel(2, samples=2) as (run, _):
+        run.run_many(samples)  # the last two: nothing left that workers could take
+        assert run._starter is None
+    assert not multiprocessing.active_children()
+
+
+def test_told_many_samples_are_coming_it_starts_workers_after_the_first(runner, monkeypatch):
+    monkeypatch.setattr(artifact_runner, "PROCESS_MIN_ELEMENTS", 1)
+    monkeypatch.delenv("EDGEBUILD_VALIDATE_WORKERS", raising=False)
+    monkeypatch.setattr(artifact_runner, "WORKER_START_SECONDS", 3600.0)
+    with runner.samples_in_parallel(2, samples=10**9) as (run, _):  # an hour's start pays for them
+        run(_samples(1)[0])
+        starter = run._starter
+        assert starter is not None
+    starter.join(timeout=300)
+    assert not starter.is_alive() and not multiprocessing.active_children()

@@ -83,10 +83,12 @@ class ArtifactRunner:
         return samples_per_call(self.program)
 
     @contextlib.contextmanager
-    def samples_in_parallel(self, workers: int) -> Iterator[tuple[Callable[[Mapping[str, np.ndarray]], dict], int]]:
+    def samples_in_parallel(self, workers: int, samples: int | None = None
+                            ) -> Iterator[tuple[Callable[[Mapping[str, np.ndarray]], dict], int]]:
         """``(run, workers)`` for ``edgebuild.dag.validate.sample_runner``: calls of ``run`` (from
-        up to ``workers`` threads) run here until they have taken ``WORKER_START_SECONDS``, then
-        in ``workers`` processes started meanwhile, BLAS on one thread in each (``_LocalFirst``;
+        up to ``workers`` threads) run here until the ``samples`` still to come would take long
+        enough here to pay for starting workers (``_LocalFirst``), then in ``workers`` processes
+        started meanwhile, BLAS on one thread in each (``_LocalFirst``;
         with ``$EDGEBUILD_VALIDATE_WORKERS`` set, in the processes from the first call); they are
         stopped on leaving, killed if the block raised (an error or an interrupt). A program whose whole activations are small (an RNN cell over a short
         frame) runs one sample at a time here: shipping its samples to a process, or taking
@@ -107,7 +109,7 @@ class ArtifactRunner:
             with self.in_processes(workers) as run:
                 yield run, workers
             return
-        local = _LocalFirst(self, lambda: self.in_processes(workers))
+        local = _LocalFirst(self, lambda: self.in_processes(workers), samples=samples)
         try:
             yield local, workers
         except BaseException:
@@ -179,19 +181,23 @@ def declared_elements(program, function: str = "main") -> int | None:
 
 
 #: what starting the worker processes is taken to cost (a forkserver importing the interpreter,
-#: coremltools' reader and torch, then each worker reading the package): samples run in the
-#: build's process until they have taken this long, then workers start beside them
+#: coremltools' reader and torch, then each worker reading the package)
 WORKER_START_SECONDS = 1.0
 
 
 class _LocalFirst:
-    """Samples in the build's process until they have taken ``WORKER_START_SECONDS``, then in
-    worker processes started in the background meanwhile (``start()``, a context manager giving a
-    ``_WorkerPool``): a call finds the pool ready or runs here, one call here at a time (Python
-    between the interpreter's kernels takes turns on the GIL anyway). Closing never waits for a
-    start under way: the starting thread stops the pool itself once it is up."""
+    """Samples in the build's process, until those still to come would take long enough here that
+    running them in worker processes pays for starting those (the time they would save, half of
+    it with two workers, exceeds ``WORKER_START_SECONDS``); the workers (``start()``, a context
+    manager giving a ``_WorkerPool``) then start in the background while samples go on here, and
+    take the calls once up. Not told how many samples are coming, it starts them once the samples
+    here have taken as long as a start (rent or buy: never worse than twice the better choice
+    made in hindsight). One call runs here at a time (Python between the interpreter's kernels
+    takes turns on the GIL anyway). Closing never waits for a start under way: the starting
+    thread stops the pool itself once it is up."""
 
-    def __init__(self, local: ArtifactRunner, start: Callable[[], contextlib.AbstractContextManager]):
+    def __init__(self, local: ArtifactRunner, start: Callable[[], contextlib.AbstractContextManager], *,
+                 samples: int | None = None):
         self._local = local
         self._start = start
         self.samples_per_call = local.samples_per_call
@@ -201,6 +207,14 @@ class _LocalFirst:
         self._starter: threading.Thread | None = None
         self._closed = threading.Event()
         self._spent = 0.0  # seconds the calls here have taken
+        self._done = 0  # samples they ran
+        self._coming = samples  # samples not yet run, when told
+
+    def _workers_pay(self) -> bool:
+        if self._coming is None:
+            return self._spent >= WORKER_START_SECONDS
+        per_sample = self._spent / max(self._done, 1)
+        return per_sample * max(self._coming, 0) / 2 > WORKER_START_SECONDS
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict:
         return self.run_many([inputs])[0]
@@ -220,7 +234,10 @@ class _LocalFirst:
             with self._state:
                 self._busy = False
                 self._spent += time.perf_counter() - start
-                if self._spent >= WORKER_START_SECONDS and self._starter is None and not self._closed.is_set():
+                self._done += len(samples)
+                if self._coming is not None:
+                    self._coming -= len(samples)
+                if self._starter is None and not self._closed.is_set() and self._workers_pay():
                     self._starter = threading.Thread(target=self._serve_pool, name="edgebuild-workers", daemon=True)
                     self._starter.start()
                 self._state.notify_all()
