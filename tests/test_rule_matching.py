@@ -1,5 +1,4 @@
-"""Rules with several output nodes are tried only at nodes of their first output's op, and match
-as before."""
+"""Rewrite rules are tried only at nodes of their first output's op, and match as before."""
 
 from __future__ import annotations
 
@@ -65,12 +64,76 @@ def test_nodes_of_other_ops_are_not_tried_and_the_rule_is_restored():
     assert "try_rewrite" not in vars(rule)
 
 
-def test_single_output_rules_are_left_alone():
-    single = [rule for rule in rewriter._DEFAULT_REWRITE_RULES
-              if len(getattr(rule, "_target_pattern").output_nodes) == 1]
-    assert single
-    with tried_at_their_first_op(single):
-        assert not any("try_rewrite" in vars(rule) for rule in single)
+class _ReluOfRelu(RewriteRuleClassBase):
+    """Relu(Relu(x)) -> Relu(x): a one-output pattern."""
+
+    def pattern(self, op, x):
+        return op.Relu(op.Relu(x))
+
+    def rewrite(self, op, x):
+        return op.Relu(x)
+
+
+def _relu_chain(tanh: int) -> ir.Model:
+    """``tanh`` Tanh nodes, then Relu(Relu(.)), and its sum with the input."""
+    x = ir.Value(name="x", shape=ir.Shape([2, 8]), type=ir.TensorType(ir.DataType.FLOAT))
+    nodes, value = [], x
+    for op_type in ["Tanh"] * tanh + ["Relu", "Relu"]:
+        nodes.append(ir.Node("", op_type, [value], name=f"n{len(nodes)}"))
+        value = nodes[-1].outputs[0]
+    nodes.append(ir.Node("", "Add", [value, x], name="add"))
+    nodes[-1].outputs[0].name = "y"
+    return ir.Model(ir.Graph([x], [nodes[-1].outputs[0]], nodes=nodes, opset_imports={"": 18}), ir_version=10)
+
+
+def test_a_one_output_rule_is_tried_only_at_its_op_and_fires_as_it_did():
+    rule = _ReluOfRelu.rule()
+    tried: list[str] = []
+    real = rule.try_rewrite
+
+    def counting(model, graph, node, *args, **kwargs):
+        tried.append(node.op_type)
+        return real(model, graph, node, *args, **kwargs)
+
+    plain, guarded = _relu_chain(tanh=10), _relu_chain(tanh=10)
+    assert pattern.RewriteRuleSet([rule]).apply_to_model(plain) == 1
+    rule.try_rewrite = counting
+    with tried_at_their_first_op([rule]):
+        assert pattern.RewriteRuleSet([rule]).apply_to_model(guarded) == 1
+    assert set(tried) == {"Relu"}  # not the Tanh nodes, not the Add
+    assert [n.op_type for n in guarded.graph] == [n.op_type for n in plain.graph]
+
+
+def test_commuted_copies_are_guarded_at_their_op():
+    """``commute()`` copies a pattern with its op as a constant pattern (no op identifier): the
+    copies of a rule rooted at Add are still tried at Add nodes only."""
+
+    class _AddOfRelu(RewriteRuleClassBase):
+        def pattern(self, op, x, y):
+            return op.Add(op.Relu(x), y)
+
+        def rewrite(self, op, x, y):
+            return op.Sub(x, y)
+
+    copies = pattern.RewriteRuleSet([_AddOfRelu.rule()], commute=True).rules
+    assert len(copies) == 2
+    model = _relu_chain(tanh=5)
+    with tried_at_their_first_op(copies):
+        tried = [rule for rule in copies if "try_rewrite" in vars(rule)]
+        assert tried == copies
+        assert all(rule.try_rewrite(model, model.graph, node) is None
+                   for rule in copies for node in model.graph if node.op_type != "Add")
+        assert pattern.RewriteRuleSet(copies).apply_to_model(model) == 1
+    assert "Sub" in {n.op_type for n in model.graph}
+
+
+def test_every_default_rule_rooted_at_one_op_is_guarded():
+    rules = list(rewriter._DEFAULT_REWRITE_RULES)
+    with tried_at_their_first_op(rules):
+        unguarded = [rule for rule in rules if "try_rewrite" not in vars(rule)]
+    # only rules whose root op is itself a pattern (an op alternative) stay tried everywhere
+    assert all(rule._target_pattern.output_nodes[0].op_identifier() is None for rule in unguarded)
+    assert len(unguarded) < len(rules) // 4
 
 
 def test_overlapping_scopes_leave_the_rule_as_it_was():

@@ -80,7 +80,7 @@ class GraphPass:
                 # Built per run and dropped after: onnxscript's matchers hold on to the last graph
                 # they matched, and with it every weight of the model.
                 rule_set, tried = pattern.RewriteRuleSet(applicable, commute=self.commute), applicable
-            with tried_at_their_first_op(applicable):
+            with tried_at_their_first_op(rule_set.rules):  # the commuted copies, as tried
                 fired = rule_set.apply_to_model(model)
             total += fired
             if not fired:
