@@ -127,3 +127,31 @@ def test_roi_align_adaptive_grid_needs_constant_rois():
     model = single_node_model("RoiAlign", roi_inputs(1.0), attrs={"sampling_ratio": 0}, opset=16)
     with pytest.raises(LoweringError, match="sampling_ratio 0"):
         lower(model)
+
+
+@pytest.mark.parametrize("kept", [4, 0])  # some proposals, none
+def test_roi_align_over_rois_the_data_selects(kept):
+    """A two-stage detector's box head: the rois are the proposals whose score passes a threshold
+    (NonZero then Gather), so their count is decided at run time, and may be zero."""
+    inputs = roi_inputs(0.5)
+    scores = np.zeros(6, np.float32)
+    scores[np.random.default_rng(23).permutation(6)[:kept]] = 0.9
+    nodes = [
+        oh.make_node("Greater", ["scores", "threshold"], ["passed"], name="passed"),
+        oh.make_node("NonZero", ["passed"], ["where"], name="where"),
+        oh.make_node("Squeeze", ["where", "axis0"], ["picked"], name="picked"),
+        oh.make_node("Gather", ["rois", "picked"], ["kept_rois"], axis=0, name="kept_rois"),
+        oh.make_node("Gather", ["batch_indices", "picked"], ["kept_images"], axis=0, name="kept_images"),
+        oh.make_node("RoiAlign", ["X", "kept_rois", "kept_images"], ["pooled"], name="pool", output_height=3,
+                     output_width=2, sampling_ratio=2, spatial_scale=0.5),
+    ]
+    graph = oh.make_graph(
+        nodes, "box_head",
+        [oh.make_tensor_value_info("X", F32, [2, 3, 12, 10]), oh.make_tensor_value_info("rois", F32, [6, 4]),
+         oh.make_tensor_value_info("batch_indices", I64, [6]), oh.make_tensor_value_info("scores", F32, [6])],
+        [oh.make_tensor_value_info("pooled", F32, None)],
+        [oh.make_tensor("threshold", F32, [], [0.5]), oh.make_tensor("axis0", I64, [1], [0])])
+    model = onnx.shape_inference.infer_shapes(
+        oh.make_model(graph, opset_imports=[oh.make_opsetid("", 16)], ir_version=IR_VERSION))
+    out = check(model, {**inputs, "scores": scores}, rtol=1e-4, atol=1e-5)
+    assert out["pooled"].shape == (kept, 3, 3, 2)

@@ -6,7 +6,9 @@ beyond one pixel outside the map count as 0; coordinates clamp at the last pixel
 ``max`` mode takes the largest weighted corner, not the largest interpolated value. So the
 lowering computes, per roi, the sample coordinates along each axis, their low/high pixel and
 weights, gathers the four corners of every sample from the [N*H*W, C] feature map and
-reduces each bin. An adaptive grid (``sampling_ratio`` 0) needs constant rois of one grid size.
+reduces each bin. The roi count may be decided at run time (a two-stage detector's proposals):
+every reshape keeps it as its one inferred dim. An adaptive grid (``sampling_ratio`` 0) needs
+constant rois of one grid size.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._nn_util import as_float, float_np, static_shape
+from edgebuild_coreml.lowering.ops._nn_util import as_float, float_np, is_symbolic, shape_of, static_shape
 from edgebuild_coreml.lowering.registry import lowers
 
 
@@ -65,9 +67,9 @@ def _grid_sizes(ctx, node, sampling_ratio: int, scale: float, offset: float, hal
 def roi_align(ctx, node):
     x, rois = as_float(ctx.input(node, 0)), as_float(ctx.input(node, 1))
     batch_indices = ctx.input(node, 2)
-    shape, roi_shape = static_shape(x), static_shape(rois)
-    if shape is None or len(shape) != 4 or roi_shape is None or roi_shape[1:] != (4,):
-        ctx.fail(node, "X must be [N, C, H, W] and rois [R, 4], with static shapes",
+    shape, roi_shape = static_shape(x), shape_of(rois)
+    if shape is None or len(shape) != 4 or len(roi_shape) != 2 or is_symbolic(roi_shape[1]) or int(roi_shape[1]) != 4:
+        ctx.fail(node, "X must be [N, C, H, W] with a static shape and rois [R, 4] (R may be decided at run time)",
                  hint="pin the input shapes in the recipe's source.inputs")
     batch, channels, height, width = shape
     out_h, out_w = int(ctx.attr(node, "output_height", 1)), int(ctx.attr(node, "output_width", 1))
@@ -83,7 +85,7 @@ def roi_align(ctx, node):
     grid_h, grid_w = _grid_sizes(ctx, node, int(ctx.attr(node, "sampling_ratio", 0)), scale, offset, half_pixel,
                                  (out_h, out_w))
     dtype = float_np(x)
-    count = roi_shape[0]
+    taps_per_roi = out_h * grid_h * out_w * grid_w * 4
 
     corners = mb.sub(x=mb.mul(x=rois, y=dtype(scale)), y=dtype(offset), name=ctx.name(node, "corners"))
     x1, y1, x2, y2 = mb.split(x=corners, num_splits=4, axis=1, name=ctx.name(node, "edges"))  # each [R, 1]
@@ -94,7 +96,7 @@ def roi_align(ctx, node):
     xs = _axis_taps(ctx, node, x1, extent_w, out_w, grid_w, width, "x", dtype)  # [R, out_w*grid_w]
 
     image_start = mb.mul(x=mb.cast(x=batch_indices, dtype="int32"), y=np.int32(height * width))
-    image_start = mb.reshape(x=image_start, shape=np.array([count, 1, 1], np.int32))
+    image_start = mb.reshape(x=image_start, shape=np.array([-1, 1, 1], np.int32))
     positions, weights = [], []
     for y_index, y_weight in ((ys[0], ys[2]), (ys[1], ys[3])):
         row = mb.add(x=mb.mul(x=mb.expand_dims(x=y_index, axes=[2]), y=np.int32(width)), y=image_start)
@@ -102,17 +104,17 @@ def roi_align(ctx, node):
             positions.append(mb.add(x=row, y=mb.expand_dims(x=x_index, axes=[1])))  # [R, out_h*grid_h, out_w*grid_w]
             weights.append(mb.mul(x=mb.expand_dims(x=y_weight, axes=[2]), y=mb.expand_dims(x=x_weight, axes=[1])))
     # Flattened in (bin row, sample row, bin col, sample col, corner) order.
-    position = mb.reshape(x=mb.stack(values=positions, axis=3), shape=np.array([count, -1], np.int32))
-    weight = mb.reshape(x=mb.stack(values=weights, axis=3), shape=np.array([count, -1, 1], np.int32))
+    position = mb.reshape(x=mb.stack(values=positions, axis=3), shape=np.array([-1, taps_per_roi], np.int32))
+    weight = mb.reshape(x=mb.stack(values=weights, axis=3), shape=np.array([-1, taps_per_roi, 1], np.int32))
 
     pixels = mb.reshape(x=mb.transpose(x=x, perm=[0, 2, 3, 1]), shape=np.array([batch * height * width, channels], np.int32),
                         name=ctx.name(node, "pixels"))
     taps = mb.mul(x=mb.gather(x=pixels, indices=position, axis=0), y=weight, name=ctx.name(node, "taps"))  # [R, T, C]
-    per_bin = mb.reshape(x=taps, shape=np.array([count * out_h, grid_h, out_w, grid_w * 4, channels], np.int32))
+    per_bin = mb.reshape(x=taps, shape=np.array([-1, grid_h, out_w, grid_w * 4, channels], np.int32))
     if mode == "avg":
         pooled = mb.reduce_sum(x=per_bin, axes=[1, 3], keep_dims=False)
         pooled = mb.mul(x=pooled, y=dtype(1.0 / (grid_h * grid_w)))
     else:
         pooled = mb.reduce_max(x=per_bin, axes=[1, 3], keep_dims=False)
-    pooled = mb.reshape(x=pooled, shape=np.array([count, out_h, out_w, channels], np.int32))
+    pooled = mb.reshape(x=pooled, shape=np.array([-1, out_h, out_w, channels], np.int32))
     return mb.transpose(x=pooled, perm=[0, 3, 1, 2], name=ctx.name(node))
