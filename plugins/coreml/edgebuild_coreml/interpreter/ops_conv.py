@@ -12,6 +12,7 @@ from numpy.lib.stride_tricks import as_strided
 from . import torch_kernels as kernels
 from .fusion import Activation, apply_in_place
 from ._params import as_float, channel_bias, ints, param, per_channel, per_op, scalar
+from ._scratch import scratch
 from ._windows import (
     effective_kernel,
     explicit_pads,
@@ -112,15 +113,8 @@ def _numpy_conv_call(inp, weight, bias, strides, dilations, groups, pads, out_si
     elif pointwise:
         def compute(value, out):
             _pointwise(value, weight, strides, out)
-    elif c_in == groups and c_out == groups and _small_map(laid_out, kernel):
-        def compute(value, out):
-            _depthwise_columns(value, weight, strides, dilations, pads, out)
-    elif c_in == groups and c_out == groups and all(s == 1 for s in strides):
-        def compute(value, out):
-            _depthwise_flat(value, weight, dilations, pads, out)
     elif c_in == groups and c_out == groups:
-        def compute(value, out):
-            _depthwise(value, weight, strides, dilations, pads, out)
+        compute = _depthwise_call(inp.shape, weight, strides, dilations, pads, out_sizes, out_dtype)
     elif n * c_in * int(np.prod(out_sizes, dtype=np.int64)) >= IM2COL_TAP_MIN_ELEMENTS:
         def compute(value, out):
             _im2col(value, weight, strides, dilations, pads, groups, out)
@@ -153,7 +147,8 @@ def conv(op, x, activation: Activation | None = None):
     """Convolution as matrix products: a 1x1 conv is one ``numpy.matmul`` over the input as it
     is; any other gathers its windows (im2col) a band of output rows at a time, so the gathered
     copy stays within ``TILE_ELEMENTS`` however large the image; a depthwise conv (one input
-    channel per output channel) sums kernel taps instead, as a matmul of width one would waste it.
+    channel per output channel) gathers them too and sums each channel's taps by a batched matmul
+    (``_depthwise_call``).
     Where torch's kernels are enabled (``torch_kernels``), every 2-D conv but the 1x1 one is its
     (1x1 ones measured no faster there), bias included. The call for the op's constants and the
     input's shape is made once per op (``_conv_call``). ``activation``: one the compiled plan
@@ -389,78 +384,59 @@ def _im2col_windows(inp, weight, strides, dilations, pads, groups, out):
         out_rows[:, :, :, start:stop] = product.reshape(n, groups, c_out // groups, stop - start, rest)
 
 
-SMALL_MAP_PIXELS = 256  # output pixels per channel below which a depthwise conv gathers its windows
+SMALL_MAP_PIXELS = 256  # output pixels per sample below which a batch's small-map conv is one matrix
 
 
-def _small_map(out, kernel) -> bool:
-    pixels = int(np.prod(out.shape[2:], dtype=np.int64))
+def _depthwise_call(in_shape, weight, strides, dilations, pads, out_sizes, dtype):
+    """``(value, out) -> None``: a depthwise conv (one input channel per output channel) of an
+    input of ``in_shape`` into ``out``, its geometry worked out here once per op. Each band of
+    output rows gathers its kernel taps from the padded input by one strided copy into
+    ``[N, C, K, pixels]`` and sums them with each channel's taps by one batched ``matmul``: one
+    numpy call per tap over whole channels ran 2-3x slower on MobileNet's maps. With unit strides
+    the padded input is flattened per channel and every tap reads one contiguous run of it (the
+    output laid out on the padded row pitch, its extra columns cropped at the end), so the copy
+    moves long runs rather than one output row at a time."""
+    n, channels = in_shape[:2]
+    kernel, nd = list(weight.shape[2:]), len(in_shape) - 2
     taps = int(np.prod(kernel, dtype=np.int64))
-    return pixels <= SMALL_MAP_PIXELS and out.shape[0] * out.shape[1] * taps * pixels <= 2 * TILE_ELEMENTS
-
-
-def _depthwise_columns(inp, weight, strides, dilations, pads, out):
-    """Depthwise conv of a small feature map: its windows gathered once ([N, C, K, pixels]) and
-    summed with each channel's taps by one batched ``matmul``; per-tap numpy calls would each
-    cover only a few pixels."""
-    n, channels = inp.shape[:2]
-    kernel, out_sizes = list(weight.shape[2:]), list(out.shape[2:])
-    nd = len(kernel)
-    win = _band_windows(inp, pads, out_sizes, kernel, strides, dilations, 0, out_sizes[0])
-    order = (0, 1, *range(2 + nd, 2 + 2 * nd), *range(2, 2 + nd))  # [N, C, *K, *O]
-    cols = np.empty((n, channels, *kernel, *out_sizes), out.dtype)
-    np.copyto(cols, win.transpose(order))
-    w = weight.reshape(channels, 1, -1).astype(out.dtype, copy=False)  # [C, 1, K]
-    np.matmul(w, cols.reshape(n, channels, -1, int(np.prod(out_sizes, dtype=np.int64))),
-              out=out.reshape(n, channels, 1, -1))
-
-
-def _depthwise_flat(inp, weight, dilations, pads, out):
-    """Stride-1 depthwise conv over the padded input flattened per channel: every kernel tap
-    reads one contiguous run of it (the output laid out on the padded row pitch, its extra
-    columns cropped at the end), so each tap is two numpy calls over whole channels rather
-    than one per output row, which is what small feature maps pay for."""
-    n, channels = inp.shape[:2]
-    kernel, out_sizes = list(weight.shape[2:]), list(out.shape[2:])
-    padded_sizes = [before + size + after for size, (before, after) in zip(inp.shape[2:], pads)]
-    pitches = [int(np.prod(padded_sizes[d + 1:], dtype=np.int64)) for d in range(len(kernel))]
-    length = out_sizes[0] * pitches[0]  # output rows on the padded pitch
-    offsets = [sum(t * d * p for t, d, p in zip(tap, dilations, pitches))
-               for tap in itertools.product(*(range(k) for k in kernel))]
+    padded_sizes = [before + size + after for size, (before, after) in zip(in_shape[2:], pads)]
+    interior = (slice(None), slice(None)) + tuple(slice(b, b + size) for size, (b, _) in zip(in_shape[2:], pads))
+    w = np.ascontiguousarray(weight.reshape(channels, 1, taps), dtype=dtype)  # [C, 1, K]
+    item = np.dtype(dtype).itemsize
+    flat = all(s == 1 for s in strides)
+    pitches = [int(np.prod(padded_sizes[d + 1:], dtype=np.int64)) for d in range(nd)]
+    # output elements of one output row per channel as computed: on the pitch when flat
+    row = pitches[0] if flat else int(np.prod(out_sizes[1:], dtype=np.int64))
+    rows = max(1, min(out_sizes[0], TILE_ELEMENTS // max(n * channels * taps * row, 1)))
     total = int(np.prod(padded_sizes, dtype=np.int64))
-    flat = np.zeros((n, channels, max(total, offsets[-1] + length)), out.dtype)  # slack past the end: cropped columns
-    flat[:, :, :total].reshape(n, channels, *padded_sizes)[
-        (slice(None), slice(None)) + tuple(slice(b, b + size) for size, (b, _) in zip(inp.shape[2:], pads))] = inp
-    w = weight.reshape(channels, -1, 1).astype(out.dtype, copy=False)  # [C, K, 1]
-    acc = np.empty((n, channels, length), out.dtype)
-    product = np.empty_like(acc)
-    for index, offset in enumerate(offsets):
-        if index == 0:
-            np.multiply(flat[:, :, offset:offset + length], w[:, index], out=acc)
-        else:
-            np.multiply(flat[:, :, offset:offset + length], w[:, index], out=product)
-            acc += product
-    laid_out = acc.reshape(n, channels, out_sizes[0], *padded_sizes[1:])
-    out[...] = laid_out[(Ellipsis,) + tuple(slice(0, size) for size in out_sizes[1:])]
+    reach = sum((k - 1) * d * p for k, d, p in zip(kernel, dilations, pitches))
+    # slack past the end when flat: the last row's cropped columns read past the padded input
+    length = max(total, reach + out_sizes[0] * row) if flat else total
+    tap_strides = tuple(p * d * item for p, d in zip(pitches, dilations))
+    out_strides = (item,) if flat else tuple(p * s * item for p, s in zip(pitches, strides))
+    band_shape = (n, channels, *kernel, *((rows * row,) if flat else (rows, *out_sizes[1:])))
+    crop = (Ellipsis,) + tuple(slice(0, size) for size in out_sizes[1:])
 
+    def compute(value, out):
+        source = scratch("depthwise source", (n, channels, length), dtype)
+        source.fill(0)  # the padding
+        source[:, :, :total].reshape(n, channels, *padded_sizes)[interior] = value
+        cols = scratch("depthwise taps", band_shape, dtype)
+        acc = scratch("depthwise sums", (n, channels, out_sizes[0] * row), dtype) if flat else out.reshape(n, channels, -1)
+        for start in range(0, out_sizes[0], rows):
+            stop = min(start + rows, out_sizes[0])
+            shape = (*band_shape[:2 + nd], *(((stop - start) * row,) if flat else (stop - start, *out_sizes[1:])))
+            offset = start * (pitches[0] if flat else pitches[0] * strides[0])
+            view = as_strided(source[:, :, offset:], shape, (*source.strides[:2], *tap_strides, *out_strides),
+                              writeable=False)
+            gathered = cols.reshape(-1)[:int(np.prod(shape))].reshape(shape)  # a shorter last band: a prefix
+            np.copyto(gathered, view)
+            np.matmul(w, gathered.reshape(n, channels, taps, -1),
+                      out=acc[:, :, start * row:stop * row].reshape(n, channels, 1, -1))
+        if flat:
+            out[...] = acc.reshape(n, channels, out_sizes[0], *padded_sizes[1:])[crop]
 
-def _depthwise(inp, weight, strides, dilations, pads, out):
-    """One input channel per output channel: out += weight[:, tap] * shifted input, per tap."""
-    n, channels = inp.shape[:2]
-    kernel, out_sizes = list(weight.shape[2:]), list(out.shape[2:])
-    w = weight.reshape(channels, -1)  # [C, K]
-    rest = int(np.prod(out_sizes[1:], dtype=np.int64))
-    scale_shape = (1, channels) + (1,) * len(kernel)
-    for start, stop in _bands(out_sizes, n * channels * rest):
-        win = _band_windows(inp, pads, out_sizes, kernel, strides, dilations, start, stop)
-        acc = out[:, :, start:stop]
-        product = np.empty(acc.shape, out.dtype)
-        for index, tap in enumerate(itertools.product(*(range(k) for k in kernel))):
-            scale = w[:, index].reshape(scale_shape)
-            if index == 0:
-                np.multiply(win[(Ellipsis, *tap)], scale, out=acc)
-            else:
-                np.multiply(win[(Ellipsis, *tap)], scale, out=product)
-                acc += product
+    return compute
 
 
 @evaluates("conv_transpose")
