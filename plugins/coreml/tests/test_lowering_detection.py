@@ -155,3 +155,32 @@ def test_roi_align_over_rois_the_data_selects(kept):
         oh.make_model(graph, opset_imports=[oh.make_opsetid("", 16)], ir_version=IR_VERSION))
     out = check(model, {**inputs, "scores": scores}, rtol=1e-4, atol=1e-5)
     assert out["pooled"].shape == (kept, 3, 3, 2)
+
+
+@pytest.mark.parametrize("level", [1, 3])  # some rois on the level, none
+def test_scatter_elements_of_the_rois_of_one_level(level):
+    """MultiScaleRoIAlign's merge: the rows of the rois of one level (NonZero of a mask, so a count
+    the data decides) are scattered back into the full [R, C] result with ScatterElements."""
+    levels = np.array([0, 1, 2, 1, 0, 1], np.int64)
+    values = rand(6, 3, seed=24)
+    nodes = [
+        oh.make_node("Equal", ["levels", "level"], ["on_level"], name="on_level"),
+        oh.make_node("NonZero", ["on_level"], ["where"], name="where"),
+        oh.make_node("Reshape", ["where", "column"], ["rows"], name="rows"),
+        oh.make_node("Squeeze", ["where", "axis0"], ["picked"], name="picked"),
+        oh.make_node("Gather", ["values", "picked"], ["pooled"], axis=0, name="pooled"),
+        oh.make_node("Shape", ["pooled"], ["pooled_shape"], name="pooled_shape"),
+        oh.make_node("Expand", ["rows", "pooled_shape"], ["row_indices"], name="row_indices"),
+        oh.make_node("ScatterElements", ["zeros", "row_indices", "pooled"], ["merged"], axis=0, name="merged"),
+    ]
+    graph = oh.make_graph(
+        nodes, "merge_levels",
+        [oh.make_tensor_value_info("levels", I64, [6]), oh.make_tensor_value_info("values", F32, [6, 3]),
+         oh.make_tensor_value_info("zeros", F32, [6, 3])],
+        [oh.make_tensor_value_info("merged", F32, None)],
+        [oh.make_tensor("level", I64, [], [level]), oh.make_tensor("column", I64, [2], [-1, 1]),
+         oh.make_tensor("axis0", I64, [1], [0])])
+    model = onnx.shape_inference.infer_shapes(
+        oh.make_model(graph, opset_imports=[oh.make_opsetid("", 16)], ir_version=IR_VERSION))
+    out = check(model, {"levels": levels, "values": values, "zeros": np.zeros((6, 3), np.float32)})
+    assert np.count_nonzero(out["merged"].any(axis=1)) == np.count_nonzero(levels == level)

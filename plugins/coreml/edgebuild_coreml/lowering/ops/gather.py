@@ -126,13 +126,20 @@ def scatter_elements(ctx, node):
 def _coordinates(ctx, node, indices, axis: int):
     """[*S, rank] coordinates: each element's own position, with ``indices`` on ``axis``."""
     dims = shape_of(indices)
-    if not all(is_static(d) for d in dims):
-        ctx.fail(node, "indices need a static shape")
-    grid = np.indices(dims, dtype=np.int32)
-    parts = [
-        mb.expand_dims(x=indices, axes=[-1]) if a == axis else grid[a][..., None]
-        for a in range(len(dims))
-    ]
+    if all(is_static(d) for d in dims):
+        grid = np.indices(dims, dtype=np.int32)
+        positions = [grid[a][..., None] for a in range(len(dims))]
+    else:  # a count the data decides (a detector's rois per level): each axis's positions, broadcast over S
+        zeros = mb.expand_dims(x=mb.mul(x=indices, y=np.int32(0)), axes=[-1])
+        sizes = mb.shape(x=indices)
+        positions = []
+        for a in range(len(dims)):
+            size = np.int32(dims[a]) if is_static(dims[a]) else mb.gather(x=sizes, indices=np.int32(a))
+            steps = mb.range_1d(start=np.int32(0), end=size, step=np.int32(1))
+            shape = np.ones(len(dims) + 1, np.int32)
+            shape[a] = -1
+            positions.append(mb.add(x=zeros, y=mb.reshape(x=steps, shape=shape)))
+    parts = [mb.expand_dims(x=indices, axes=[-1]) if a == axis else positions[a] for a in range(len(dims))]
     return mb.concat(values=parts, axis=-1, name=ctx.name(node, "coords"))
 
 
