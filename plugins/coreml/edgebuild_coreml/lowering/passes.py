@@ -99,9 +99,11 @@ def lowering_passes(precision: str) -> list[str]:
 @register_pass(namespace="edgebuild")
 class divide_to_multiply(AbstractGraphPass):  # noqa: N801 - coremltools names a pass after its class
     """``x / c`` -> ``x * (1 / c)`` for a constant float divisor, as coremltools' pass of that name
-    does, except where the quotient is rounded: a quantiser's ``round(x / scale)``. The product
-    by the reciprocal differs from the quotient in the last bit now and then, and on a rounding
-    tie that is a whole quantisation step away from what onnxruntime's division gives."""
+    does, except where the quotient is rounded (a quantiser's ``round(x / scale)``) or is itself
+    a scale such a quotient divides by (a dynamic quantiser's ``range / 255``). The product by
+    the reciprocal differs from the quotient in the last bit now and then: on a rounding tie that
+    is a whole quantisation step away from what onnxruntime's division gives, and in a scale it
+    moves every value dequantised with it."""
 
     def apply(self, prog):
         for function in prog.functions.values():
@@ -115,7 +117,7 @@ def _reciprocal_products(block) -> None:
                 _reciprocal_products(inner)
             if op.blocks or op.op_type != "real_div" or op.y.val is None or not types.is_float(op.x.dtype):
                 continue
-            if any(reader.op_type == "round" for reader in op.outputs[0].child_ops):
+            if _rounded(op.outputs[0]) or _divides_a_rounded_quotient(op.outputs[0]):
                 continue
             reciprocal = np.array(1.0, dtype=op.y.val.dtype) / op.y.val
             if not np.isfinite(reciprocal).all():
@@ -123,6 +125,21 @@ def _reciprocal_products(block) -> None:
             product = mb.mul(x=op.x, y=reciprocal, name=f"_inversed_{op.name}", before_op=op)
             op.enclosing_block.replace_uses_of_var_after_op(anchor_op=op, old_var=op.outputs[0], new_var=product)
             block.remove_ops([op])
+
+
+def _rounded(var) -> bool:
+    return any(reader.op_type == "round" for reader in var.child_ops)
+
+
+def _divides_a_rounded_quotient(var) -> bool:
+    """Whether ``var`` is the divisor of a rounded quotient, directly or through a select (the
+    dynamic quantiser's guard that gives an all-zero tensor scale 1)."""
+    for reader in var.child_ops:
+        if reader.op_type == "real_div" and reader.y is var and _rounded(reader.outputs[0]):
+            return True
+        if reader.op_type == "select" and _divides_a_rounded_quotient(reader.outputs[0]):
+            return True
+    return False
 
 
 @register_pass(namespace="edgebuild")
