@@ -364,3 +364,63 @@ def _bounded_k(graph: ir.Graph) -> ir.Value:
     node.outputs[0].shape, node.outputs[0].dtype = ir.Shape([1]), ir.DataType.INT64
     graph.insert_before(graph.node(0), node)
     return node.outputs[0]
+
+
+def _two_stage_detector() -> onnx.ModelProto:
+    """A two-stage detector's post-processing, as torchvision's TorchScript export writes it: the proposals
+    scoring at least 0.3 (NonZero, Transpose, Split, Squeeze), a first NMS, its kept boxes out of an If
+    (none when there is no proposal), and a second NMS inside an If branch whose Unsqueeze reads an outer
+    constant, so onnx's inference leaves the branch's values untyped. Both limits are INT64_MAX."""
+
+    def nms_of(boxes: str, scores: str, out: str, prefix: str) -> list:
+        return [oh.make_node("Unsqueeze", [boxes, "axis0"], [f"{prefix}_boxes"]),
+                oh.make_node("Unsqueeze", [scores, "axes01"], [f"{prefix}_scores"]),
+                oh.make_node("NonMaxSuppression", [f"{prefix}_boxes", f"{prefix}_scores", "max_out", "iou"],
+                             [f"{prefix}_selected"]),
+                oh.make_node("Gather", [f"{prefix}_selected", "two"], [out], axis=1)]
+
+    def branches(prefix: str, boxes: str, scores: str, out: str) -> dict:
+        empty = oh.make_graph([oh.make_node("Constant", [], [f"{prefix}_none"],
+                                            value=onh.from_array(np.zeros(0, np.int64)))],
+                              f"{prefix}_empty", [], [oh.make_tensor_value_info(f"{prefix}_none", I64, [0])])
+        selecting = oh.make_graph(nms_of(boxes, scores, f"{prefix}_keep", prefix), f"{prefix}_nms", [],
+                                  [onnx.ValueInfoProto(name=f"{prefix}_keep")])
+        return {"then_branch": empty, "else_branch": selecting}
+
+    nodes = [
+        oh.make_node("GreaterOrEqual", ["scores", "threshold"], ["passed"]), oh.make_node("NonZero", ["passed"], ["where"]),
+        oh.make_node("Transpose", ["where"], ["where_t"], perm=[1, 0]),
+        oh.make_node("Split", ["where_t", "one1"], ["where_col"], axis=1),
+        oh.make_node("Squeeze", ["where_col", "one1"], ["index"]),
+        oh.make_node("Gather", ["boxes", "index"], ["proposals"], axis=0),
+        oh.make_node("Gather", ["scores", "index"], ["proposal_scores"], axis=0),
+        oh.make_node("Size", ["proposal_scores"], ["count"]), oh.make_node("Equal", ["count", "zero"], ["none"]),
+        oh.make_node("If", ["none"], ["keep"], **branches("rpn", "proposals", "proposal_scores", "keep")),
+        oh.make_node("Gather", ["proposals", "keep"], ["refined"], axis=0),
+        oh.make_node("Gather", ["proposal_scores", "keep"], ["refined_scores"], axis=0),
+        oh.make_node("Size", ["refined_scores"], ["refined_count"]),
+        oh.make_node("Equal", ["refined_count", "zero"], ["no_refined"]),
+        oh.make_node("If", ["no_refined"], ["y"], **branches("head", "refined", "refined_scores", "y")),
+    ]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("scores", F, [50]),
+                                       oh.make_tensor_value_info("boxes", F, [50, 4])], [onnx.ValueInfoProto(name="y")],
+                          [onh.from_array(np.array(0.3, np.float32), "threshold"), _i64("axis0", [0]),
+                           _i64("axes01", [0, 1]), _i64("one1", [1]), _i64("two", 2), _i64("zero", 0),
+                           _i64("max_out", [2**63 - 1]), onh.from_array(np.array([0.5], np.float32), "iou")])
+    return onnx.shape_inference.infer_shapes(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=10))
+
+
+def test_both_nms_of_a_two_stage_detector_are_bounded():
+    """Each limit becomes 50, the proposals' bound, read through Split, GreaterOrEqual, the If that gives
+    the first NMS's kept indices (the larger of its branches) and the untyped values of the second's branch."""
+    source = _two_stage_detector()
+    model = ir.serde.deserialize_model(source)
+    nms = [n for g in (b.value for n in model.graph if n.op_type == "If" for b in n.attributes.values())
+           for n in g if n.op_type == "NonMaxSuppression"]
+    assert [dim_upper_bound(n.inputs[0], 1) for n in nms] == [50, 50]
+    assert PASS.apply(model) >= 2
+    assert [int(n.inputs[2].const_value.numpy()[0]) for n in nms] == [50, 50]
+    rewritten = ir.serde.serialize_model(model)
+    for seed in range(3):
+        np.testing.assert_array_equal(ReferenceEvaluator(rewritten).run(None, _detections(seed))[0],
+                                      ReferenceEvaluator(source).run(None, _detections(seed))[0])

@@ -36,6 +36,8 @@ from edgebuild.registration import unique_name
 
 MAX_ROUNDS = 8
 MAX_ELEMENTS = 64  # shape vectors; a value longer than this is data, not shape arithmetic
+MAX_DEPTH = 160  # producers a bound is read through (a two-stage detector's second NMS is ~100 ops from its first)
+UNBOUNDED = 2**31  # a limit this large (torchvision's INT64_MAX) bounds nothing a backend can allocate
 
 # ops of domains onnx has no schema for whose first output has the first input's shape and dtype
 SHAPE_PRESERVING = {
@@ -370,31 +372,55 @@ def _infer_one_reshape_dim(graph: ir.Graph, node: ir.Node, evaluator: _Evaluator
 
 _SAME_SHAPE = {"Cast", "Identity", "Relu", "Sigmoid", "Exp", "Log", "Neg", "Abs", "Clip", "Softmax", "Sqrt",
                "Floor", "Ceil", "Round", "Not", "Tanh", "Erf", "Reciprocal"}
-_BROADCAST = {"Add", "Sub", "Mul", "Div", "Pow", "Min", "Max", "Equal", "Less", "Greater", "And", "Or", "Where"}
+_BROADCAST = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Min", "Max", "Equal", "Less", "Greater", "LessOrEqual",
+              "GreaterOrEqual", "And", "Or", "Xor", "Where"}
+
+
+_BOUNDS: dict | None = None  # (value, axis) -> bound, while one dim_upper_bound call reads a graph
 
 
 def dim_upper_bound(value: ir.Value, axis: int, depth: int = 0) -> int | None:
     """A static upper bound of ``value``'s dim ``axis`` when the dim itself is decided at run time (a count
     NonZero, TopK with k = Min(C, count), Compress took), read through the ops that keep or sum it; None
-    when no producer bounds it."""
-    shape = value.shape
-    if shape is None or not -len(shape) <= axis < len(shape) or depth > 64:
+    when no producer bounds it. Each (value, axis) is read once per call: a detector's box arithmetic
+    reaches the same values along many paths."""
+    global _BOUNDS
+    if _BOUNDS is None:
+        _BOUNDS = {}
+        try:
+            return dim_upper_bound(value, axis, depth)
+        finally:
+            _BOUNDS = None
+    key = (id(value), axis)
+    if key not in _BOUNDS:
+        _BOUNDS[key] = None  # a value reached again while it is being read (a Loop's carried value) is unknown
+        _BOUNDS[key] = _dim_upper_bound(value, axis, depth)
+    return _BOUNDS[key]
+
+
+def _dim_upper_bound(value: ir.Value, axis: int, depth: int) -> int | None:
+    shape = _rank_shape(value, depth)
+    if shape is None or not -len(shape) <= axis < len(shape) or depth > MAX_DEPTH:
         return None
     axis %= len(shape)
     if isinstance(shape[axis], int):
         return shape[axis]
     node = value.producer()
-    if node is None or not _standard(node):
+    if node is None:
         return None
     op, inputs = node.op_type, node.inputs
     again = lambda v, a: dim_upper_bound(v, a, depth + 1) if v is not None else None  # noqa: E731
+    if node.domain == "edgebuild" and op == "Linear" and axis < len(shape) - 1:
+        return again(inputs[0], axis)  # the fused Gemm/MatMul keeps its rows
+    if not _standard(node):
+        return None
     if op in _SAME_SHAPE or (op in ("Slice", "Compress") and node.outputs[0] is value):
         return again(inputs[0], axis)
     if op == "TopK" and axis == _int_attr(node, "axis", -1) % len(shape):
         bound = _upper_value(inputs[1], depth + 1)
         source = again(inputs[0], axis)
         return min(b for b in (bound, source) if b is not None) if bound is not None or source is not None else None
-    if op == "TopK":
+    if op == "TopK" or (op == "Split" and axis != _int_attr(node, "axis", 0) % len(shape)):
         return again(inputs[0], axis)
     if op == "Concat":
         along = _int_attr(node, "axis", 0) % len(shape)
@@ -405,24 +431,53 @@ def dim_upper_bound(value: ir.Value, axis: int, depth: int = 0) -> int | None:
     if op in _BROADCAST:
         bounds = []
         for v in inputs:
-            if v is None or v.shape is None:
+            operand = _rank_shape(v, depth + 1) if v is not None else None
+            if operand is None:
                 return None
-            offset = axis - (len(shape) - len(v.shape))
+            offset = axis - (len(shape) - len(operand))
             bounds.append(1 if offset < 0 else again(v, offset))
         return None if any(b is None for b in bounds) else max(bounds)
     if op == "Transpose":
         perm = node.attributes.get("perm")
         return again(inputs[0], list(perm.value)[axis]) if perm is not None else None
-    if op in ("Unsqueeze", "Squeeze") and inputs[0] is not None and inputs[0].shape is not None:
+    if op in ("Unsqueeze", "Squeeze") and _rank_shape(inputs[0], depth + 1) is not None:
         axes = _const(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else None
         if axes is None:
             return None
-        rank_in, rank_out = len(inputs[0].shape), len(shape)
+        rank_in, rank_out = len(_rank_shape(inputs[0], depth + 1)), len(shape)
         axes = sorted(int(a) % (rank_out if op == "Unsqueeze" else rank_in) for a in np.asarray(axes).reshape(-1))
         if op == "Unsqueeze":
             return None if axis in axes else again(inputs[0], axis - sum(a < axis for a in axes))
         kept = [a for a in range(rank_in) if a not in axes]
         return again(inputs[0], kept[axis])
+    if op in ("Reshape", "Flatten") and isinstance(shape[axis], ir.SymbolicDim) and shape[axis].value is not None:
+        source = _rank_shape(inputs[0], depth + 1) or ()
+        named = [a for a, d in enumerate(source) if isinstance(d, ir.SymbolicDim) and d.value == shape[axis].value]
+        if named:  # inference named the dim after the input's: the same count
+            return again(inputs[0], named[0])
+    if op in ("ScatterElements", "ScatterND", "Scatter"):
+        return again(inputs[0], axis)
+    if op == "Gemm" and axis == 0:
+        return again(inputs[0], 1 if _int_attr(node, "transA", 0) else 0)
+    if op == "MatMul" and axis < len(shape) - 1:  # the rows of A (a batch dim of either)
+        left = _rank_shape(inputs[0], depth + 1)
+        offset = axis - (len(shape) - len(left)) if left is not None else -1
+        return again(inputs[0], offset) if offset >= 0 else None
+    if op == "RoiAlign" and axis == 0:
+        return again(inputs[1], 0)
+    if op == "If":  # the larger of what either branch gives
+        index = list(node.outputs).index(value)
+        branches = [node.attributes.get(name) for name in ("then_branch", "else_branch")]
+        bounds = [again(b.value.outputs[index], axis) if b is not None else None for b in branches]
+        return None if any(b is None for b in bounds) else max(bounds)
+    if op == "NonMaxSuppression" and axis == 0:  # at most the limit (or every box) of each batch and class
+        scores = _rank_shape(inputs[1], depth + 1)
+        boxes = again(inputs[0], 1)
+        limit = _const(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
+        limit = None if limit is None or int(limit.reshape(-1)[0]) >= UNBOUNDED else int(limit.reshape(-1)[0])
+        per_class = min((b for b in (boxes, limit) if b is not None), default=None)
+        outer = [again(inputs[1], a) for a in (0, 1)] if scores is not None and len(scores) == 3 else [None]
+        return None if per_class is None or None in outer else per_class * int(np.prod(outer))
     if op in ("Reshape", "Flatten"):
         # the one run-time dim of the result holds at most the input's elements over the static dims' product
         others = [d for a, d in enumerate(shape) if a != axis]
@@ -447,16 +502,51 @@ def dim_upper_bound(value: ir.Value, axis: int, depth: int = 0) -> int | None:
     return None
 
 
+def _rank_shape(value: ir.Value | None, depth: int) -> tuple | None:
+    """``value``'s shape, or where no inference typed it (a value in an If branch that reads an outer
+    constant) one with its rank and static dims read from its producer: the shape-keeping ops, Unsqueeze
+    by constant axes, the broadcasting ops; None when neither says."""
+    if value is None or depth > MAX_DEPTH:
+        return None
+    if value.shape is not None:
+        return tuple(value.shape)
+    node = value.producer()
+    if node is None or not _standard(node) or not node.inputs:
+        return None
+    if node.op_type in _SAME_SHAPE:
+        return _rank_shape(node.inputs[0], depth + 1)
+    if node.op_type == "Unsqueeze" and len(node.inputs) > 1:
+        source, axes = _rank_shape(node.inputs[0], depth + 1), _const(node.inputs[1])
+        if source is None or axes is None:
+            return None
+        rank = len(source) + axes.size
+        axes = {int(a) % rank for a in axes.reshape(-1)}
+        rest = iter(source)
+        return tuple(1 if a in axes else next(rest) for a in range(rank))
+    if node.op_type in _BROADCAST:
+        shapes = [_rank_shape(v, depth + 1) for v in node.inputs]
+        if any(s is None for s in shapes):
+            return None
+        rank = max(len(s) for s in shapes)
+        padded = [(1,) * (rank - len(s)) + s for s in shapes]
+        return tuple(max(column) if all(isinstance(d, int) for d in column) else None for column in zip(*padded))
+    return None
+
+
 def _element_bound(vector: ir.Value, index: int, depth: int) -> int | None:
     """An upper bound of element ``index`` of a shape vector: a constant, a dim of a Shape, a part of a Concat."""
     array = _const(vector)
     if array is not None:
         return int(array.reshape(-1)[index]) if index < array.size else None
     node = vector.producer()
-    if node is None or not _standard(node) or depth > 64:
+    if node is None or not _standard(node) or depth > MAX_DEPTH:
         return None
-    if node.op_type in ("Cast", "Identity"):
+    if node.op_type in ("Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape"):  # the same elements in order
         return _element_bound(node.inputs[0], index, depth + 1)
+    if node.op_type == "Gather" and _int_attr(node, "axis", 0) == 0:
+        picked = _const(node.inputs[1])
+        return _element_bound(node.inputs[0], int(picked.reshape(-1)[index]), depth + 1) \
+            if picked is not None and index < picked.size else None
     if node.op_type == "Shape" and _int_attr(node, "start", 0) >= 0:
         return dim_upper_bound(node.inputs[0], _int_attr(node, "start", 0) + index, depth + 1)
     if node.op_type == "Concat":
@@ -481,7 +571,7 @@ def _count_bound(value: ir.Value, depth: int) -> int | None:
 def _upper_value(value: ir.Value, depth: int) -> int | None:
     """An upper bound of the one integer ``value`` holds: a constant, or Min/ReduceMin with a constant
     among its operands (TopK's k = Min(C, count)), through Reshape/Unsqueeze/Squeeze/Cast/Concat."""
-    if value is None or depth > 64:
+    if value is None or depth > MAX_DEPTH:
         return None
     array = _const(value)
     if array is not None:
@@ -547,7 +637,7 @@ class FoldStaticValues:
     def apply(self, model: ir.Model) -> int:
         import onnxscript.optimizer
 
-        from edgebuild.graph.optimize import keep_weight_transposes
+        from edgebuild.graph.optimize import infer_shapes, keep_weight_transposes
 
         total = bound_nms_outputs(model)
         for _ in range(MAX_ROUNDS):
@@ -557,7 +647,24 @@ class FoldStaticValues:
             total += changed
             onnxscript.optimizer.fold_constants(model, should_fold=keep_weight_transposes)
             common_passes.RemoveUnusedNodesPass()(model)
-        return total + (bound_nms_outputs(model) if total else 0)
+        total += bound_nms_outputs(model) if total else 0
+        if _unbounded_nms(model):  # values the folding left untyped (a detector's second stage): infer, then bound
+            try:
+                infer_shapes(model)
+            except Exception:  # custom-domain ops are opaque to onnx's inference; keep what we have
+                return total
+            total += bound_nms_outputs(model)
+        return total
+
+
+def _unbounded_nms(model: ir.Model) -> bool:
+    for graph in iter_graphs(model.graph):
+        for node in graph:
+            if node.op_type == "NonMaxSuppression" and _standard(node) and len(node.inputs) > 2:
+                limit = _const(node.inputs[2]) if node.inputs[2] is not None else None
+                if limit is not None and limit.size == 1 and int(limit.reshape(-1)[0]) >= UNBOUNDED:
+                    return True
+    return False
 
 
 def graph_pass(name: str = "fold_static_values") -> FoldStaticValues:
