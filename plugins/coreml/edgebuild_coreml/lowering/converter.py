@@ -23,6 +23,7 @@ from edgebuild.plugin.graph import declined_reason
 from edgebuild_coreml.lowering.context import LoweringContext, unique_identifier
 from edgebuild_coreml.lowering.errors import DeclinedForm, LoweringError, support_check
 from edgebuild_coreml.lowering.names import artifact_names, sanitized
+from edgebuild_coreml.lowering.ops._util import empty_of
 
 BACKEND = "coreml"
 CONVERTER_HANDLED = {("", "Constant")}  # ops the converter turns into constants itself
@@ -252,7 +253,10 @@ def _bind_outputs(ctx: LoweringContext, node: ir.Node, result) -> None:
             if value.uses() or value.is_graph_output():
                 ctx.fail(node, f"optional output {value.name!r} is used but the lowering does not produce it")
             continue
-        if isinstance(produced, Var):
+        empty = empty_of(produced.shape, produced) if isinstance(produced, Var) else None
+        if empty is not None:  # no elements: a constant, so no zero-size tensor reaches the program
+            ctx.consts[value.name] = empty
+        elif isinstance(produced, Var):
             ctx.set(value, produced)
         else:
             ctx.consts[value.name] = np.asarray(produced)

@@ -73,6 +73,15 @@ def is_static(dim) -> bool:
     return isinstance(dim, (int, np.integer))
 
 
+def empty_of(shape, like):
+    """A constant with no elements of ``like``'s dtype when ``shape`` is static with a 0 dim, else
+    None. Core ML holds no zero-size tensors (MIL's tile and slice refuse them); ONNX allows them
+    (an empty window slice), and nothing reads their elements, so they stay constants."""
+    if not all(is_static(d) for d in shape) or 0 not in tuple(shape):
+        return None
+    return np.zeros(tuple(int(d) for d in shape), dtype=_NUMPY_OF[dtype_of(like)])
+
+
 def const_like(value, like) -> np.ndarray:
     """``value`` as a numpy constant of ``like``'s MIL dtype (so binary ops type-check)."""
     return np.asarray(value, dtype=_NUMPY_OF[dtype_of(like)])

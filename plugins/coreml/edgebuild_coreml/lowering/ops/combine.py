@@ -8,6 +8,7 @@ from coremltools.converters.mil.mil.var import Var
 
 from edgebuild_coreml.lowering.ops._util import (
     dtype_of,
+    empty_of,
     is_static,
     normalize_axis,
     numpy_dtype,
@@ -72,6 +73,9 @@ def expand(ctx, node):
     dims = shape_of(x)
     if requested is not None and all(is_static(d) for d in dims):
         target = np.broadcast_shapes(tuple(dims), tuple(int(v) for v in requested))
+        empty = empty_of(target, x)  # a 0 in the shape: MIL's tile takes no repeat of 0
+        if empty is not None:
+            return empty
         padded = (1,) * (len(target) - len(dims)) + tuple(dims)
         if len(padded) != len(dims):
             x = mb.reshape(x=x, shape=np.array(padded, np.int32), name=ctx.name(node, "rank"))
@@ -100,7 +104,12 @@ def tile_tiles_and_axis(ctx, node):
 
 @lowers("Tile", since=6)
 def tile(ctx, node):
-    return mb.tile(x=ctx.input(node, 0), reps=ctx.input(node, 1), name=ctx.name(node))
+    x, reps = ctx.input(node, 0), ctx.const_value(node.inputs[1])
+    if reps is not None:
+        empty = empty_of(tuple(d * int(r) for d, r in zip(shape_of(x), reps.reshape(-1))), x)  # a repeat of 0
+        if empty is not None:
+            return empty
+    return mb.tile(x=x, reps=ctx.input(node, 1), name=ctx.name(node))
 
 
 @lowers("ConstantOfShape")

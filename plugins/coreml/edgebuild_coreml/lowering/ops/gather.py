@@ -98,9 +98,20 @@ def _scatter_mode(ctx, node) -> str:
     return _SCATTER_MODES[reduction]
 
 
+def _writes_nothing(index_dims) -> bool:
+    """No updates to write (the indices of an empty window): MIL's scatters take no zero-size operand."""
+    return any(is_static(d) and d == 0 for d in index_dims)
+
+
+def _unchanged(ctx, node, data):
+    return data if not isinstance(data, Var) else mb.identity(x=data, name=ctx.name(node))
+
+
 @lowers("ScatterND")
 def scatter_nd(ctx, node):
     data, indices, updates = ctx.input(node, 0), _int32(ctx.input(node, 1)), ctx.input(node, 2)
+    if _writes_nothing(shape_of(indices)[:-1]):  # [*updates, depth]: a depth of 0 writes whole slices
+        return _unchanged(ctx, node, data)
     indices = _wrap_nd(ctx, node, data, indices, 0)
     return mb.scatter_nd(data=data, indices=indices, updates=updates, mode=_scatter_mode(ctx, node), name=ctx.name(node))
 
@@ -109,6 +120,8 @@ def scatter_nd(ctx, node):
 @lowers("ScatterElements")
 def scatter_elements(ctx, node):
     data, indices, updates = ctx.input(node, 0), _int32(ctx.input(node, 1)), ctx.input(node, 2)
+    if _writes_nothing(shape_of(indices)):
+        return _unchanged(ctx, node, data)
     axis = normalize_axis(ctx, node, int(ctx.attr(node, "axis", 0)), rank_of(data))
     indices = wrap_negative(indices, dim(data, axis))
     if tuple(shape_of(indices)) != tuple(shape_of(data)):

@@ -12,6 +12,7 @@ from coremltools.converters.mil.mil import types
 
 from edgebuild_coreml.lowering.ops._util import (
     dim,
+    empty_of,
     is_const,
     is_static,
     normalize_axis,
@@ -87,12 +88,16 @@ def _slice(ctx, node, x, starts, ends, axes, steps):
         begin[axis], end[axis], stride[axis] = b, en, step
         begin_mask[axis], end_mask[axis] = bm, em
 
+    index = tuple(
+        slice(None if bm else b, None if em else e, st) for b, e, st, bm, em in zip(begin, end, stride, begin_mask, end_mask)
+    )
     value = ctx.const_value(node.inputs[0])
     if value is not None and value.size <= 4096:  # shape arithmetic: keep it a constant
-        index = tuple(
-            slice(None if bm else b, None if em else e, st) for b, e, st, bm, em in zip(begin, end, stride, begin_mask, end_mask)
-        )
         return np.asarray(value)[index]
+    if all(is_static(d) for d in dims):  # an empty window (start >= end): MIL's slice_by_index refuses it
+        empty = empty_of([len(range(*part.indices(int(d)))) for part, d in zip(index, dims)], x)
+        if empty is not None:
+            return empty
     return mb.slice_by_index(
         x=x, begin=np.array(begin, np.int32), end=np.array(end, np.int32), stride=np.array(stride, np.int32),
         begin_mask=begin_mask, end_mask=end_mask, name=ctx.name(node),
