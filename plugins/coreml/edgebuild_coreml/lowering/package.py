@@ -20,6 +20,7 @@ from coremltools.converters.mil.mil.block import InvalidBlockStateError
 from edgebuild.plugin import BuildError, UsageError
 from edgebuild_coreml.lowering.converter import ConvertResult
 from edgebuild_coreml.lowering.names import METADATA_KEY, metadata_value
+from edgebuild_coreml.lowering.nonreplaceable import propagated_only_when_needed
 from edgebuild_coreml.lowering.passes import guarded_fp16_cast, pass_pipeline, validated_once  # noqa: F401
 
 _PRECISIONS = ("float16", "float32")
@@ -295,7 +296,8 @@ def save_mlpackage(
     precision_option = compute_precision(precision)
     pipeline = pass_pipeline(precision, keep_fp32=keep_fp32, before_cast=before_fp16_cast, passes=passes)
     try:
-        with validated_once(program), weights_written_once(), program_text_only_when_logged():
+        with validated_once(program), propagated_only_when_needed(program), weights_written_once(), \
+                program_text_only_when_logged():
             model = ct.convert(
                 program,
                 convert_to="mlprogram",
