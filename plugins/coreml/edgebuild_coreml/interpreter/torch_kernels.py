@@ -5,9 +5,10 @@ arithmetic), 2-D convolutions that are not one matrix product (depthwise, stride
 erf / exact GELU in float32 (the numpy reference computes them in float64 series, most of a
 transformer's time).
 
-Elsewhere (the fp16 guard, tests, a machine without torch) the numpy kernels run; both give
-the same casts bit for bit and the same convolutions up to summation order. Nothing here runs a
-model: each function is one kernel on arrays the interpreter hands it.
+Elsewhere (the build's own process, the fp16 guard, tests, a machine without torch) the numpy
+kernels run, with onnxruntime's casts (``half_casts``); all give the same casts bit for bit and
+the same convolutions up to summation order. Nothing here runs a model: each function is one
+kernel on arrays the interpreter hands it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+
+from . import half_casts
 
 _torch = None  # the torch module once enabled
 
@@ -49,8 +52,11 @@ MIN_CAST_ELEMENTS = 4096  # below this numpy's per-call cost is the lower one
 
 def cast(array: np.ndarray, dtype) -> np.ndarray:
     """``array.astype(dtype)`` (a new array of numpy's own, so later ops may overwrite it),
-    through torch for fp16 <-> fp32 when enabled."""
+    through torch for fp16 <-> fp32 when enabled, else through onnxruntime's (``half_casts``)."""
     dtype = np.dtype(dtype)
+    if _torch is None and (array.dtype, dtype) in _HALF_PAIRS:
+        converted = half_casts.cast(array, dtype)
+        return array.astype(dtype) if converted is None else converted
     if (_torch is None or (array.dtype, dtype) not in _HALF_PAIRS or array.size < MIN_CAST_ELEMENTS
             or any(stride < 0 for stride in array.strides)):  # torch takes no negative strides
         return array.astype(dtype)
