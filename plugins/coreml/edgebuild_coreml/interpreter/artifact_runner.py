@@ -20,6 +20,7 @@ ready. ``$EDGEBUILD_VALIDATE_WORKERS`` set starts them at once.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pickle
 import queue
@@ -80,7 +81,13 @@ class ArtifactRunner:
         """How many samples a ``run_many`` call should take: up to ``SAMPLES_PER_CALL``, as many
         as keep the values they make within ``CALL_ELEMENTS`` (a large net gains nothing from
         several at once: its time is in its kernels)."""
-        return samples_per_call(self.program)
+        return samples_per_call(self.program, self._declared_elements)
+
+    @functools.cached_property
+    def _declared_elements(self) -> int | None:
+        """``declared_elements`` of the program, read once: through coremltools' types it cost a
+        small net's validation about a sample's time, twice per validation."""
+        return declared_elements(self.program)
 
     @contextlib.contextmanager
     def samples_in_parallel(self, workers: int, samples: int | None = None
@@ -101,7 +108,8 @@ class ArtifactRunner:
         if workers <= 1:
             yield self, 1
             return
-        if activation_elements(self.program) < PROCESS_MIN_ELEMENTS or not can_start_workers():
+        elements = activation_elements(self.program, elements=self._declared_elements)
+        if elements < PROCESS_MIN_ELEMENTS or not can_start_workers():
             with blas_threads(1):
                 yield self, 1
             return
@@ -135,6 +143,8 @@ class ArtifactRunner:
             pool.stop()
 
 
+_UNKNOWN = object()  # declared elements not worked out yet
+
 #: most samples one call runs (``ArtifactRunner.run_many``): a small conv net ran 25% faster per
 #: sample with 8 at once than one at a time, 20% with 4
 SAMPLES_PER_CALL = 8
@@ -143,9 +153,10 @@ SAMPLES_PER_CALL = 8
 CALL_ELEMENTS = 32_000_000
 
 
-def samples_per_call(program) -> int:
-    """See ``ArtifactRunner.samples_per_call``; one for a program of run-time shapes."""
-    elements = declared_elements(program)
+def samples_per_call(program, elements=_UNKNOWN) -> int:
+    """See ``ArtifactRunner.samples_per_call``; one for a program of run-time shapes.
+    ``elements``: its ``declared_elements`` when known."""
+    elements = declared_elements(program) if elements is _UNKNOWN else elements
     return 1 if elements is None else max(1, min(SAMPLES_PER_CALL, CALL_ELEMENTS // max(elements, 1)))
 
 
@@ -154,10 +165,11 @@ def samples_per_call(program) -> int:
 PROCESS_MIN_ELEMENTS = 1_000_000
 
 
-def activation_elements(program, function: str = "main") -> int:
+def activation_elements(program, function: str = "main", elements=_UNKNOWN) -> int:
     """Elements of every value ``function``'s ops (constants aside) produce, by declared shape;
-    a symbolic dimension counts as large, so a program of run-time shapes runs in processes."""
-    elements = declared_elements(program, function)
+    a symbolic dimension counts as large, so a program of run-time shapes runs in processes.
+    ``elements``: its ``declared_elements`` when known."""
+    elements = declared_elements(program, function) if elements is _UNKNOWN else elements
     return PROCESS_MIN_ELEMENTS if elements is None else elements
 
 
