@@ -9,25 +9,28 @@ inputs (the recipe's own validation inputs):
 - the interpreter on the fp32 package, through the runner the validate stage uses;
 - the interpreter on the fp16 package, as the validate stage runs it (the recipe's
   ``fp16_emulation``: an fp16 artifact computes in its own typed fp16);
-- the interpreter on both packages again with samples run as the validate stage runs them
-  (a few calls at once, ``edgebuild.dag.validate.map_samples``, in worker processes for the
-  interpreter: ``sample_runner``, each call taking several samples of a small net:
-  ``calls_of``): wall time / samples, and the workers' start apart;
+- the interpreter on both packages again with samples run exactly as the validate stage runs
+  them (``edgebuild.dag.validate.sample_runner`` told how many samples are coming, then
+  ``map_samples`` over ``calls_of`` chunks): in the build's own process first, worker processes
+  started only when the samples left would pay for them (``_LocalFirst`` in the interpreter's
+  ``artifact_runner``): wall time / samples, a fresh sample runner each round as each stage makes one;
+- the same with the worker processes started at once (``$EDGEBUILD_VALIDATE_WORKERS=2``): their
+  steady state, and their start apart;
 - the whole sample loop of the validate stage on the fp32 package (every sample, with its
-  reference and metrics), to show what running samples in parallel buys.
+  reference and metrics).
 
 Each runner is warmed up on one sample (a first call loads and prepares), then the median time
 over ``--samples`` samples is reported, with ratios interp/ort and fp16/fp32. onnxruntime and the
-samples-in-parallel runs take turns for ``--rounds`` rounds, each keeping its best round: on a
+validate stage's runs take turns for ``--rounds`` rounds, each keeping its best round: on a
 shared machine a slow spell of a few seconds would otherwise land on one side of a ratio alone.
 
 The targets (interpreter fp32 at most 3x onnxruntime, fp16 emulation at most 2x fp32) are read
-on the "samples in parallel" columns: the validate stage's wall time / samples
-(``parallel_over_ort`` and ``parallel_fp16_over_fp32`` in ``--json``), against onnxruntime's
-per-sample median with 2 intra-op threads, all measured in one run (the machine may be shared:
-compare ratios, not milliseconds across runs). The one-at-a-time columns leave BLAS its default
-thread pool, which on a busy 2-core machine can cost the interpreter's many small matmuls
-several times their single-threaded time; they are shown for the kernels, not the target.
+on the "as the validate stage runs them" columns: the stage's wall time / samples
+(``stage_over_ort`` and ``stage_fp16_over_fp32`` in ``--json``), against onnxruntime's per-sample
+median with 2 intra-op threads, all measured in one run (the machine may be shared: compare
+ratios, not milliseconds across runs). The one-at-a-time columns leave BLAS its default thread
+pool, which on a busy 2-core machine can cost the interpreter's many small matmuls several times
+their single-threaded time; they are shown for the kernels, not the target.
 
     python benchmarks/validate.py [--models ddddocr_det,orientation] [--samples 8] [--json]
 """
@@ -97,20 +100,34 @@ def per_sample_ms(run, samples: list[dict]) -> float:
     return statistics.median(times)
 
 
+def stage_ms(runner, samples: list[dict]) -> float:
+    """Wall time per sample of ``runner`` over every sample, run as the validate stage runs them
+    (see ``edgebuild.dag.validate.validate``): a sample runner told how many are coming, which
+    starts worker processes only when those would pay for themselves, left at the end."""
+    from edgebuild.dag.validate import calls_of, in_chunks, map_samples, sample_runner
+
+    start = time.perf_counter()
+    with sample_runner(runner, len(samples)) as (run, workers):
+        run_many, size = calls_of(run, len(samples), workers)
+        map_samples(run_many, in_chunks(samples, size), workers=workers)
+    return (time.perf_counter() - start) * 1000 / len(samples)
+
+
 @contextlib.contextmanager
-def parallel_runs(runners: dict, samples: list[dict]):
-    """``run(name) -> ms``: wall time per sample of runner ``name`` over every sample, run the way
-    the validate stage runs them (a few at a time, see ``edgebuild.dag.validate.map_samples``, in
-    worker processes when the runner offers them: ``sample_runner``). Every runner's workers are
-    started and warmed up on entry (a few calls each); the first of them's start time, in ms, is
-    ``run.start_ms`` (the workers' start, their reading and planning the package)."""
+def worker_runs(runners: dict, samples: list[dict]):
+    """``run(name) -> ms``: wall time per sample of runner ``name`` over every sample with its
+    worker processes started at once (``$EDGEBUILD_VALIDATE_WORKERS``), their steady state. Every
+    runner's workers are started and warmed up on entry (a few calls each); the first of them's
+    start time, in ms, is ``run.start_ms`` (the workers' start, their reading and planning the
+    package)."""
     from edgebuild.dag.validate import calls_of, in_chunks, map_samples, sample_runner
 
     with contextlib.ExitStack() as stack:
         pooled, start_ms = {}, None
         for name, runner in runners.items():
             start = time.perf_counter()
-            run, workers = stack.enter_context(sample_runner(runner, len(samples)))
+            with _environment(EDGEBUILD_VALIDATE_WORKERS="2"):
+                run, workers = stack.enter_context(sample_runner(runner, len(samples)))
             run_many, size = calls_of(run, len(samples), workers)
             map_samples(run_many, [samples[:size]] * 2 * workers, workers=workers)  # every worker has run, likely
             pooled[name] = run_many, in_chunks(samples, size), workers
@@ -124,6 +141,20 @@ def parallel_runs(runners: dict, samples: list[dict]):
 
         timed.start_ms = start_ms
         yield timed
+
+
+@contextlib.contextmanager
+def _environment(**values: str):
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def validate_loop_ms(variant, source: Path, runner, samples: int) -> float:
@@ -145,7 +176,7 @@ def validate_loop_ms(variant, source: Path, runner, samples: int) -> float:
     return (time.perf_counter() - start) * 1000 / samples
 
 
-def measure(name: str, samples: int, cache: str, loop: bool, parallel: bool, rounds: int) -> dict:
+def measure(name: str, samples: int, cache: str, loop: bool, workers: bool, rounds: int) -> dict:
     from edgebuild.verify.specs import onnx_input_specs
     from edgebuild.verify.inputs import generate_inputs
 
@@ -164,28 +195,24 @@ def measure(name: str, samples: int, cache: str, loop: bool, parallel: bool, rou
 
     row = {"model": name, "samples": samples, "rounds": rounds, "weights_mb": source.stat().st_size / 2**20}
     ort = ort_runner(source)
-    interp32 = interpreter_runner(fp32, artifact32, lowered32)
+    interp32, interp16 = interpreter_runner(fp32, artifact32, lowered32), interpreter_runner(fp16, artifact16, lowered16)
     row["interp_fp32_ms"] = per_sample_ms(interp32, inputs)
-    row["interp_fp16_ms"] = per_sample_ms(interpreter_runner(fp16, artifact16, lowered16), inputs)
+    row["interp_fp16_ms"] = per_sample_ms(interp16, inputs)
     row["fp16_over_fp32"] = row["interp_fp16_ms"] / row["interp_fp32_ms"]
-    if not parallel:
-        row["ort_ms"] = min(per_sample_ms(ort, inputs) for _ in range(rounds))
-    else:
-        # the same samples in threads of this process (a runner without worker processes), for comparison
-        runners = {"fp32": interp32, "fp16": interpreter_runner(fp16, artifact16, lowered16),
-                   "threads": lambda sample: interp32(sample)}
-        times: dict[str, list[float]] = {"ort": [], **{key: [] for key in runners}}
-        with parallel_runs(runners, inputs) as timed:
-            for _ in range(rounds):  # interleaved: a slow spell of a shared machine hits each side alike
-                times["ort"].append(per_sample_ms(ort, inputs))
-                for key in runners:
-                    times[key].append(timed(key))
-        row["ort_ms"] = min(times["ort"])
-        row["parallel_fp32_ms"], row["parallel_fp16_ms"] = min(times["fp32"]), min(times["fp16"])
-        row["threads_fp32_ms"], row["parallel_start_ms"] = min(times["threads"]), timed.start_ms
-        row["rounds_over_ort"] = [fp32 / ort for fp32, ort in zip(times["fp32"], times["ort"])]
-        row["parallel_over_ort"] = row["parallel_fp32_ms"] / row["ort_ms"]
-        row["parallel_fp16_over_fp32"] = row["parallel_fp16_ms"] / row["parallel_fp32_ms"]
+    times: dict[str, list[float]] = {"ort": [], "fp32": [], "fp16": []}
+    for _ in range(rounds):  # interleaved: a slow spell of a shared machine hits each side alike
+        times["ort"].append(per_sample_ms(ort, inputs))
+        times["fp32"].append(stage_ms(interp32, inputs))
+        times["fp16"].append(stage_ms(interp16, inputs))
+    row["ort_ms"] = min(times["ort"])
+    row["stage_fp32_ms"], row["stage_fp16_ms"] = min(times["fp32"]), min(times["fp16"])
+    row["rounds_over_ort"] = [fp32 / ort for fp32, ort in zip(times["fp32"], times["ort"])]
+    row["stage_over_ort"] = row["stage_fp32_ms"] / row["ort_ms"]
+    row["stage_fp16_over_fp32"] = row["stage_fp16_ms"] / row["stage_fp32_ms"]
+    if workers:
+        with worker_runs({"fp32": interp32}, inputs) as timed:
+            row["workers_fp32_ms"] = min(timed("fp32") for _ in range(rounds))
+            row["workers_start_ms"] = timed.start_ms
     row["interp_over_ort"] = row["interp_fp32_ms"] / row["ort_ms"]
     if loop:
         row["validate_loop_ms"] = validate_loop_ms(fp32, source, interp32, samples)
@@ -198,54 +225,50 @@ def _cell(row: dict, key: str, width: int, digits: int = 1) -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'':<18} {'':>8} {'one sample at a time':^37}   {'samples in parallel':^37}")
+    print(f"{'':<18} {'':>8} {'one sample at a time':^37}   {'as the validate stage runs them':^37}   "
+          f"{'workers at once':^23}")
     print(f"{'model':<18} {'ort':>8} {'fp32':>8} {'fp16':>8} {'fp32/ort':>9} {'fp16/fp32':>9}   "
-          f"{'fp32':>8} {'fp16':>8} {'fp32/ort':>9} {'fp16/fp32':>9} {'workers start':>14} {'in threads':>11} {'validate loop':>14}")
+          f"{'fp32':>8} {'fp16':>8} {'fp32/ort':>9} {'fp16/fp32':>9}   {'fp32':>8} {'start':>14} {'validate loop':>14}")
     print(f"{'':<18} {'ms':>8} {'ms':>8} {'ms':>8} {'':>9} {'':>9}   "
-          f"{'ms':>8} {'ms':>8} {'(<= 3)':>9} {'(<= 2)':>9} {'ms':>14} {'fp32 ms':>11} {'ms/sample':>14}")
-    print("-" * 152)
+          f"{'ms':>8} {'ms':>8} {'(<= 3)':>9} {'(<= 2)':>9}   {'ms':>8} {'ms':>14} {'ms/sample':>14}")
+    print("-" * 154)
     for row in rows:
         print(" ".join([f"{row['model']:<18}", _cell(row, "ort_ms", 8), _cell(row, "interp_fp32_ms", 8),
                         _cell(row, "interp_fp16_ms", 8), _cell(row, "interp_over_ort", 9, 2),
-                        _cell(row, "fp16_over_fp32", 9, 2), "  " + _cell(row, "parallel_fp32_ms", 8),
-                        _cell(row, "parallel_fp16_ms", 8), _cell(row, "parallel_over_ort", 9, 2),
-                        _cell(row, "parallel_fp16_over_fp32", 9, 2), _cell(row, "parallel_start_ms", 14),
-                        _cell(row, "threads_fp32_ms", 11),
-                        _cell(row, "validate_loop_ms", 14)]))
+                        _cell(row, "fp16_over_fp32", 9, 2), "  " + _cell(row, "stage_fp32_ms", 8),
+                        _cell(row, "stage_fp16_ms", 8), _cell(row, "stage_over_ort", 9, 2),
+                        _cell(row, "stage_fp16_over_fp32", 9, 2), "  " + _cell(row, "workers_fp32_ms", 8),
+                        _cell(row, "workers_start_ms", 14), _cell(row, "validate_loop_ms", 14)]))
     print(f"\nper-sample wall time over {rows[0]['samples'] if rows else 0} samples, one process; onnxruntime "
           f"on the source with {ORT_THREADS} threads, one sample at a time (median); the interpreter on "
           "edgebuild's fp32 and fp16 packages")
-    print("one sample at a time: median; in parallel: total / samples, run as the validate stage runs them "
-          "(a few samples at once, one BLAS thread each)")
+    print("one sample at a time: median, BLAS's default threads; as the validate stage runs them: total / samples "
+          "(in the build's process first, workers only when the samples left pay for them)")
     rounds = rows[0].get("rounds", 1) if rows else 1
-    print("targets (<= 3, <= 2) are read on the samples-in-parallel columns, the validate stage's per-sample "
-          "wall time, against onnxruntime's per-sample time measured in the same run: onnxruntime and the "
-          f"parallel runs take turns for {rounds} rounds and each keeps its best (the per-round ratios are in --json)")
-    print("workers start: the warm-up before the timed parallel fp32 run (the worker processes' start, their "
-          "reading and planning the package: once per validate stage)")
-    print("in threads: the parallel fp32 run with samples in threads of one process instead (no worker processes)")
+    print("targets (<= 3, <= 2) are read on the validate stage's columns, against onnxruntime's per-sample time "
+          f"measured in the same run: the two take turns for {rounds} rounds and each keeps its best (the "
+          "per-round ratios are in --json)")
+    print("workers at once: worker processes started from the first sample (EDGEBUILD_VALIDATE_WORKERS=2), "
+          "their steady state; start: their start, reading and planning the package")
     print("validate loop: the validate stage's whole sample loop on the fp32 package (reference, interpreter, "
           "metrics), per sample")
 
 
 def main(argv: list[str] | None = None) -> int:
-    # the samples-in-parallel columns are the workers' steady state: started at once, not once the
-    # samples in the build's process have taken as long as a start (benchmarks/first_build.py times that)
-    os.environ.setdefault("EDGEBUILD_VALIDATE_WORKERS", "2")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(RECIPES), help="recipe names in recipes/, comma-separated")
     parser.add_argument("--samples", type=int, default=8, help="samples timed per runner (after one warm-up)")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="interleaved rounds of onnxruntime and the samples-in-parallel runs; the best of each is kept")
+                        help="interleaved rounds of onnxruntime and the validate stage's runs; the best of each is kept")
     parser.add_argument("--no-loop", action="store_true", help="skip timing the validate stage's sample loop")
-    parser.add_argument("--no-parallel", action="store_true",
-                        help="skip timing the interpreter with samples run in parallel (as the validate stage runs them)")
+    parser.add_argument("--no-workers", action="store_true",
+                        help="skip timing the interpreter in worker processes started at once")
     parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "edgebuild-bench-validate"),
                         help="the store the packages are built into (kept between runs)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = parser.parse_args(argv)
 
-    rows = [measure(name, args.samples, args.cache_dir, not args.no_loop, not args.no_parallel, args.rounds)
+    rows = [measure(name, args.samples, args.cache_dir, not args.no_loop, not args.no_workers, args.rounds)
             for name in args.models.split(",") if name]
     if args.json:
         print(json.dumps({"ort_threads": ORT_THREADS, "rows": rows}, indent=1))
