@@ -56,6 +56,7 @@ def check_external_data(model: ir.Model, model_dir: Path, *, references: bool = 
     """
     root = Path(os.path.realpath(model_dir))
     sizes: dict[Path, int] = {}
+    places: dict[str, Path | None] = {}  # location -> the file it resolves to, None when outside
     checked = 0
     for tensor in iter_tensors(model):
         if not isinstance(tensor, ir.ExternalTensor):
@@ -68,16 +69,10 @@ def check_external_data(model: ir.Model, model_dir: Path, *, references: bool = 
                 f"tensor {name!r} stores its data at the absolute path {location!r}",
                 hint="external data must be a relative path inside the model's directory",
             )
-        # realpath also resolves symlinks, so a link pointing outside is caught too.
-        resolved = Path(os.path.realpath(root / location))
-        if references:  # only the file's own name may be a link (a reference), no folder above it
-            named = Path(os.path.realpath((root / location).parent)) / Path(location).name
-            inside = named.parent == root or root in named.parent.parents
-            if not named.is_symlink():
-                inside = inside and (resolved == root or root in resolved.parents)
-        else:
-            inside = resolved == root or root in resolved.parents
-        if not inside:
+        if location not in places:  # every tensor of a model names the same file or few
+            places[location] = _resolved_inside(root, location, references)
+        resolved = places[location]
+        if resolved is None:
             raise BuildError(
                 f"tensor {name!r} points at external data file {location!r}, "
                 f"which lies outside the model's directory",
@@ -99,3 +94,17 @@ def check_external_data(model: ir.Model, model_dir: Path, *, references: bool = 
                 hint="the weights file is truncated; download it again",
             )
     return checked
+
+
+def _resolved_inside(root: Path, location: str, references: bool) -> Path | None:
+    """The file ``location`` names below ``root``, None when it lies outside."""
+    # realpath also resolves symlinks, so a link pointing outside is caught too.
+    resolved = Path(os.path.realpath(root / location))
+    if references:  # only the file's own name may be a link (a reference), no folder above it
+        named = Path(os.path.realpath((root / location).parent)) / Path(location).name
+        inside = named.parent == root or root in named.parent.parents
+        if not named.is_symlink():
+            inside = inside and (resolved == root or root in resolved.parents)
+    else:
+        inside = resolved == root or root in resolved.parents
+    return resolved if inside else None
