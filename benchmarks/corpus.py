@@ -70,7 +70,7 @@ def run_entry(entry, precisions: list[str], coremltools: bool, workdir: Path) ->
 
 
 def _passed(step: dict | None, limit: float) -> bool:
-    return bool(step) and step.get("cosine") is not None and step["cosine"] >= limit and (
+    return bool(step) and step.get("cosine") is not None and float(step["cosine"]) >= limit and (
         step.get("validated", True))
 
 
@@ -80,7 +80,8 @@ def _cosine(step: dict | None, limit: float) -> str:
         return "-"
     if step.get("cosine") is None:
         return "failed" if not step.get("built", step.get("converted")) else "not validated"
-    return f"{step['cosine']:.6f}" + ("" if _passed(step, limit) else " below")
+    # float(): a non-finite cosine is saved as the string "nan" (the JSON of `edgebuild run --json`)
+    return f"{float(step['cosine']):.6f}" + ("" if _passed(step, limit) else " below")
 
 
 def _seconds(step: dict | None) -> str:
