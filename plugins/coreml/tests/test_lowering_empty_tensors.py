@@ -63,13 +63,15 @@ def test_empty_value_joined_matches_onnxruntime(case):
     check(_empty_then_joined(nodes, initializers), inputs)
 
 
-def test_scatter_of_no_updates_returns_the_data():
-    """ScatterND whose indices are [0, 2]: nothing is written, the data comes back."""
+@pytest.mark.parametrize("op, indices", [("ScatterND", np.zeros((0, 1), np.int64)),
+                                         ("ScatterElements", np.zeros((0, 5), np.int64))])
+def test_scatter_of_no_updates_returns_the_data(op, indices):
+    """A scatter whose indices address nothing ([0, 1] tuples, [0, 5] elements): the data comes back."""
     nodes = [
         oh.make_node("Slice", ["x", "zero", "zero", "first"], ["updates"]),  # [0, 5]
-        oh.make_node("ScatterND", ["x", "indices", "updates"], ["y"]),
+        oh.make_node(op, ["x", "indices", "updates"], ["y"]),
     ]
-    initializers = [("zero", _ints(0)), ("first", _ints(0)), ("indices", np.zeros((0, 1), np.int64))]
+    initializers = [("zero", _ints(0)), ("first", _ints(0)), ("indices", indices)]
     check(_model(nodes, {"x": rand(4, 5)}, [4, 5], initializers), {"x": rand(4, 5)})
 
 
