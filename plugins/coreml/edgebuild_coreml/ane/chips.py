@@ -46,7 +46,7 @@ def _figure(entry: dict) -> Figure:
 def load_chips() -> dict[str, ChipProfile]:
     """Every chip profile, keyed by its short name (``m1``, ``m3_max``, ``a17_pro`` ...)."""
     text = resources.files(__package__).joinpath("chips.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's: 8x faster
     chips = {}
     for name, entry in data["chips"].items():
         chips[name] = ChipProfile(

@@ -63,7 +63,7 @@ class RuleBook:
 @functools.lru_cache(maxsize=1)
 def load_rules() -> RuleBook:
     text = resources.files(__package__).joinpath("rules.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's: 8x faster
     return RuleBook(
         sources=data["sources"],
         constant_ops=frozenset(data["constant_ops"]),
