@@ -19,6 +19,7 @@ ready. ``$EDGEBUILD_VALIDATE_WORKERS`` set starts them at once.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import os
@@ -56,13 +57,11 @@ class ArtifactRunner:
     """
 
     def __init__(self, artifact: str | os.PathLike, *, emulate_fp16: bool = False, lowered: dict | None = None):
-        from .executor import load_mlpackage
-
         self.artifact = Path(artifact)
         self.emulate_fp16 = emulate_fp16
         self.to_mil = dict((lowered or {}).get("renamed_inputs", {}))
         self.to_onnx = {mil: onnx for onnx, mil in (lowered or {}).get("renamed_outputs", {}).items()}
-        self.program = load_mlpackage(self.artifact)
+        self.program = shared_program(self.artifact)
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.run_many([inputs])[0]
@@ -144,6 +143,53 @@ class ArtifactRunner:
 
 
 _UNKNOWN = object()  # declared elements not worked out yet
+
+#: programs the runners have read, kept for the next runner on the same package (the fp16
+#: emulation's, the next validation in ``edgebuild watch``): reading one back costs a small conv
+#: net a third of a second, and its plan (constants conformed, calls prepared) is kept with it.
+#: The last few are kept, and only those of packages up to ``SHARED_PACKAGE_BYTES``: a plan
+#: holds expanded weights.
+SHARED_PROGRAMS = 2
+SHARED_PACKAGE_BYTES = 256 << 20
+_programs: collections.OrderedDict = collections.OrderedDict()
+_programs_lock = threading.Lock()
+
+
+def shared_program(artifact: Path):
+    """The pymil Program of the package at ``artifact``: read, or the one a runner read before
+    from the same files (same paths, inodes, sizes and times: a rebuilt package is read again).
+    Runners only run it; whoever edits a program reads its own (``executor.load_mlpackage``)."""
+    from .executor import load_mlpackage
+
+    key, size = _package_identity(artifact)
+    with _programs_lock:
+        program = _programs.get(key)
+        if program is not None:
+            _programs.move_to_end(key)
+            return program
+    program = load_mlpackage(artifact)
+    if key is not None and size <= SHARED_PACKAGE_BYTES:
+        with _programs_lock:
+            _programs[key] = program
+            while len(_programs) > SHARED_PROGRAMS:
+                _programs.popitem(last=False)
+    return program
+
+
+def _package_identity(artifact: Path) -> tuple[tuple | None, int]:
+    """(what identifies the package's files now, their bytes); None for a path not there (the
+    read reports it). A package's ``Manifest.json`` is left out: coremltools writes it anew on
+    every read, and the model and its weights are what the program is read from."""
+    try:
+        root = artifact.resolve(strict=True)
+        files = sorted(root.rglob("*")) if root.is_dir() else [root]
+        stats = [(str(file.relative_to(root)), file.stat()) for file in files
+                 if file.is_file() and not (file.parent == root and file.name == "Manifest.json")]
+    except OSError:
+        return None, 0
+    identity = tuple((name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for name, st in stats)
+    return (str(root), identity), sum(st.st_size for _, st in stats)
+
 
 #: most samples one call runs (``ArtifactRunner.run_many``): a small conv net ran 25% faster per
 #: sample with 8 at once than one at a time, 20% with 4
