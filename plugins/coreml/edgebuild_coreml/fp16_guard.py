@@ -7,7 +7,9 @@ the ones that pass sees; see ``lowering.package.guarded_fp16_cast``), records ea
 output magnitude, and names the ops to leave in fp32: every op whose output goes out of range or
 that reads a constant fp16 cannot hold, plus every op that reads such an output (it would cast
 it down to fp16 on input). Constants meant as infinity are saturated first
-(``saturate_infinite_constants``), so attention masks stay in fp16.
+(``saturate_infinite_constants``), so attention masks stay in fp16. Given the recipe's
+``cosine_min``, it also keeps in fp32 the fewest ops whose fp16 rounding would take the outputs
+below it (``fp16_sensitivity``).
 
 Memory: weights are scanned in chunks and activations are dropped after their last reader, so
 the guard adds little to a conversion's peak (a full-resolution conv net's activations, or the
@@ -23,6 +25,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from edgebuild_coreml.compute import FP16_GUARD_SAMPLES as MAX_CALIBRATION_SAMPLES
+from edgebuild_coreml.fp16_sensitivity import PrecisionResult, find_sensitive_ops
 from edgebuild_coreml.interpreter.executor import input_vars
 from edgebuild_coreml.memory import heap_blocks_reused, return_freed_memory
 
@@ -49,17 +52,21 @@ class GuardResult:
     # Later passes may recreate an op under a new name (topological_reorder moves every transpose
     # and cast that way) but keep its output's name, so the saved program is checked by value.
     island_values: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    precision: PrecisionResult | None = None  # the search for the recipe's cosine_min, when it has one
 
     @property
     def keep_fp32(self) -> set[str]:
-        return set(self.overflowing) | set(self.readers)
+        return set(self.overflowing) | set(self.readers) | set(self.precision.kept if self.precision else ())
 
     def to_json(self) -> dict:
-        return {
+        found = {
             "kept_fp32": [{"op": name, "max_abs": value} for name, value in self.overflowing.items()],
             "readers_kept_fp32": list(self.readers),
             "checked_samples": self.checked_samples,
         }
+        if self.precision is not None:
+            found["precision"] = self.precision.to_json()
+        return found
 
 
 # -- calibration inputs -----------------------------------------------------------------------
@@ -142,8 +149,9 @@ def _activation_peak(value) -> float | None:
     return max_finite_magnitude(array)
 
 
-def activation_ranges(program, samples: Iterable) -> dict[str, float]:
-    """Largest |output| of every float-producing op over ``samples`` (read once, in order).
+def activation_ranges(program, samples: Iterable, outputs: list | None = None) -> dict[str, float]:
+    """Largest |output| of every float-producing op over ``samples`` (read once, in order);
+    ``outputs``, if given, gets each sample's program outputs.
 
     The runs use one BLAS thread: the interpreter's matrix products (a conv's tile of windows,
     a transformer's projections) are too small for OpenBLAS's pool to share, whose threads wait
@@ -165,7 +173,9 @@ def activation_ranges(program, samples: Iterable) -> dict[str, float]:
     with blas_threads(1), heap_blocks_reused():
         try:
             for sample in samples:
-                run_program(program, sample, observer=observe)
+                answer = run_program(program, sample, observer=observe)
+                if outputs is not None:
+                    outputs.append(answer)
                 return_freed_memory()  # else each run's freed activations stay resident, and add up
         finally:
             forget_plans(program)  # the cast pass rewrites the program next: its plan would pin old ops
@@ -235,28 +245,42 @@ def constant_overflows(program, limit: float = FP16_MAX) -> dict[str, float]:
     return found
 
 
-def find_overflows(program, samples, *, limit: float = FP16_MAX) -> GuardResult:
-    """Run ``program`` (fp32) on ``samples`` and name the ops fp16 could not hold."""
+def find_overflows(program, samples, *, limit: float = FP16_MAX, cosine_min: float | None = None) -> GuardResult:
+    """Run ``program`` (fp32) on ``samples`` and name the ops fp16 could not hold; with
+    ``cosine_min``, also the ops to keep in fp32 for the outputs to stay within it."""
+    from edgebuild.plugin import blas_threads
+
     checked = 0
+    kept_samples: list | None = [] if cosine_min is not None else None  # the search reruns them
+    references: list | None = [] if cosine_min is not None else None
 
     def counted():
         nonlocal checked
         for sample in samples:
             checked += 1
+            if kept_samples is not None:
+                kept_samples.append(sample)
             yield sample
 
-    ranges = activation_ranges(program, counted())
+    ranges = activation_ranges(program, counted(), references)
     overflowing = {name: peak for name, peak in ranges.items() if peak > limit}
     for name, peak in constant_overflows(program, limit).items():
         overflowing.setdefault(name, peak)
     readers = readers_of(program, set(overflowing)) if overflowing else []
-    return GuardResult(
-        overflowing=overflowing,
-        readers=readers,
-        checked_samples=checked,
-        ranges=ranges,
-        island_values=float_outputs_of(program, set(overflowing) | set(readers)),
-    )
+    precision = None
+    if cosine_min is not None and kept_samples:
+        from edgebuild_coreml.interpreter.plan import forget_plans
+
+        with blas_threads(1), heap_blocks_reused():
+            try:
+                precision = find_sensitive_ops(program, kept_samples, references, cosine_min=cosine_min,
+                                               keep=set(overflowing) | set(readers))
+            finally:
+                forget_plans(program)
+    result = GuardResult(overflowing=overflowing, readers=readers, checked_samples=checked, ranges=ranges,
+                         precision=precision)
+    result.island_values = float_outputs_of(program, result.keep_fp32)
+    return result
 
 
 def float_outputs_of(program, names: set[str]) -> dict[str, list[str]]:

@@ -65,7 +65,9 @@ def _lower(model_path: Path, artifact: Path, params: LowerParams, registry, *, b
         stateful = result.stateful
         before_fp16_cast = _fp16_guard(guard_run, model_path, params.inputs, result.input_names,
                                        params.calibration.section, base_dir,
-                                       samples=stateful.calibration_samples if stateful else None)
+                                       samples=stateful.calibration_samples if stateful else None,
+                                       cosine_min=None if stateful else params.calibration.cosine_min,
+                                       policy=compute.policy)
     units = policy.compute_units_for(compute.policy)
     model = save_mlpackage(result, artifact, target=params.deployment_target, precision=params.precision,
                            input_specs=policy.shape_specs(params.inputs), compute_units=units,
@@ -94,7 +96,8 @@ def _lower(model_path: Path, artifact: Path, params: LowerParams, registry, *, b
         raise error
     if result.notes:
         info["notes"] = result.notes
-    warnings = [policy.range_fallback_warning(plan, LABEL), policy.ane_absence_warning(plan, LABEL)]
+    warnings = [policy.range_fallback_warning(plan, LABEL), policy.ane_absence_warning(plan, LABEL),
+                _precision_warning(guard_run.get("result"))]
     if any(warnings):
         info["warnings"] = [w for w in warnings if w]
     plan_json = {**plan.to_json(), **policy.per_shape_plans(
@@ -113,11 +116,12 @@ def _lower(model_path: Path, artifact: Path, params: LowerParams, registry, *, b
 
 
 def _fp16_guard(record: dict, model_path: Path, recipe_inputs: dict, input_names: dict, section, base_dir: Path,
-                samples=None):
+                samples=None, cosine_min: float | None = None, policy: str = "auto"):
     """The ``before_fp16_cast`` hook: runs the program, still fp32 after coremltools' passes, on
     calibration inputs and names the ops to keep in fp32 (its GuardResult goes to ``record``).
     ``samples()``: the calibration inputs when the recipe's do not fit the program (a stateful
-    decoder takes token ids and a position)."""
+    decoder takes token ids and a position). ``cosine_min``: the recipe's limit, which the ops
+    kept for precision are chosen to meet; a Neural-Engine-only ``policy`` cannot hold them."""
     from edgebuild_coreml import fp16_guard
     from edgebuild_coreml.memory import return_freed_memory
 
@@ -125,11 +129,45 @@ def _fp16_guard(record: dict, model_path: Path, recipe_inputs: dict, input_names
         # Inputs made one at a time as the guard runs them (a few MB each for an image model).
         calibration = samples() if samples is not None else fp16_guard.calibration_samples(
             section, model_path, recipe_inputs, base_dir, input_names)
-        record["result"] = guard = fp16_guard.find_overflows(program, calibration)
+        record["result"] = guard = fp16_guard.find_overflows(program, calibration, cosine_min=cosine_min)
         return_freed_memory()  # the activations, before the cast pass copies constants
+        _refuse_precision_islands_on_ane(guard.precision, policy)
         return guard.keep_fp32
 
     return before_fp16_cast
+
+
+def _refuse_precision_islands_on_ane(precision, policy: str) -> None:
+    """The Neural Engine computes in fp16 only: under ``ane_only`` the ops fp16 rounds too coarsely cannot
+    move to an fp32 island, so the recipe's limit cannot be met."""
+    from edgebuild_coreml.compute import PLACEMENTS
+
+    if precision is None or not precision.kept or PLACEMENTS[policy].strict != "ane":
+        return
+    raise BuildError(
+        f"{LABEL}: in fp16 the outputs reach an estimated cosine of {precision.fp16_cosine:.6f} on the "
+        f"calibration inputs, below validate.thresholds.cosine_min {precision.cosine_min}; keeping "
+        f"{_described(precision)} in fp32 would meet it, but compute.policy ane_only runs every op on the "
+        "Neural Engine, which has no fp32",
+        hint="set compute.policy: cpu_and_ne (those ops then run on the CPU), target.precision: float32, "
+             "or a lower cosine_min")
+
+
+def _described(precision) -> str:
+    kinds = ", ".join(f"{count} {kind}" for kind, count in precision.kinds().items())
+    return f"{len(precision.kept)} ops ({kinds})"
+
+
+def _precision_warning(guard) -> str | None:
+    """Which ops stay fp32 for precision, and what fp16 alone would have given."""
+    precision = getattr(guard, "precision", None)
+    if precision is None or not precision.kept:
+        return None
+    names = list(precision.kept)
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    return (f"{LABEL}: fp16 rounding takes the outputs to an estimated cosine of {precision.fp16_cosine:.6f} "
+            f"on the calibration inputs, below validate.thresholds.cosine_min {precision.cosine_min}: "
+            f"{_described(precision)} are kept in fp32 (estimated cosine {precision.kept_cosine:.6f}): {shown}")
 
 
 def check_kept_fp32(program, guard, artifact_name: str):

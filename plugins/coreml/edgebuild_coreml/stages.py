@@ -37,6 +37,15 @@ CALIBRATION_LIBRARIES = ("onnx",)  # reading the source's input specs
 PACKAGE_LIBRARIES = ("coremltools",)
 
 
+def strictest_cosine_min(section: ValidateSection | None) -> float | None:
+    """The highest cosine_min of ``section``'s thresholds and per-output overrides; None if it sets none."""
+    if section is None:
+        return None
+    limits = [t.cosine_min for t in (section.thresholds, *(o.thresholds for o in section.per_output.values()))
+              if t is not None and t.cosine_min is not None]
+    return max(limits, default=None)
+
+
 class _Part(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -47,6 +56,7 @@ class GuardCalibration(_Part):
 
     section: ValidateSection
     input_files: dict[str, str] = {}  # the files those inputs read -> sha256
+    cosine_min: Optional[float] = None  # the recipe's strictest validate cosine_min: the precision to keep
 
 
 class LowerParams(StageParams):
@@ -132,7 +142,7 @@ def lower_params_of(variant) -> LowerParams:
         samples = min(section.samples, FP16_GUARD_SAMPLES) if section is not None else FP16_GUARD_SAMPLES
         calibration = GuardCalibration(
             section=ValidateSection(samples=samples, inputs=section.inputs if section is not None else {}),
-            **digest_params(section, variant.base_dir))
+            cosine_min=strictest_cosine_min(section), **digest_params(section, variant.base_dir))
     return LowerParams(deployment_target=recipe.target.deployment_target, precision=recipe.target.precision,
                        inputs=variant.params["source"]["inputs"], compute=recipe.compute,
                        generate=variant.params.get("generate"), calibration=calibration)

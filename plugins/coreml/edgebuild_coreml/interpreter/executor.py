@@ -52,7 +52,8 @@ def run_program(
     caller keeps them across calls; a state not in it starts as zeros (Core ML's ``make_state``).
 
     ``observer(op, outputs)`` is called after every evaluated (non-constant) op with its output
-    values, e.g. to record activation ranges.
+    values, e.g. to record activation ranges; a list it returns replaces those values for the ops
+    that read them.
 
     Each value is dropped after the last op that reads it: holding every activation of a
     full-resolution conv net at once would cost several times its weights. The program's plan
@@ -245,7 +246,10 @@ class _Interpreter:
         for (out, declared, _), value in zip(outputs, results):
             env[out] = self._conform(out, declared, value, op=op)
         if self.observer is not None:
-            self.observer(op, [env[out] for out, _, _ in outputs])
+            replaced = self.observer(op, [env[out] for out, _, _ in outputs])
+            if replaced is not None:  # e.g. the fp16 guard rounding an op's outputs as fp16 would
+                for (out, _, _), value in zip(outputs, replaced):
+                    env[out] = value
         for var in step.release:
             env.pop(var, None)
 

@@ -1,0 +1,174 @@
+"""fp16 precision search: the fewest ops to keep in fp32 so the outputs stay within the recipe's cosine limit.
+
+Some models fit the fp16 range but not its precision: each op's fp16 rounding is tiny, but a deep,
+badly conditioned net (squeeze-and-excitation gates reading large logits, say) amplifies what the
+early layers round off, and the outputs drift below ``validate.thresholds.cosine_min``. The guard
+finds that on its calibration samples, before the fp16 cast pass runs:
+
+- the fp32 program runs with its inputs, its weights and every float op's outputs rounded to
+  fp16 as it computes (the interpreter's ``observer`` replaces them), except the ops kept in fp32
+  and the weights only they read; the outputs' cosine against the plain fp32 run estimates the
+  artifact's. The weights count as much as the activations: a convolution with a batch norm
+  folded in, whose bias cancels most of its product, loses to both alike;
+- when that estimate misses the budget, the ops are cut, in program order, into SEGMENTS
+  contiguous runs; each run's sensitivity is the cosine deficit of rounding it alone;
+- the most sensitive runs are kept in fp32, as few as meet the budget on every sample (a
+  bisection over how many). Contiguous runs make islands with casts only at their ends.
+
+The budget is half the recipe's allowed deficit (``1 - cosine_min``): the estimate sees the
+calibration samples, not every validation sample, and rounds where the artifact's kernels round
+at most (each op's result; products accumulate in fp32 as Core ML's do).
+
+Memory: the search holds an fp16-rounded copy of the fp32 weights while it runs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+SEGMENTS = 16  # contiguous runs of ops the search ranks; more cost a run each, fewer keep coarser islands
+BUDGET_SHARE = 0.5  # of the recipe's cosine deficit the estimate may use; the rest is for what it does not see
+
+
+@dataclass
+class PrecisionResult:
+    cosine_min: float
+    fp16_cosine: float  # estimated worst cosine with only the overflow islands in fp32
+    kept_cosine: float  # ... and with ``kept`` in fp32 too
+    kept: dict[str, str] = field(default_factory=dict)  # op name -> op type, in program order
+
+    def kinds(self) -> dict[str, int]:
+        return dict(Counter(self.kept.values()).most_common())
+
+    def to_json(self) -> dict:
+        return {"cosine_min": self.cosine_min, "estimated_fp16_cosine": round(self.fp16_cosine, 7),
+                "estimated_cosine_with_islands": round(self.kept_cosine, 7),
+                "kept_fp32": list(self.kept), "kept_fp32_kinds": self.kinds()}
+
+
+class RoundedWeights:
+    """The fp32 constants of ``program`` with their fp16-rounded values, swapped in for a run."""
+
+    def __init__(self, program):
+        from edgebuild_coreml.interpreter.torch_kernels import round_to_half
+
+        self.program = program
+        self.constants = [(var, var.val, round_to_half(np.asarray(var.val, np.float32)))
+                          for op in program.functions["main"].operations if op.op_type == "const"
+                          for var in op.outputs
+                          if var.child_ops and isinstance(var.val, np.ndarray) and var.val.dtype == np.float32]
+
+    @contextmanager
+    def applied(self, keep: set[str]):
+        """The weights rounded, but those only ops in ``keep`` read (the cast pass leaves them fp32)."""
+        from edgebuild_coreml.interpreter.plan import forget_plans
+
+        for var, _, rounded in self.constants:
+            if not all(reader.name in keep for reader in var.child_ops):
+                var._sym_val.val = rounded
+        forget_plans(self.program)  # its plan holds the constants it read
+        try:
+            yield
+        finally:
+            for var, original, _ in self.constants:
+                var._sym_val.val = original
+            forget_plans(self.program)
+
+
+def emulated_fp16(program, sample: Mapping[str, np.ndarray], keep: set[str]) -> dict[str, np.ndarray]:
+    """``program``'s (fp32) outputs on ``sample`` with the inputs and every op's float outputs
+    rounded to fp16, except the ops named in ``keep`` and the inputs only they read (the
+    weights: ``RoundedWeights``)."""
+    from edgebuild_coreml.interpreter import run_program
+    from edgebuild_coreml.interpreter.torch_kernels import round_to_half
+
+    def rounded(value):
+        return round_to_half(value) if isinstance(value, np.ndarray) and value.dtype == np.float32 else value
+
+    def observe(op, outputs):
+        return None if op.name in keep else [rounded(value) for value in outputs]
+
+    inputs = program.functions["main"].inputs
+    # an input only fp32 ops read is not cast (the cast pass casts it for fp16 readers)
+    cast = {name for name, var in inputs.items() if not all(reader.name in keep for reader in var.child_ops)}
+    return run_program(program, {name: rounded(np.asarray(value)) if name in cast else value
+                                 for name, value in sample.items()}, observer=observe)
+
+
+def worst_cosine(references: Sequence[Mapping[str, np.ndarray]], got: Sequence[Mapping[str, np.ndarray]]) -> float:
+    """The lowest cosine over the samples' float outputs (1.0 where an output is all zeros both ways)."""
+    worst = 1.0
+    for reference, outputs in zip(references, got):
+        for name, expected in reference.items():
+            expected = np.asarray(expected)
+            if expected.dtype.kind != "f":
+                continue
+            a, b = expected.astype(np.float64).ravel(), np.asarray(outputs[name], np.float64).ravel()
+            if not np.isfinite(b).all():
+                return -1.0
+            norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+            worst = min(worst, float(a @ b) / norms if norms > 0 else float(np.array_equal(a, b)))
+    return worst
+
+
+def float_ops(program, exclude: set[str]) -> list:
+    """The non-constant ops of ``program``'s main block with a float output, in program order."""
+    from coremltools.converters.mil.mil import types
+
+    return [op for op in program.functions["main"].operations
+            if op.op_type != "const" and op.name not in exclude
+            and any(v.dtype in (types.fp16, types.fp32) for v in op.outputs)]
+
+
+def segments_of(ops: list, count: int = SEGMENTS) -> list[list]:
+    """``ops`` cut into at most ``count`` contiguous runs of near-equal length."""
+    bounds = np.linspace(0, len(ops), min(count, len(ops)) + 1).round().astype(int)
+    return [ops[start:stop] for start, stop in zip(bounds[:-1], bounds[1:]) if stop > start]
+
+
+def find_sensitive_ops(program, samples: Sequence[Mapping[str, np.ndarray]],
+                       references: Sequence[Mapping[str, np.ndarray]], *, cosine_min: float,
+                       keep: set[str]) -> PrecisionResult:
+    """The fewest ops (besides ``keep``, already fp32) whose fp32 keeps the estimated fp16 cosine on
+    ``samples`` (whose fp32 outputs are ``references``) within the budget for ``cosine_min``."""
+    target = 1.0 - (1.0 - cosine_min) * BUDGET_SHARE
+    weights = RoundedWeights(program)
+
+    def cosine_with(kept: set[str], which=range(len(samples))) -> float:
+        with weights.applied(kept):
+            return worst_cosine([references[i] for i in which],
+                                [emulated_fp16(program, samples[i], kept) for i in which])
+
+    per_sample = [cosine_with(keep, [i]) for i in range(len(samples))]
+    start = min(per_sample, default=1.0)
+    result = PrecisionResult(cosine_min=cosine_min, fp16_cosine=start, kept_cosine=start)
+    if start >= target:
+        return result
+    candidates = float_ops(program, keep)
+    every = {op.name for op in candidates}
+    # ranked on the worst sample: the deficit of rounding one run alone, the rest in fp32
+    worst = int(np.argmin(per_sample))
+    runs = segments_of(candidates)
+    deficits = [1.0 - cosine_with(keep | (every - {op.name for op in run}), [worst]) for run in runs]
+    ranked = [runs[i] for i in np.argsort(deficits, kind="stable")[::-1]]
+
+    def kept_by(count: int) -> set[str]:
+        return {op.name for run in ranked[:count] for op in run}
+
+    low, high, cosine_at_high = 0, len(ranked), 1.0  # all runs kept: the fp32 program itself
+    while high - low > 1:
+        middle = (low + high) // 2
+        cosine = cosine_with(keep | kept_by(middle))
+        if cosine >= target:
+            high, cosine_at_high = middle, cosine
+        else:
+            low = middle
+    chosen = kept_by(high)
+    result.kept = {op.name: op.op_type for op in candidates if op.name in chosen}
+    result.kept_cosine = cosine_at_high
+    return result
