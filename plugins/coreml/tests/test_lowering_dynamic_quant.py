@@ -272,3 +272,25 @@ def test_dynamic_quantize_lstm_from_zero_state(tmp_path):
     source = _quantize(tmp_path, model, op_types_to_quantize=["LSTM"])
     feeds = {"x": RNG.normal(size=(steps, 1, features)).astype(np.float32)}
     _check(tmp_path, source, feeds, 0.01)
+
+
+RUNTIME_QUANT_NOTE = "the graph quantises at run time (DynamicQuantizeLinear) values that float ops"
+
+
+@pytest.mark.parametrize("first", ["LayerNormalization", "Add"])
+def test_run_time_quantisation_after_implementation_rounded_ops_is_noted(tmp_path, first):
+    """A quantiser that reads a LayerNormalization (its last bit is the implementation's) is noted;
+    one that reads only IEEE-rounded arithmetic and exact integer sums is not."""
+    w1, w2 = RNG.normal(size=(32, 24)).astype(np.float32), RNG.normal(size=(24, 8)).astype(np.float32)
+    head = (oh.make_node("LayerNormalization", ["x", "gamma", "beta"], ["h0"]) if first == "LayerNormalization"
+            else oh.make_node("Add", ["x", "beta"], ["h0"]))
+    model = _float_model([head, oh.make_node("MatMul", ["h0", "w1"], ["h1"]), oh.make_node("Add", ["h1", "b"], ["h2"]),
+                          oh.make_node("MatMul", ["h2", "w2"], ["y"])],
+                         [oh.make_tensor_value_info("x", F, [4, 32])], [oh.make_tensor_value_info("y", F, [4, 8])],
+                         [onh.from_array(v, k) for k, v in {"w1": w1, "w2": w2, "b": RNG.normal(size=24).astype(np.float32),
+                                                            "gamma": np.ones(32, np.float32),
+                                                            "beta": RNG.normal(size=32).astype(np.float32)}.items()])
+    optimised, _ = _optimised(tmp_path, _quantize(tmp_path, model))
+    assert sum(n.op_type == "DynamicQuantizeLinear" for n in optimised.graph.node) == 2
+    noted = any(RUNTIME_QUANT_NOTE in note for note in lower(optimised).notes)
+    assert noted == (first == "LayerNormalization")

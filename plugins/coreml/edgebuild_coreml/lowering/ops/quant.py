@@ -216,6 +216,42 @@ def _quantize(ctx, node, x, scale, offset, bounds, name: str):
     return mb.cast(x=clipped, dtype="int32", name=name)
 
 
+RUNTIME_QUANT_NOTE = ("the graph quantises at run time (DynamicQuantizeLinear) values that float ops with "
+                      "implementation-defined rounding compute (LayerNormalization, Softmax, Erf, float matmuls, ...): "
+                      "a last-bit difference there can move a value across a rounding tie, or move the tensor's range "
+                      "and with it its scale, and later layers carry the step on, so agreement with onnxruntime is "
+                      "not bit-exact and falls with depth (onnxruntime's own optimised and unoptimised sessions "
+                      "differ so); the quantised arithmetic itself is onnxruntime's")
+# Ops whose float result is the same in every correct implementation: IEEE-rounded elementwise
+# arithmetic, data movement and the (de)quantisers; a quantiser fed only through these reads
+# exactly what onnxruntime's reads.
+_EXACT_OPS = {"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Relu", "Max", "Min", "Clip", "Sqrt", "Where",
+              "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Concat", "Split",
+              "Slice", "Gather", "Expand", "Pad", "DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear"}
+# Products of integer-valued operands (the decomposed quantised matmuls) are exact sums.
+_INTEGER_PRODUCT_OPS = {"MatMul", "Linear", "Conv", "Gemm", "MatMulInteger", "ConvInteger"}
+
+
+def _reads_implementation_rounding(value) -> bool:
+    """Whether ``value`` is computed, somewhere upstream, by a float op whose last bit depends on
+    the implementation (a reduction other than an integer-valued product, a transcendental)."""
+    seen, pending = set(), [value]
+    while pending:
+        producer = pending.pop().producer()
+        if producer is None or id(producer) in seen:
+            continue
+        seen.add(id(producer))
+        inputs = [v for v in producer.inputs if v is not None]
+        if producer.op_type in _INTEGER_PRODUCT_OPS:
+            if not all(v.producer() is None or v.producer().op_type in ("DequantizeLinear", "Cast")
+                       for v in inputs):
+                return True
+        elif producer.op_type not in _EXACT_OPS:
+            return True
+        pending.extend(inputs)
+    return False
+
+
 @lowers("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(ctx, node):
     """uint8 quantisation with scale and zero point taken from the data's range (which
@@ -223,6 +259,8 @@ def dynamic_quantize_linear(ctx, node):
 
     An all-zero tensor gets scale 1 (and zero point 0), as onnxruntime gives it: the formula's
     0 / 0 would make every quantised value NaN (an LSTM's zero initial state quantises so)."""
+    if _reads_implementation_rounding(node.inputs[0]):
+        ctx.note(RUNTIME_QUANT_NOTE)
     x = _as_fp32(as_float(ctx.input(node, 0)), ctx.name(node, "as_float"))
     low, high = _RANGES[ir.DataType.UINT8]
     top = mb.maximum(x=mb.reduce_max(x=x, keep_dims=False, name=ctx.name(node, "max")), y=np.float32(0),
