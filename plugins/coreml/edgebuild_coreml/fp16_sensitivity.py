@@ -83,17 +83,26 @@ class RoundedWeights:
 def emulated_fp16(program, sample: Mapping[str, np.ndarray], keep: set[str]) -> dict[str, np.ndarray]:
     """``program``'s (fp32) outputs on ``sample`` with the inputs and every op's float outputs
     rounded to fp16, except the ops named in ``keep`` and the inputs only they read (the
-    weights: ``RoundedWeights``)."""
+    weights: ``RoundedWeights``). A kept op read by kept and fp16 ops alike counts as fp32 for
+    all of them (the estimate's one optimism)."""
     from edgebuild_coreml.interpreter import run_program
     from edgebuild_coreml.interpreter.torch_kernels import round_to_half
 
     def rounded(value):
         return round_to_half(value) if isinstance(value, np.ndarray) and value.dtype == np.float32 else value
 
-    def observe(op, outputs):
-        return None if op.name in keep else [rounded(value) for value in outputs]
+    function = program.functions["main"]
+    returned = {var.name for var in function.outputs}
 
-    inputs = program.functions["main"].inputs
+    def read_in_fp32(op) -> bool:
+        # a kept op only fp16 ops read is cast down by each of them: its value counts as fp16
+        return op.name in keep and any(var.name in returned or any(reader.name in keep for reader in var.child_ops)
+                                       for var in op.outputs)
+
+    def observe(op, outputs):
+        return None if read_in_fp32(op) else [rounded(value) for value in outputs]
+
+    inputs = function.inputs
     # an input only fp32 ops read is not cast (the cast pass casts it for fp16 readers)
     cast = {name for name, var in inputs.items() if not all(reader.name in keep for reader in var.child_ops)}
     return run_program(program, {name: rounded(np.asarray(value)) if name in cast else value
