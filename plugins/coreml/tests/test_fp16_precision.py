@@ -94,3 +94,13 @@ def test_segments_cover_every_op_once_in_order():
     runs = segments_of(ops, 16)
     assert len(runs) == 16 and [op for run in runs for op in run] == ops
     assert segments_of(ops[:3], 16) == [[0], [1], [2]]
+
+
+def test_the_guard_holds_the_recipes_strictest_cosine_min():
+    from edgebuild.plugin.validation import ValidateSection
+    from edgebuild_coreml.stages import strictest_cosine_min
+
+    assert strictest_cosine_min(None) is None
+    assert strictest_cosine_min(ValidateSection(thresholds={"max_abs_max": 0.1})) is None
+    section = ValidateSection(thresholds={"cosine_min": 0.99}, per_output={"logits": {"thresholds": {"cosine_min": 0.999}}})
+    assert strictest_cosine_min(section) == pytest.approx(0.999)
