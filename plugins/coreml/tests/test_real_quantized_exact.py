@@ -17,7 +17,11 @@ at run time (DynamicQuantizeLinear), and the float ops in between (LayerNorm, GE
 softmax) differ from onnxruntime's in the last bit; one such bit on a rounding tie moves a value
 one step, a step in a tensor's largest element moves its scale and so every value of it, and six
 layers carry that on (measured: the first step appears in layer 2's GELU output, 2 of 196608
-values). onnxruntime's own fused and unfused sessions of this model differ by more (0.9855).
+values). The reference itself is no closer: on the recipe's first 4 validation inputs (worst
+cosine of last_hidden_state) onnxruntime ORT_ENABLE_ALL vs ORT_DISABLE_ALL 0.9877, ORT_DISABLE_ALL
+vs onnx's ReferenceEvaluator 0.9921, vs the same graph with its float ops in float64 0.9978 (1 vs 2
+threads: identical); the package against ORT_DISABLE_ALL is in that spread (0.9919), and its report
+notes the run-time quantisation.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ RNG = np.random.default_rng(11)
 RESNET_COSINE = 0.99999
 MINILM_L6_COSINE = 0.985
 FP16_NOTE = "quantised arithmetic is not integer-exact at float16"
+RUNTIME_QUANT_NOTE = "the graph quantises at run time (DynamicQuantizeLinear) values that float ops"
 
 
 def _float_model(nodes, inputs, outputs, initializers, opset=17) -> onnx.ModelProto:
@@ -204,6 +209,7 @@ def test_resnet18_qoperator_matches_onnxruntimes_integer_kernels(resnet18_onnx, 
           f"fp16 {_worst_cosine(fp16):.6f}")
     assert _worst_cosine(fp32) >= RESNET_COSINE
     assert not any(FP16_NOTE in note for note in _report_notes(fp32))
+    assert not any(RUNTIME_QUANT_NOTE in note for note in _report_notes(fp32))
     assert any(FP16_NOTE in note for note in _report_notes(fp16))
 
 
@@ -261,3 +267,4 @@ def test_minilm_l6_dynamic_decomposes_bit_for_bit(minilm_l6, tmp_path, reduce_ra
                   tmp_path / "cache", tmp_path, "fp32")
     print(f"\nMiniLM-L6 dynamic reduce_range={reduce_range}: fp32 cosine {_worst_cosine(record):.6f}")
     assert _worst_cosine(record) >= MINILM_L6_COSINE
+    assert any(RUNTIME_QUANT_NOTE in note for note in _report_notes(record))
