@@ -173,7 +173,9 @@ ENTRIES = [
     Entry("classification", "mobilenet_v2", _classifier("mobilenet_v2", 64)),
     Entry("classification", "mobilenet_v3_small", _classifier("mobilenet_v3_small", 64)),
     Entry("classification", "efficientnet_b0", _classifier("efficientnet_b0", 64)),
-    Entry("classification", "efficientnet_v2_s", _classifier("efficientnet_v2_s", 64)),
+    # 128: at 64 its 15 last blocks see 2x2 maps, whose batch-norm statistics from 4 values make the
+    # random network chaotic (onnxruntime's fp32 is itself 1-cos 0.19 from a float64 evaluation)
+    Entry("classification", "efficientnet_v2_s", _classifier("efficientnet_v2_s", 128)),
     Entry("classification", "regnet_y_400mf", _classifier("regnet_y_400mf", 64)),
     Entry("classification", "shufflenet_v2", _classifier("shufflenet_v2_x0_5", 64)),
     Entry("classification", "squeezenet", _classifier("squeezenet1_1", 64)),
@@ -208,7 +210,7 @@ ENTRIES = [
     Entry("video", "r3d_18", _video("r3d_18", 4, 32)),
     Entry("video", "mc3_18", _video("mc3_18", 4, 32)),
     Entry("video", "r2plus1d_18", _video("r2plus1d_18", 4, 32)),
-    Entry("video", "s3d", _video("s3d", 16, 64)),
+    Entry("video", "s3d", _video("s3d", 16, 224)),  # its smallest: the head pools a fixed 2x7x7 window
     Entry("video", "mvit_v2_small", _mvit_v2_small),
     Entry("video", "swin3d_t", _video("swin3d_t", 4, 64)),
 ]
