@@ -27,7 +27,7 @@ pipeline, and the lock file lists them per stage.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -91,6 +91,9 @@ class Stage:
     libraries: tuple[str, ...] = ()
     resolve: Callable[[], Result] | None = None
     extra: dict = field(default_factory=dict)
+    # ``judge(params, info, inputs) -> info``: what this variant reads of the stored output, from the
+    # parameters the key leaves out (the validate stage's limits), applied whether it ran or was cached
+    judge: Callable[[Any, dict, StageInputs], dict] | None = None
     # filled in by the core when it assembles the pipeline
     plugins: dict[str, str] = field(default_factory=dict)  # distribution -> key version
     libraries_versions: dict[str, str] = field(default_factory=dict)  # distribution -> installed version
@@ -100,7 +103,19 @@ class Stage:
     def key_params(self) -> dict:
         return self.params.key_params() if isinstance(self.params, StageParams) else self.params
 
+    def recorded_params(self) -> dict:
+        """What the lock file records: every parameter, those only ``judge`` reads (not in the key) too."""
+        return self.params.model_dump(mode="json") if isinstance(self.params, StageParams) else self.params
+
     def run(self, results: Mapping[str, Result], out: Path) -> dict:
         """The body on ``results`` (the upstream stages') into the empty directory ``out``."""
         inputs = StageInputs({d: results[d] for d in self.deps}, self.registry, self.base_dir)
         return self.body(self.params, inputs, out) or {}
+
+    def judged(self, result: Result, results: Mapping[str, Result]) -> Result:
+        """``result`` (of this stage, ran or cached) as this variant reads it: through ``judge`` when
+        the stage has one; variants sharing the stored output each judge it by their own parameters."""
+        if self.judge is None:
+            return result
+        inputs = StageInputs({d: results[d] for d in self.deps}, self.registry, self.base_dir)
+        return replace(result, info=self.judge(self.params, result.info, inputs))

@@ -105,10 +105,15 @@ def _check(label: str, stage: Stage, registry) -> None:
     assert not hasattr(body, "__self__"), f"{where}: a bound method can read its object's state"
     digests = {d: "0" * 64 for d in stage.deps}
     key = key_of(stage, digests)
+    judging = getattr(stage.params, "judging", ())
+    assert not judging or stage.judge is not None, f"{where}: fields {judging} judge, but nothing judges"
     for field, changed in _one_field_changes(stage.params):
         other = Stage(stage.name, changed, stage.deps, stage.body, plugins=stage.plugins,
                       libraries_versions=stage.libraries_versions)
-        assert key_of(other, digests) != key, f"{where}: changing {field} leaves the key as it is"
+        if field in judging:  # read by the stage's judge only, after the body: a change reruns nothing
+            assert key_of(other, digests) == key, f"{where}: changing {field}, which only judges, changes the key"
+        else:
+            assert key_of(other, digests) != key, f"{where}: changing {field} leaves the key as it is"
     for kind in stage.uses:
         assert kind in ("frontends", "passes", "lowerings", "backends", "runtimes", "custom_ops", "resolvers"), where
         for info in registry.plugins.values():

@@ -17,7 +17,7 @@ def lock_data(build: Build, registry) -> dict:
         if result is None:
             continue
         stages[stage.name] = {
-            "key": result.key, "digest": result.digest, "params": stage.key_params(),
+            "key": result.key, "digest": result.digest, "params": stage.recorded_params(),
             "inputs": {d: build.job.results[d].digest for d in stage.deps}, "plugins": stage.plugins,
             "libraries": stage.libraries_versions,
         }

@@ -36,6 +36,8 @@ def stage_plan(build: Build, store) -> list[dict]:
             if entry is not None:
                 known[stage.name] = Result(stage.name, key, entry.digest, entry.out, entry.info, "cached", 0)
                 row["status"] = "cached"
+                if before and _changed_params(stage, before):  # only what judges its output changed
+                    row["reason"] = "judged again: parameters changed: " + ", ".join(_changed_params(stage, before))
                 rows.append(row)
                 continue
         row["reason"] = _why(stage, before, known)
@@ -46,8 +48,7 @@ def stage_plan(build: Build, store) -> list[dict]:
 def _why(stage, before, known) -> str:
     if before is None:
         return "never built"
-    params, was = stage.key_params(), before.get("params", {})
-    changed = sorted(k for k in set(params) | set(was) if params.get(k) != was.get(k))
+    changed = _changed_params(stage, before)
     if changed:
         return "parameters changed: " + ", ".join(changed)
     inputs = [d for d in stage.deps if d not in known or known[d].digest != before.get("inputs", {}).get(d)]
@@ -58,6 +59,12 @@ def _why(stage, before, known) -> str:
     if stage.libraries_versions != before.get("libraries", {}):
         return "library changed: " + ", ".join(_differing(stage.libraries_versions, before.get("libraries") or {}))
     return "not in the store (evicted or built elsewhere)"
+
+
+def _changed_params(stage, before: dict) -> list[str]:
+    """The parameters whose recorded value differs from the last build's lock file."""
+    params, was = stage.recorded_params(), before.get("params", {})
+    return sorted(k for k in set(params) | set(was) if params.get(k) != was.get(k))
 
 
 def _differing(now: dict, then: dict) -> list[str]:

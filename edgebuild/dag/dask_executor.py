@@ -505,6 +505,7 @@ class DaskExecutor:
         result = outcome if use.owner else Result(use.stage, outcome.key, outcome.digest, outcome.path,
                                                   outcome.info, "cached", 0.0)
         result = localised(result, self.store, self._remote, next(s for s in job.stages if s.name == "resolve"))
+        result = next(s for s in job.stages if s.name == use.stage).judged(result, job.results)
         job.results[use.stage] = result
         with self._lock:
             self._finished.add((job.label, use.stage))

@@ -139,14 +139,16 @@ class Executor:
                 claim = self._claims[key] = Future()
         if not owner:
             shared = claim.result()  # raises the owner's error too
-            result = Result(stage.name, key, shared.digest, shared.path, shared.info, "cached", 0.0)
+            result = stage.judged(Result(stage.name, key, shared.digest, shared.path, shared.info, "cached", 0.0),
+                                  job.results)
             self.on_event(job.label, f"{stage.name}:done", result)
             return result
         try:
             self.on_event(job.label, f"{stage.name}:start", None)
             with progress.reporting(self._progress_events(job.label, stage.name)):
                 result = self._build(stage, key, job.results)
-            claim.set_result(result)
+            claim.set_result(result)  # as stored: each variant sharing it judges it itself
+            result = stage.judged(result, job.results)
             self.on_event(job.label, f"{stage.name}:done", result)
             return result
         except BaseException as exc:

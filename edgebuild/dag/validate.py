@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -107,30 +109,37 @@ def sample_runner(runner: Runner, samples: int, *, parallel: bool = True):
 def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner, base_dir: Path,
              candidate_name: str = "interpreter", *, reference: Runner | None = None, specs: dict | None = None,
              reference_name: str = "onnxruntime", parallel: bool = True) -> dict:
-    """Run both sides on the recipe's inputs; return the report's ``validation`` record. ``parallel``:
-    the candidate may run several samples at once (see ``map_samples``).
+    """Run both sides on the recipe's inputs; return the report's ``validation`` record: what
+    :func:`measure` measures, judged by the section's limits (:func:`edgebuild.dag.verdict.judge`)."""
+    from edgebuild.dag.verdict import judge
 
-    Inputs the recipe leaves flexible are validated at several shapes (``verify.shapes``):
-    ``validate.samples`` samples at each; the record's ``shapes`` lists them with the lowest
-    cosine per output there."""
-    from edgebuild.progress import report
-    from edgebuild.report.write import runtime_record
+    drawn = draw_samples(section, source_path, recipe_inputs, base_dir, specs=specs, reference=reference)
+    measured = measure(section, drawn, candidate, candidate_name, reference_name=reference_name, parallel=parallel)
+    return judge(measured, section, diagnose=lambda runtime, failures, per_sample: float64_diagnosis(
+        drawn, reference_name, candidate, failures, per_sample))
+
+
+@dataclass
+class DrawnSamples:
+    """The recipe's input samples of a source and the reference they are held to."""
+
+    source_path: Path
+    samples: list  # every sample: {input name: array} of the inputs the recipe leaves free
+    sets: list  # per shape set: (input shapes, index of its first sample, count)
+    fixed: dict  # the inputs with a fixed value, fed with every sample
+    reference: Runner
+
+
+def draw_samples(section, source_path: Path, recipe_inputs: dict, base_dir: Path, *, specs: dict | None = None,
+                 reference: Runner | None = None) -> DrawnSamples:
+    """The samples ``validate.samples`` and ``validate.inputs`` ask for, at each shape set the recipe's
+    flexible inputs are validated at (``verify.shapes``), and the reference (default: onnxruntime)."""
     from edgebuild.verify.inputs import generate_inputs
     from edgebuild.verify.shapes import shape_sets
-    from edgebuild.verify.diagnose import explain_failures, float64_check
-    from edgebuild.verify.float64 import float64_truth
-    from edgebuild.verify.metrics import (
-        aggregate,
-        compare,
-        compare_with_float64,
-        error_histogram,
-        merge_histograms,
-    )
-    from edgebuild.verify.thresholds import aggregation_for, check, limits_for
 
     specs = specs if specs is not None else onnx_input_specs(source_path, recipe_inputs)
     fixed = {n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in specs.items() if "value" in s}
-    samples, sets = [], []  # every sample; per shape set: (input shapes, index of its first sample, count)
+    samples, sets = [], []
     for one in shape_sets(specs, recipe_inputs):
         free = {n: s for n, s in one.items() if "value" not in s}
         drawn = generate_inputs(section, free, base_dir)
@@ -143,7 +152,28 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
         from edgebuild.verify.reference import onnxruntime_runner
 
         reference = onnxruntime_runner(source_path)
-    truth, evaluator = (float64_truth(source_path, reference_name) if section.reference == "float64"
+    return DrawnSamples(source_path, samples, sets, fixed, reference)
+
+
+def measure(section, drawn: DrawnSamples, candidate: Runner, candidate_name: str = "interpreter", *,
+            reference_name: str = "onnxruntime", parallel: bool = True) -> dict:
+    """The candidate against the reference on ``drawn``, unjudged (no limit is read): per runtime the
+    aggregated metrics, the error histograms and, for each distance metric, the sample it was worst
+    on (where a failed limit is checked against float64); with several shape sets, ``shapes`` lists
+    them with the lowest cosine per output there. ``parallel``: the candidate may run several
+    samples at once (see ``map_samples``)."""
+    from edgebuild.progress import report
+    from edgebuild.verify.float64 import float64_truth
+    from edgebuild.verify.metrics import (
+        aggregate,
+        compare,
+        compare_with_float64,
+        error_histogram,
+        merge_histograms,
+    )
+
+    samples, fixed, reference = drawn.samples, drawn.fixed, drawn.reference
+    truth, evaluator = (float64_truth(drawn.source_path, reference_name) if section.reference == "float64"
                         else (None, None))
 
     def compare_one(sample, cand):
@@ -163,32 +193,43 @@ def validate(section, source_path: Path, recipe_inputs: dict, candidate: Runner,
                                                         min(n * size, len(samples)), len(samples)))
     compared = [one for chunk in compared for one in chunk]
     per_sample = [metrics for metrics, _ in compared]
-    histograms = [histogram for _, histogram in compared]
-    aggregated = aggregate(per_sample)
-    failures = check(aggregated, section.thresholds, section.per_output)
-    limits = {o: limits_for(section.thresholds, section.per_output, o) for o in aggregated}
-    statistics = {o: aggregation_for(section.thresholds, section.per_output, o) for o in aggregated}
-    record = runtime_record(aggregated, failures, limits=limits, aggregation=statistics,
-                            histograms=merge_histograms(histograms))
-    if truth is None and failures:
-        # Is the conversion or the fp32 reference noisy? Measure both against float64 on the worst sample.
-        check_record = float64_check(source_path, reference_name, failures, per_sample, samples, fixed,
-                                     reference, candidate)
-        if check_record is not None:
-            record["float64_check"] = check_record
-            failures = explain_failures(failures, check_record)
-            record["failures"] = runtime_record({}, failures)["failures"]
+    record = {"metrics": aggregate(per_sample), "histograms": merge_histograms([h for _, h in compared]),
+              "worst_samples": _worst_samples(per_sample)}
     result = {
         "samples": len(samples),
         "reference": reference_name if truth is None else f"float64 ({evaluator})",
         "runtimes": {candidate_name: record},
-        "failures": [{"runtime": candidate_name, **f.to_dict()} for f in failures],
     }
-    if len(sets) > 1:
+    if len(drawn.sets) > 1:
         result["shapes"] = [{"inputs": shapes, "samples": count,
                              "cosine_min": {candidate_name: _lowest_cosine(per_sample[first:first + count])}}
-                            for shapes, first, count in sets]
+                            for shapes, first, count in drawn.sets]
     return result
+
+
+def _worst_samples(per_sample: list) -> dict[str, dict[str, list]]:
+    """``{output: {metric: [sample, value]}}``: the sample each distance metric was worst on."""
+    from edgebuild.verify.diagnose import DISTANCE_METRICS, worst_sample
+    from edgebuild.verify.thresholds import Failure
+
+    outputs = dict.fromkeys(output for metrics in per_sample for output in metrics)
+    worst: dict[str, dict[str, list]] = {}
+    for output in outputs:
+        for metric in DISTANCE_METRICS:
+            if any(metric in metrics.get(output, {}) for metrics in per_sample):
+                index = worst_sample(Failure(output, metric, None, None, ""), per_sample)
+                worst.setdefault(output, {})[metric] = [index, per_sample[index].get(output, {}).get(metric, math.nan)]
+    return worst
+
+
+def float64_diagnosis(drawn: DrawnSamples, reference_name: str, candidate: Runner, failures: list,
+                      per_sample: list) -> dict | None:
+    """The float64 check of a failed distance limit (``edgebuild.verify.diagnose.float64_check``) on
+    ``drawn``'s worst sample, as ``per_sample`` tells it."""
+    from edgebuild.verify.diagnose import float64_check
+
+    return float64_check(drawn.source_path, reference_name, failures, per_sample, drawn.samples, drawn.fixed,
+                         drawn.reference, candidate)
 
 
 def _lowest_cosine(per_sample: list) -> dict[str, float]:
@@ -206,7 +247,8 @@ def merge_runtime(record: dict, one: dict) -> None:
     """Add one runtime's ``validate`` result to ``record`` (the same samples, another candidate)."""
     record["samples"], record["reference"] = one["samples"], one["reference"]
     record["runtimes"].update(one["runtimes"])
-    record["failures"] += one["failures"]
+    if "failures" in one:  # a judged record (a measured one has none yet)
+        record["failures"] += one["failures"]
     if "shapes" in one:
         if "shapes" not in record:
             record["shapes"] = [{**entry, "cosine_min": {}} for entry in one["shapes"]]
@@ -258,19 +300,23 @@ def validate_generation(variant, registry, source_path: Path, sessions: Mapping[
 
 def generation_validation(section, generate: dict | None, base_dir: Path, sessions: Mapping[str, Callable[[], object]],
                       source: tuple) -> dict:
-    """The ``validation`` record of a generative recipe: each runtime's session (``sessions``: runtime
-    name -> a function opening the artifact's ``InferenceSession``) and the source (``(generator,
-    name)``) generate greedily from ``validate.generation.prompts``; tokens and per-step logits are
-    compared and held to ``token_agreement_min`` / ``step_cosine_min``."""
+    """The ``validation`` record of a generative recipe: :func:`measure_generation`, judged by
+    ``token_agreement_min`` / ``step_cosine_min`` (:func:`edgebuild.dag.verdict.judge`)."""
+    from edgebuild.dag.verdict import judge
+
+    return judge(measure_generation(section, generate, base_dir, sessions, source), section)
+
+
+def measure_generation(section, generate: dict | None, base_dir: Path, sessions: Mapping[str, Callable[[], object]],
+                       source: tuple) -> dict:
+    """Each runtime's session (``sessions``: runtime name -> a function opening the artifact's
+    ``InferenceSession``) and the source (``(generator, name)``) generate greedily from
+    ``validate.generation.prompts``; per runtime, each prompt's comparison (tokens, per-step logits
+    cosine), unjudged."""
+    from dataclasses import asdict
+
     from edgebuild.progress import report
-    from edgebuild.verify.generation import (
-        SessionGenerator,
-        check_generation,
-        compare_generation,
-        generation_limits,
-        generation_record as runtime_generation_record,
-        prompt_ids,
-    )
+    from edgebuild.verify.generation import SessionGenerator, compare_generation, prompt_ids
 
     generation = section.generation if section is not None else None
     if generation is None:
@@ -281,16 +327,13 @@ def generation_validation(section, generate: dict | None, base_dir: Path, sessio
     _check_context(prompts, generation.new_tokens, generate or {})
     source, source_name = source
     source = _Remembered(source)  # every runtime is compared with the same source generations
-    limits = generation_limits(section.thresholds)
-    record: dict = {"samples": len(prompts), "reference": f"{source_name}, greedy generation", "runtimes": {},
-                    "failures": []}
+    record: dict = {"samples": len(prompts), "reference": f"{source_name}, greedy generation", "runtimes": {}}
     for runtime, open_session in sessions.items():
         compared = compare_generation(SessionGenerator(open_session()), source, prompts, generation.new_tokens,
                                       texts=texts,
                                       on_done=lambda n, r=runtime: report(f"prompts generated ({r})", n, len(prompts)))
-        failures = check_generation(compared, limits)
-        record["runtimes"][runtime] = runtime_generation_record(compared, limits, failures)
-        record["failures"] += [{"runtime": runtime, **f} for f in failures]
+        record["runtimes"][runtime] = {"comparison": {"new_tokens": compared.new_tokens,
+                                                      "prompts": [asdict(p) for p in compared.prompts]}}
     return record
 
 

@@ -1,17 +1,20 @@
 """The validate stage, declared by the core for every backend's artifact.
 
 Its parameters are the recipe's validate section with the source's format, inputs and options;
-its body compares the reference the source's format calls for
-(:func:`edgebuild.verify.reference.choose_reference`) with each candidate the backend offers
+its body measures the reference the source's format calls for
+(:func:`edgebuild.verify.reference.choose_reference`) against each candidate the backend offers
 (:meth:`edgebuild.protocols.Backend.candidates`), or for a generative recipe greedy generation with
-the backend's sessions. Declaring it imports nothing numeric: a fully cached run stays light.
+the backend's sessions. The limits (``validate.thresholds``, ``validate.per_output``) only judge:
+they are not in the key, and :func:`judge_validation` holds each variant's measurements to its own
+(:mod:`edgebuild.dag.verdict`), so a threshold edit reruns nothing. Declaring it imports nothing
+numeric: a fully cached run stays light.
 """
 
 from __future__ import annotations
 
 import platform
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from edgebuild.protocols import Skipped
 from edgebuild.recipe.formats import source_format
@@ -35,6 +38,16 @@ class ValidateParams(StageParams):
     runtimes: tuple[str, ...]
     platform: str | None = None  # set when a native runtime is asked for: which ran depends on the OS
     generate: dict | None = None  # a generative recipe's generate section: validated by generation
+
+    # the fields that only judge what the body measured (see judge_validation): left out of the key
+    judging: ClassVar[tuple[str, ...]] = ("validate_section.thresholds", "validate_section.per_output")
+
+    def key_params(self) -> dict:
+        """Every field but the limits, which the body never reads."""
+        params = super().key_params()
+        left_out = {name.partition(".")[2] for name in self.judging}
+        params["validate_section"] = {k: v for k, v in params["validate_section"].items() if k not in left_out}
+        return params
 
 
 def validate_stage_of(variant, registry, backend, frontend, stages: list) -> Stage | None:
@@ -61,48 +74,84 @@ def validate_stage_of(variant, registry, backend, frontend, stages: list) -> Sta
         extra["exclusive"] = producer.extra["exclusive"]
     return Stage("validate", params, [producer.name, "resolve", *backend.validation_inputs], validate_stage,
                  uses=("backends", "runtimes", "frontends", "custom_ops"),
-                 libraries=(*VALIDATE_LIBRARIES, *backend.validation_libraries, *frontend.libraries), extra=extra)
+                 libraries=(*VALIDATE_LIBRARIES, *backend.validation_libraries, *frontend.libraries), extra=extra,
+                 judge=judge_validation)
 
 
 def validate_stage(params: ValidateParams, inputs: StageInputs, out: Path) -> dict:
-    """The artifact against the source: each candidate runtime the backend offers, on the same samples."""
-    from edgebuild.dag.validate import generation_validation, generator_of, merge_runtime, save, validate
-    from edgebuild.verify.reference import choose_reference
+    """The artifact against the source, each candidate runtime the backend offers on the same samples:
+    measured, not judged (see :func:`judge_validation`)."""
+    from edgebuild.dag.validate import draw_samples, generator_of, measure, measure_generation, merge_runtime, save
 
     registry = inputs.registry
-    backend = registry.get("backends", params.backend)
-    # the artifact stage may report what it actually made (a bundle that is one whole package)
-    made = inputs.info(params.artifact_stage).get("artifact", params.artifact)
-    artifact, source = inputs.path(params.artifact_stage) / made, inputs.path("resolve")
     section = params.validate_section
+    artifact, source = _artifact(params, inputs), inputs.path("resolve")
     if params.generate is not None:  # a stateful decoder: validated by generation
-        sessions = backend.sessions(artifact, params.runtimes, registry=registry)
+        sessions = registry.get("backends", params.backend).sessions(artifact, params.runtimes, registry=registry)
         opened = {name: s for name, s in sessions.items() if not isinstance(s, Skipped)}
-        record = generation_validation(section, params.generate, inputs.base_dir, opened,
-                                       generator_of(registry, params.format, params.options, inputs.base_dir,
-                                                    source, params.generate))
+        record = measure_generation(section, params.generate, inputs.base_dir, opened,
+                                    generator_of(registry, params.format, params.options, inputs.base_dir,
+                                                 source, params.generate))
         _record_skipped(record, sessions)
         return save(out, record)
-    reference = choose_reference(source, registry, fmt=params.format, inputs=params.inputs, options=params.options,
-                                 base_dir=inputs.base_dir, section=section)
+    reference = _reference(params, inputs)
     if reference.runner is None:  # validate.reference: none
-        return save(out, {"samples": 0, "reference": "none", "runtimes": {}, "failures": [],
+        return save(out, {"samples": 0, "reference": "none", "runtimes": {},
                           "not_validated": "validate.reference: none",
                           "warnings": list(reference.warnings)})
-    built = {name: inputs.info(name) for name in backend.validation_inputs}
-    candidates = backend.candidates(artifact, params.runtimes, precision=params.precision,
-                                    emulate_fp16=section.fp16_emulation == "on", built=built, registry=registry)
-    record: dict = {"samples": 0, "reference": reference.name, "runtimes": {}, "failures": []}
+    candidates = _candidates(params, inputs)
+    drawn = None
+    record: dict = {"samples": 0, "reference": reference.name, "runtimes": {}}
     for name, candidate in candidates.items():
         if isinstance(candidate, Skipped):
             continue
-        merge_runtime(record, validate(section, source, params.inputs, candidate.runner, inputs.base_dir,
-                                       candidate_name=name, reference=reference.runner, specs=reference.specs,
-                                       reference_name=reference.name, parallel=candidate.parallel))
+        drawn = drawn or draw_samples(section, source, params.inputs, inputs.base_dir, specs=reference.specs,
+                                      reference=reference.runner)
+        merge_runtime(record, measure(section, drawn, candidate.runner, name, reference_name=reference.name,
+                                      parallel=candidate.parallel))
     _record_skipped(record, candidates)
     if reference.warnings:
         record["warnings"] = list(reference.warnings)
     return save(out, record)
+
+
+def judge_validation(params: ValidateParams, measured: dict, inputs: StageInputs) -> dict:
+    """The stage's record (ran or cached) judged by this variant's limits: the report's ``validation``.
+    A failed distance limit is checked against float64 on its worst sample, which runs the reference
+    and the candidate once more (only then are they loaded)."""
+    from edgebuild.dag.verdict import judge
+    from edgebuild.report.write import to_jsonable
+
+    def diagnose(runtime: str, failures: list, per_sample: list) -> dict | None:
+        from edgebuild.dag.validate import draw_samples, float64_diagnosis
+
+        reference = _reference(params, inputs)
+        candidate = _candidates(params, inputs)[runtime]
+        drawn = draw_samples(params.validate_section, inputs.path("resolve"), params.inputs, inputs.base_dir,
+                             specs=reference.specs, reference=reference.runner)
+        return float64_diagnosis(drawn, reference.name, candidate.runner, failures, per_sample)
+
+    return to_jsonable(judge(measured, params.validate_section, diagnose=diagnose))
+
+
+def _artifact(params: ValidateParams, inputs: StageInputs) -> Path:
+    # the artifact stage may report what it actually made (a bundle that is one whole package)
+    return inputs.path(params.artifact_stage) / inputs.info(params.artifact_stage).get("artifact", params.artifact)
+
+
+def _reference(params: ValidateParams, inputs: StageInputs):
+    from edgebuild.verify.reference import choose_reference
+
+    return choose_reference(inputs.path("resolve"), inputs.registry, fmt=params.format, inputs=params.inputs,
+                            options=params.options, base_dir=inputs.base_dir, section=params.validate_section)
+
+
+def _candidates(params: ValidateParams, inputs: StageInputs) -> dict:
+    backend = inputs.registry.get("backends", params.backend)
+    built = {name: inputs.info(name) for name in backend.validation_inputs}
+    return backend.candidates(_artifact(params, inputs), params.runtimes, precision=params.precision,
+                              emulate_fp16=params.validate_section.fp16_emulation == "on", built=built,
+                              registry=inputs.registry)
 
 
 def _record_skipped(record: dict, offered: Mapping) -> None:
