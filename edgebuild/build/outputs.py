@@ -124,6 +124,43 @@ def settle_artifact(build: Build) -> None:
             return
 
 
+def artifact_result(build: Build):
+    """The stage result the artifact is taken from: the last stage declaring one, else the last stage."""
+    final = build.job.stages[-1].name
+    for stage in reversed(build.job.stages):
+        if stage.extra.get("artifact"):
+            final = stage.name
+            break
+    return build.job.results[final]
+
+
+def artifact_source(build: Build) -> Path | None:
+    """The artifact's file or directory in the store (what the output directory links)."""
+    return artifact_result(build).path / build.artifact if build.artifact else None
+
+
+def artifact_links(build: Build) -> dict[str, tuple[Path, str]] | None:
+    """``{path in the output directory: (store file, sha256 from its entry's manifest)}`` for
+    every file of the artifact as ``materialise`` links it; None if the manifest does not name
+    them all (an entry of no manifest: a --no-cache run's temporaries)."""
+    source = artifact_source(build)
+    if source is None:
+        return {}
+    result = artifact_result(build)
+    try:
+        manifest = json.loads((result.path.parent / "meta.json").read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+    links = {}
+    for path in files:
+        entry = manifest.get(path.relative_to(result.path).as_posix()) if isinstance(manifest, dict) else None
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+            return None
+        links[(Path(build.artifact) / path.relative_to(source)).as_posix()] = (path, entry["sha256"])
+    return links
+
+
 def materialise(build: Build, registry, report_data: dict) -> bool:
     """Write the variant's output directory in one rename: artifact, reports, lock file, marker.
 
@@ -131,12 +168,7 @@ def materialise(build: Build, registry, report_data: dict) -> bool:
     out = build.output_dir
     check_output_dir(build)  # again: the directory may have changed since planning
     lock = lock_data(build, registry)
-    final = build.job.stages[-1].name
-    for stage in reversed(build.job.stages):
-        if stage.extra.get("artifact"):
-            final = stage.name
-            break
-    source = build.job.results[final].path / build.artifact if build.artifact else None
+    source = artifact_source(build)
     previous = read_lock(out)
     # (edgebuild.report.write's names; not imported: it loads numpy, which a cached run need not)
     complete = all((out / name).exists() for name in (build.artifact, "report.json", "report.html"))

@@ -12,7 +12,7 @@ from pathlib import Path
 from edgebuild.build.depfile import check_depfile, write_depfile
 from edgebuild.build.jobs import Build, load_variants, local_inputs, plan_jobs
 from edgebuild.build.lockfile import stage_renamings
-from edgebuild.build.outputs import materialise, refresh_built, settle_artifact, withdraw_built
+from edgebuild.build.outputs import artifact_links, materialise, refresh_built, settle_artifact, withdraw_built
 from edgebuild.build.summary import plain_lines, print_summary, rows
 from edgebuild.dag.executor import Executor
 from edgebuild.errors import UsageError, ValidationFailed
@@ -243,9 +243,11 @@ def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False, 
     """Let an identical repeat of this successful run answer without building (edgebuild.build.uptodate)."""
     from edgebuild.build import uptodate
 
-    files, touch, lines = [], [], []
+    files, touch, lines, outputs = [], [], [], []
     for build in builds:
         files += local_inputs(build)
+        links = artifact_links(build)  # None: a variant that cannot be restored, so none is (all or nothing)
+        outputs = None if outputs is None or links is None else [*outputs, (build.output_dir, links)]
         for result in build.job.results.values():
             lines.append(stage_line(build.job.label, result.name, "cached", 0.0))
             lines += detail_lines(result, fresh=False)  # printed when the stage ran; counted on the done line
@@ -265,7 +267,8 @@ def _stamp(builds: list[Build], as_json: bool, depfile, *, quiet: bool = False, 
     if len(builds) > 1:
         lines += [escape(line) for line in plain_lines(rows([_variant_json(b, as_cached=True) for b in builds]))]
     stdout = _run_json(builds, as_cached=True) if as_json else ""
-    uptodate.record(files=files, touch=touch, stderr=[] if quiet else lines, stdout=stdout, depfile=depfile)
+    uptodate.record(files=files, touch=touch, stderr=[] if quiet else lines, stdout=stdout, depfile=depfile,
+                    outputs=outputs)
 
 
 def _write_comparisons(builds: list[Build], display) -> list[Path]:

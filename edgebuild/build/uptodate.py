@@ -8,7 +8,9 @@ sources of working copies (:mod:`edgebuild.versions`), plus what the run printed
 same command runs again in the same place and environment and every signature still matches,
 nothing could build differently: the stamp's output is printed and the run ends, at the cost of
 a few hundred ``stat`` calls instead of importing pydantic, the plugins and the recipe loader.
-Any difference, or any doubt, falls through to the full run.
+When the only difference is that output directories were deleted, they are written back from
+the stamp's description of them (:mod:`edgebuild.build.restore`) before the output is printed.
+Any other difference, or any doubt, falls through to the full run.
 
 This module must stay on the standard library: it runs before anything else is imported.
 """
@@ -79,11 +81,13 @@ def replay(argv: list[str]) -> int | None:
     if not _eligible(argv):
         return None
     try:
-        stamp = json.loads(_stamp_path(argv).read_text())
+        stamp_path = _stamp_path(argv)
+        stamp = json.loads(stamp_path.read_text())
         if stamp.get("version") != VERSION:
             return None
         watched = stamp["paths"]
-        if any(_signature(path) != signature for path, signature in watched.items()):
+        changed = {path for path, signature in watched.items() if _signature(path) != signature}
+        if changed and not stamp.get("restore"):
             return None
         if _import_dirs() != stamp["import_dirs"]:
             return None
@@ -93,14 +97,26 @@ def replay(argv: list[str]) -> int | None:
             header = depfile["text"].split("\n", 1)[0]
             if target.exists() and not target.read_text(errors="replace").startswith(header + "\n"):
                 return None  # someone else's file now: the full run refuses it, naming it
+        blobs = stamp_path.parent / "blobs"
+        used = [*stamp.get("touch", ()), stamp_path]
+        if stamp.get("restore"):
+            from edgebuild.build.restore import blob_names
+
+            used += [blobs / name for name in blob_names(stamp["restore"])]
+        _touch(used)  # before a restore links store files: `cache gc` goes by last use
+        if changed:
+            from edgebuild.build.restore import restore
+
+            rewritten = restore(stamp["restore"], changed, blobs, watched)
+            if rewritten is None:
+                return None
+            # the restored files and the store files they link, as they are now: the next repeat is a no-op
+            watched.update({path: _signature(path) for path in rewritten if path in watched})
+            _write_if_changed(stamp_path, json.dumps(stamp))
+        if depfile is not None:
             _write_if_changed(target, depfile["text"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # the full run reports whatever is wrong
-    for used in [*stamp.get("touch", ()), _stamp_path(argv)]:  # a use, for `cache gc`
-        try:
-            os.utime(used)
-        except OSError:
-            pass
     from edgebuild.report.console import Printer
 
     printer = Printer()
@@ -111,13 +127,34 @@ def replay(argv: list[str]) -> int | None:
     return 0
 
 
+def _touch(paths) -> None:
+    for path in paths:  # a use, for `cache gc`
+        try:
+            os.utime(path)
+        except OSError:
+            pass
+
+
 def record(*, files: list[Path], touch: list[Path], stderr: list[str], stdout: str = "",
-           depfile: tuple[Path, str] | None = None) -> None:
-    """Stamp a successful run started from the console entry point (see ``replay``)."""
+           depfile: tuple[Path, str] | None = None,
+           outputs: list[tuple[Path, dict[str, tuple[Path, str]]]] | None = None) -> None:
+    """Stamp a successful run started from the console entry point (see ``replay``). ``outputs``:
+    its variant directories, each with the store files its artifact links (``{relative path:
+    (store file, sha256)}``), so that a repeat finding them deleted writes them back
+    (:mod:`edgebuild.build.restore`)."""
     if entry_argv is None or not _eligible(entry_argv):
         return
     from edgebuild.versions import watched_paths
 
+    stamp_path = _stamp_path(entry_argv)
+    restore = None
+    if outputs:
+        from edgebuild.build.restore import describe
+
+        try:
+            restore = describe(outputs, stamp_path.parent / "blobs")
+        except OSError:
+            restore = None  # a repeat finding them gone is a full run, nothing worse
     dirs = _import_dirs()
     paths = {str(Path(p).absolute()): None for p in files}
     paths.update({p: None for p in [*dirs, *watched_paths()]})
@@ -129,9 +166,10 @@ def record(*, files: list[Path], touch: list[Path], stderr: list[str], stdout: s
         "stderr": stderr,
         "stdout": stdout,
         "depfile": {"path": str(depfile[0].absolute()), "text": depfile[1]} if depfile else None,
+        "restore": restore,
     }
     try:
-        _write_if_changed(_stamp_path(entry_argv), json.dumps(stamp))
+        _write_if_changed(stamp_path, json.dumps(stamp))
     except OSError:
         pass  # a read-only or full cache: the next run is a full one, nothing worse
 

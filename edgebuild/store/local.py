@@ -50,6 +50,7 @@ KEY_SHAPE = "a stage key is 64 lowercase hex digits (a sha256), as `edgebuild ca
 BUILDING = re.compile(r"(?P<key>[0-9a-f]{64})\..+")  # tmp/<key>.<random>
 OLD_BUILDING = re.compile(r"[0-9a-f]{12}-.+")  # tmp names of earlier versions (no full key)
 STAMP = re.compile(r"\.?[0-9a-f]{32}\.json(\.\d+\.tmp)?")  # edgebuild.build.uptodate's stamps
+STAMP_BLOB = re.compile(r"\.?[0-9a-f]{64}(\.\d+\.tmp)?")  # stamps/blobs/: files they restore (edgebuild.build.restore)
 STALE_SECONDS = 86400  # an old-style temporary this old belongs to no live build
 
 
@@ -489,7 +490,7 @@ class Store:
         leases.remove_stale(self.root, problems)
         self._clean_stamps(float("inf"), problems)
         for folder in [*(self.root / "objects").glob("*"),
-                       *(self.root / d for d in ("objects", "tmp", "locks", "stamps", leases.FOLDER))]:
+                       *(self.root / d for d in ("objects", "tmp", "locks", "stamps/blobs", "stamps", leases.FOLDER))]:
             try:
                 folder.rmdir()  # only if nothing else is left in it
             except OSError:
@@ -506,13 +507,16 @@ class Store:
 
     def _clean_stamps(self, unused_since: float, problems: Problems) -> None:
         """Drop up-to-date stamps (``edgebuild.build.uptodate``) not used since then; each is a small
-        file per command line ever run, and a replay touches its own."""
-        for stamp in (self.root / "stamps").glob("*.json*"):
-            try:
-                if STAMP.fullmatch(stamp.name) and stamp.lstat().st_mtime < unused_since:
-                    problems.unlink(stamp)
-            except OSError:
-                pass
+        file per command line ever run. A replay touches its stamp and the blobs it would restore
+        outputs from (``stamps/blobs/``), so a stamp kept keeps its blobs; a blob missing only
+        means a full run."""
+        for pattern, folder in ((STAMP, self.root / "stamps"), (STAMP_BLOB, self.root / "stamps" / "blobs")):
+            for stamp in folder.glob("*"):
+                try:
+                    if pattern.fullmatch(stamp.name) and stamp.lstat().st_mtime < unused_since:
+                        problems.unlink(stamp)
+                except OSError:
+                    pass
 
 
 
