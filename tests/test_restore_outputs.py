@@ -163,13 +163,27 @@ def test_a_foreign_file_in_the_output_path_is_left_to_the_full_run(project):
     assert (OUT / "default").read_text() == "mine\n"  # not edgebuild's: untouched
 
 
-def test_something_else_beside_the_variants_means_a_full_run(project):
+def test_another_variant_report_beside_the_variants_means_a_full_run(project):
+    """The comparison page lists every */report.json of the folder: the full run draws it again."""
     recipe = project()
     run("run", recipe)
     shutil.rmtree(OUT / "default")
-    (OUT / "notes.txt").write_text("mine\n")
+    (OUT / "other").mkdir()
+    (OUT / "other" / "report.json").write_text("{}\n")
     done, replayed, _ = run("run", recipe)
     assert done.returncode == 0 and not replayed
+    assert (OUT / "other" / "report.json").read_text() == "{}\n"
+    assert (OUT / "default" / "report.json").exists()
+
+
+def test_a_file_beside_the_variants_stays_and_the_directory_is_written_back(project):
+    """Not a variant's report, so not on the page (a convert's record sits there, say)."""
+    recipe = project()
+    run("run", recipe)
+    (OUT / "notes.txt").write_text("mine\n")
+    shutil.rmtree(OUT / "default")
+    done, replayed, _ = run("run", recipe)
+    assert done.returncode == 0 and replayed
     assert (OUT / "notes.txt").read_text() == "mine\n"
     assert (OUT / "default" / "report.json").exists()
 

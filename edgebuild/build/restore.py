@@ -4,7 +4,7 @@ When a successful run is stamped (:mod:`edgebuild.build.uptodate`), each variant
 left is described file by file: a file hard-linked from a store entry by the entry file's path,
 stat and digest; any other file (reports, lock file, markers: small, generated) by its bytes,
 kept as a blob named by its sha256 in ``stamps/blobs/`` of the store. The comparison page beside
-the variants is kept the same way, when every variant of its folder is this command's.
+the variants is kept the same way, when every variant report in its folder is this command's.
 
 A repeat of the command that finds everything but such directories as stamped, and those
 directories gone, rebuilds them from that description into a temporary directory renamed into
@@ -64,7 +64,7 @@ def describe(outputs: list[tuple[Path, dict[str, tuple[Path, str]]]], blobs: Pat
     (``{relative path in the directory: (store file, its sha256 from the entry's manifest)}``).
     Blobs are written to ``blobs``. None (the stamp then restores nothing) for a symlink or
     special file in a directory, an artifact file copied rather than linked, or a comparison page
-    folder holding anything but this command's variants and its page."""
+    folder holding another variant's report."""
     dirs = []
     for out, links in outputs:
         out = Path(out)
@@ -101,13 +101,12 @@ def describe(outputs: list[tuple[Path, dict[str, tuple[Path, str]]]], blobs: Pat
         dirs.append(record)
     roots = []
     for root in sorted({str(Path(d["path"]).parent) for d in dirs}):
-        names = sorted(os.listdir(root))
-        ours = {Path(d["path"]).name for d in dirs if str(Path(d["path"]).parent) == root}
-        if not set(names) <= ours | {PAGE}:
+        ours = sorted(Path(d["path"]).name for d in dirs if str(Path(d["path"]).parent) == root)
+        if _other_reports(root, ours):
             return None  # another variant's report is on the page: the full run draws it from that report
         page = Path(root, PAGE)
-        entry = {"path": root, "names": names, "page": None}
-        if PAGE in names:
+        entry = {"path": root, "variants": ours, "page": None}
+        if os.path.lexists(page):
             st = os.lstat(page)
             if not stat.S_ISREG(st.st_mode) or st.st_size > BLOB_MAX_BYTES:
                 return None
@@ -203,19 +202,29 @@ def _source_intact(file: list) -> bool:
         return False
 
 
+def _other_reports(root, ours) -> bool:
+    """Whether the folder holds what the comparison page would show besides ``ours``: another
+    variant directory with a report (the page lists ``*/report.json``), or a hidden name (a
+    concurrent run's temporary: a doubt)."""
+    for name in os.listdir(root):
+        if name.startswith(".") or (name not in ours and os.path.lexists(os.path.join(root, name, "report.json"))):
+            return True
+    return False
+
+
 def _root_fits(root: dict, data: dict) -> bool:
-    """The folder of the variant directories holds nothing the stamped one did not (a page
-    present must be the stamped page), or is gone (made again, as the full run makes it)."""
+    """The folder of the variant directories would give the stamped comparison page (no other
+    variant's report in it; a page present must be the stamped page), or is gone (made again, as
+    the full run makes it). Other files there (a convert's record, say) are not the page's."""
     path = root["path"]
     if not os.path.lexists(path):
         return True
     if os.path.islink(path) or not os.path.isdir(path):
         return False
     try:
-        names = set(os.listdir(path))
-        if not names <= set(root["names"]):
+        if _other_reports(path, root["variants"]):
             return False
-        if PAGE in names:
+        if os.path.lexists(os.path.join(path, PAGE)):
             page = os.path.join(path, PAGE)
             return (root["page"] is not None and not os.path.islink(page)
                     and Path(page).read_bytes() == data[root["page"][1]])
