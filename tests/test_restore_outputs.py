@@ -71,6 +71,26 @@ def test_deleted_outputs_are_written_back_as_the_full_cached_run_wrote_them(proj
     assert tree(OUT) == before
 
 
+def test_an_artifact_file_of_the_same_bytes_under_another_inode_is_linked_from_the_store(project):
+    """A directory left alone as up to date may hold the entry's bytes under another inode (the
+    entry's file was replaced by the same bytes since): written back, it links the store's file."""
+    recipe = project()
+    run("run", recipe)
+    artifact = OUT / "default" / "model" / "model.onnx"
+    store_file = next(p for p in Path("cache/objects").rglob("model.onnx") if p.stat().st_ino == artifact.stat().st_ino)
+    copy = artifact.with_name("copy")
+    shutil.copy2(artifact, copy)
+    os.replace(copy, artifact)
+    assert artifact.stat().st_ino != store_file.stat().st_ino
+    done, replayed, _ = run("run", recipe)  # a full run, which finds the directory up to date
+    assert done.returncode == 0 and not replayed
+    assert artifact.stat().st_ino != store_file.stat().st_ino
+    shutil.rmtree(OUT)
+    done, replayed, _ = run("run", recipe)
+    assert done.returncode == 0 and replayed
+    assert artifact.stat().st_ino == store_file.stat().st_ino
+
+
 def test_a_deleted_variant_directory_is_written_back_beside_the_comparison_page(project, tmp_path):
     recipe = project()
     stamp_from_a_full_cached_run(recipe, tmp_path)

@@ -90,8 +90,12 @@ def describe(outputs: list[tuple[Path, dict[str, tuple[Path, str]]]], blobs: Pat
                 if rel in links:
                     source, sha256 = links[rel]
                     src = os.lstat(source)
-                    if (src.st_ino, src.st_dev) != (file.st_ino, file.st_dev):
-                        return None  # copied (another file system): the full run copies again
+                    if (src.st_ino, src.st_dev) != (file.st_ino, file.st_dev) and (
+                            src.st_dev != file.st_dev or _sha256(path) != sha256):
+                        # Another file system (the full run copies), or not the entry's bytes. The
+                        # same bytes under another inode are what the full run links again: the
+                        # directory was made when the entry's file was another name of them.
+                        return None
                     record["files"].append([rel, mode, "link", str(source), sha256,
                                             [src.st_ino, src.st_size, src.st_mtime_ns]])
                 elif file.st_size <= BLOB_MAX_BYTES:
