@@ -20,9 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import stat
-import tempfile
 from pathlib import Path
 
 BLOBS = "blobs"  # in the stamps folder
@@ -239,6 +237,9 @@ def _root_fits(root: dict, data: dict) -> bool:
 
 def _write_dir(d: dict, data: dict) -> bool:
     """The directory built beside its place and renamed into it: never seen half written."""
+    import shutil  # (here: a no-op replay, which reads only blob_names, need not load them)
+    import tempfile
+
     out = Path(d["path"])
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
