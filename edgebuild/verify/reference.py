@@ -28,6 +28,8 @@ Runner = Callable[[Mapping[str, Any]], dict]
 NONE_WARNING = ("validate.reference: none: the artifact was not compared with its source model, so "
                 "nothing checks its outputs")
 
+ONNX_FORMAT = "onnx"  # the core's frontend's format: its source is what onnxruntime runs
+
 # Where onnxruntime's own registry cannot be read: the domains its CPU build implements.
 ONNXRUNTIME_DOMAINS = frozenset({"", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc"})
 
@@ -54,7 +56,9 @@ def choose_reference(source_path: Path, registry, *, fmt: str, inputs: dict, opt
     """
     if section.reference == "none":
         return Reference(None, {}, "none", [NONE_WARNING])
-    frontend = registry.get("frontends", fmt)
+    # the core's ONNX frontend (the one "onnx" can name: a second registrant is refused) evaluates
+    # nothing itself, and asking it would import onnx_ir and sympy (a quarter second) for that None
+    frontend = registry.get("frontends", fmt) if fmt != ONNX_FORMAT else None
     runner = frontend.reference(source_path, inputs, options, base_dir) if frontend is not None else None
     if runner is not None:
         return Reference(runner, frontend.input_specs(inputs), f"{fmt} (eager)")
