@@ -23,6 +23,7 @@ from edgebuild.plugin.graph import declined_reason
 from edgebuild_coreml.lowering.context import LoweringContext, unique_identifier
 from edgebuild_coreml.lowering.errors import DeclinedForm, LoweringError, support_check
 from edgebuild_coreml.lowering.names import artifact_names, sanitized
+from edgebuild_coreml.lowering.op_names import names_from_zero
 from edgebuild_coreml.lowering.ops._util import empty_of
 
 BACKEND = "coreml"
@@ -467,6 +468,7 @@ def convert(
     if missing or declined:
         raise unsupported_error(missing, declined)
     graph.sort()
+    names_from_zero()  # the same program, the same op names: in any process, beside any thread
 
     ctx = LoweringContext(opset_of(model, ""), target=target, precision=precision)
     ctx.opset_for = lambda domain: opset_of(model, domain)
