@@ -257,3 +257,18 @@ def test_cache_clear_and_gc_remove_the_blobs(project, tmp_path):
     assert list(blobs.iterdir())
     edgebuild("cache", "clear", check=0)
     assert not (tmp_path / "cache" / "stamps").exists()
+
+
+def test_a_stamp_naming_a_file_outside_its_directory_means_a_full_run(project, tmp_path):
+    recipe = project()
+    run("run", recipe)
+    [stamp_path] = (tmp_path / "cache" / "stamps").glob("*.json")
+    stamp = json.loads(stamp_path.read_text())
+    [first] = stamp["restore"]["dirs"]
+    first["files"][0][0] = "../escaped"
+    stamp_path.write_text(json.dumps(stamp))
+    shutil.rmtree(OUT)
+    done, replayed, _ = run("run", recipe)
+    assert done.returncode == 0 and not replayed
+    assert not (OUT / "escaped").exists() and not Path("escaped").exists()
+    assert (OUT / "default" / "report.html").exists()

@@ -128,7 +128,7 @@ def restore(plan: dict, changed: set[str], blobs: Path, watched: dict) -> list[s
     whose signatures the stamp should take anew, or None when nothing was restored (then the
     full run decides)."""
     gone = [d for d in plan["dirs"] if not os.path.lexists(d["path"])]
-    if not gone:
+    if not gone or not all(_inside(d) for d in gone):
         return None
     ours = set()
     sources = {}
@@ -178,6 +178,14 @@ def restore(plan: dict, changed: set[str], blobs: Path, watched: dict) -> list[s
         except OSError:
             return None
     return sorted(ours | set(sources) | others)
+
+
+def _inside(d: dict) -> bool:
+    """Every name the plan writes stays inside its directory (a stamp is data: an edited one must
+    not write beside it)."""
+    names = [rel for rel, _ in d["dirs"]] + [file[0] for file in d["files"]]
+    return all(isinstance(rel, str) and rel and not os.path.isabs(rel)
+               and not {"", ".", ".."} & set(rel.split("/")) and "\\" not in rel for rel in names)
 
 
 def _same_file_but_ctime(path: str, signature, inodes: set) -> bool:
