@@ -265,7 +265,9 @@ def test_a_stamp_naming_a_file_outside_its_directory_means_a_full_run(project, t
     [stamp_path] = (tmp_path / "cache" / "stamps").glob("*.json")
     stamp = json.loads(stamp_path.read_text())
     [first] = stamp["restore"]["dirs"]
-    first["files"][0][0] = "../escaped"
+    named = os.path.join(first["path"], first["files"][0][0])
+    first["files"][0][0] = "../escaped"  # and the stamp watching that name, so only the guard refuses it
+    stamp["paths"][os.path.join(first["path"], "../escaped")] = stamp["paths"].pop(named)
     stamp_path.write_text(json.dumps(stamp))
     shutil.rmtree(OUT)
     done, replayed, _ = run("run", recipe)
