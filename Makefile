@@ -18,7 +18,7 @@ BUILD_BIN := $(BUILD_VENV)/bin
 CONSTRAINTS ?= constraints/newest.txt
 PIP_INSTALL = pip install -q -c $(CONSTRAINTS)
 # the first-party plugins the extras name, installed from this tree (pip takes a named folder over the index)
-PLUGINS := plugins/coreml plugins/pytorch plugins/mpsgraph plugins/msl
+PLUGINS := plugins/coreml plugins/pytorch plugins/jax plugins/mpsgraph plugins/msl
 TEST_PLUGINS := $(PLUGINS) plugins/example-ops
 # every distribution a release publishes: the core and each plugin folder
 DISTRIBUTIONS := . $(TEST_PLUGINS)

@@ -35,6 +35,8 @@ DISTRIBUTIONS = (
     Distribution("edgebuild-msl", "plugins/msl", commands=("kernels",)),
     Distribution("edgebuild-pytorch", "plugins/pytorch", extras="torch", frontends=("pytorch",),
                  recipe_sections=("pytorch:source.options",)),
+    Distribution("edgebuild-jax", "plugins/jax", extras="jax", frontends=("stablehlo",),
+                 recipe_sections=("stablehlo:source.options",)),
 )
 
 NAMES = frozenset(d.name for d in DISTRIBUTIONS)

@@ -8,6 +8,7 @@ from edgebuild.errors import UsageError
 SUFFIXES = {
     ".onnx": "onnx",
     ".pt": "pytorch", ".pt2": "pytorch", ".jit": "pytorch", ".pth": "pytorch", ".safetensors": "pytorch",
+    ".mlir": "stablehlo", ".mlirbc": "stablehlo", ".jaxexport": "stablehlo",
 }
 
 

@@ -1,0 +1,57 @@
+"""MLIR tensor types as ONNX and numpy types; unsupported element types are refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from edgebuild.plugin import BuildError
+
+# MLIR element type spelling -> ONNX data type. i1 is bool; ui* are unsigned; the rest signless.
+ELEMENT_TYPES = {
+    "f32": ir.DataType.FLOAT, "f16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16,
+    "f64": ir.DataType.DOUBLE, "i1": ir.DataType.BOOL,
+    "i8": ir.DataType.INT8, "i16": ir.DataType.INT16, "i32": ir.DataType.INT32, "i64": ir.DataType.INT64,
+    "ui8": ir.DataType.UINT8, "ui16": ir.DataType.UINT16, "ui32": ir.DataType.UINT32,
+    "ui64": ir.DataType.UINT64,
+}
+
+
+def element_name(mlir_type) -> str:
+    from jaxlib.mlir import ir as mlir
+
+    return str(mlir.RankedTensorType(mlir_type).element_type) if _is_shaped(mlir_type) else str(mlir_type)
+
+
+def _is_shaped(mlir_type) -> bool:
+    from jaxlib.mlir import ir as mlir
+
+    try:
+        mlir.RankedTensorType(mlir_type)
+    except ValueError:
+        return False
+    return True
+
+
+def onnx_dtype(mlir_type, where: str = "") -> ir.DataType:
+    name = element_name(mlir_type)
+    found = ELEMENT_TYPES.get(name)
+    if found is None:
+        raise BuildError(f"{where}: element type {name} is not supported (complex, f8 and int4 types have no "
+                         "Core ML equivalent)",
+                         hint="cast the value to a float or integer type in the source")
+    return found
+
+
+def numpy_dtype(mlir_type, where: str = "") -> np.dtype:
+    return onnx_dtype(mlir_type, where).numpy()
+
+
+def tensor_shape(mlir_type) -> list[int | None]:
+    """Static dims as ints, dynamic ones as None; [] for a scalar (0-d) tensor."""
+    from jaxlib.mlir import ir as mlir
+
+    if not _is_shaped(mlir_type):
+        return []
+    shaped = mlir.RankedTensorType(mlir_type)
+    return [None if shaped.is_dynamic_dim(i) else shaped.get_dim_size(i) for i in range(shaped.rank)]
