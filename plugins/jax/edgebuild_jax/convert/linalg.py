@@ -1,0 +1,154 @@
+"""Contractions: ``dot_general``, ``dot`` and ``convolution``.
+
+``dot_general`` becomes Transpose + Reshape + MatMul (batch, free, contracted dims gathered on each
+side) so that it lowers to one Core ML matmul whatever the dims' positions. ``convolution`` is moved
+to the NCHW / OIHW layout ONNX Conv takes and its result moved back to the op's layout; input
+dilation (how JAX writes transposed convolutions) inserts zeros by Unsqueeze + Pad + Reshape, and
+negative padding becomes a Slice.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from jaxlib.mlir.dialects import stablehlo
+
+from edgebuild_jax.convert.context import attribute, int_list
+from edgebuild_jax.convert.registry import converts
+
+
+def _as_result_type(cx, op, x, operand):
+    """Cast an operand to the result's element type (``preferred_element_type``) when they differ."""
+    if cx.dtype(operand) != cx.dtype(op.result):
+        return cx.node("Cast", [x], {"to": cx.dtype(op.result)})
+    return x
+
+
+def _static(cx, op, value):
+    shape = cx.shape(value)
+    if None in shape:
+        raise cx.error(op, "dynamic shapes are not supported here", hint="export with static shapes")
+    return shape
+
+
+def _permute(cx, x, perm):
+    if list(perm) == list(range(len(perm))):
+        return x
+    return cx.node("Transpose", [x], {"perm": list(perm)})
+
+
+def _reshape(cx, x, current, target):
+    if list(current) == list(target):
+        return x
+    return cx.node("Reshape", [x, cx.ints(target)])
+
+
+@converts("stablehlo.dot_general")
+def dot_general(op, cx):
+    """Result dims are batch dims, then lhs free dims, then rhs free dims (StableHLO's order)."""
+    lhs, rhs = cx.inputs(op)
+    lhs_shape, rhs_shape = _static(cx, op, op.operands[0]), _static(cx, op, op.operands[1])
+    numbers = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+    lhs_batch, rhs_batch = list(numbers.lhs_batching_dimensions), list(numbers.rhs_batching_dimensions)
+    lhs_contract, rhs_contract = list(numbers.lhs_contracting_dimensions), list(numbers.rhs_contracting_dimensions)
+    lhs_free = [d for d in range(len(lhs_shape)) if d not in lhs_batch + lhs_contract]
+    rhs_free = [d for d in range(len(rhs_shape)) if d not in rhs_batch + rhs_contract]
+
+    batch = [lhs_shape[d] for d in lhs_batch]
+    size = lambda shape, dims: math.prod(shape[d] for d in dims)  # noqa: E731
+    contracted = size(lhs_shape, lhs_contract)
+    lead = [math.prod(batch)] if batch else []  # all batch dims as one, so MatMul is rank 2 or 3
+
+    lhs = _as_result_type(cx, op, lhs, op.operands[0])
+    rhs = _as_result_type(cx, op, rhs, op.operands[1])
+    lhs = _permute(cx, lhs, lhs_batch + lhs_free + lhs_contract)
+    lhs = _reshape(cx, lhs, batch + [lhs_shape[d] for d in lhs_free + lhs_contract],
+                   lead + [size(lhs_shape, lhs_free), contracted])
+    rhs = _permute(cx, rhs, rhs_batch + rhs_contract + rhs_free)
+    rhs = _reshape(cx, rhs, batch + [rhs_shape[d] for d in rhs_contract + rhs_free],
+                   lead + [contracted, size(rhs_shape, rhs_free)])
+    product = cx.node("MatMul", [lhs, rhs])
+    result = batch + [lhs_shape[d] for d in lhs_free] + [rhs_shape[d] for d in rhs_free]
+    return [cx.node("Reshape", [product, cx.ints(result)])]
+
+
+@converts("stablehlo.dot")
+def dot(op, cx):
+    """Vector or matrix times vector or matrix: ONNX MatMul's 1-D and 2-D cases."""
+    lhs, rhs = cx.inputs(op)
+    lhs = _as_result_type(cx, op, lhs, op.operands[0])
+    rhs = _as_result_type(cx, op, rhs, op.operands[1])
+    return [cx.node("MatMul", [lhs, rhs])]
+
+
+def _dilate(cx, x, shape, axis, factor):
+    """Insert ``factor - 1`` zeros between neighbours along ``axis``: size n becomes (n-1)*factor+1."""
+    n = shape[axis]
+    x = cx.node("Unsqueeze", [x, cx.ints([axis + 1])])
+    pads = [0] * (2 * (len(shape) + 1))
+    pads[len(shape) + 1 + axis + 1] = factor - 1  # after each element, on the new axis
+    x = cx.node("Pad", [x, cx.ints(pads)])
+    widened = shape[:axis] + [n * factor] + shape[axis + 1:]
+    x = cx.node("Reshape", [x, cx.ints(widened)])
+    shape = shape[:axis] + [(n - 1) * factor + 1] + shape[axis + 1:]
+    x = cx.node("Slice", [x, cx.ints([0]), cx.ints([shape[axis]]), cx.ints([axis])])
+    return x, shape
+
+
+@converts("stablehlo.convolution")
+def convolution(op, cx):
+    lhs, rhs = cx.inputs(op)
+    numbers = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+    lhs_shape, rhs_shape = _static(cx, op, op.operands[0]), _static(cx, op, op.operands[1])
+    spatial = len(numbers.input_spatial_dimensions)
+    if spatial not in (1, 2, 3):
+        raise cx.error(op, f"a convolution with {spatial} spatial dims is not supported",
+                       hint="use 1, 2 or 3 spatial dims")
+
+    def ints_or(name, fill):
+        values = int_list(attribute(op, name))
+        return values if values else [fill] * spatial
+
+    strides = ints_or("window_strides", 1)
+    lhs_dilation = ints_or("lhs_dilation", 1)
+    rhs_dilation = ints_or("rhs_dilation", 1)
+    padding = int_list(attribute(op, "padding")) or [0] * (2 * spatial)
+    reversal = attribute(op, "window_reversal")
+    if reversal is not None and any(bool(v) for v in reversal):
+        raise cx.error(op, "window_reversal is not supported",
+                       hint="flip the kernel in the source (jnp.flip) instead of reversing the window")
+    groups = int(attribute(op, "feature_group_count").value) if "feature_group_count" in op.attributes else 1
+    batch_groups = int(attribute(op, "batch_group_count").value) if "batch_group_count" in op.attributes else 1
+    if batch_groups != 1:
+        raise cx.error(op, f"batch_group_count={batch_groups} is not supported",
+                       hint="this comes from the gradient of a grouped convolution; convert the forward pass only")
+
+    lhs = _as_result_type(cx, op, lhs, op.operands[0])
+    rhs = _as_result_type(cx, op, rhs, op.operands[1])
+    in_order = [numbers.input_batch_dimension, numbers.input_feature_dimension, *numbers.input_spatial_dimensions]
+    kernel_order = [numbers.kernel_output_feature_dimension, numbers.kernel_input_feature_dimension,
+                    *numbers.kernel_spatial_dimensions]
+    out_order = [numbers.output_batch_dimension, numbers.output_feature_dimension, *numbers.output_spatial_dimensions]
+    x = _permute(cx, lhs, in_order)
+    x_shape = [lhs_shape[d] for d in in_order]
+    w = _permute(cx, rhs, kernel_order)
+    kernel = [rhs_shape[d] for d in kernel_order][2:]
+
+    for i, factor in enumerate(lhs_dilation):
+        if factor != 1:
+            x, x_shape = _dilate(cx, x, x_shape, 2 + i, factor)
+
+    # negative padding crops the input; the rest is Conv's own (non-negative) padding
+    lows, highs = padding[0::2], padding[1::2]
+    if any(p < 0 for p in padding):
+        axes = [2 + i for i in range(spatial)]
+        starts = [max(0, -lo) for lo in lows]
+        ends = [x_shape[2 + i] - max(0, -hi) for i, hi in enumerate(highs)]
+        x = cx.node("Slice", [x, cx.ints(starts), cx.ints(ends), cx.ints(axes)])
+    pads = [max(0, lo) for lo in lows] + [max(0, hi) for hi in highs]
+
+    y = cx.node("Conv", [x, w], {"strides": strides, "dilations": rhs_dilation, "pads": pads,
+                                 "group": groups, "kernel_shape": kernel})
+    back = [out_order.index(d) for d in range(len(out_order))]
+    return [_permute(cx, y, back)]

@@ -1,0 +1,121 @@
+import numpy as np
+import pytest
+
+from jax_checks import assert_converts, jax, jnp
+
+lax = jax.lax
+RNG = np.random.default_rng(0)
+
+
+def normal(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+TOL = dict(rtol=1e-4, atol=1e-4, lowered_tol=(1e-3, 1e-3))
+
+EINSUMS = [
+    ("ij,jk->ik", (3, 4), (4, 5)),
+    ("ij,kj->ik", (3, 4), (5, 4)),
+    ("ji,jk->ki", (4, 3), (4, 5)),
+    ("bij,bjk->bik", (2, 3, 4), (2, 4, 5)),
+    ("ibj,jbk->bki", (3, 2, 4), (4, 2, 5)),
+    ("bhqd,bhkd->bhqk", (2, 3, 4, 5), (2, 3, 6, 5)),
+    ("abcd,cdef->abef", (2, 3, 4, 5), (4, 5, 2, 3)),
+    ("ij,j->i", (3, 4), (4,)),
+    ("i,i->", (4,), (4,)),
+    ("i,j->ij", (3,), (4,)),
+    ("bi,bi->b", (3, 4), (3, 4)),
+    ("xbyc,cbz->bzyx", (2, 3, 4, 5), (5, 3, 2)),
+]
+
+
+@pytest.mark.parametrize("spec,a,b", EINSUMS, ids=[e[0] for e in EINSUMS])
+def test_einsum_matches_jax(spec, a, b):
+    assert_converts(lambda x, y: jnp.einsum(spec, x, y), normal(*a), normal(*b), **TOL)
+
+
+@pytest.mark.parametrize("a,b", [((2, 3, 4), (4, 5)), ((4,), (2, 4, 3)), ((2, 1, 3, 4), (5, 4, 6)),
+                                 ((3, 4), (4,))])
+def test_matmul_with_batch_broadcast(a, b):
+    assert_converts(jnp.matmul, normal(*a), normal(*b), **TOL)
+
+
+@pytest.mark.parametrize("dims,a,b", [
+    ((((1,), (0,)), ((), ())), (3, 4), (4, 5)),
+    ((((0, 2), (2, 1)), ((1,), (0,))), (4, 2, 3), (2, 3, 4)),
+    ((((2,), (1,)), ((0, 1), (2, 0))), (2, 3, 4, 5), (3, 4, 2, 6)),
+    ((((), ()), ((0,), (1,))), (2, 3), (4, 2)),
+])
+def test_dot_general_with_explicit_dims(dims, a, b):
+    assert_converts(lambda x, y: lax.dot_general(x, y, dims), normal(*a), normal(*b), **TOL)
+
+
+def test_integer_dot_general():
+    a = RNG.integers(-5, 5, (2, 3, 4)).astype(np.int32)
+    b = RNG.integers(-5, 5, (2, 4, 3)).astype(np.int32)
+    assert_converts(lambda x, y: jnp.einsum("bij,bjk->bik", x, y), a, b, lowered=False)
+
+
+def test_dot_general_with_preferred_type():
+    a, b = normal(3, 4).astype(np.float16), normal(4, 5).astype(np.float16)
+    assert_converts(lambda x, y: lax.dot_general(x, y, (((1,), (0,)), ((), ())), preferred_element_type=np.float32),
+                    a, b, rtol=1e-2, atol=1e-2)
+
+
+CONVS = [
+    # (lhs shape, rhs shape, dimension_numbers)
+    ((2, 3, 9, 8), (4, 3, 3, 3), ("NCHW", "OIHW", "NCHW")),
+    ((2, 9, 8, 3), (3, 3, 3, 4), ("NHWC", "HWIO", "NHWC")),
+    ((2, 9, 8, 3), (4, 3, 3, 3), ("NHWC", "OIHW", "NCHW")),
+    ((9, 2, 8, 3), (3, 4, 3, 3), ("HNWC", "IOHW", "CWNH")),
+    ((2, 3, 11), (4, 3, 3), ("NCH", "OIH", "NCH")),
+    ((2, 11, 3), (3, 3, 4), ("NHC", "HIO", "NHC")),
+]
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID", ((1, 2), (0, 1)), ((-1, 1), (2, -2))],
+                         ids=["same", "valid", "explicit", "negative"])
+@pytest.mark.parametrize("strides", [1, 2])
+@pytest.mark.parametrize("lhs,rhs,numbers", CONVS, ids=["-".join(c[2]) for c in CONVS])
+def test_conv_general_dilated_layouts_strides_padding(lhs, rhs, numbers, strides, padding):
+    spatial = len(numbers[0]) - 2
+    if not isinstance(padding, str):
+        padding = padding[:spatial]
+    fn = lambda x, w: lax.conv_general_dilated(x, w, (strides,) * spatial, padding,  # noqa: E731
+                                               dimension_numbers=numbers)
+    assert_converts(fn, normal(*lhs), normal(*rhs), **TOL)
+
+
+@pytest.mark.parametrize("dilation", [(2, 1), (2, 3)])
+def test_conv_with_rhs_dilation(dilation):
+    fn = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", rhs_dilation=dilation,  # noqa: E731
+                                               dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    assert_converts(fn, normal(2, 10, 9, 3), normal(3, 3, 3, 4), **TOL)
+
+
+@pytest.mark.parametrize("groups,cin,cout", [(2, 4, 6), (4, 4, 4), (3, 3, 6)], ids=["grouped", "depthwise", "multiplier"])
+def test_conv_with_feature_groups(groups, cin, cout):
+    fn = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", feature_group_count=groups,  # noqa: E731
+                                               dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    assert_converts(fn, normal(2, 7, 6, cin), normal(3, 3, cin // groups, cout), **TOL)
+
+
+@pytest.mark.parametrize("strides", [(1, 1), (2, 2), (2, 3)])
+@pytest.mark.parametrize("padding", ["SAME", "VALID", ((1, 0), (2, 1))], ids=["same", "valid", "explicit"])
+def test_conv_transpose_uses_lhs_dilation(strides, padding):
+    fn = lambda x, w: lax.conv_transpose(x, w, strides, padding,  # noqa: E731
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    assert_converts(fn, normal(2, 5, 4, 3), normal(3, 3, 3, 4), **TOL)
+
+
+def test_conv_transpose_1d_and_lhs_dilation_with_window_strides():
+    fn = lambda x, w: lax.conv_transpose(x, w, (2,), "SAME", dimension_numbers=("NHC", "HIO", "NHC"))  # noqa: E731
+    assert_converts(fn, normal(2, 6, 3), normal(4, 3, 5), **TOL)
+    fn = lambda x, w: lax.conv_general_dilated(x, w, (2, 1), ((1, 1), (0, 0)), lhs_dilation=(3, 2))  # noqa: E731
+    assert_converts(fn, normal(1, 2, 5, 4), normal(3, 2, 3, 2), **TOL)
+
+
+def test_conv_3d():
+    fn = lambda x, w: lax.conv_general_dilated(x, w, (1, 2, 1), "SAME",  # noqa: E731
+                                               dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))
+    assert_converts(fn, normal(1, 4, 5, 6, 2), normal(2, 3, 3, 2, 3), **TOL)
