@@ -103,7 +103,8 @@ class Frontend(Protocol):
 
     def reference(self, path: Path, inputs: dict, options: Any, base_dir: Optional[Path] = None) -> Optional[Runner]:
         """A runner that evaluates the source itself (PyTorch: the eager module), or None to let
-        validation run onnxruntime on the imported ONNX model."""
+        validation run onnxruntime on the imported ONNX model. A runner with an ``input_specs``
+        attribute (the format of ``input_specs`` below) says itself what it takes, read from the source."""
         return None
 
     def input_specs(self, inputs: dict) -> dict:

@@ -61,7 +61,9 @@ def choose_reference(source_path: Path, registry, *, fmt: str, inputs: dict, opt
     frontend = registry.get("frontends", fmt) if fmt != ONNX_FORMAT else None
     runner = frontend.reference(source_path, inputs, options, base_dir) if frontend is not None else None
     if runner is not None:
-        return Reference(runner, frontend.input_specs(inputs), f"{fmt} (eager)")
+        # a runner that knows its inputs' shapes from the source itself carries them
+        specs = getattr(runner, "input_specs", None) or frontend.input_specs(inputs)
+        return Reference(runner, specs, f"{fmt} (eager)")
     specs = onnx_input_specs(source_path, inputs)
     foreign = ops_onnxruntime_lacks(source_path)
     if not foreign:

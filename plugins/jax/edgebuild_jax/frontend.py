@@ -1,0 +1,78 @@
+"""The ``stablehlo`` frontend: a StableHLO module (a jax.export, MLIR text or bytecode) -> ``model.onnx``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from edgebuild.plugin import BuildError, EdgebuildError, Frontend
+from edgebuild_jax.options import StableHLOOptions, parse_options
+from edgebuild_jax.plugin import LIBRARIES
+
+
+class StableHLOFrontend(Frontend):
+    """Registered as the ``stablehlo`` frontend; see the plugin's README for the recipe options."""
+
+    libraries = LIBRARIES  # edgebuild_jax.plugin says why
+
+    def import_model(self, path: Path, inputs: dict[str, dict], out_dir: Path, *,
+                     options: StableHLOOptions | dict | None = None, base_dir: Path | None = None) -> dict:
+        from edgebuild.plugin.graph import OnnxFrontend
+
+        from edgebuild_jax.convert.module import convert_module, entry_function
+        from edgebuild_jax.loading import load_source, value_names
+
+        start = time.perf_counter()
+        path, opts = Path(path), parse_options(options)
+        loaded = load_source(path, opts)
+        with loaded.context:
+            entry = entry_function(loaded.module, opts.function, path.name)
+            names_in, names_out = value_names(loaded, entry, opts)
+            try:
+                model = convert_module(loaded.module, origin=path.name, function=opts.function,
+                                       input_names=names_in, output_names=names_out)
+            except EdgebuildError:
+                raise
+            except Exception as exc:
+                raise BuildError(f"{path.name}: converting the StableHLO module failed: {type(exc).__name__}: {exc}",
+                                 hint="report the module; `edgebuild plugins` shows the converters installed") \
+                    from exc
+        ops = sorted({op.operation.name for op in _walk(loaded, entry)})
+        report = OnnxFrontend().import_ir(model, path, inputs or {}, out_dir)
+        report.update({"kind": "exported" if loaded.exported is not None else "mlir", "stablehlo_ops": ops,
+                       "outputs_named": names_out, "seconds": round(time.perf_counter() - start, 3)})
+        return report
+
+    def reference(self, path: Path, inputs: dict[str, dict], options: StableHLOOptions | None,
+                  base_dir: Path | None = None):
+        """JAX on the CPU running the source module (``edgebuild_jax.reference``)."""
+        from edgebuild_jax.convert.module import entry_function
+        from edgebuild_jax.loading import load_source, value_names
+        from edgebuild_jax.reference import reference_runner
+
+        path, opts = Path(path), parse_options(options)
+        loaded = load_source(path, opts)
+        with loaded.context:
+            entry = entry_function(loaded.module, opts.function, path.name)
+            names_in, names_out = value_names(loaded, entry, opts)
+            fixed = {name: spec.get("value") for name, spec in (inputs or {}).items()}
+            return reference_runner(loaded, entry, names_in, names_out, fixed)
+
+    def input_specs(self, inputs: dict[str, dict]) -> dict[str, dict]:
+        """The recipe's inputs as the reference takes them: shape, dtype and any fixed value."""
+        specs = {}
+        for name, spec in (inputs or {}).items():
+            specs[name] = {key: spec[key] for key in ("shape", "dtype", "value") if spec.get(key) is not None}
+        return specs
+
+
+def _walk(loaded, entry):
+    """Every op of the entry function and the functions it reaches, regions included."""
+    with loaded.context:
+        stack = [entry]
+        while stack:
+            op = stack.pop()
+            yield op
+            for region in op.regions:
+                for block in region.blocks:
+                    stack.extend(block.operations)

@@ -1,0 +1,67 @@
+"""The validation reference for a StableHLO source: JAX itself, on the CPU, running the module.
+
+A ``.jaxexport`` runs as the ``Exported`` it is. An MLIR module is wrapped as one: its entry
+function's types give the abstract values, and ``Exported.call`` compiles the portable artifact
+exactly as it compiles JAX's own exports. A JAX model is so held to what JAX computes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+class JaxRunner:
+    """``runner(inputs) -> {output name: array}``; ``input_specs`` are the module's argument types,
+    with the recipe's fixed values."""
+
+    def __init__(self, exported, input_names: Sequence[str], output_names: Sequence[str], fixed: Mapping):
+        self.exported, self.input_names, self.output_names = exported, list(input_names), list(output_names)
+        self.input_specs = {}
+        for name, aval in zip(self.input_names, exported.in_avals):
+            self.input_specs[name] = {"shape": [int(d) for d in aval.shape], "dtype": np.dtype(aval.dtype).name}
+            if fixed.get(name) is not None:
+                self.input_specs[name]["value"] = fixed[name]
+
+    def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import jax
+
+        with jax.default_device(jax.devices("cpu")[0]):
+            arrays = [np.asarray(inputs[name], dtype=spec["dtype"]) for name, spec in self.input_specs.items()]
+            results = jax.tree_util.tree_leaves(self.exported.call(*arrays))
+        return {name: np.asarray(value) for name, value in zip(self.output_names, results)}
+
+
+def reference_runner(loaded, entry, input_names: Sequence[str], output_names: Sequence[str],
+                     fixed: Mapping | None = None) -> Runner:
+    return JaxRunner(loaded.exported or _as_exported(loaded, entry), input_names, output_names, fixed or {})
+
+
+def _as_exported(loaded, entry):
+    """An ``Exported`` over the module's portable artifact, for a module ``jax.export`` did not write."""
+    import jax
+    from jax import export as jax_export
+
+    from edgebuild_jax.convert.types import numpy_dtype, tensor_shape
+
+    with loaded.context:
+        block = entry.regions[0].blocks[0]
+        in_avals = tuple(jax.core.ShapedArray(tuple(tensor_shape(a.type)), numpy_dtype(a.type))
+                         for a in block.arguments)
+        results = list(block.operations)[-1].operands
+        out_avals = tuple(jax.core.ShapedArray(tuple(tensor_shape(r.type)), numpy_dtype(r.type)) for r in results)
+    if any(None in a.shape for a in in_avals + out_avals):
+        from edgebuild.plugin import BuildError
+
+        raise BuildError("the module has dynamic shapes: JAX can run it as the reference only when they are static",
+                         hint="export it for the recipe's shapes")
+    n_in, n_out = len(in_avals), len(out_avals)
+    return jax_export.Exported(
+        fun_name=str(entry.attributes["sym_name"]).strip('"'),
+        in_tree=jax.tree_util.tree_structure((tuple(range(n_in)), {})), in_avals=in_avals,
+        out_tree=jax.tree_util.tree_structure(tuple(range(n_out))), out_avals=out_avals,
+        _has_named_shardings=False, _in_named_shardings=(None,) * n_in, _out_named_shardings=(None,) * n_out,
+        in_shardings_hlo=(None,) * n_in, out_shardings_hlo=(None,) * n_out, nr_devices=1, platforms=("cpu",),
+        ordered_effects=(), unordered_effects=(), disabled_safety_checks=(),
+        mlir_module_serialized=loaded.portable, calling_convention_version=jax_export.maximum_supported_calling_convention_version,
+        module_kept_var_idx=tuple(range(n_in)), uses_global_constants=False, _get_vjp=None)

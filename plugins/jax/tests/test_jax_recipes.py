@@ -1,0 +1,103 @@
+"""A JAX model built end to end from a recipe: exported by jax.export (serialized, as MLIR text and as
+bytecode), imported, lowered to Core ML and validated against JAX running the same module."""
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from jax_checks import export, jax, jnp
+
+RNG = np.random.default_rng(0)
+W1 = RNG.standard_normal((16, 32)).astype(np.float32) * 0.3
+W2 = RNG.standard_normal((32, 4)).astype(np.float32) * 0.3
+
+
+def mlp(x, scale):
+    hidden = jax.nn.gelu(x @ W1) * scale
+    return jax.nn.softmax(hidden @ W2, axis=-1), jnp.tanh(hidden)
+
+
+def run(recipe: Path, cache: Path) -> tuple[int, dict]:
+    from edgebuild.build.run import run_recipes
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = run_recipes([str(recipe)], cache_dir=str(cache), as_json=True, console=Console(file=io.StringIO()))
+    return code, json.loads(out.getvalue())
+
+
+def write_source(folder: Path, form: str) -> Path:
+    exported = export(mlp, np.zeros((2, 16), np.float32), np.zeros((), np.float32))
+    if form == "jaxexport":
+        path = folder / "mlp.jaxexport"
+        path.write_bytes(bytes(exported.serialize()))
+    elif form == "mlir":
+        path = folder / "mlp.mlir"
+        path.write_text(exported.mlir_module())
+    else:
+        path = folder / "mlp.mlirbc"
+        path.write_bytes(bytes(exported.mlir_module_serialized))
+    return path
+
+
+@pytest.mark.parametrize("form", ["jaxexport", "mlir", "mlirbc"])
+def test_a_jax_export_builds_and_validates_against_jax(tmp_path, form):
+    source = write_source(tmp_path, form)
+    recipe = tmp_path / "mlp.yaml"
+    recipe.write_text(f"""edgebuild: 1
+name: mlp
+source:
+  model: {source.name}
+  inputs: {{scale: {{value: 1.5}}}}
+  options: {{output_names: [probabilities, features]}}
+target: {{backend: coreml, precision: float32}}
+validate:
+  samples: 3
+  thresholds: {{cosine_min: 0.9999}}
+outputs: {{dir: build}}
+""")
+    code, result = run(recipe, tmp_path / "cache")
+    (variant,) = result["variants"]
+    assert code == 0, variant
+    assert variant["status"] == "built"
+    report = json.loads((tmp_path / "build" / "default" / "report.json").read_text())
+    validation = report["validation"]
+    assert validation["reference"] == "stablehlo (eager)" and validation["failures"] == []
+    metrics = validation["runtimes"]["interpreter"]["metrics"]
+    assert set(metrics) == {"probabilities", "features"}
+    for output in metrics.values():
+        assert output["cosine"]["min"] >= 0.9999
+        assert output["max_abs"]["max"] < 1e-4
+
+
+def test_an_unsupported_op_is_refused_with_its_python_line(tmp_path):
+    exported = export(lambda x: jax.lax.population_count(x), np.zeros(3, np.int32))
+    path = tmp_path / "pop.jaxexport"
+    path.write_bytes(bytes(exported.serialize()))
+    recipe = tmp_path / "pop.yaml"
+    recipe.write_text(f"""edgebuild: 1
+name: pop
+source: {{model: {path.name}}}
+target: {{backend: coreml}}
+outputs: {{dir: build}}
+""")
+    code, result = run(recipe, tmp_path / "cache")
+    assert code == 1
+    text = json.dumps(result)
+    assert "stablehlo.popcnt" in text and "test_jax_recipes.py:" in text
+    assert not (tmp_path / "build" / "default" / "model.mlpackage").exists()
+
+
+def test_a_file_that_is_not_stablehlo_is_refused(tmp_path):
+    path = tmp_path / "junk.mlir"
+    path.write_text("this is not MLIR")
+    recipe = tmp_path / "junk.yaml"
+    recipe.write_text(f"edgebuild: 1\nname: junk\nsource: {{model: {path.name}}}\noutputs: {{dir: build}}\n")
+    code, result = run(recipe, tmp_path / "cache")
+    assert code == 1
+    assert "junk.mlir: not a StableHLO module" in json.dumps(result)
