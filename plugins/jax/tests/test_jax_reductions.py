@@ -1,0 +1,121 @@
+import numpy as np
+import pytest
+
+from jax_checks import assert_converts, jax, jnp
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+I = RNG.integers(-9, 9, (2, 3, 4)).astype(np.int32)
+AXES = [None, 0, 1, 2, -1, (0, 2), (1, 2)]
+
+
+@pytest.mark.parametrize("axis", AXES, ids=str)
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("fn", [jnp.sum, jnp.max, jnp.min, jnp.prod], ids=lambda f: f.__name__)
+def test_float_reductions_over_any_axes(fn, axis, keepdims):
+    assert_converts(lambda x: fn(x, axis=axis, keepdims=keepdims), X, rtol=1e-5, atol=1e-5,
+                    lowered_tol=(1e-3, 1e-4))
+
+
+@pytest.mark.parametrize("axis", [None, 1, (0, 2)], ids=str)
+@pytest.mark.parametrize("fn", [jnp.sum, jnp.max, jnp.min], ids=lambda f: f.__name__)
+def test_integer_reductions(fn, axis):
+    assert_converts(lambda x: fn(x, axis=axis), I, lowered=False)
+
+
+@pytest.mark.parametrize("axis", AXES, ids=str)
+@pytest.mark.parametrize("fn", [jnp.any, jnp.all], ids=lambda f: f.__name__)
+def test_boolean_reductions(fn, axis):
+    assert_converts(lambda x: fn(x > 0.3, axis=axis), X)
+
+
+def test_a_non_identity_init_is_combined_with_the_result():
+    assert_converts(lambda x: jax.lax.reduce(x, np.float32(2.5), jax.lax.add, (1,)), X)
+    assert_converts(lambda x: jax.lax.reduce(x, np.float32(0.5), jax.lax.max, (0, 2)), X)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+@pytest.mark.parametrize("fn", [jnp.argmax, jnp.argmin], ids=lambda f: f.__name__)
+def test_argmax_argmin_over_each_axis(fn, axis):
+    assert_converts(lambda x: fn(x, axis=axis), X)
+
+
+def test_logsumexp_over_axes():
+    assert_converts(lambda x: (jax.nn.logsumexp(x, axis=1), jax.nn.logsumexp(x, axis=(0, 2))), X,
+                    lowered_tol=(1e-3, 1e-4))
+
+
+def test_other_reduce_bodies_are_refused():
+    from jax_checks import export, to_onnx
+    from edgebuild.plugin import BuildError
+
+    def body(a, b):
+        return a * 2 + b
+    exported = export(lambda x: jax.lax.reduce(x, np.float32(0), body, (1,)), X)
+    with pytest.raises(BuildError, match="stablehlo.multiply"):
+        to_onnx(exported)
+
+
+NHWC = RNG.standard_normal((2, 7, 6, 3)).astype(np.float32)
+NCHW = RNG.standard_normal((2, 3, 7, 6)).astype(np.float32)
+
+
+def _pool_shape(layout, window, strides):
+    if layout == "NHWC":
+        return (1, *window, 1), (1, *strides, 1)
+    return (1, 1, *window), (1, 1, *strides)
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("window,strides", [((2, 2), (2, 2)), ((3, 3), (1, 1)), ((3, 2), (2, 1))], ids=str)
+@pytest.mark.parametrize("padding", ["VALID", "SAME", ((1, 1), (0, 1))], ids=str)
+def test_max_pool(layout, window, strides, padding):
+    x = NHWC if layout == "NHWC" else NCHW
+    dims, steps = _pool_shape(layout, window, strides)
+    pads = padding if isinstance(padding, str) else (((0, 0),) + padding + ((0, 0),) if layout == "NHWC"
+                                                       else ((0, 0), (0, 0)) + padding)
+    assert_converts(lambda x: jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, dims, steps, pads), x)
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("window,strides", [((2, 2), (2, 2)), ((3, 3), (1, 1)), ((3, 2), (2, 1))], ids=str)
+@pytest.mark.parametrize("padding", ["VALID", "SAME"])
+def test_sum_and_avg_pool(layout, window, strides, padding):
+    x = NHWC if layout == "NHWC" else NCHW
+    dims, steps = _pool_shape(layout, window, strides)
+
+    def pools(x):
+        total = jax.lax.reduce_window(x, 0.0, jax.lax.add, dims, steps, padding)
+        return total, total / np.prod(window)
+    assert_converts(pools, x, rtol=1e-5, atol=1e-5, lowered_tol=(1e-3, 1e-4))
+
+
+def test_flax_pools():
+    nn = pytest.importorskip("flax.linen")
+    assert_converts(lambda x: nn.max_pool(x, (2, 2), strides=(2, 2)), NHWC)
+    assert_converts(lambda x: nn.avg_pool(x, (3, 3), strides=(1, 1), padding="SAME"), NHWC,
+                    lowered_tol=(1e-3, 1e-4))
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_one_dimensional_windows_over_any_dim(dim):
+    window = [1, 1, 1]
+    window[dim] = 2
+    assert_converts(lambda x: jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, window, "VALID")
+                    if X.shape[dim] % 2 == 0 else
+                    jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, [1, 1, 1], "VALID"), X)
+
+
+def test_dilated_max_window():
+    assert_converts(lambda x: jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 1, 1, 1),
+                                                    "VALID", window_dilation=(1, 2, 2, 1)), NHWC)
+
+
+def test_base_dilation_is_refused():
+    from jax_checks import export, to_onnx
+    from edgebuild.plugin import BuildError
+
+    exported = export(lambda x: jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 1, 1, 1),
+                                                      "VALID", base_dilation=(1, 2, 2, 1)), NHWC)
+    with pytest.raises(BuildError, match="base_dilations"):
+        to_onnx(exported)
