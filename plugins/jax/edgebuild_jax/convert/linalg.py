@@ -135,6 +135,14 @@ def convolution(op, cx):
     w = _permute(cx, rhs, kernel_order)
     kernel = [rhs_shape[d] for d in kernel_order][2:]
 
+    # Core ML takes kernel dilation only for constant weights: dilate a computed kernel itself
+    if cx.constant_value(op.operands[1]) is None and any(d != 1 for d in rhs_dilation):
+        w_shape = [rhs_shape[d] for d in kernel_order]
+        for i, factor in enumerate(rhs_dilation):
+            if factor != 1:
+                w, w_shape = _dilate(cx, w, w_shape, 2 + i, factor)
+        kernel, rhs_dilation = w_shape[2:], [1] * spatial
+
     for i, factor in enumerate(lhs_dilation):
         if factor != 1:
             x, x_shape = _dilate(cx, x, x_shape, 2 + i, factor)
