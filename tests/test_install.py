@@ -54,12 +54,13 @@ def test_extras_name_the_first_party_plugin_distributions():
     core = project(ROOT / "pyproject.toml")
     plugins = {project(p / "pyproject.toml")["name"]: Version(project(p / "pyproject.toml")["version"]) for p in PLUGIN_DIRS}
     extras = core["optional-dependencies"]
-    expected = {"coreml": "edgebuild-coreml", "pytorch": "edgebuild-pytorch", "bundle": "edgebuild-mpsgraph"}
+    expected = {"coreml": "edgebuild-coreml", "pytorch": "edgebuild-pytorch", "jax": "edgebuild-jax",
+                "bundle": "edgebuild-mpsgraph"}
     for extra, dist in expected.items():
         [req] = [Requirement(r) for r in extras[extra]]
         assert req.name == dist and req.url is None
         assert req.specifier.contains(plugins[dist]), f"[{extra}] does not admit the tree's {dist} {plugins[dist]}"
-    assert Requirement(extras["all"][0]).extras == {"coreml", "pytorch", "bundle", "remote", "dask"}
+    assert Requirement(extras["all"][0]).extras == {"coreml", "pytorch", "jax", "bundle", "remote", "dask"}
     # every plugin accepts the core version of this tree
     core_version = Version(__version__)
     for owner, req in runtime_requirements():
