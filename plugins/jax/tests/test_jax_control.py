@@ -95,3 +95,91 @@ def test_function_call_inside_loop_body():
     exported = export(fn, X)
     assert "call @" in exported.mlir_module()
     assert_converts(fn, X, lowered_tol=(1e-3, 1e-3))
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_cond_runs_the_chosen_branch(flag):
+    fn = lambda p, x: lax.cond(p, lambda a: (jnp.sin(a), a.sum()), lambda a: (a * 2.0, a.max()), x)
+    assert_converts(fn, np.bool_(flag), X, lowered_tol=(1e-3, 1e-3))
+
+
+@pytest.mark.parametrize("index", [-3, 0, 1, 2, 3, 7])
+def test_switch_with_three_branches_clamps_its_index(index):
+    branches = [lambda a: a + 1.0, lambda a: jnp.exp(a), lambda a: a * a]
+    fn = lambda i, x: lax.switch(i, branches, x)
+    assert_converts(fn, np.int32(index), X, lowered_tol=(1e-3, 1e-3))
+
+
+def test_case_with_a_raw_index_out_of_range_runs_the_last_branch():
+    text = """
+    func.func @main(%i: tensor<i32>, %x: tensor<2xf32>) -> tensor<2xf32> {
+      %r = "stablehlo.case"(%i) ({
+        %a = stablehlo.add %x, %x : tensor<2xf32>
+        stablehlo.return %a : tensor<2xf32>
+      }, {
+        %m = stablehlo.multiply %x, %x : tensor<2xf32>
+        stablehlo.return %m : tensor<2xf32>
+      }, {
+        %n = stablehlo.negate %x : tensor<2xf32>
+        stablehlo.return %n : tensor<2xf32>
+      }) : (tensor<i32>) -> tensor<2xf32>
+      return %r : tensor<2xf32>
+    }
+    """
+    model = _convert_text(text)
+    from jax_checks import run_onnxruntime
+
+    x = np.asarray([1.5, -2.0], np.float32)
+    for index, want in [(0, x + x), (1, x * x), (2, -x), (5, -x), (-1, -x)]:
+        (got,) = run_onnxruntime(model, [np.asarray(index, np.int32), x])
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_optimization_barrier_passes_its_operands():
+    fn = lambda x, y: lax.optimization_barrier((x * 2.0, y + 1.0))
+    assert_converts(fn, X, X.T.copy())
+
+
+def _convert_text(text, origin="model.mlir"):
+    import onnx_ir as ir
+
+    from edgebuild_jax.convert.module import convert_module
+    from edgebuild_jax.mlir import new_context, parse_module
+
+    context = new_context()
+    module = parse_module(text.encode(), context, origin=origin)
+    with context:
+        return ir.serde.serialize_model(convert_module(module, origin=origin))
+
+
+@pytest.mark.parametrize("inside_loop", [False, True])
+def test_custom_call_is_refused_naming_its_target_and_line(inside_loop):
+    from edgebuild.plugin import BuildError
+
+    call = ('%c = stablehlo.custom_call @my_kernel(%x) : (tensor<4xf32>) -> tensor<4xf32> '
+            'loc("f"("model.py":17:3))')
+    if inside_loop:
+        body = f"""
+      %z = stablehlo.constant dense<0> : tensor<i32>
+      %r:2 = stablehlo.while(%k = %z, %x = %x0) : tensor<i32>, tensor<4xf32>
+        cond {{
+          %n = stablehlo.constant dense<3> : tensor<i32>
+          %p = stablehlo.compare LT, %k, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+          stablehlo.return %p : tensor<i1>
+        }} do {{
+          {call}
+          %one = stablehlo.constant dense<1> : tensor<i32>
+          %k1 = stablehlo.add %k, %one : tensor<i32>
+          stablehlo.return %k1, %c : tensor<i32>, tensor<4xf32>
+        }}
+      return %r#1 : tensor<4xf32>"""
+    else:
+        body = f"""
+      %x = stablehlo.abs %x0 : tensor<4xf32>
+      {call}
+      return %c : tensor<4xf32>"""
+    text = f"func.func @main(%x0: tensor<4xf32>) -> tensor<4xf32> {{{body}\n}}"
+    with pytest.raises(BuildError) as raised:
+        _convert_text(text)
+    message = str(raised.value)
+    assert "my_kernel" in message and "model.py:17" in message and "stablehlo.custom_call" in message
