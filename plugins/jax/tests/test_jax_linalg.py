@@ -137,3 +137,27 @@ def test_batch_group_count_is_refused():
     fn = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID", batch_group_count=2)  # noqa: E731
     with pytest.raises(BuildError, match="batch_group_count"):
         to_onnx(export(fn, normal(4, 2, 5, 5), normal(4, 2, 3, 3)))
+
+
+
+def op_types(model):
+    graph = model.graph
+    return {node.op_type for node in (graph.node if hasattr(graph, "node") else graph)}
+
+
+@pytest.mark.parametrize("strides", [(2, 2), (3, 2)])
+@pytest.mark.parametrize("padding", ["SAME", "VALID", ((2, 1), (0, 2))], ids=["same", "valid", "explicit"])
+def test_conv_transpose_with_constant_kernel_is_onnx_conv_transpose(strides, padding):
+    w = normal(3, 3, 3, 4)
+    fn = lambda x: lax.conv_transpose(x, w, strides, padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))  # noqa: E731
+    model = assert_converts(fn, normal(2, 5, 4, 3), **TOL)
+    assert "ConvTranspose" in op_types(model)
+
+
+@pytest.mark.parametrize("padding,fits", [(((2, 1), (1, 2)), True), (((3, 0), (0, 0)), False)])
+def test_grouped_input_dilated_conv_with_constant_kernel(padding, fits):
+    w = normal(6, 2, 3, 3)  # O, I/groups, H, W
+    fn = lambda x: lax.conv_general_dilated(x, w, (1, 1), padding, lhs_dilation=(2, 3),  # noqa: E731
+                                            feature_group_count=2)
+    model = assert_converts(fn, normal(2, 4, 5, 4), **TOL)
+    assert ("ConvTranspose" in op_types(model)) == fits

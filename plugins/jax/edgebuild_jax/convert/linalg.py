@@ -135,8 +135,14 @@ def convolution(op, cx):
     w = _permute(cx, rhs, kernel_order)
     kernel = [rhs_shape[d] for d in kernel_order][2:]
 
+    weights = cx.constant_value(op.operands[1])
+    transposed = _as_conv_transpose(cx, x, weights, kernel_order, lhs_dilation, strides, rhs_dilation, padding,
+                                    groups, cx.dtype(op.result))
+    if transposed is not None:
+        return [_permute(cx, transposed, [out_order.index(d) for d in range(len(out_order))])]
+
     # Core ML takes kernel dilation only for constant weights: dilate a computed kernel itself
-    if cx.constant_value(op.operands[1]) is None and any(d != 1 for d in rhs_dilation):
+    if weights is None and any(d != 1 for d in rhs_dilation):
         w_shape = [rhs_shape[d] for d in kernel_order]
         for i, factor in enumerate(rhs_dilation):
             if factor != 1:
@@ -160,3 +166,25 @@ def convolution(op, cx):
                                  "group": groups, "kernel_shape": kernel})
     back = [out_order.index(d) for d in range(len(out_order))]
     return [_permute(cx, y, back)]
+
+
+def _as_conv_transpose(cx, x, weights, kernel_order, lhs_dilation, strides, rhs_dilation, padding, groups, dtype):
+    """A convolution over a dilated input with a constant kernel is ONNX ConvTranspose with that
+    kernel flipped and its feature dims swapped (what ``lax.conv_transpose`` writes); None when the
+    op is not of that form, or ConvTranspose could not pad it (padding beyond the kernel)."""
+    if weights is None or all(d == 1 for d in lhs_dilation) or any(s != 1 for s in strides) \
+            or any(d != 1 for d in rhs_dilation):
+        return None
+    w = np.transpose(weights, kernel_order)  # [O, C/g, k...]
+    kernel = list(w.shape[2:])
+    begins = [k - 1 - lo for k, lo in zip(kernel, padding[0::2])]
+    ends = [k - 1 - hi for k, hi in zip(kernel, padding[1::2])]
+    if min(begins + ends) < 0:
+        return None
+    out_features, in_per_group = w.shape[:2]
+    # [g, O/g, C/g, k...] -> [g, C/g, O/g, k...]: ConvTranspose's [C, O/g, k...]
+    w = w.reshape(groups, out_features // groups, in_per_group, *kernel).swapaxes(1, 2)
+    w = w.reshape(groups * in_per_group, out_features // groups, *kernel)
+    w = np.flip(w, axis=tuple(range(2, w.ndim))).astype(dtype.numpy())
+    return cx.node("ConvTranspose", [x, cx.const(np.ascontiguousarray(w), name="weight")],
+                   {"strides": list(lhs_dilation), "pads": begins + ends, "group": groups, "kernel_shape": kernel})
