@@ -119,3 +119,85 @@ def test_base_dilation_is_refused():
                                                       "VALID", base_dilation=(1, 2, 2, 1)), NHWC)
     with pytest.raises(BuildError, match="base_dilations"):
         to_onnx(exported)
+
+
+SORTABLE = RNG.permutation(24).reshape(2, 3, 4).astype(np.float32) - 10  # distinct: no ties to order
+
+
+def needs(*op_names):
+    """Skip when another family's op (jnp's descending flip, top_k's slice) is not converted yet."""
+    from edgebuild_jax.convert.registry import supported_ops
+
+    missing = [name for name in op_names if name not in supported_ops()]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not converted")
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_and_argsort(axis, descending):
+    if descending:
+        needs("stablehlo.reverse")
+    assert_converts(lambda x: (jnp.sort(x, axis=axis, descending=descending),
+                               jnp.argsort(x, axis=axis, descending=descending)), SORTABLE)
+
+
+def _converted_text(text):
+    import onnx_ir as ir
+
+    from edgebuild_jax.convert.module import convert_module
+    from edgebuild_jax.mlir import new_context, parse_module
+
+    context = new_context()
+    module = parse_module(text.encode(), context, origin="test.mlir")
+    with context:
+        return ir.serde.serialize_model(convert_module(module, origin="test"))
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])  # floats: the total-order pattern; ints: one compare
+def test_a_greater_than_comparator_sorts_descending(axis, dtype):
+    """JAX writes descending sorts as an ascending one and a flip; a GT comparator (as other
+    producers write) is the ascending module with its comparison turned round."""
+    from jax_checks import export, run_lowered, run_onnxruntime
+
+    x = SORTABLE.astype(dtype)
+    fn = lambda x: jax.lax.sort((x, jax.lax.broadcasted_iota(np.int32, x.shape, axis)), dimension=axis)
+    text = export(fn, x).mlir_module()
+    assert text.count("compare  LT") + text.count("compare LT") == 1
+    model = _converted_text(text.replace("compare  LT", "compare  GT").replace("compare LT", "compare GT"))
+    want_indices = np.flip(np.argsort(x, axis=axis), axis=axis)
+    want = [np.take_along_axis(x, want_indices, axis=axis), want_indices]
+    runs = [run_onnxruntime(model, [x])] + ([run_lowered(model, [x])] if dtype == np.float32 else [])
+    for got in runs:
+        np.testing.assert_allclose(got[0], want[0])
+        assert np.array_equal(np.asarray(got[1]), want[1])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float16])
+def test_sort_of_other_dtypes(dtype):
+    assert_converts(lambda x: (jnp.sort(x, axis=1), jnp.argsort(x, axis=1)), SORTABLE.astype(dtype),
+                    lowered=False)
+
+
+@pytest.mark.parametrize("dimension", [0, 1, 2])
+def test_lax_sort_with_several_operands(dimension):
+    other = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    labels = RNG.integers(0, 100, (2, 3, 4)).astype(np.int32)
+    assert_converts(lambda x, y, z: jax.lax.sort((x, y, z), dimension=dimension, num_keys=1),
+                    SORTABLE, other, labels)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_top_k(k):
+    needs("stablehlo.slice")
+    assert_converts(lambda x: jax.lax.top_k(x, k), SORTABLE)
+
+
+def test_a_comparator_on_two_keys_is_refused():
+    from jax_checks import export, to_onnx
+    from edgebuild.plugin import BuildError
+
+    exported = export(lambda x, y: jax.lax.sort((x, y), dimension=1, num_keys=2), SORTABLE, SORTABLE)
+    with pytest.raises(BuildError, match="comparator"):
+        to_onnx(exported)
