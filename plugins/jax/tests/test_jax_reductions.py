@@ -20,7 +20,12 @@ def test_float_reductions_over_any_axes(fn, axis, keepdims):
 @pytest.mark.parametrize("axis", [None, 1, (0, 2)], ids=str)
 @pytest.mark.parametrize("fn", [jnp.sum, jnp.max, jnp.min], ids=lambda f: f.__name__)
 def test_integer_reductions(fn, axis):
-    assert_converts(lambda x: fn(x, axis=axis), I, lowered=False)
+    assert_converts(lambda x: fn(x, axis=axis), I)
+
+
+@pytest.mark.parametrize("axis", [0, 2])
+def test_integer_argmax_argmin(axis):
+    assert_converts(lambda x: (jnp.argmax(x, axis=axis), jnp.argmin(x, axis=axis)), I)
 
 
 @pytest.mark.parametrize("axis", AXES, ids=str)
@@ -176,8 +181,7 @@ def test_a_greater_than_comparator_sorts_descending(axis, dtype):
 
 @pytest.mark.parametrize("dtype", [np.int32, np.float16])
 def test_sort_of_other_dtypes(dtype):
-    assert_converts(lambda x: (jnp.sort(x, axis=1), jnp.argsort(x, axis=1)), SORTABLE.astype(dtype),
-                    lowered=False)
+    assert_converts(lambda x: (jnp.sort(x, axis=1), jnp.argsort(x, axis=1)), SORTABLE.astype(dtype))
 
 
 @pytest.mark.parametrize("dimension", [0, 1, 2])
