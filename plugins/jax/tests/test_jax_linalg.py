@@ -50,10 +50,12 @@ def test_dot_general_with_explicit_dims(dims, a, b):
     assert_converts(lambda x, y: lax.dot_general(x, y, dims), normal(*a), normal(*b), **TOL)
 
 
-def test_integer_dot_general():
-    a = RNG.integers(-5, 5, (2, 3, 4)).astype(np.int32)
-    b = RNG.integers(-5, 5, (2, 4, 3)).astype(np.int32)
-    assert_converts(lambda x, y: jnp.einsum("bij,bjk->bik", x, y), a, b, lowered=False)
+@pytest.mark.parametrize("dtype", [np.int32, np.float16], ids=["int32", "float16"])
+@pytest.mark.parametrize("spec,a,b", EINSUMS[3:6], ids=[e[0] for e in EINSUMS[3:6]])
+def test_dot_general_in_other_dtypes(dtype, spec, a, b):
+    x = (RNG.integers(-5, 5, a) if dtype == np.int32 else normal(*a)).astype(dtype)
+    y = (RNG.integers(-5, 5, b) if dtype == np.int32 else normal(*b)).astype(dtype)
+    assert_converts(lambda x, y: jnp.einsum(spec, x, y), x, y, rtol=1e-2, atol=1e-2)
 
 
 def test_dot_general_with_preferred_type():
@@ -82,7 +84,8 @@ def test_conv_general_dilated_layouts_strides_padding(lhs, rhs, numbers, strides
     if not isinstance(padding, str):
         padding = padding[:spatial]
         if spatial == 1 and min(padding[0]) < 0:
-            pytest.skip("XLA's CPU result for 1-D negative padding differs from the spec's (a pad-then-slice reference)")
+            pytest.skip("XLA's CPU result for 1-D negative padding differs from the spec's: "
+                        "test_1d_negative_padding_matches_the_spec checks it")
     fn = lambda x, w: lax.conv_general_dilated(x, w, (strides,) * spatial, padding,  # noqa: E731
                                                dimension_numbers=numbers)
     assert_converts(fn, normal(*lhs), normal(*rhs), **TOL)
@@ -161,3 +164,28 @@ def test_grouped_input_dilated_conv_with_constant_kernel(padding, fits):
                                             feature_group_count=2)
     model = assert_converts(fn, normal(2, 4, 5, 4), **TOL)
     assert ("ConvTranspose" in op_types(model)) == fits
+
+
+@pytest.mark.parametrize("padding", [(-1, 1), (2, -2), (-2, -1)])
+def test_1d_negative_padding_matches_the_spec(padding):
+    """Against pad-then-crop in numpy (what the spec says), as XLA's CPU result differs for 1-D."""
+    from jax_checks import export, run_onnxruntime, to_onnx
+
+    x, w = normal(2, 3, 11), normal(4, 3, 3)
+    fn = lambda x, w: lax.conv_general_dilated(x, w, (1,), (padding,))  # noqa: E731
+    got = run_onnxruntime(to_onnx(export(fn, x, w)), [x, w])[0]
+    lo, hi = padding
+    padded = np.pad(x, ((0, 0), (0, 0), (max(lo, 0), max(hi, 0))))
+    padded = padded[:, :, max(-lo, 0):padded.shape[2] - max(-hi, 0)]
+    want = np.stack([np.einsum("nck,ock->no", padded[:, :, j:j + 3], w) for j in range(padded.shape[2] - 2)], -1)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("numbers", [("NHWC", "HWIO", "NHWC"), ("NCHW", "OIHW", "NCHW")])
+def test_half_precision_convolution(numbers):
+    x = normal(2, 7, 6, 3).astype(np.float16)
+    w = normal(3, 3, 3, 4).astype(np.float16)
+    if numbers[0] == "NCHW":
+        x, w = x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1)
+    fn = lambda x, w: lax.conv_general_dilated(x, w, (2, 1), "SAME", dimension_numbers=numbers)  # noqa: E731
+    assert_converts(fn, x, w, rtol=1e-2, atol=1e-2)
