@@ -24,18 +24,26 @@ def test_fori_loop_with_constant_bounds():
                     rtol=1e-5, atol=1e-5, lowered_tol=(1e-3, 1e-3))
 
 
-def test_fori_loop_with_traced_bounds():
-    fn = lambda x, n: lax.fori_loop(0, n, lambda i, a: a + i.astype(a.dtype), x)
-    for n in (0, 1, 4):
-        assert_converts(fn, X, np.int32(n), lowered_tol=(1e-3, 1e-3))
+@pytest.mark.parametrize("traced", ["upper", "lower"])
+def test_fori_loop_with_traced_bounds(traced):
+    def fn(x, n):
+        lower, upper = (0, n) if traced == "upper" else (n, 4)
+        return lax.fori_loop(lower, upper, lambda i, a: a * 0.5 + i.astype(a.dtype), x)
+    for n in (-2, 0, 1, 4, 6):
+        # the Core ML lowering declines a Loop carrying a rank-0 graph input (a scalar there, a rank-0
+        # tensor after the body), as a traced lower bound makes the counter
+        model = assert_converts(fn, X, np.int32(n), lowered=traced == "upper", lowered_tol=(1e-3, 1e-3))
+        assert _loops(model)[0].input[1] != ""  # a runtime bound: the condition ends the loop
 
 
 def _loops(model):
     return [n for n in model.graph.node if n.op_type == "Loop"]
 
 
-def test_counted_loop_gets_its_trip_count():
-    model = assert_converts(lambda x: lax.fori_loop(2, 7, lambda i, a: a + 1.0, x), X)
+@pytest.mark.parametrize("lower,upper", [(2, 7), (0, 1), (-3, 2), (3, 12)])
+def test_counted_loop_gets_its_trip_count(lower, upper):
+    model = assert_converts(lambda x: lax.fori_loop(lower, upper, lambda i, a: a * 0.5 + i.astype(a.dtype), x), X,
+                            lowered_tol=(1e-3, 1e-3))
     (loop,) = _loops(model)
     assert loop.input[0] != "" and loop.input[1] == ""
 
@@ -47,6 +55,13 @@ def test_while_loop_with_data_dependent_condition(limit):
                               (jnp.abs(x), jnp.int32(0)))
     model = assert_converts(fn, X, rtol=1e-5, atol=1e-5, lowered_tol=(1e-3, 1e-3))
     assert _loops(model)[0].input[1] != ""
+
+
+def test_while_loop_whose_first_condition_is_a_constant():
+    # the Core ML lowering refuses a Loop whose initial condition is a constant and whose next one is not
+    fn = lambda x: lax.while_loop(lambda c: c[1] < 10.0, lambda c: (c[0] * 1.5, c[1] * 2.0),
+                                  (x, jnp.float32(1.0)))
+    assert_converts(fn, X, lowered=False)
 
 
 @needs_slicing
