@@ -1,6 +1,10 @@
-"""Ops that move data without computing on it: ``broadcast_in_dim``, ``reshape``, ``transpose``."""
+"""Ops that move data without computing on it: ``broadcast_in_dim``, ``reshape``, ``transpose``,
+``slice``, ``dynamic_slice``, ``dynamic_update_slice``, ``pad``, ``concatenate``, ``iota``,
+``reverse``, ``get_tuple_element``."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from edgebuild_jax.convert.context import int_list
 from edgebuild_jax.convert.registry import converts
@@ -35,3 +39,134 @@ def reshape(op, cx):
 def transpose(op, cx):
     (x,) = cx.inputs(op)
     return [cx.node("Transpose", [x], {"perm": int_list(op.attributes["permutation"])})]
+
+
+@converts("stablehlo.slice")
+def slice_(op, cx):
+    (x,) = cx.inputs(op)
+    starts = int_list(op.attributes["start_indices"])
+    limits = int_list(op.attributes["limit_indices"])
+    strides = int_list(op.attributes["strides"])
+    return [cx.node("Slice", [x, cx.ints(starts), cx.ints(limits), cx.ints(range(len(starts))),
+                              cx.ints(strides)])]
+
+
+def clamped_starts(cx, scalars, sizes, dims):
+    """Start indices clamped to ``[0, dim - size]`` as the spec says, as one int64 vector: folded
+    when every start is a constant, else concatenated and clamped with Max/Min."""
+    folded = [cx.folded(s) for s in scalars]
+    if all(f is not None for f in folded):
+        starts = [int(np.clip(int(f), 0, d - n)) for f, d, n in zip(folded, dims, sizes)]
+        return cx.ints(starts), starts
+    pieces = [cx.node("Reshape", [cx.node("Cast", [s], {"to": 7}), cx.ints([1])]) for s in scalars]
+    starts = cx.node("Concat", pieces, {"axis": 0}) if len(pieces) > 1 else pieces[0]
+    starts = cx.node("Max", [starts, cx.ints([0] * len(dims))])
+    starts = cx.node("Min", [starts, cx.ints([d - n for d, n in zip(dims, sizes)])])
+    return starts, None
+
+
+@converts("stablehlo.dynamic_slice")
+def dynamic_slice(op, cx):
+    x, *scalars = cx.inputs(op)
+    sizes = int_list(op.attributes["slice_sizes"])
+    dims = cx.shape(op.operands[0])
+    if None in dims:
+        raise cx.error(op, "a dynamic_slice of a dynamically shaped operand is not supported")
+    starts, known = clamped_starts(cx, scalars, sizes, dims)
+    axes = cx.ints(range(len(dims)))
+    if known is not None:
+        ends = cx.ints([s + n for s, n in zip(known, sizes)])
+    else:
+        ends = cx.node("Add", [starts, cx.ints(sizes)])
+    return [cx.node("Slice", [x, starts, ends, axes])]
+
+
+@converts("stablehlo.dynamic_update_slice")
+def dynamic_update_slice(op, cx):
+    """ScatterND of the whole update at the clamped start: the indices are the update's own
+    positions (a constant grid) plus the start vector."""
+    x, update, *scalars = cx.inputs(op)
+    dims = cx.shape(op.operands[0])
+    sizes = cx.shape(op.operands[1])
+    if None in dims or None in sizes:
+        raise cx.error(op, "a dynamic_update_slice with dynamic shapes is not supported")
+    rank = len(dims)
+    if rank == 0:
+        return [update]
+    starts, known = clamped_starts(cx, scalars, sizes, dims)
+    grid = np.stack(np.meshgrid(*[np.arange(n) for n in sizes], indexing="ij"), axis=-1).astype(np.int64)
+    if known is not None:
+        indices = cx.const(grid + np.asarray(known, dtype=np.int64), name="indices")
+    else:
+        indices = cx.node("Add", [cx.const(grid, name="grid"), starts])
+    return [cx.node("ScatterND", [x, indices, update])]
+
+
+@converts("stablehlo.pad")
+def pad(op, cx):
+    """Interior padding first (each dim: unsqueeze a unit dim after it, pad that dim, merge the two
+    and drop the trailing fill), then positive edge padding with Pad, then negative edges with Slice."""
+    x, fill = cx.inputs(op)
+    low = int_list(op.attributes["edge_padding_low"])
+    high = int_list(op.attributes["edge_padding_high"])
+    interior = int_list(op.attributes["interior_padding"])
+    dims = list(cx.shape(op.operands[0]))
+    if None in dims:
+        raise cx.error(op, "padding a dynamically shaped operand is not supported")
+    rank = len(dims)
+    for d, k in enumerate(interior):
+        if k == 0 or dims[d] <= 1:
+            dims[d] = dims[d] + max(dims[d] - 1, 0) * k
+            continue
+        n = dims[d]
+        x = cx.node("Unsqueeze", [x, cx.ints([d + 1])])
+        x = cx.node("Pad", [x, cx.ints([0, k]), fill, cx.ints([d + 1])], {"mode": "constant"})
+        x = cx.node("Reshape", [x, cx.ints(dims[:d] + [n * (k + 1)] + dims[d + 1:])])
+        dims[d] = n + (n - 1) * k
+        x = cx.node("Slice", [x, cx.ints([0]), cx.ints([dims[d]]), cx.ints([d])])
+    grow_low = [max(v, 0) for v in low]
+    grow_high = [max(v, 0) for v in high]
+    if any(grow_low) or any(grow_high):
+        x = cx.node("Pad", [x, cx.ints(grow_low + grow_high), fill], {"mode": "constant"})
+        dims = [n + a + b for n, a, b in zip(dims, grow_low, grow_high)]
+    cut_low = [max(-v, 0) for v in low]
+    cut_high = [max(-v, 0) for v in high]
+    if any(cut_low) or any(cut_high):
+        x = cx.node("Slice", [x, cx.ints(cut_low), cx.ints([n - c for n, c in zip(dims, cut_high)]),
+                              cx.ints(range(rank))])
+    elif not any(interior) and not any(grow_low) and not any(grow_high):
+        x = cx.node("Identity", [x])
+    return [x]
+
+
+@converts("stablehlo.concatenate")
+def concatenate(op, cx):
+    return [cx.node("Concat", cx.inputs(op), {"axis": int(op.attributes["dimension"].value)})]
+
+
+@converts("stablehlo.iota")
+def iota(op, cx):
+    """A constant: the counter along ``iota_dimension``, broadcast over the others."""
+    shape = cx.shape(op.result)
+    if None in shape:
+        raise cx.error(op, "an iota of a dynamic shape is not supported")
+    axis = int(op.attributes["iota_dimension"].value)
+    counts = np.arange(shape[axis]).reshape([-1 if d == axis else 1 for d in range(len(shape))])
+    return [cx.const(np.broadcast_to(counts, shape).astype(cx.np_dtype(op.result)), name="iota")]
+
+
+@converts("stablehlo.reverse")
+def reverse(op, cx):
+    """A Gather with a constant descending index along each reversed dim."""
+    (x,) = cx.inputs(op)
+    shape = cx.shape(op.operands[0])
+    for d in int_list(op.attributes["dimensions"]):
+        if shape[d] is None:
+            raise cx.error(op, "reversing a dynamic dim is not supported")
+        x = cx.node("Gather", [x, cx.ints(range(shape[d] - 1, -1, -1))], {"axis": d})
+    return [x]
+
+
+@converts("stablehlo.get_tuple_element")
+def get_tuple_element(op, cx):
+    raise cx.error(op, "tuples are not supported", hint="export the function with array results")
