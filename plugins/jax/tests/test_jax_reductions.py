@@ -205,3 +205,9 @@ def test_a_comparator_on_two_keys_is_refused():
     exported = export(lambda x, y: jax.lax.sort((x, y), dimension=1, num_keys=2), SORTABLE, SORTABLE)
     with pytest.raises(BuildError, match="comparator"):
         to_onnx(exported)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_argsort_keeps_ties_in_order(axis):
+    ties = RNG.integers(0, 3, (3, 8)).astype(np.float32)  # few values: many equal keys
+    assert_converts(lambda x: (jnp.argsort(x, axis=axis, stable=True), jnp.sort(x, axis=axis)), ties)
