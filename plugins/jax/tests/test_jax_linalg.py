@@ -189,3 +189,23 @@ def test_half_precision_convolution(numbers):
         x, w = x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1)
     fn = lambda x, w: lax.conv_general_dilated(x, w, (2, 1), "SAME", dimension_numbers=numbers)  # noqa: E731
     assert_converts(fn, x, w, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("reverse", ["[true, false]", "[false, true]"])
+def test_window_reversal_is_refused(reverse):
+    from edgebuild.plugin import BuildError
+    from edgebuild_jax.convert.module import convert_module
+    from edgebuild_jax.mlir import new_context, parse_module
+
+    text = f"""
+    func.func public @main(%x: tensor<1x1x5x5xf32>, %w: tensor<1x1x3x3xf32>) -> tensor<1x1x3x3xf32> {{
+      %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1],
+           window = {{stride = [1, 1], reverse = {reverse}}}
+           {{batch_group_count = 1 : i64, feature_group_count = 1 : i64}}
+           : (tensor<1x1x5x5xf32>, tensor<1x1x3x3xf32>) -> tensor<1x1x3x3xf32>
+      return %0 : tensor<1x1x3x3xf32>
+    }}"""
+    context = new_context()
+    module = parse_module(text.encode(), context, origin="reversed.mlir")
+    with context, pytest.raises(BuildError, match="window_reversal"):
+        convert_module(module, origin="reversed.mlir")
