@@ -111,6 +111,17 @@ def test_one_dimensional_windows_over_any_dim(dim):
                     jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, [1, 1, 1], "VALID"), X)
 
 
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("fn", [jnp.cumsum, jax.lax.cummax, jax.lax.cummin], ids=lambda f: f.__name__)
+def test_cumulative_scans_are_windows_over_one_dim(fn, axis):
+    assert_converts(lambda x: fn(x, axis=axis), X, lowered_tol=(1e-3, 1e-4))
+
+
+@pytest.mark.parametrize("padding", ["VALID", "SAME"])
+def test_min_window(padding):
+    assert_converts(lambda x: jax.lax.reduce_window(x, jnp.inf, jax.lax.min, (1, 2, 3), (1, 1, 2), padding), X)
+
+
 def test_dilated_max_window():
     assert_converts(lambda x: jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 1, 1, 1),
                                                     "VALID", window_dilation=(1, 2, 2, 1)), NHWC)

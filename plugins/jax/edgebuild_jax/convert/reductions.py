@@ -132,7 +132,7 @@ def arg_reduce(op, cx, operands, axes):
 
 @converts("stablehlo.reduce_window")
 def reduce_window(op, cx):
-    """Max or sum over sliding windows: the windowed dims are moved last and the rest folded into
+    """Max, min or sum over sliding windows: the windowed dims are moved last and the rest folded into
     a batch of one channel, then MaxPool, or AveragePool counting padding times the window size."""
     if len(op.results) != 1:
         raise cx.error(op, "a reduce_window of several operands is not supported", hint="one operand at a time")
@@ -141,8 +141,8 @@ def reduce_window(op, cx):
     rank = len(shape)
     dtype = cx.np_dtype(op.result)
     combiner = single_combiner(op)
-    if combiner not in ("stablehlo.add", "stablehlo.maximum") or dtype.kind != "f":
-        raise cx.error(op, f"only float max and sum windows are supported (body: {describe_body(op)}, "
+    if combiner not in ("stablehlo.add", "stablehlo.maximum", "stablehlo.minimum") or dtype.kind != "f":
+        raise cx.error(op, f"only float max, min and sum windows are supported (body: {describe_body(op)}, "
                            f"{dtype})", hint="max_pool or avg_pool on floats")
     window = int_list(op.attributes["window_dimensions"])
     strides = int_list(attribute(op, "window_strides")) or [1] * rank
@@ -173,9 +173,13 @@ def reduce_window(op, cx):
         x = cx.node("Reshape", [x, cx.ints([int(np.prod(lead)), 1] + spatial)])
     attrs = {"kernel_shape": [window[d] for d in windowed], "strides": [strides[d] for d in windowed],
              "pads": [padding[d][0] for d in windowed] + [padding[d][1] for d in windowed]}
-    if combiner == "stablehlo.maximum":
+    if combiner in ("stablehlo.maximum", "stablehlo.minimum"):
         attrs["dilations"] = [dilations[d] for d in windowed]
+        if combiner == "stablehlo.minimum":  # min is max of the negation; MaxPool's padding is -inf there
+            x = cx.node("Neg", [x])
         y = cx.node("MaxPool", [x], attrs)
+        if combiner == "stablehlo.minimum":
+            y = cx.node("Neg", [y])
     else:
         if any(dilations[d] != 1 for d in windowed):
             raise cx.error(op, "a dilated sum window is not supported", hint="use an undilated window")
