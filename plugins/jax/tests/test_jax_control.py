@@ -122,7 +122,8 @@ def test_cond_runs_the_chosen_branch(flag):
 def test_switch_with_three_branches_clamps_its_index(index):
     branches = [lambda a: a + 1.0, lambda a: jnp.exp(a), lambda a: a * a]
     fn = lambda i, x: lax.switch(i, branches, x)
-    assert_converts(fn, np.int32(index), X, lowered_tol=(1e-3, 1e-3))
+    model = assert_converts(fn, np.int32(index), X, lowered_tol=(1e-3, 1e-3))
+    assert any(n.op_type == "If" for n in model.graph.node)
 
 
 def test_case_with_a_raw_index_out_of_range_runs_the_last_branch():
@@ -142,12 +143,13 @@ def test_case_with_a_raw_index_out_of_range_runs_the_last_branch():
     }
     """
     model = _convert_text(text)
-    from jax_checks import run_onnxruntime
+    from jax_checks import run_lowered, run_onnxruntime
 
     x = np.asarray([1.5, -2.0], np.float32)
     for index, want in [(0, x + x), (1, x * x), (2, -x), (5, -x), (-1, -x)]:
-        (got,) = run_onnxruntime(model, [np.asarray(index, np.int32), x])
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        for run, tol in ((run_onnxruntime, 1e-6), (run_lowered, 1e-3)):
+            (got,) = run(model, [np.asarray(index, np.int32), x])
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
 def test_optimization_barrier_passes_its_operands():
@@ -198,3 +200,31 @@ def test_custom_call_is_refused_naming_its_target_and_line(inside_loop):
         _convert_text(text)
     message = str(raised.value)
     assert "my_kernel" in message and "model.py:17" in message and "stablehlo.custom_call" in message
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_stablehlo_if_from_text(flag):
+    from jax_checks import run_lowered, run_onnxruntime
+
+    text = """
+    func.func @main(%p: tensor<i1>, %x: tensor<3xf32>) -> (tensor<3xf32>, tensor<f32>) {
+      %r:2 = "stablehlo.if"(%p) ({
+        %e = stablehlo.exponential %x : tensor<3xf32>
+        %c = stablehlo.constant dense<1.0> : tensor<f32>
+        stablehlo.return %e, %c : tensor<3xf32>, tensor<f32>
+      }, {
+        %n = stablehlo.negate %x : tensor<3xf32>
+        %c = stablehlo.constant dense<2.0> : tensor<f32>
+        stablehlo.return %n, %c : tensor<3xf32>, tensor<f32>
+      }) : (tensor<i1>) -> (tensor<3xf32>, tensor<f32>)
+      return %r#0, %r#1 : tensor<3xf32>, tensor<f32>
+    }
+    """
+    model = _convert_text(text)
+    assert [n.op_type for n in model.graph.node if n.op_type == "If"] == ["If"]
+    x = np.asarray([0.5, -1.0, 2.0], np.float32)
+    want = (np.exp(x), 1.0) if flag else (-x, 2.0)
+    for run, tol in ((run_onnxruntime, 1e-6), (run_lowered, 1e-3)):
+        got = run(model, [np.asarray(flag), x])
+        np.testing.assert_allclose(got[0], want[0], rtol=tol, atol=tol)
+        np.testing.assert_allclose(got[1], want[1], rtol=tol, atol=tol)
