@@ -24,13 +24,13 @@ class StableHLOFrontend(Frontend):
 
         start = time.perf_counter()
         path, opts = Path(path), parse_options(options)
-        loaded = load_source(path, opts)
+        loaded = load_source(path, opts, inputs)
         with loaded.context:
             entry = entry_function(loaded.module, opts.function, path.name)
             names_in, names_out = value_names(loaded, entry, opts)
             try:
                 model = convert_module(loaded.module, origin=path.name, function=opts.function,
-                                       input_names=names_in, output_names=names_out)
+                                       input_names=names_in, output_names=names_out, bound=loaded.bound)
             except EdgebuildError:
                 raise
             except Exception as exc:
@@ -38,8 +38,10 @@ class StableHLOFrontend(Frontend):
                                  hint="report the module; `edgebuild plugins` shows the converters installed") \
                     from exc
         ops = sorted({op.operation.name for op in _walk(loaded, entry)})
-        report = OnnxFrontend().import_ir(model, path, inputs or {}, out_dir)
-        report.update({"kind": "exported" if loaded.exported is not None else "mlir", "stablehlo_ops": ops,
+        pinned = {} if loaded.bound is not None else (inputs or {})  # a function was exported for them
+        report = OnnxFrontend().import_ir(model, path, pinned, out_dir)
+        kind = "function" if loaded.bound is not None else "exported" if loaded.exported is not None else "mlir"
+        report.update({"kind": kind, "stablehlo_ops": ops,
                        "outputs_named": names_out, "seconds": round(time.perf_counter() - start, 3)})
         return report
 
@@ -51,7 +53,7 @@ class StableHLOFrontend(Frontend):
         from edgebuild_jax.reference import reference_runner
 
         path, opts = Path(path), parse_options(options)
-        loaded = load_source(path, opts)
+        loaded = load_source(path, opts, inputs)
         with loaded.context:
             entry = entry_function(loaded.module, opts.function, path.name)
             names_in, names_out = value_names(loaded, entry, opts)

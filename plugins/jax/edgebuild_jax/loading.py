@@ -20,12 +20,17 @@ class LoadedSource:
     context: object
     module: object
     portable: bytes  # the module as a StableHLO portable artifact: what jax.export's call() compiles
-    exported: object | None  # the deserialized Exported, when the source is one
+    exported: object | None  # the deserialized (or, for a function, made) Exported
+    params: object = None  # a function's parameter pytree: the reference passes it first
+    bound: dict | None = None  # a function's parameters by argument position: initializers, not inputs
+    free_names: list | None = None  # a function's input names, in argument order
 
 
 def source_kind(path: Path, options: StableHLOOptions) -> str:
     if options.kind:
         return options.kind
+    if options.factory:
+        return "function"
     kind = KIND_BY_SUFFIX.get(path.suffix.lower())
     if kind is None:
         raise UsageError(f"source.model: {path.name}: cannot tell what the file holds; set source.options.kind "
@@ -33,10 +38,17 @@ def source_kind(path: Path, options: StableHLOOptions) -> str:
     return kind
 
 
-def load_source(path: Path, options: StableHLOOptions) -> LoadedSource:
-    data = Path(path).read_bytes()
+def load_source(path: Path, options: StableHLOOptions, inputs: dict | None = None) -> LoadedSource:
     context = new_context()
     exported = None
+    if source_kind(path, options) == "function":
+        from edgebuild_jax.function_source import export_function
+
+        exported, params, bound, names = export_function(Path(path), options, inputs or {})
+        portable = bytes(exported.mlir_module_serialized)
+        module = parse_module(portable, context, origin=path)
+        return LoadedSource(context, module, portable, exported, params, bound, names)
+    data = Path(path).read_bytes()
     if source_kind(path, options) == "exported":
         from jax import export as jax_export
 
@@ -68,7 +80,8 @@ def value_names(loaded: LoadedSource, entry, options: StableHLOOptions) -> tuple
     with loaded.context:
         block = entry.regions[0].blocks[0]
         recorded_in = [_NAME.match(str(arg.location)) for arg in block.arguments]
-        inputs = options.input_names or (
+        expected = len(block.arguments) - len(loaded.bound or {})
+        inputs = options.input_names or loaded.free_names or (
             [m.group(1) for m in recorded_in] if all(recorded_in) and len({m.group(1) for m in recorded_in}) ==
             len(recorded_in) else [f"input_{i}" for i in range(len(block.arguments))])
         results = list(entry.attributes["res_attrs"]) if "res_attrs" in entry.attributes else []
@@ -80,8 +93,8 @@ def value_names(loaded: LoadedSource, entry, options: StableHLOOptions) -> tuple
             outputs = infos
         else:
             outputs = [f"output_{i}" for i in range(count)]
-    if len(inputs) != len(block.arguments):
-        raise UsageError(f"source.options.input_names: {len(inputs)} names for {len(block.arguments)} arguments")
+    if len(inputs) != expected:
+        raise UsageError(f"source.options.input_names: {len(inputs)} names for {expected} arguments")
     if len(outputs) != count:
         raise UsageError(f"source.options.output_names: {len(outputs)} names for {count} results")
     return inputs, outputs

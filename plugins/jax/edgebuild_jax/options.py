@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+import re
+from typing import Any, Literal, Optional
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from edgebuild.plugin import RecipeSection
 
 KIND_BY_SUFFIX = {".jaxexport": "exported", ".mlir": "mlir", ".mlirbc": "mlir"}
+FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 class StableHLOOptions(RecipeSection):
@@ -16,11 +18,16 @@ class StableHLOOptions(RecipeSection):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Optional[Literal["exported", "mlir"]] = Field(
+    kind: Optional[Literal["exported", "mlir", "function"]] = Field(
         default=None,
         description="exported: what jax.export's Exported.serialize() writes; mlir: a StableHLO module as MLIR "
-        "text or bytecode (a portable artifact too); default from the suffix (.jaxexport, .mlir, .mlirbc)",
+        "text or bytecode (a portable artifact too); function: a JAX function from factory, the model file "
+        "holding its parameters (.msgpack, .safetensors, .npz); default from the suffix, function with a factory",
     )
+    factory: Optional[str] = Field(
+        default=None, description="'package.module:callable' returning (apply, params): apply(params, *inputs) "
+        "is the model, params a pytree giving the parameters' structure")
+    factory_kwargs: dict[str, Any] = Field(default={}, description="keyword arguments for the factory")
     function: Optional[str] = Field(default=None, min_length=1, pattern=r"^[A-Za-z_][\w.$-]*$",
                                     description="the entry function; default main, else the module's only public one")
     input_names: Optional[list[str]] = Field(
@@ -30,6 +37,22 @@ class StableHLOOptions(RecipeSection):
     output_names: Optional[list[str]] = Field(
         default=None, min_length=1,
         description="names of the results; default jax.result_info, else output_0, output_1, ...")
+
+
+    @field_validator("factory")
+    @classmethod
+    def _factory_spelling(cls, value):
+        if value is not None and not FACTORY_PATTERN.match(value):
+            raise ValueError(f"{value!r} is not 'package.module:callable'")
+        return value
+
+    @model_validator(mode="after")
+    def _factory_fits_kind(self):
+        if self.kind == "function" and self.factory is None:
+            raise ValueError("kind function needs a factory ('package.module:callable') returning (apply, params)")
+        if self.kind in ("exported", "mlir") and self.factory is not None:
+            raise ValueError(f"kind {self.kind} carries its own program; drop the factory")
+        return self
 
 
 def parse_options(options: dict | StableHLOOptions | None) -> StableHLOOptions:

@@ -15,10 +15,15 @@ class JaxRunner:
     """``runner(inputs) -> {output name: array}``; ``input_specs`` are the module's argument types,
     with the recipe's fixed values."""
 
-    def __init__(self, exported, input_names: Sequence[str], output_names: Sequence[str], fixed: Mapping):
+    def __init__(self, exported, input_names: Sequence[str], output_names: Sequence[str], fixed: Mapping,
+                 params=None):
+        import jax
+
         self.exported, self.input_names, self.output_names = exported, list(input_names), list(output_names)
+        self.params = params  # a JAX function's parameters: its first argument
+        skipped = len(jax.tree_util.tree_leaves(params)) if params is not None else 0
         self.input_specs = {}
-        for name, aval in zip(self.input_names, exported.in_avals):
+        for name, aval in zip(self.input_names, exported.in_avals[skipped:]):
             self.input_specs[name] = {"shape": [int(d) for d in aval.shape], "dtype": np.dtype(aval.dtype).name}
             if fixed.get(name) is not None:
                 self.input_specs[name]["value"] = fixed[name]
@@ -28,13 +33,15 @@ class JaxRunner:
 
         with jax.default_device(jax.devices("cpu")[0]):
             arrays = [np.asarray(inputs[name], dtype=spec["dtype"]) for name, spec in self.input_specs.items()]
-            results = jax.tree_util.tree_leaves(self.exported.call(*arrays))
+            prefix = (self.params,) if self.params is not None else ()
+            results = jax.tree_util.tree_leaves(self.exported.call(*prefix, *arrays))
         return {name: np.asarray(value) for name, value in zip(self.output_names, results)}
 
 
 def reference_runner(loaded, entry, input_names: Sequence[str], output_names: Sequence[str],
                      fixed: Mapping | None = None) -> Runner:
-    return JaxRunner(loaded.exported or _as_exported(loaded, entry), input_names, output_names, fixed or {})
+    return JaxRunner(loaded.exported or _as_exported(loaded, entry), input_names, output_names, fixed or {},
+                     loaded.params)
 
 
 def _as_exported(loaded, entry):

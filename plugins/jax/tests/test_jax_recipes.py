@@ -101,3 +101,98 @@ def test_a_file_that_is_not_stablehlo_is_refused(tmp_path):
     code, result = run(recipe, tmp_path / "cache")
     assert code == 1
     assert "junk.mlir: not a StableHLO module" in json.dumps(result)
+
+
+FACTORY = '''
+import jax, jax.numpy as jnp
+import flax.linen as nn
+
+class Tagger(nn.Module):
+    @nn.compact
+    def __call__(self, x, mask):
+        h = nn.relu(nn.Dense(24)(x))
+        return nn.Dense(5)(h) * mask[..., None]
+
+def make():
+    model = Tagger()
+    params = model.init(jax.random.key(0), jnp.zeros((2, 7, 12)), jnp.ones((2, 7)))
+    return model.apply, params
+'''
+
+
+def write_weights(folder: Path, suffix: str, shift: float) -> Path:
+    """The factory's parameters, changed by ``shift`` so the file (not the factory) decides them."""
+    import importlib
+
+    from flax import serialization
+
+    from edgebuild_jax.function_source import path_key
+
+    module = importlib.import_module("jax_tagger")
+    _, params = module.make()
+    params = jax.tree_util.tree_map(lambda a: np.asarray(a) + shift, params)
+    path = folder / f"tagger{suffix}"
+    if suffix == ".msgpack":
+        path.write_bytes(serialization.to_bytes(params))
+    else:
+        flat = {path_key(p): np.asarray(v) for p, v in jax.tree_util.tree_flatten_with_path(params)[0]}
+        if suffix == ".npz":
+            np.savez(path, **flat)
+        else:
+            from safetensors.numpy import save_file
+
+            save_file(flat, str(path))
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".msgpack", ".safetensors", ".npz"])
+def test_a_jax_function_with_weights_from_a_file(tmp_path, monkeypatch, suffix):
+    (tmp_path / "jax_tagger.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    weights = write_weights(tmp_path, suffix, shift=0.05)
+    recipe = tmp_path / "tagger.yaml"
+    recipe.write_text(f"""edgebuild: 1
+name: tagger
+source:
+  model: {weights.name}
+  format: stablehlo
+  inputs:
+    x: {{shape: [2, 7, 12], dtype: float32}}
+    mask: {{shape: [2, 7], dtype: float32}}
+  options: {{factory: "jax_tagger:make", output_names: [scores]}}
+target: {{backend: coreml, precision: float32}}
+validate:
+  samples: 2
+  thresholds: {{cosine_min: 0.9999}}
+outputs: {{dir: build}}
+""")
+    code, result = run(recipe, tmp_path / "cache")
+    (variant,) = result["variants"]
+    assert code == 0, variant
+    report = json.loads((tmp_path / "build" / "default" / "report.json").read_text())
+    assert report["validation"]["reference"] == "stablehlo (eager)"
+    assert report["validation"]["runtimes"]["interpreter"]["metrics"]["scores"]["cosine"]["min"] >= 0.9999
+    import onnx
+
+    imported = onnx.load(str(next((tmp_path / "cache").rglob("model.onnx"))), load_external_data=False)
+    assert [i.name for i in imported.graph.input] == ["x", "mask"]  # the parameters are initializers
+    assert len(imported.graph.initializer) >= 4
+
+
+def test_weights_that_do_not_fit_the_factory_are_named(tmp_path, monkeypatch):
+    (tmp_path / "jax_tagger.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    np.savez(tmp_path / "wrong.npz", **{"params/Dense_0/kernel": np.zeros((3, 3), np.float32)})
+    recipe = tmp_path / "wrong.yaml"
+    recipe.write_text("""edgebuild: 1
+name: wrong
+source:
+  model: wrong.npz
+  format: stablehlo
+  inputs: {x: {shape: [2, 7, 12], dtype: float32}, mask: {shape: [2, 7], dtype: float32}}
+  options: {factory: "jax_tagger:make"}
+outputs: {dir: build}
+""")
+    code, result = run(recipe, tmp_path / "cache")
+    assert code == 1
+    assert "wrong.npz: the weights do not fit the factory's parameters: missing" in json.dumps(result)
