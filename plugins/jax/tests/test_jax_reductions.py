@@ -45,6 +45,16 @@ def test_argmax_argmin_over_each_axis(fn, axis):
     assert_converts(lambda x: fn(x, axis=axis), X)
 
 
+def test_reductions_built_on_reduce():
+    assert_converts(lambda x: (jnp.mean(x, axis=1), jnp.var(x, axis=(0, 2)), jnp.max(x, axis=1, initial=0.25),
+                               jnp.count_nonzero(x > 0, axis=2)), X, lowered_tol=(1e-3, 1e-4))
+
+
+def test_half_precision_reductions():
+    assert_converts(lambda x: (jnp.sum(x, axis=1), jnp.max(x, axis=0), jnp.argmax(x, axis=2)),
+                    X.astype(np.float16), rtol=1e-2, atol=1e-2)
+
+
 def test_logsumexp_over_axes():
     assert_converts(lambda x: (jax.nn.logsumexp(x, axis=1), jax.nn.logsumexp(x, axis=(0, 2))), X,
                     lowered_tol=(1e-3, 1e-4))
