@@ -228,3 +228,10 @@ def test_stablehlo_if_from_text(flag):
         got = run(model, [np.asarray(flag), x])
         np.testing.assert_allclose(got[0], want[0], rtol=tol, atol=tol)
         np.testing.assert_allclose(got[1], want[1], rtol=tol, atol=tol)
+
+
+def test_float_counter_is_not_taken_for_a_counted_loop():
+    # 0.5, 1.5, 2.5 run: three iterations, not int(3 - 0.5)
+    fn = lambda x: lax.while_loop(lambda c: c[1] < 3.0, lambda c: (c[0] + c[1], c[1] + 1.0), (x, jnp.float32(0.5)))
+    model = assert_converts(fn, X, lowered=False)  # a constant first condition: see above
+    assert _loops(model)[0].input[1] != ""

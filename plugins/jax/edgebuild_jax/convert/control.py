@@ -104,6 +104,8 @@ def _trip_count(op, cx, initial):
     compare = ops[-2]
     if compare.operation.name != "stablehlo.compare" or "LT" not in str(compare.attributes["comparison_direction"]):
         return None
+    if ops[-1].operands[0] != compare.result:
+        return None
     counter, bound = compare.operands
     positions = [i for i, arg in enumerate(cond_block.arguments) if arg == counter]
     bound_op = bound.owner
@@ -111,7 +113,9 @@ def _trip_count(op, cx, initial):
         return None
     start = cx.folded(initial[positions[0]])
     limit = np.asarray(bound_op.attributes["value"])
-    if start is None or start.size != 1 or limit.size != 1 or not _steps_by_one(op, positions[0]):
+    if start is None or start.size != 1 or limit.size != 1 or start.dtype.kind not in "iu":
+        return None  # a float counter's trip count is not limit - start
+    if not _steps_by_one(op, positions[0]):
         return None
     return cx.const(np.asarray(max(int(limit.reshape(-1)[0]) - int(start.reshape(-1)[0]), 0), dtype=np.int64),
                     name="trip_count")
