@@ -71,6 +71,18 @@ def test_other_reduce_bodies_are_refused():
         to_onnx(exported)
 
 
+def test_other_two_operand_reduces_are_refused():
+    from jax_checks import export, to_onnx
+    from edgebuild.plugin import BuildError
+
+    def pairwise_sum(a, b):
+        return a[0] + b[0], a[1] * b[1]
+    exported = export(lambda x, y: jax.lax.reduce((x, y), (np.float32(0), np.float32(1)), pairwise_sum, (1,)),
+                      X, X)
+    with pytest.raises(BuildError, match="stablehlo.add, stablehlo.multiply"):
+        to_onnx(exported)
+
+
 NHWC = RNG.standard_normal((2, 7, 6, 3)).astype(np.float32)
 NCHW = RNG.standard_normal((2, 3, 7, 6)).astype(np.float32)
 
