@@ -77,3 +77,84 @@ def test_arange_and_iota_match_jax(dtype):
 @pytest.mark.parametrize("axis", [0, 1, 2, (0, 2), None])
 def test_flip_matches_jax(axis):
     assert_converts(lambda x: jnp.flip(x, axis=axis), X)
+
+
+# -- gather -------------------------------------------------------------------------------------
+
+IDS = np.asarray([3, 0, 5, 5, 1], np.int32)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_take_along_any_axis_matches_jax(axis):
+    ids = np.asarray([[1, 0], [3, 2]], np.int32)
+    assert_converts(lambda x, i: jnp.take(x, i, axis=axis), X, ids)
+
+
+@pytest.mark.parametrize("index", [lambda x, i: x[i], lambda x, i: x[:, i % 5], lambda x, i: x[..., i % 4],
+                                   lambda x, i: x[i, i % 5], lambda x, i: x[i, :, i % 4]],
+                         ids=["rows", "columns", "last", "two-dims", "split-dims"])
+def test_integer_array_indexing_matches_jax(index):
+    assert_converts(index, X, IDS)
+
+
+def test_embedding_lookup_matches_jax():
+    table = RNG.standard_normal((50, 8)).astype(np.float32)
+    ids = RNG.integers(0, 50, size=(2, 7)).astype(np.int32)
+    assert_converts(lambda t, i: t[i], table, ids)
+    assert_converts(lambda t, i: jnp.take(t, i, axis=0), table, ids)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_take_along_axis_matches_jax(axis):
+    shape = list(X.shape)
+    shape[axis] = 3
+    ids = RNG.integers(0, X.shape[axis], size=shape).astype(np.int32)
+    assert_converts(lambda x, i: jnp.take_along_axis(x, i, axis=axis), X, ids)
+
+
+def test_gather_with_out_of_range_index_is_clamped_like_jax():
+    ids = np.asarray([[0, 9], [2, 3], [7, 1]], np.int32)
+    fn = lambda x, i: lax.gather(  # noqa: E731
+        x, i, lax.GatherDimensionNumbers(offset_dims=(1, 2), collapsed_slice_dims=(0,), start_index_map=(0, 1)),
+        slice_sizes=(1, 3, 4), mode=lax.GatherScatterMode.CLIP)
+    assert_converts(fn, X, ids)
+
+
+def test_one_hot_matches_jax():
+    ids = np.asarray([0, 3, 2, 9], np.int32)
+    assert_converts(lambda i: jax.nn.one_hot(i, 10), ids)
+
+
+# -- scatter ------------------------------------------------------------------------------------
+
+UNIQUE = np.asarray([4, 0, 2], np.int32)
+
+
+@pytest.mark.parametrize("kind", ["set", "add", "max", "min", "multiply"])
+def test_at_updates_match_jax(kind):
+    updates = RNG.standard_normal((3, 5, 4)).astype(np.float32)
+    assert_converts(lambda x, i, u: getattr(x.at[i], kind)(u), X, UNIQUE, updates)
+
+
+@pytest.mark.parametrize("kind", ["set", "add", "max"])
+def test_at_updates_of_columns_and_points_match_jax(kind):
+    columns = RNG.standard_normal((6, 3, 4)).astype(np.float32)
+    assert_converts(lambda x, i, u: getattr(x.at[:, i], kind)(u), X, UNIQUE, columns)
+    points = RNG.standard_normal((3, 4)).astype(np.float32)
+    assert_converts(lambda x, i, u: getattr(x.at[i, i], kind)(u), X, UNIQUE, points)
+
+
+def test_scatter_add_with_repeated_indices_sums_like_jax():
+    updates = RNG.standard_normal((5, 5, 4)).astype(np.float32)
+    assert_converts(lambda x, i, u: x.at[i].add(u), X, IDS, updates)
+
+
+def test_scatter_with_another_body_is_refused():
+    from jax_checks import export, to_onnx
+    from edgebuild.plugin import BuildError
+
+    dnums = lax.ScatterDimensionNumbers(update_window_dims=(1, 2), inserted_window_dims=(0,),
+                                        scatter_dims_to_operand_dims=(0,))
+    fn = lambda x, i: lax.scatter_apply(x, i[:, None], jnp.sin, dnums, update_shape=(3, 5, 4))  # noqa: E731
+    with pytest.raises(BuildError, match="update body .*sine"):
+        to_onnx(export(fn, X, UNIQUE))

@@ -1,0 +1,152 @@
+"""``gather`` and ``scatter`` with general dimension numbers.
+
+Both lower to one full operand index per element: for every element of the result (gather) or
+of the updates (scatter), the operand position it reads or writes, built from the start indices
+(moved to the dims they map to), the offset within the window and the batching dims' own
+positions. GatherND and ScatterND then take those indices as they are; a gather that is a plain
+``take`` along one axis becomes an ONNX Gather instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxlib.mlir.dialects import stablehlo
+
+from edgebuild_jax.convert.registry import converts
+
+INT64 = 7  # onnx TensorProto.INT64
+
+
+def index_vectors(cx, indices, rank: int, index_vector_dim: int):
+    """The start indices as int64 with the index vector as the last dim."""
+    indices = cx.node("Cast", [indices], {"to": INT64})
+    if index_vector_dim == rank:
+        return cx.node("Unsqueeze", [indices, cx.ints([rank])])
+    if index_vector_dim != rank - 1:
+        perm = [d for d in range(rank) if d != index_vector_dim] + [index_vector_dim]
+        return cx.node("Transpose", [indices], {"perm": perm})
+    return indices
+
+
+def full_indices(cx, *, indices, indices_rank, index_vector_dim, index_map, out_shape, window_dims,
+                 collapsed, operand_batching, indices_batching, operand_shape, window_sizes, clamp):
+    """An int64 tensor ``out_shape + [operand rank]``: the operand index of each element.
+
+    ``window_dims`` are the dims of ``out_shape`` that walk the window (offset_dims /
+    update_window_dims), the others walk the start indices' batch dims in order. ``clamp``: clamp
+    each start to ``[0, dim - window size]`` (gather's rule)."""
+    rank = len(operand_shape)
+    out_rank = len(out_shape)
+    batch_out = [d for d in range(out_rank) if d not in window_dims]
+    windowed = [d for d in range(rank) if d not in collapsed and d not in operand_batching]
+
+    # the compile-time part: window offsets and batching positions, per operand dim
+    fixed = np.zeros(list(out_shape) + [rank], dtype=np.int64)
+    for j, d in enumerate(windowed):
+        along = window_dims[j]
+        fixed[..., d] += np.arange(out_shape[along]).reshape([-1 if a == along else 1 for a in range(out_rank)])
+    for d, s in zip(operand_batching, indices_batching):
+        along = batch_out[s if s < index_vector_dim else s - 1]
+        fixed[..., d] += np.arange(out_shape[along]).reshape([-1 if a == along else 1 for a in range(out_rank)])
+
+    # the computed part: the starts moved to the operand dims they index
+    starts = index_vectors(cx, indices, indices_rank, index_vector_dim)
+    if clamp:
+        limits = [operand_shape[d] - window_sizes[d] for d in index_map]
+        starts = cx.node("Min", [cx.node("Max", [starts, cx.ints([0])]), cx.ints(limits)])
+    pick = [index_map.index(d) if d in index_map else 0 for d in range(rank)]
+    mask = [1 if d in index_map else 0 for d in range(rank)]
+    starts = cx.node("Gather", [starts, cx.ints(pick)], {"axis": -1})
+    if not all(mask):
+        starts = cx.node("Mul", [starts, cx.ints(mask)])
+    placed = [out_shape[d] if d in batch_out else 1 for d in range(out_rank)] + [rank]
+    starts = cx.node("Reshape", [starts, cx.ints(placed)])
+    return cx.node("Add", [starts, cx.const(fixed, name="window")])
+
+
+def plain_take_axis(index_map, collapsed, operand_batching, operand_shape, slice_sizes, offset_dims, batch_rank):
+    """The axis of a gather that is ``take(operand, indices, axis)``, else None."""
+    if operand_batching or len(index_map) != 1 or list(collapsed) != list(index_map):
+        return None
+    (axis,) = index_map
+    if any(slice_sizes[d] != operand_shape[d] for d in range(len(operand_shape)) if d != axis):
+        return None
+    out_rank = len(operand_shape) - 1 + batch_rank
+    if list(offset_dims) != list(range(axis)) + list(range(axis + batch_rank, out_rank)):
+        return None
+    return axis
+
+
+@converts("stablehlo.gather")
+def gather(op, cx):
+    operand, indices = cx.inputs(op)
+    dn = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+    operand_shape = cx.shape(op.operands[0])
+    indices_shape = cx.shape(op.operands[1])
+    out_shape = cx.shape(op.result)
+    if None in operand_shape or None in indices_shape or None in out_shape:
+        raise cx.error(op, "a gather with dynamic shapes is not supported")
+    slice_sizes = [int(v) for v in op.attributes["slice_sizes"]]
+    index_map = list(dn.start_index_map)
+    ivd = dn.index_vector_dim
+    batch_rank = len(indices_shape) - (0 if ivd == len(indices_shape) else 1)
+    axis = plain_take_axis(index_map, list(dn.collapsed_slice_dims), list(dn.operand_batching_dims),
+                           operand_shape, slice_sizes, list(dn.offset_dims), batch_rank)
+    if axis is not None:
+        taken = cx.node("Cast", [indices], {"to": INT64})
+        if ivd < len(indices_shape):
+            taken = cx.node("Squeeze", [taken, cx.ints([ivd])])
+        taken = cx.node("Min", [cx.node("Max", [taken, cx.ints([0])]), cx.ints([operand_shape[axis] - 1])])
+        return [cx.node("Gather", [operand, taken], {"axis": axis})]
+    full = full_indices(cx, indices=indices, indices_rank=len(indices_shape), index_vector_dim=ivd,
+                        index_map=index_map, out_shape=out_shape, window_dims=list(dn.offset_dims),
+                        collapsed=list(dn.collapsed_slice_dims), operand_batching=list(dn.operand_batching_dims),
+                        indices_batching=list(dn.start_indices_batching_dims), operand_shape=operand_shape,
+                        window_sizes=slice_sizes, clamp=True)
+    return [cx.node("GatherND", [operand, full])]
+
+
+REDUCTIONS = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maximum": "max",
+              "stablehlo.minimum": "min"}
+
+
+def scatter_reduction(op, cx) -> str:
+    """ScatterND's reduction for the update body: ``none`` when it returns the update, else the
+    one combining op it applies to the current value and the update."""
+    block = op.regions[0].blocks[0]
+    current, update = block.arguments[0], block.arguments[1]
+    body = list(block.operations)
+    returned = body[-1].operands[0]
+    if len(body) == 1 and returned == update:
+        return "none"
+    if len(body) == 2 and body[0].operation.name in REDUCTIONS and returned == body[0].results[0]:
+        operands = list(body[0].operands)
+        if operands in ([current, update], [update, current]):
+            return REDUCTIONS[body[0].operation.name]
+    names = ", ".join(o.operation.name for o in body)
+    raise cx.error(op, f"a scatter whose update body is ({names}) is not supported",
+                   hint="only replacement, add, multiply, max and min updates convert")
+
+
+@converts("stablehlo.scatter")
+def scatter(op, cx):
+    values = cx.inputs(op)
+    if len(values) != 3:
+        raise cx.error(op, "a scatter of several operands at once is not supported",
+                       hint="scatter each array on its own")
+    operand, indices, updates = values
+    dn = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+    operand_shape = cx.shape(op.operands[0])
+    indices_shape = cx.shape(op.operands[1])
+    updates_shape = cx.shape(op.operands[2])
+    if None in operand_shape or None in indices_shape or None in updates_shape:
+        raise cx.error(op, "a scatter with dynamic shapes is not supported")
+    reduction = scatter_reduction(op, cx)
+    full = full_indices(cx, indices=indices, indices_rank=len(indices_shape), index_vector_dim=dn.index_vector_dim,
+                        index_map=list(dn.scattered_dims_to_operand_dims), out_shape=updates_shape,
+                        window_dims=list(dn.update_window_dims), collapsed=list(dn.inserted_window_dims),
+                        operand_batching=list(dn.input_batching_dims),
+                        indices_batching=list(dn.scatter_indices_batching_dims), operand_shape=operand_shape,
+                        window_sizes=None, clamp=False)
+    return [cx.node("ScatterND", [operand, full, updates], {"reduction": reduction})]
