@@ -209,3 +209,36 @@ def test_window_reversal_is_refused(reverse):
     module = parse_module(text.encode(), context, origin="reversed.mlir")
     with context, pytest.raises(BuildError, match="window_reversal"):
         convert_module(module, origin="reversed.mlir")
+
+
+DYNAMIC_DOTS = [
+    # (lhs type, rhs type, result type, dims, lhs shape, rhs shape, einsum)
+    ("?x3x4", "4x5", "?x3x5", "contracting_dims = [2] x [0]", (2, 3, 4), (4, 5), "bij,jk->bik"),
+    ("?x?x4", "4x5", "?x?x5", "contracting_dims = [2] x [0]", (2, 6, 4), (4, 5), "bij,jk->bik"),
+    ("?x3x4", "?x4x5", "?x3x5", "batching_dims = [0] x [0], contracting_dims = [2] x [1]", (3, 3, 4), (3, 4, 5),
+     "bij,bjk->bik"),
+    ("4x?x3", "?x4x2", "?x3x2", "batching_dims = [1] x [0], contracting_dims = [0] x [1]", (4, 5, 3), (5, 4, 2),
+     "jbi,bjk->bik"),
+    ("?x4", "4", "?", "contracting_dims = [1] x [0]", (7, 4), (4,), "ij,j->i"),
+    ("4x?", "4x?", "?x?", "contracting_dims = [0] x [0]", (4, 3), (4, 6), "ji,jk->ik"),
+]
+
+
+@pytest.mark.parametrize("lhs_type,rhs_type,result_type,dims,a,b,spec", DYNAMIC_DOTS, ids=[d[6] + d[0] for d in DYNAMIC_DOTS])
+def test_dot_general_with_dynamic_dims(lhs_type, rhs_type, result_type, dims, a, b, spec):
+    from edgebuild_jax.convert.module import convert_module
+    from edgebuild_jax.mlir import new_context, parse_module
+    from jax_checks import run_onnxruntime
+    import onnx_ir as ir
+
+    text = f"""
+    func.func public @main(%x: tensor<{lhs_type}xf32>, %w: tensor<{rhs_type}xf32>) -> tensor<{result_type}xf32> {{
+      %0 = stablehlo.dot_general %x, %w, {dims} : (tensor<{lhs_type}xf32>, tensor<{rhs_type}xf32>) -> tensor<{result_type}xf32>
+      return %0 : tensor<{result_type}xf32>
+    }}"""
+    context = new_context()
+    module = parse_module(text.encode(), context, origin="dynamic.mlir")
+    with context:
+        model = ir.serde.serialize_model(convert_module(module, origin="dynamic.mlir"))
+    x, w = normal(*a), normal(*b)
+    np.testing.assert_allclose(run_onnxruntime(model, [x, w])[0], np.einsum(spec, x, w), rtol=1e-4, atol=1e-4)

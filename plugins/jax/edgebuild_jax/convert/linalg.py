@@ -48,12 +48,16 @@ def _reshape(cx, x, current, target):
 def dot_general(op, cx):
     """Result dims are batch dims, then lhs free dims, then rhs free dims (StableHLO's order)."""
     lhs, rhs = cx.inputs(op)
-    lhs_shape, rhs_shape = _static(cx, op, op.operands[0]), _static(cx, op, op.operands[1])
+    lhs_shape, rhs_shape = cx.shape(op.operands[0]), cx.shape(op.operands[1])
     numbers = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     lhs_batch, rhs_batch = list(numbers.lhs_batching_dimensions), list(numbers.rhs_batching_dimensions)
     lhs_contract, rhs_contract = list(numbers.lhs_contracting_dimensions), list(numbers.rhs_contracting_dimensions)
     lhs_free = [d for d in range(len(lhs_shape)) if d not in lhs_batch + lhs_contract]
     rhs_free = [d for d in range(len(rhs_shape)) if d not in rhs_batch + rhs_contract]
+
+    if None in lhs_shape + rhs_shape:
+        return [_dynamic_dot_general(cx, op, lhs, rhs, lhs_batch, lhs_free, lhs_contract,
+                                     rhs_batch, rhs_free, rhs_contract)]
 
     batch = [lhs_shape[d] for d in lhs_batch]
     size = lambda shape, dims: math.prod(shape[d] for d in dims)  # noqa: E731
@@ -71,6 +75,38 @@ def dot_general(op, cx):
     product = cx.node("MatMul", [lhs, rhs])
     result = batch + [lhs_shape[d] for d in lhs_free] + [rhs_shape[d] for d in rhs_free]
     return [cx.node("Reshape", [product, cx.ints(result)])]
+
+
+def _dynamic_dot_general(cx, op, lhs, rhs, lhs_batch, lhs_free, lhs_contract, rhs_batch, rhs_free, rhs_contract):
+    """``dot_general`` with dims unknown until run time: batch dims kept (MatMul broadcasts over
+    them), free dims flattened with -1, the result's shape gathered from the operands' shapes.
+    The contracted dims must be static."""
+    lhs_shape, rhs_shape = cx.shape(op.operands[0]), cx.shape(op.operands[1])
+    contracted = [lhs_shape[d] for d in lhs_contract] + [rhs_shape[d] for d in rhs_contract]
+    if None in contracted:
+        raise cx.error(op, "a contraction over a dynamic dim is not supported",
+                       hint="export with the contracted dims static")
+    size = math.prod(lhs_shape[d] for d in lhs_contract)
+    lhs_dims = cx.node("Shape", [lhs])
+    rhs_dims = cx.node("Shape", [rhs])
+
+    def dims_of(shape_value, dims):
+        return cx.node("Gather", [shape_value, cx.ints(dims)], {"axis": 0})
+
+    lhs = _as_result_type(cx, op, lhs, op.operands[0])
+    rhs = _as_result_type(cx, op, rhs, op.operands[1])
+    lead = [dims_of(lhs_dims, lhs_batch)] if lhs_batch else []
+    lhs = _permute(cx, lhs, lhs_batch + lhs_free + lhs_contract)
+    lhs = cx.node("Reshape", [lhs, cx.node("Concat", lead + [cx.ints([-1, size])], {"axis": 0})])
+    rhs = _permute(cx, rhs, rhs_batch + rhs_contract + rhs_free)
+    rhs = cx.node("Reshape", [rhs, cx.node("Concat", lead + [cx.ints([size, -1])], {"axis": 0})])
+    product = cx.node("MatMul", [lhs, rhs])
+    parts = [dims_of(lhs_dims, lhs_batch + lhs_free)] if lhs_batch + lhs_free else []
+    parts += [dims_of(rhs_dims, rhs_free)] if rhs_free else []
+    if not parts:
+        return cx.node("Reshape", [product, cx.ints([])])
+    target = parts[0] if len(parts) == 1 else cx.node("Concat", parts, {"axis": 0})
+    return cx.node("Reshape", [product, target])
 
 
 @converts("stablehlo.dot")
