@@ -231,7 +231,7 @@ def test_stablehlo_if_from_text(flag):
 
 
 def test_float_counter_is_not_taken_for_a_counted_loop():
-    # 0.5, 1.5, 2.5 run: three iterations, not int(3 - 0.5)
-    fn = lambda x: lax.while_loop(lambda c: c[1] < 3.0, lambda c: (c[0] + c[1], c[1] + 1.0), (x, jnp.float32(0.5)))
+    # 0.25, 1.25, 2.25 run: three iterations, not int(2.5) - int(0.25)
+    fn = lambda x: lax.while_loop(lambda c: c[1] < 2.5, lambda c: (c[0] + c[1], c[1] + 1.0), (x, jnp.float32(0.25)))
     model = assert_converts(fn, X, lowered=False)  # a constant first condition: see above
     assert _loops(model)[0].input[1] != ""
