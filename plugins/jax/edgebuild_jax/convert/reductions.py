@@ -11,7 +11,7 @@ import numpy as np
 import onnx_ir as ir
 
 from edgebuild_jax.convert.context import attribute, int_list
-from edgebuild_jax.convert.registry import CONVERTERS, converts
+from edgebuild_jax.convert.registry import converts
 
 REDUCERS = {"stablehlo.add": "ReduceSum", "stablehlo.maximum": "ReduceMax", "stablehlo.minimum": "ReduceMin",
             "stablehlo.multiply": "ReduceProd", "stablehlo.and": "ReduceMin", "stablehlo.or": "ReduceMax"}
@@ -193,19 +193,3 @@ def reduce_window(op, cx):
         y = cx.node("Transpose", [y], {"perm": [perm.index(d) for d in range(rank)]})
     return [y]
 
-
-def iota(op, cx):
-    """Counting along ``iota_dimension``: a constant, as the shape is static. Argmax, argmin and
-    argsort feed one to their reduce or sort."""
-    shape = cx.shape(op.result)
-    if None in shape:
-        raise cx.error(op, "an iota of dynamic shape is not supported", hint="export with static shapes")
-    dim = int(op.attributes["iota_dimension"])
-    line = np.arange(shape[dim], dtype=cx.np_dtype(op.result))
-    line = line.reshape([-1 if d == dim else 1 for d in range(len(shape))])
-    return [cx.const(np.ascontiguousarray(np.broadcast_to(line, shape)), name="iota")]
-
-
-# a family of indexing ops may convert iota too; it is registered later and so takes precedence
-if "stablehlo.iota" not in CONVERTERS:
-    converts("stablehlo.iota")(iota)
