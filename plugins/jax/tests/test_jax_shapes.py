@@ -158,3 +158,30 @@ def test_scatter_with_another_body_is_refused():
     fn = lambda x, i: lax.scatter_apply(x, i[:, None], jnp.sin, dnums, update_shape=(3, 5, 4))  # noqa: E731
     with pytest.raises(BuildError, match="update body .*sine"):
         to_onnx(export(fn, X, UNIQUE))
+
+
+# -- batching dims and dtypes -------------------------------------------------------------------
+
+def test_batched_gather_and_scatter_match_jax():
+    ids = RNG.integers(-5, 5, size=(6, 2)).astype(np.int32)  # negative ids count from the end
+    assert_converts(jax.vmap(lambda x, i: x[i]), X, ids)
+    assert_converts(jax.vmap(lambda x, i: x[:, i]), X, ids % 4)
+    updates = RNG.standard_normal((6, 2, 4)).astype(np.float32)
+    distinct = np.stack([RNG.permutation(5)[:2] for _ in range(6)]).astype(np.int32)
+    assert_converts(jax.vmap(lambda x, i, u: x.at[i].set(u)), X, distinct, updates)
+    assert_converts(jax.vmap(lambda x, i, u: x.at[i].add(u)), X, ids, updates)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int32])
+def test_gather_and_scatter_of_other_element_types_match_jax(dtype):
+    x = (X * 10).astype(dtype)
+    assert_converts(lambda x, i: x[i], x, IDS, rtol=1e-3, atol=1e-3)
+    updates = (RNG.standard_normal((3, 5, 4)) * 10).astype(dtype)
+    assert_converts(lambda x, i, u: x.at[i].set(u), x, UNIQUE, updates, rtol=1e-3, atol=1e-3)
+
+
+def test_negative_indices_count_from_the_end_like_jax():
+    ids = np.asarray([-1, -6, 2], np.int32)
+    assert_converts(lambda x, i: x[i], X, ids)
+    updates = RNG.standard_normal((3, 5, 4)).astype(np.float32)
+    assert_converts(lambda x, i, u: x.at[i].add(u), X, ids, updates)
