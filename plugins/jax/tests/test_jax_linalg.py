@@ -242,3 +242,34 @@ def test_dot_general_with_dynamic_dims(lhs_type, rhs_type, result_type, dims, a,
         model = ir.serde.serialize_model(convert_module(module, origin="dynamic.mlir"))
     x, w = normal(*a), normal(*b)
     np.testing.assert_allclose(run_onnxruntime(model, [x, w])[0], np.einsum(spec, x, w), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("window", ["stride = [1, 2], pad = [[1, 1], [0, 1]]",
+                                    "pad = [[-1, 2], [2, 2]], lhs_dilate = [2, 3]"])
+def test_convolution_with_dynamic_batch(window):
+    import onnx_ir as ir
+    from jax import lax as jlax
+
+    from edgebuild_jax.convert.module import convert_module
+    from edgebuild_jax.mlir import new_context, parse_module
+    from jax_checks import run_onnxruntime
+
+    x, w = normal(3, 5, 6, 2), normal(3, 3, 2, 4)
+    strides = (1, 2) if "stride" in window else (1, 1)
+    padding = ((1, 1), (0, 1)) if "stride" in window else ((-1, 2), (2, 2))
+    dilation = (2, 3) if "lhs_dilate" in window else (1, 1)
+    want = np.asarray(jlax.conv_general_dilated(x, w, strides, padding, lhs_dilation=dilation,
+                                                dimension_numbers=("NHWC", "HWIO", "NHWC")))
+    result = "?x" + "x".join(str(d) for d in want.shape[1:])
+    text = f"""
+    func.func public @main(%x: tensor<?x5x6x2xf32>, %w: tensor<3x3x2x4xf32>) -> tensor<{result}xf32> {{
+      %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f],
+           window = {{{window}}} {{batch_group_count = 1 : i64, feature_group_count = 1 : i64}}
+           : (tensor<?x5x6x2xf32>, tensor<3x3x2x4xf32>) -> tensor<{result}xf32>
+      return %0 : tensor<{result}xf32>
+    }}"""
+    context = new_context()
+    module = parse_module(text.encode(), context, origin="dynamic.mlir")
+    with context:
+        model = ir.serde.serialize_model(convert_module(module, origin="dynamic.mlir"))
+    np.testing.assert_allclose(run_onnxruntime(model, [x, w])[0], want, rtol=1e-4, atol=1e-4)

@@ -125,7 +125,7 @@ def _dilate(cx, x, shape, axis, factor):
     pads = [0] * (2 * (len(shape) + 1))
     pads[len(shape) + 1 + axis + 1] = factor - 1  # after each element, on the new axis
     x = cx.node("Pad", [x, cx.ints(pads)])
-    widened = shape[:axis] + [n * factor] + shape[axis + 1:]
+    widened = [0] * axis + [n * factor] + shape[axis + 1:]  # 0: the batch and feature dims, copied
     x = cx.node("Reshape", [x, cx.ints(widened)])
     shape = shape[:axis] + [(n - 1) * factor + 1] + shape[axis + 1:]
     x = cx.node("Slice", [x, cx.ints([0]), cx.ints([shape[axis]]), cx.ints([axis])])
@@ -136,7 +136,10 @@ def _dilate(cx, x, shape, axis, factor):
 def convolution(op, cx):
     lhs, rhs = cx.inputs(op)
     numbers = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
-    lhs_shape, rhs_shape = _static(cx, op, op.operands[0]), _static(cx, op, op.operands[1])
+    lhs_shape, rhs_shape = cx.shape(op.operands[0]), _static(cx, op, op.operands[1])
+    if any(lhs_shape[d] is None for d in numbers.input_spatial_dimensions):
+        raise cx.error(op, "a convolution over dynamic spatial dims is not supported",
+                       hint="export with static spatial dims (a dynamic batch is fine)")
     spatial = len(numbers.input_spatial_dimensions)
     if spatial not in (1, 2, 3):
         raise cx.error(op, f"a convolution with {spatial} spatial dims is not supported",
