@@ -9,8 +9,6 @@ TopK over the whole dimension; the other operands follow by GatherElements on it
 
 from __future__ import annotations
 
-import onnx_ir as ir
-
 from edgebuild_jax.convert.registry import converts
 
 CANONICALISING = {"stablehlo.select", "stablehlo.compare", "stablehlo.constant", "stablehlo.broadcast_in_dim"}
