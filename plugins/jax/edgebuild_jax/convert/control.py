@@ -49,10 +49,17 @@ def _typed_input(cx, mlir_value, hint: str) -> ir.Value:
 
 
 def _typed(cx, values, mlir_values):
-    """Give the ONNX values the MLIR values' types when they have none (subgraph outputs need them)."""
+    """The outputs of the subgraph being written, typed as the MLIR values (subgraph outputs need
+    types); a value from outside it (an enclosing graph's, a passed-through input) goes through a
+    typed Identity, as ONNX wants every output produced inside its graph."""
+    outputs = []
     for onnx_value, mlir_value in zip(values, mlir_values):
+        producer = onnx_value.producer()
+        if producer is None or producer.graph is not cx.scope.graph:
+            onnx_value = cx.node("Identity", [onnx_value])
         cx.annotate(onnx_value, mlir_value)
-    return values
+        outputs.append(onnx_value)
+    return outputs
 
 
 def _as_condition(cx, value: ir.Value) -> ir.Value:
