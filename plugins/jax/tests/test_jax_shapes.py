@@ -185,3 +185,16 @@ def test_negative_indices_count_from_the_end_like_jax():
     assert_converts(lambda x, i: x[i], X, ids)
     updates = RNG.standard_normal((3, 5, 4)).astype(np.float32)
     assert_converts(lambda x, i, u: x.at[i].add(u), X, ids, updates)
+
+
+@pytest.mark.parametrize("kind", ["set", "add", "max"])
+def test_scatter_drops_out_of_range_updates_like_jax(kind):
+    ids = np.asarray([7, 2, -9, 100], np.int32)
+    updates = RNG.standard_normal((4, 5, 4)).astype(np.float32)
+    assert_converts(lambda x, i, u: getattr(x.at[i], kind)(u), X, ids, updates)
+    window = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    starts = np.asarray([[1, 1], [0, 3]], np.int32)  # the second window runs past dim 1: dropped
+    dnums = lax.ScatterDimensionNumbers(update_window_dims=(1, 2), inserted_window_dims=(0,),
+                                        scatter_dims_to_operand_dims=(0, 1))
+    assert_converts(lambda x, i, u: lax.scatter(x, i, u[:, :, :], dnums, mode=lax.GatherScatterMode.FILL_OR_DROP),
+                    X, starts, window)

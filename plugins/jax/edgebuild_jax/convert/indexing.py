@@ -149,4 +149,48 @@ def scatter(op, cx):
                         operand_batching=list(dn.input_batching_dims),
                         indices_batching=list(dn.scatter_indices_batching_dims), operand_shape=operand_shape,
                         window_sizes=None, clamp=False)
-    return [cx.node("ScatterND", [operand, full, updates], {"reduction": reduction})]
+    index_map = list(dn.scattered_dims_to_operand_dims)
+    limits = window_limits(operand_shape, updates_shape, list(dn.update_window_dims),
+                           list(dn.inserted_window_dims), list(dn.input_batching_dims), index_map)
+    known = cx.folded(indices)
+    if known is not None and in_bounds(known, dn.index_vector_dim, limits):
+        return [cx.node("ScatterND", [operand, full, updates], {"reduction": reduction})]
+    return [scatter_dropping_out_of_bounds(cx, operand, full, updates, reduction, indices, dn, limits,
+                                           operand_shape, updates_shape, indices_shape)]
+
+
+def window_limits(operand_shape, updates_shape, window_dims, inserted, batching, index_map):
+    """The largest in-bounds start of each scattered dim: dim size minus the window's extent."""
+    windowed = [d for d in range(len(operand_shape)) if d not in inserted and d not in batching]
+    extent = {d: updates_shape[window_dims[j]] for j, d in enumerate(windowed)}
+    return [operand_shape[d] - extent.get(d, 1) for d in index_map]
+
+
+def in_bounds(indices: np.ndarray, index_vector_dim: int, limits) -> bool:
+    vectors = np.moveaxis(indices[..., None] if index_vector_dim == indices.ndim else indices, index_vector_dim, -1)
+    return bool(np.all(vectors >= 0) and np.all(vectors <= np.asarray(limits)))
+
+
+def scatter_dropping_out_of_bounds(cx, operand, full, updates, reduction, indices, dn, limits,
+                                   operand_shape, updates_shape, indices_shape):
+    """The spec skips an update window that does not fit in the operand, where ScatterND would
+    fail: scatter into the flattened operand plus one spare element, send the elements of those
+    windows to the spare, and cut it off."""
+    rank = len(operand_shape)
+    size = int(np.prod(operand_shape))
+    strides = [int(np.prod(operand_shape[d + 1:])) for d in range(rank)]
+    starts = index_vectors(cx, indices, len(indices_shape), dn.index_vector_dim)
+    fits = cx.node("And", [cx.node("GreaterOrEqual", [starts, cx.ints([0])]),
+                           cx.node("LessOrEqual", [starts, cx.ints(limits)])])
+    fits = cx.node("ReduceMin", [cx.node("Cast", [fits], {"to": 6}), cx.ints([-1])], {"keepdims": 0})
+    batch_out = [d for d in range(len(updates_shape)) if d not in list(dn.update_window_dims)]
+    placed = [updates_shape[d] if d in batch_out else 1 for d in range(len(updates_shape))] + [1]
+    fits = cx.node("Cast", [cx.node("Reshape", [fits, cx.ints(placed)])], {"to": 9})
+    linear = cx.node("ReduceSum", [cx.node("Mul", [full, cx.ints(strides)]), cx.ints([-1])], {"keepdims": 1})
+    linear = cx.node("Where", [fits, linear, cx.ints([size])])
+    flat = cx.node("Reshape", [operand, cx.ints([size])])
+    spare = cx.node("Slice", [flat, cx.ints([0]), cx.ints([1])])
+    flat = cx.node("Concat", [flat, spare], {"axis": 0})
+    flat = cx.node("ScatterND", [flat, linear, updates], {"reduction": reduction})
+    flat = cx.node("Slice", [flat, cx.ints([0]), cx.ints([size])])
+    return cx.node("Reshape", [flat, cx.ints(operand_shape)])
