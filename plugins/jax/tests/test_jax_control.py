@@ -235,3 +235,20 @@ def test_float_counter_is_not_taken_for_a_counted_loop():
     fn = lambda x: lax.while_loop(lambda c: c[1] < 2.5, lambda c: (c[0] + c[1], c[1] + 1.0), (x, jnp.float32(0.25)))
     model = assert_converts(fn, X, lowered=False)  # a constant first condition: see above
     assert _loops(model)[0].input[1] != ""
+
+
+def test_cond_inside_a_loop_body_on_the_counter():
+    def fn(x):
+        step = lambda i, a: lax.cond(i % 2 == 0, lambda b: b + 1.0, lambda b: b * 0.5, a)
+        return lax.fori_loop(0, 5, step, x)
+    assert_converts(fn, X, lowered_tol=(1e-3, 1e-3))
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_switch_with_several_outputs_and_a_captured_value(index):
+    bias = RNG.standard_normal((3, 4)).astype(np.float32)
+
+    def fn(i, x, b):
+        branches = [lambda a: (a + b, jnp.sum(a)), lambda a: (a - b, jnp.max(a)), lambda a: (a * b, jnp.min(a))]
+        return lax.switch(i, branches, x)
+    assert_converts(fn, np.int32(index), X, bias, lowered_tol=(1e-3, 1e-3))
