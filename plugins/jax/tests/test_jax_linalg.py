@@ -133,14 +133,32 @@ def test_conv_with_rhs_dilation_and_constant_weights():
     assert_converts(fn, normal(2, 10, 9, 3), **TOL)
 
 
-def test_batch_group_count_is_refused():
+@pytest.mark.parametrize("batch_groups,numbers", [(2, ("NCHW", "OIHW", "NCHW")), (3, ("NHWC", "HWIO", "NHWC"))])
+def test_batch_group_count(batch_groups, numbers):
+    x, w = normal(6, 2, 5, 5), normal(6, 2, 3, 3)
+    if numbers[0] == "NHWC":
+        x, w = x.transpose(0, 2, 3, 1), w.transpose(2, 3, 1, 0)
+    fn = lambda x, w: lax.conv_general_dilated(x, w, (1, 2), "SAME", batch_group_count=batch_groups,  # noqa: E731
+                                               dimension_numbers=numbers)
+    assert_converts(fn, x, w, **TOL)
+
+
+def test_batch_group_count_with_dynamic_batch_is_refused():
     from edgebuild.plugin import BuildError
-    from jax_checks import export, to_onnx
+    from edgebuild_jax.convert.module import convert_module
+    from edgebuild_jax.mlir import new_context, parse_module
 
-    fn = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID", batch_group_count=2)  # noqa: E731
-    with pytest.raises(BuildError, match="batch_group_count"):
-        to_onnx(export(fn, normal(4, 2, 5, 5), normal(4, 2, 3, 3)))
-
+    text = """
+    func.func public @main(%x: tensor<?x2x5x5xf32>, %w: tensor<4x2x3x3xf32>) -> tensor<?x4x3x3xf32> {
+      %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {}
+           {batch_group_count = 2 : i64, feature_group_count = 1 : i64}
+           : (tensor<?x2x5x5xf32>, tensor<4x2x3x3xf32>) -> tensor<?x4x3x3xf32>
+      return %0 : tensor<?x4x3x3xf32>
+    }"""
+    context = new_context()
+    module = parse_module(text.encode(), context, origin="grouped.mlir")
+    with context, pytest.raises(BuildError, match="batch_group_count"):
+        convert_module(module, origin="grouped.mlir")
 
 
 def op_types(model):

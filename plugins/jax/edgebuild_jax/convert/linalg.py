@@ -159,8 +159,8 @@ def convolution(op, cx):
                        hint="flip the kernel in the source (jnp.flip) instead of reversing the window")
     groups = int(attribute(op, "feature_group_count").value) if "feature_group_count" in op.attributes else 1
     batch_groups = int(attribute(op, "batch_group_count").value) if "batch_group_count" in op.attributes else 1
-    if batch_groups != 1:
-        raise cx.error(op, f"batch_group_count={batch_groups} is not supported",
+    if batch_groups != 1 and (groups != 1 or lhs_shape[numbers.input_batch_dimension] is None):
+        raise cx.error(op, f"batch_group_count={batch_groups} with feature groups or a dynamic batch is not supported",
                        hint="this comes from the gradient of a grouped convolution; convert the forward pass only")
 
     lhs = _as_result_type(cx, op, lhs, op.operands[0])
@@ -171,6 +171,15 @@ def convolution(op, cx):
     out_order = [numbers.output_batch_dimension, numbers.output_feature_dimension, *numbers.output_spatial_dimensions]
     x = _permute(cx, lhs, in_order)
     x_shape = [lhs_shape[d] for d in in_order]
+    if batch_groups != 1:
+        # batch group g meets output features of group g: move the groups into the feature dim
+        # ([G*N', C] -> [N', G*C]) and convolve with as many feature groups
+        n, c, rest = x_shape[0], x_shape[1], x_shape[2:]
+        x = cx.node("Reshape", [x, cx.ints([batch_groups, n // batch_groups, c, *rest])])
+        x = cx.node("Transpose", [x], {"perm": [1, 0, *range(2, len(x_shape) + 1)]})
+        x_shape = [n // batch_groups, batch_groups * c, *rest]
+        x = cx.node("Reshape", [x, cx.ints(x_shape)])
+        groups = batch_groups
     w = _permute(cx, rhs, kernel_order)
     kernel = [rhs_shape[d] for d in kernel_order][2:]
 
