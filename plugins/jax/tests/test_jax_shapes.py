@@ -198,3 +198,22 @@ def test_scatter_drops_out_of_range_updates_like_jax(kind):
                                         scatter_dims_to_operand_dims=(0, 1))
     assert_converts(lambda x, i, u: lax.scatter(x, i, u[:, :, :], dnums, mode=lax.GatherScatterMode.FILL_OR_DROP),
                     X, starts, window)
+
+
+def test_batched_dynamic_slice_and_update_match_jax():
+    # under vmap these become a gather and a scatter with windows wider than one element
+    starts = np.asarray([[0, 1], [4, 3], [-2, 9], [2, 0], [1, 1], [3, 2]], np.int32)
+    fn = jax.vmap(lambda x, s: lax.dynamic_slice(x, (s[0], s[1]), (2, 3)))
+    assert_converts(fn, X, starts)
+    window = RNG.standard_normal((6, 2, 3)).astype(np.float32)
+    fn = jax.vmap(lambda x, s, u: lax.dynamic_update_slice(x, u, (s[0], s[1])))
+    assert_converts(fn, X, starts, window)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.bool_, np.float16])
+def test_data_movement_of_other_element_types_matches_jax(dtype):
+    x = (X > 0).astype(dtype) if dtype == np.bool_ else (X * 10).astype(dtype)
+    assert_converts(lambda x: x[1:5:2, ::-1], x, rtol=1e-3, atol=1e-3)
+    assert_converts(lambda x: jnp.concatenate([x, x[:, :2]], axis=1), x, rtol=1e-3, atol=1e-3)
+    assert_converts(lambda x, i: lax.dynamic_slice(x, (i, i, i), (2, 2, 2)), x, np.int32(3), rtol=1e-3, atol=1e-3)
+    assert_converts(lambda x: lax.dynamic_update_slice(x, x[:2, :2, :2], (4, 3, 1)), x, rtol=1e-3, atol=1e-3)

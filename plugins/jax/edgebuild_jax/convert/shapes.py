@@ -99,6 +99,9 @@ def dynamic_update_slice(op, cx):
         indices = cx.const(grid + np.asarray(known, dtype=np.int64), name="indices")
     else:
         indices = cx.node("Add", [cx.const(grid, name="grid"), starts])
+    if cx.np_dtype(op.result) == np.bool_:  # Core ML's scatter takes no booleans: scatter 0/1 ints
+        x, update = (cx.node("Cast", [v], {"to": 6}) for v in (x, update))
+        return [cx.node("Cast", [cx.node("ScatterND", [x, indices, update])], {"to": 9})]
     return [cx.node("ScatterND", [x, indices, update])]
 
 
