@@ -166,11 +166,13 @@ def op_types(model):
     return {node.op_type for node in (graph.node if hasattr(graph, "node") else graph)}
 
 
+@pytest.mark.parametrize("dilation", [(1, 1), (2, 1)])
 @pytest.mark.parametrize("strides", [(2, 2), (3, 2)])
 @pytest.mark.parametrize("padding", ["SAME", "VALID", ((2, 1), (0, 2))], ids=["same", "valid", "explicit"])
-def test_conv_transpose_with_constant_kernel_is_onnx_conv_transpose(strides, padding):
+def test_conv_transpose_with_constant_kernel_is_onnx_conv_transpose(strides, padding, dilation):
     w = normal(3, 3, 3, 4)
-    fn = lambda x: lax.conv_transpose(x, w, strides, padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))  # noqa: E731
+    fn = lambda x: lax.conv_transpose(x, w, strides, padding, rhs_dilation=dilation,  # noqa: E731
+                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))
     model = assert_converts(fn, normal(2, 5, 4, 3), **TOL)
     assert "ConvTranspose" in op_types(model)
 

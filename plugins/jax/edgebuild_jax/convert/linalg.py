@@ -220,13 +220,13 @@ def _as_conv_transpose(cx, x, weights, kernel_order, lhs_dilation, strides, rhs_
     """A convolution over a dilated input with a constant kernel is ONNX ConvTranspose with that
     kernel flipped and its feature dims swapped (what ``lax.conv_transpose`` writes); None when the
     op is not of that form, or ConvTranspose could not pad it (padding beyond the kernel)."""
-    if weights is None or all(d == 1 for d in lhs_dilation) or any(s != 1 for s in strides) \
-            or any(d != 1 for d in rhs_dilation):
+    if weights is None or all(d == 1 for d in lhs_dilation) or any(s != 1 for s in strides):
         return None
     w = np.transpose(weights, kernel_order)  # [O, C/g, k...]
     kernel = list(w.shape[2:])
-    begins = [k - 1 - lo for k, lo in zip(kernel, padding[0::2])]
-    ends = [k - 1 - hi for k, hi in zip(kernel, padding[1::2])]
+    reach = [(k - 1) * d for k, d in zip(kernel, rhs_dilation)]  # the dilated kernel's extent - 1
+    begins = [r - lo for r, lo in zip(reach, padding[0::2])]
+    ends = [r - hi for r, hi in zip(reach, padding[1::2])]
     if min(begins + ends) < 0:
         return None
     out_features, in_per_group = w.shape[:2]
@@ -235,4 +235,5 @@ def _as_conv_transpose(cx, x, weights, kernel_order, lhs_dilation, strides, rhs_
     w = w.reshape(groups * in_per_group, out_features // groups, *kernel)
     w = np.flip(w, axis=tuple(range(2, w.ndim))).astype(dtype.numpy())
     return cx.node("ConvTranspose", [x, cx.const(np.ascontiguousarray(w), name="weight")],
-                   {"strides": list(lhs_dilation), "pads": begins + ends, "group": groups, "kernel_shape": kernel})
+                   {"strides": list(lhs_dilation), "dilations": list(rhs_dilation), "pads": begins + ends,
+                    "group": groups, "kernel_shape": kernel})
