@@ -217,3 +217,10 @@ def test_data_movement_of_other_element_types_matches_jax(dtype):
     assert_converts(lambda x: jnp.concatenate([x, x[:, :2]], axis=1), x, rtol=1e-3, atol=1e-3)
     assert_converts(lambda x, i: lax.dynamic_slice(x, (i, i, i), (2, 2, 2)), x, np.int32(3), rtol=1e-3, atol=1e-3)
     assert_converts(lambda x: lax.dynamic_update_slice(x, x[:2, :2, :2], (4, 3, 1)), x, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["set", "max", "min"])
+def test_boolean_scatter_matches_jax(kind):
+    mask = X > 0
+    flags = RNG.standard_normal((3, 5, 4)) > 0
+    assert_converts(lambda m, i, f: getattr(m.at[i], kind)(f), mask, UNIQUE, flags)

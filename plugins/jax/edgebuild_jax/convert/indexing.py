@@ -108,7 +108,9 @@ def gather(op, cx):
 
 
 REDUCTIONS = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maximum": "max",
-              "stablehlo.minimum": "min"}
+              "stablehlo.minimum": "min",
+              # on booleans, scattered as 0/1 ints: or is max, and is min
+              "stablehlo.or": "max", "stablehlo.and": "min"}
 
 
 def scatter_reduction(op, cx) -> str:
@@ -130,12 +132,14 @@ def scatter_reduction(op, cx) -> str:
 
 
 @converts("stablehlo.scatter")
-def scatter(op, cx):
+def scatter(op, cx, as_ints=False):
     values = cx.inputs(op)
     if len(values) != 3:
         raise cx.error(op, "a scatter of several operands at once is not supported",
                        hint="scatter each array on its own")
     operand, indices, updates = values
+    if as_ints:
+        operand, updates = (cx.node("Cast", [v], {"to": 6}) for v in (operand, updates))
     dn = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
     operand_shape = cx.shape(op.operands[0])
     indices_shape = cx.shape(op.operands[1])
@@ -143,6 +147,9 @@ def scatter(op, cx):
     if None in operand_shape or None in indices_shape or None in updates_shape:
         raise cx.error(op, "a scatter with dynamic shapes is not supported")
     reduction = scatter_reduction(op, cx)
+    if cx.np_dtype(op.result) == np.bool_ and not as_ints:  # Core ML's scatter takes no booleans: scatter 0/1 ints
+        flags = scatter(op, cx, as_ints=True)
+        return [cx.node("Cast", [flags[0]], {"to": 9})]
     full = full_indices(cx, indices=indices, indices_rank=len(indices_shape), index_vector_dim=dn.index_vector_dim,
                         index_map=list(dn.scattered_dims_to_operand_dims), out_shape=updates_shape,
                         window_dims=list(dn.update_window_dims), collapsed=list(dn.inserted_window_dims),
