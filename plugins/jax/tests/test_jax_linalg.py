@@ -293,3 +293,15 @@ def test_convolution_with_dynamic_batch(window):
     with context:
         model = ir.serde.serialize_model(convert_module(module, origin="dynamic.mlir"))
     np.testing.assert_allclose(run_onnxruntime(model, [x, w])[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("layer", ["conv", "grouped_conv", "conv_transpose", "dense"])
+def test_flax_layers_with_their_parameters_as_constants(layer):
+    nn = pytest.importorskip("flax.linen")
+    module = {"conv": nn.Conv(8, (3, 3), strides=2, padding="SAME"),
+              "grouped_conv": nn.Conv(8, (3, 3), feature_group_count=4, kernel_dilation=2),
+              "conv_transpose": nn.ConvTranspose(5, (3, 3), strides=(2, 2)),
+              "dense": nn.Dense(7)}[layer]
+    x = normal(2, 9, 8, 4)
+    params = module.init(jax.random.PRNGKey(0), x)
+    assert_converts(lambda x: module.apply(params, x), x, **TOL)

@@ -2,9 +2,10 @@
 
 ``dot_general`` becomes Transpose + Reshape + MatMul (batch, free, contracted dims gathered on each
 side) so that it lowers to one Core ML matmul whatever the dims' positions. ``convolution`` is moved
-to the NCHW / OIHW layout ONNX Conv takes and its result moved back to the op's layout; input
-dilation (how JAX writes transposed convolutions) inserts zeros by Unsqueeze + Pad + Reshape, and
-negative padding becomes a Slice.
+to the NCHW / OIHW layout ONNX Conv takes and its result moved back to the op's layout. Input
+dilation (how JAX writes transposed convolutions) is ONNX ConvTranspose when the kernel is a
+constant, else zeros inserted by Unsqueeze + Pad + Reshape; negative padding becomes a Slice;
+batch groups become feature groups. Window reversal is refused.
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ def _dilate(cx, x, shape, axis, factor):
 
 @converts("stablehlo.convolution")
 def convolution(op, cx):
+    """1-D, 2-D or 3-D convolution in any dimension layout; the batch may be dynamic, the spatial
+    dims and the kernel must be static."""
     lhs, rhs = cx.inputs(op)
     numbers = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
     lhs_shape, rhs_shape = cx.shape(op.operands[0]), _static(cx, op, op.operands[1])
