@@ -52,10 +52,11 @@ def test_lax_pad_with_negative_and_interior_padding_matches_jax(config):
     assert_converts(lambda x: lax.pad(x, np.float32(-1.0), config), X)
 
 
-def test_pad_of_integers_matches_jax():
-    # Core ML's constant pad takes floats only, so only onnxruntime checks this
-    x = np.arange(12, dtype=np.int32).reshape(3, 4)
-    assert_converts(lambda x: lax.pad(x, np.int32(7), [(1, -1, 1), (0, 2, 0)]), x, lowered=False)
+@pytest.mark.parametrize("config", [[(1, -1, 1), (0, 2, 0)], [(2, 3, 0), (-1, 1, 2)], [(0, 0, 3), (0, 0, 0)]])
+@pytest.mark.parametrize("dtype", [np.int32, np.bool_])
+def test_pad_of_integers_and_booleans_matches_jax(config, dtype):
+    x = (np.arange(12).reshape(3, 4) % 5).astype(dtype)
+    assert_converts(lambda x: lax.pad(x, dtype(1), config), x)
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])

@@ -117,21 +117,27 @@ def pad(op, cx):
     if None in dims:
         raise cx.error(op, "padding a dynamically shaped operand is not supported")
     rank = len(dims)
+    floats = np.issubdtype(cx.np_dtype(op.result), np.floating)
     for d, k in enumerate(interior):
         if k == 0 or dims[d] <= 1:
             dims[d] = dims[d] + max(dims[d] - 1, 0) * k
             continue
         n = dims[d]
         x = cx.node("Unsqueeze", [x, cx.ints([d + 1])])
-        x = cx.node("Pad", [x, cx.ints([0, k]), fill, cx.ints([d + 1])], {"mode": "constant"})
+        x = grow_axis(cx, x, fill, dims[:d + 1] + [1] + dims[d + 1:], d + 1, 0, k, floats)
         x = cx.node("Reshape", [x, cx.ints(dims[:d] + [n * (k + 1)] + dims[d + 1:])])
         dims[d] = n + (n - 1) * k
         x = cx.node("Slice", [x, cx.ints([0]), cx.ints([dims[d]]), cx.ints([d])])
     grow_low = [max(v, 0) for v in low]
     grow_high = [max(v, 0) for v in high]
     if any(grow_low) or any(grow_high):
-        x = cx.node("Pad", [x, cx.ints(grow_low + grow_high), fill], {"mode": "constant"})
-        dims = [n + a + b for n, a, b in zip(dims, grow_low, grow_high)]
+        if floats:
+            x = cx.node("Pad", [x, cx.ints(grow_low + grow_high), fill], {"mode": "constant"})
+            dims = [n + a + b for n, a, b in zip(dims, grow_low, grow_high)]
+        for d in range(rank):
+            if not floats and (grow_low[d] or grow_high[d]):
+                x = grow_axis(cx, x, fill, dims, d, grow_low[d], grow_high[d], floats)
+                dims[d] += grow_low[d] + grow_high[d]
     cut_low = [max(-v, 0) for v in low]
     cut_high = [max(-v, 0) for v in high]
     if any(cut_low) or any(cut_high):
@@ -140,6 +146,21 @@ def pad(op, cx):
     elif not any(interior) and not any(grow_low) and not any(grow_high):
         x = cx.node("Identity", [x])
     return [x]
+
+
+def grow_axis(cx, x, fill, dims, axis, before, after, floats):
+    """``x`` (shape ``dims``) with ``before``/``after`` fill elements along ``axis``: a Pad for
+    floats, else a Concat of fill blocks (Core ML pads only floats)."""
+    if floats:
+        return cx.node("Pad", [x, cx.ints([before, after]), fill, cx.ints([axis])], {"mode": "constant"})
+    pieces = []
+    for count in (before, None, after):
+        if count is None:
+            pieces.append(x)
+        elif count:
+            shape = dims[:axis] + [count] + dims[axis + 1:]
+            pieces.append(cx.node("Expand", [cx.node("Reshape", [fill, cx.ints([1] * len(dims))]), cx.ints(shape)]))
+    return cx.node("Concat", pieces, {"axis": axis})
 
 
 @converts("stablehlo.concatenate")
