@@ -75,7 +75,7 @@ def dot_general(op, cx):
                    lead + [contracted, size(rhs_shape, rhs_free)])
     product = cx.node("MatMul", [lhs, rhs])
     result = batch + [lhs_shape[d] for d in lhs_free] + [rhs_shape[d] for d in rhs_free]
-    return [cx.node("Reshape", [product, cx.ints(result)])]
+    return [_reshape(cx, product, lead + [size(lhs_shape, lhs_free), size(rhs_shape, rhs_free)], result)]
 
 
 def _dynamic_dot_general(cx, op, lhs, rhs, lhs_batch, lhs_free, lhs_contract, rhs_batch, rhs_free, rhs_contract):
