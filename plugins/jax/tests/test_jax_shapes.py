@@ -225,3 +225,9 @@ def test_boolean_scatter_matches_jax(kind):
     mask = X > 0
     flags = RNG.standard_normal((3, 5, 4)) > 0
     assert_converts(lambda m, i, f: getattr(m.at[i], kind)(f), mask, UNIQUE, flags)
+
+
+def test_boolean_gathers_match_jax():
+    mask = X > 0
+    assert_converts(lambda m, i: m[i], mask, IDS)
+    assert_converts(lambda m, i: m[:, i % 5], mask, IDS)
