@@ -231,3 +231,9 @@ def test_boolean_gathers_match_jax():
     mask = X > 0
     assert_converts(lambda m, i: m[i], mask, IDS)
     assert_converts(lambda m, i: m[:, i % 5], mask, IDS)
+
+
+def test_scalar_dynamic_slice_and_update_match_jax():
+    s = np.asarray(1.5, np.float32)
+    assert_converts(lambda s: lax.dynamic_slice(s, (), ()), s)
+    assert_converts(lambda s, t: lax.dynamic_update_slice(s, t, ()), s, np.asarray(2.0, np.float32))

@@ -50,6 +50,8 @@ def full_indices(cx, *, indices, indices_rank, index_vector_dim, index_map, out_
         along = batch_out[s if s < index_vector_dim else s - 1]
         fixed[..., d] += np.arange(out_shape[along]).reshape([-1 if a == along else 1 for a in range(out_rank)])
 
+    if not index_map:  # every position is known: only batching dims and windows
+        return cx.const(fixed, name="window")
     # the computed part: the starts moved to the operand dims they index
     starts = index_vectors(cx, indices, indices_rank, index_vector_dim)
     if clamp:

@@ -72,6 +72,8 @@ def dynamic_slice(op, cx):
     dims = cx.shape(op.operands[0])
     if None in dims:
         raise cx.error(op, "a dynamic_slice of a dynamically shaped operand is not supported")
+    if not dims:
+        return [cx.node("Identity", [x])]
     starts, known = clamped_starts(cx, scalars, sizes, dims)
     axes = cx.ints(range(len(dims)))
     if known is not None:
