@@ -76,3 +76,44 @@ def _compare(got, want, what, rtol, atol):
         else:
             np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
                                        err_msg=f"{what}, output {index}")
+
+
+def symbolic(shape: str, dtype=np.float32):
+    """A ShapeDtypeStruct with symbolic dims, e.g. ``symbolic("b, 16")``."""
+    from jax import export as jax_export
+
+    return jax.ShapeDtypeStruct(jax_export.symbolic_shape(shape), dtype)
+
+
+def pinned(model, arrays):
+    """A copy of ``model`` whose inputs have the concrete shapes of ``arrays``."""
+    import onnx
+    import onnx_ir as ir
+
+    copy = ir.serde.deserialize_model(onnx.ModelProto.FromString(model.SerializeToString()))
+    for value, array in zip(copy.graph.inputs, arrays):
+        value.shape = ir.Shape(np.shape(array))
+    return ir.serde.serialize_model(copy)
+
+
+def assert_converts_dynamic(fn, specs, cases, *, rtol=1e-5, atol=1e-5, lowered=True, lowered_tol=None):
+    """``fn`` exported once for ``specs`` (symbolic shapes) and converted once; on every case (a
+    list of arrays, each case at other concrete sizes) onnxruntime must match JAX's
+    ``exported.call``. When ``lowered``, the Core ML lowering of the model with its inputs pinned
+    to the first case's shapes must match too. Returns the ONNX model."""
+    from jax import export as jax_export
+
+    exported = jax_export.export(jax.jit(fn))(*specs)
+    model = to_onnx(exported)
+    dims = [d for value in model.graph.input for d in value.type.tensor_type.shape.dim]
+    assert any(d.dim_param for d in dims), "the converted model has no dynamic input dim"
+    for arrays in cases:
+        arrays = [np.asarray(a) for a in arrays]
+        want = [np.asarray(w) for w in jax.tree_util.tree_leaves(exported.call(*arrays))]
+        _compare(run_onnxruntime(model, arrays), want, f"onnxruntime at {[a.shape for a in arrays]}", rtol, atol)
+    if lowered:
+        arrays = [np.asarray(a) for a in cases[0]]
+        want = [np.asarray(w) for w in jax.tree_util.tree_leaves(exported.call(*arrays))]
+        lrtol, latol = lowered_tol or (rtol, atol)
+        _compare(run_lowered(pinned(model, arrays), arrays), want, "the Core ML lowering", lrtol, latol)
+    return model

@@ -1,5 +1,5 @@
 """Calls and control flow: ``func.call`` (inlined), ``composite`` (its decomposition inlined),
-``custom_call`` (refused with its target), ``while`` (an ONNX Loop), ``case`` and ``if`` (nested
+``custom_call`` (refused with its target; jax's shape_assertion is a no-op), ``while`` (an ONNX Loop), ``case`` and ``if`` (nested
 ONNX Ifs), ``optimization_barrier`` (its operands)."""
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ def composite(op, cx):
 @converts("stablehlo.custom_call")
 def custom_call(op, cx):
     target = str(op.attributes["call_target_name"]).strip('"')
+    if target == "shape_assertion":  # jax's check of symbolic dims at run time: it computes nothing
+        return []
     raise cx.error(op, f"custom_call to {target!r} is not supported: its semantics live in a runtime library",
                    hint="export without the custom kernel (e.g. jax's default lowering on CPU), or register "
                         "a plugin lowering for it")

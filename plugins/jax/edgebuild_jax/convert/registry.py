@@ -11,7 +11,7 @@ Converter = Callable[..., Sequence[ir.Value]]
 CONVERTERS: dict[str, Converter] = {}
 
 # the modules that register converters; imported once, on the first conversion
-FAMILIES = ("elementwise", "linalg", "reductions", "shapes", "indexing", "sorting", "control")
+FAMILIES = ("elementwise", "linalg", "reductions", "shapes", "indexing", "sorting", "control", "dynamic")
 
 
 def converts(*op_names: str):
