@@ -91,6 +91,7 @@ schema: test-env
 
 conformance: test-env
 	$(TEST_BIN)/edgebuild conformance --suite onnx-node --backend coreml --out docs/conformance.md
+	$(TEST_BIN)/edgebuild conformance --suite stablehlo --backend coreml --out docs/conformance-stablehlo.md
 
 bench: test-env
 	$(TEST_BIN)/python benchmarks/cache.py

@@ -110,6 +110,18 @@ def edgebuild_register_custom_ops(register):
 
 
 @hookspec
+def edgebuild_register_conformance_suites(register):
+    """Register conformance suites: ``register(name, collect)``; ``edgebuild conformance --suite NAME``.
+
+    ``collect(ops)`` returns the suite's cases as ``edgebuild.plugin.ConformanceCase`` objects, only
+    those of ``ops`` when given (names as the suite spells them). A case is an ONNX model with its
+    inputs and the outputs its source's own semantics give (a StableHLO frontend: JAX's), so the
+    backend's conformance runner judges it as it judges the ONNX node cases; a case the frontend
+    cannot convert carries the reason in ``reason`` and is reported unsupported, not run.
+    """
+
+
+@hookspec
 def edgebuild_register_commands(register):
     """Register commands of the ``edgebuild`` CLI: ``register(name, factory)``.
 

@@ -25,6 +25,7 @@ KINDS = (
     "recipe_sections",
     "custom_ops",
     "commands",
+    "conformance_suites",
 )
 
 
@@ -153,6 +154,7 @@ class Registry:
             "recipe_sections": named("recipe_sections"),
             "custom_ops": custom_op,
             "commands": named("commands"),
+            "conformance_suites": named("conformance_suites"),
         }
 
     def collect(self, pm: pluggy.PluginManager, dists: dict[str, tuple[str, str]]) -> None:

@@ -47,10 +47,15 @@ def _array(value) -> np.ndarray:
     return value if isinstance(value, (list, dict)) else np.asarray(value)
 
 
-def collect_cases(suite: str = "onnx-node", ops: Sequence[str] | None = None) -> list[Case]:
-    """Every case of ``suite`` (optionally only the cases of ``ops``), sorted by name."""
+def collect_cases(suite: str = "onnx-node", ops: Sequence[str] | None = None, registry=None) -> list[Case]:
+    """Every case of ``suite`` (optionally only the cases of ``ops``), sorted by name: the ONNX
+    node tests, or a suite a plugin registered (``edgebuild_register_conformance_suites``)."""
     if suite not in SUITES:
-        raise UsageError(f"unknown conformance suite {suite!r}", hint=f"choose one of: {', '.join(SUITES)}")
+        plugin_suites = registry.names("conformance_suites") if registry is not None else []
+        if suite not in plugin_suites:
+            raise UsageError(f"unknown conformance suite {suite!r}",
+                             hint=f"choose one of: {', '.join([*SUITES, *plugin_suites])}")
+        return sorted(registry.get("conformance_suites", suite)(list(ops) if ops else None), key=lambda c: c.name)
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):

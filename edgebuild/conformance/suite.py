@@ -37,7 +37,7 @@ def run_suite(
     backend = backend or registry.default_backend()
     if runner is None:
         resolve_runner(backend)  # fail early, in this process, when the backend cannot run cases
-    cases = collect_cases(suite, ops)
+    cases = collect_cases(suite, ops, registry)
     records: dict[str, dict] = {}
     finished = 0
 
@@ -50,7 +50,7 @@ def run_suite(
 
     runnable = []
     for case in cases:
-        reason = classify(case, registry, backend)
+        reason = case.reason or classify(case, registry, backend)
         if reason:
             done(case, {"status": "unsupported", "reason": reason})
         else:

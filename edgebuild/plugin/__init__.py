@@ -19,6 +19,7 @@ stage body needs and import their libraries when imported:
 """
 
 from edgebuild.collections_scope import older_objects_frozen
+from edgebuild.conformance.cases import Case as ConformanceCase
 from edgebuild.custom_ops import OpReference
 from edgebuild.errors import (
     BuildError,
@@ -60,7 +61,7 @@ __all__ = [
     "STANDARD_DOMAINS", "standard_domain", "unique_name",
     "OpReference",
     # what the core calls on registered objects
-    "Backend", "ConformanceRunner", "CustomOp", "Frontend", "Generator", "GraphPass", "RecipeSection", "Resolver",
+    "Backend", "ConformanceCase", "ConformanceRunner", "CustomOp", "Frontend", "Generator", "GraphPass", "RecipeSection", "Resolver",
     "Runtime", "StatefulModel", "Arrays", "Runner", "Candidate", "Skipped",
     # declaring stages
     "Stage", "StageParams", "StageInputs", "Result", "edgebuild_version",

@@ -22,3 +22,13 @@ def edgebuild_register_recipe_sections(register):
     from edgebuild_jax.options import StableHLOOptions
 
     register("stablehlo:source.options", StableHLOOptions)
+
+
+@hookimpl
+def edgebuild_register_conformance_suites(register):
+    def stablehlo_cases(ops):
+        from edgebuild_jax.conformance import collect_cases
+
+        return collect_cases(ops)
+
+    register("stablehlo", stablehlo_cases)
