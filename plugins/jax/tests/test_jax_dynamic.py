@@ -126,3 +126,34 @@ def test_shape_assertions_are_not_in_the_graph():
     model = to_onnx(export(mlp, symbolic("b, 16")))
     assert not any(n.op_type in ("If", "Assert") for n in model.graph.node)
     assert not model.graph.output[0].type.tensor_type.shape.dim[0].HasField("dim_value")
+
+
+@pytest.mark.parametrize("start", [0, 1, 3, -2, 100])
+def test_dynamic_slice_of_a_symbolic_size(start):
+    """A run-time start and a symbolic size: a real_dynamic_slice whose start jax clamps."""
+    def fn(x, i):
+        return jax.lax.dynamic_slice(x, (i, 0), (x.shape[0] // 2, 3))
+
+    specs = [symbolic("b, 3"), jax.ShapeDtypeStruct((), jnp.int32)]
+    index = np.asarray(start, np.int32)
+    assert_converts_dynamic(fn, specs, [[rand(4, 3), index], [rand(7, 3), index]], lowered=False)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float16, np.bool_])
+def test_broadcast_and_reshape_of_other_dtypes(dtype):
+    def fn(x):
+        y = jnp.broadcast_to(x[:, None, :], (x.shape[0], 2, x.shape[1]))
+        return y.reshape(x.shape[0], -1)
+
+    cases = [[(rand(2, 3) > 0).astype(dtype)], [(rand(4, 5) * 3).astype(dtype)]]
+    assert_converts_dynamic(fn, [symbolic("b, s", dtype)], cases, lowered=True)
+
+
+def test_interior_dynamic_padding_is_refused():
+    from edgebuild.plugin import BuildError
+
+    def fn(x):
+        return jax.lax.pad(x, jnp.float32(0), ((0, x.shape[0], 1), (0, 0, 0)))
+
+    with pytest.raises(BuildError, match="interior padding"):
+        to_onnx(export(fn, symbolic("b, 3")))

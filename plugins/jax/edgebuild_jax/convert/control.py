@@ -1,6 +1,6 @@
 """Calls and control flow: ``func.call`` (inlined), ``composite`` (its decomposition inlined),
-``custom_call`` (refused with its target; jax's shape_assertion is a no-op), ``while`` (an ONNX Loop), ``case`` and ``if`` (nested
-ONNX Ifs), ``optimization_barrier`` (its operands)."""
+``custom_call`` (refused with its target; jax's ``shape_assertion`` is a no-op), ``while`` (an
+ONNX Loop), ``case`` and ``if`` (nested ONNX Ifs), ``optimization_barrier`` (its operands)."""
 
 from __future__ import annotations
 
