@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -68,3 +70,155 @@ def test_unsupported_op_names_itself_and_the_python_line():
     exported = export(lambda x: jax.lax.population_count(x), np.zeros(3, np.int32))
     with pytest.raises(BuildError, match=r"stablehlo.popcnt at .*test_jax_elementwise.py:\d+"):
         to_onnx(exported)
+
+
+# -- select on every element type -------------------------------------------------------------
+
+LOWERED_SELECT = (np.int8, np.int16, np.int32, np.uint8, np.uint16, np.bool_, np.float16, np.float32)
+SELECT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_,
+                 np.float16, np.float32]
+
+
+@pytest.mark.parametrize("dtype", SELECT_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_where_on_each_element_type(dtype):
+    a = RNG.integers(0, 100, (3, 4)).astype(dtype)
+    b = RNG.integers(0, 100, (3, 4)).astype(dtype)
+    pick = RNG.random((3, 4)) > 0.5
+    with jax.enable_x64(np.dtype(dtype).itemsize == 8):  # 64-bit ints need x64, else jax narrows them
+        assert_converts(lambda p, a, b: jnp.where(p, a, b), pick, a, b, lowered=dtype in LOWERED_SELECT)
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.int8, np.uint16], ids=lambda d: np.dtype(d).name)
+def test_dynamic_slice_with_narrow_indices(dtype):
+    x = np.arange(40, dtype=np.float32).reshape(5, 8)
+    for start in (0, 2, 7):  # 7 runs past the end and is clamped
+        # the Core ML lowering widens int8/int16 inputs but not constants, so its Less sees mixed types
+        assert_converts(lambda x, i: jax.lax.dynamic_slice(x, (i, i), (2, 3)), x, np.asarray(start, dtype),
+                        lowered=dtype == np.uint16)
+
+
+# -- bf16 -------------------------------------------------------------------------------------------
+
+
+def assert_converts_bf16(fn, *args, rtol=1e-2, atol=1e-2):
+    """As assert_converts, run by ONNX's reference evaluator: onnxruntime's CPU kernels and the Core ML
+    lowering compute no bf16."""
+    from onnx.reference import ReferenceEvaluator
+
+    from jax_checks import export, to_onnx
+
+    arrays = [np.asarray(a) for a in args]
+    exported = export(fn, *arrays)
+    want = [np.asarray(w) for w in jax.tree_util.tree_leaves(exported.call(*arrays))]
+    model = to_onnx(exported)
+    session = ReferenceEvaluator(model)
+    got = session.run(None, dict(zip(session.input_names, arrays)))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
+
+
+def test_bfloat16_arithmetic_with_constants():
+    def fn(x):
+        b = x.astype(jnp.bfloat16)
+        scale = jnp.asarray([1.5, -2.25, 3.0, 0.125], jnp.bfloat16)  # a non-splat bf16 constant
+        return (b * scale + jnp.bfloat16(2.0)).astype(jnp.float32), jnp.maximum(b, jnp.bfloat16(0))
+    assert_converts_bf16(fn, X)
+
+
+def test_bfloat16_special_and_large_constants():
+    big = np.linspace(-3, 3, 4096).astype(jnp.bfloat16).reshape(64, 64)  # printed as a hex blob
+    special = np.array([np.inf, -np.inf, 1.0, -0.0], jnp.bfloat16)
+    assert_converts_bf16(lambda x: (x + big).astype(np.float32), np.ones((64, 64), jnp.bfloat16))
+    assert_converts_bf16(lambda x: (x * special).astype(np.float32), np.full(4, 2, jnp.bfloat16))
+
+
+def test_bfloat16_reduce_precision():
+    assert_converts_bf16(lambda x: jax.lax.reduce_precision(x.astype(jnp.bfloat16) * 3, exponent_bits=5,
+                                                            mantissa_bits=10).astype(jnp.float32), X * 1000)
+
+
+def test_large_closed_over_constant():
+    table = RNG.standard_normal(1 << 20).astype(np.float32)
+    assert_converts(lambda i: jnp.take(jnp.asarray(table), i), np.array([0, 5, 1 << 19, (1 << 20) - 1], np.int32),
+                    lowered=False)
+
+
+# -- element types with no ONNX/Core ML counterpart --------------------------------------------
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda x: (x.astype(jnp.complex64) * (1 + 2j)).real, r"element type complex<f32> .*complex numbers"),
+    (lambda x: jnp.abs(jnp.fft.fft(x)), r"element type complex<f32> .*jnp.fft"),
+    (lambda x: x.astype(jnp.float8_e4m3fn).astype(jnp.float32), r"element type f8E4M3FN .*8-bit"),
+    (lambda x: x.astype(jnp.int4).astype(jnp.float32), r"element type i4 .*sub-byte"),
+], ids=["complex-arithmetic", "fft", "float8", "int4"])
+def test_unsupported_element_types_are_refused_by_op_and_line(fn, match):
+    from jax_checks import export, to_onnx
+
+    from edgebuild.plugin import BuildError
+
+    with pytest.raises(BuildError, match=r"stablehlo\.\w+ at \S") as info:
+        to_onnx(export(fn, X[0]))
+    assert re.search(match, str(info.value)), str(info.value)
+
+
+# -- trigonometric and other unary ops ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn, domain", [
+    (jnp.tan, (-1.2, 1.2)), (jnp.arctan, (-4, 4)), (jnp.arcsin, (-0.95, 0.95)), (jnp.arccos, (-0.95, 0.95)),
+    (jnp.sinh, (-3, 3)), (jnp.cosh, (-3, 3)), (jnp.arcsinh, (-4, 4)), (jnp.arccosh, (1.05, 5)),
+    (jnp.arctanh, (-0.9, 0.9)), (jax.lax.erf, (-3, 3)), (jax.lax.erfc, (-3, 3)), (jax.lax.erf_inv, (-0.9, 0.9)),
+    (jnp.exp2, (-3, 3)), (jnp.square, (-3, 3)), (lambda x: jax.lax.integer_pow(x, 3), (-2, 2)),
+    (jax.lax.logistic, (-5, 5)), (jax.lax.lgamma, (0.5, 5)), (jax.lax.digamma, (0.5, 5)),
+], ids=lambda v: getattr(v, "__name__", "") if callable(v) else "")
+def test_unary_ops_match_jax(fn, domain):
+    x = RNG.uniform(*domain, (3, 5)).astype(np.float32)
+    assert_converts(fn, x, rtol=1e-4, atol=1e-5, lowered_tol=(2e-3, 2e-3))
+
+
+def test_is_finite_and_nextafter():
+    x = np.array([0.0, 1.0, -2.5, np.inf, -np.inf, np.nan], np.float32)
+    assert_converts(jnp.isfinite, x)
+    from jax_checks import export, to_onnx
+
+    from edgebuild.plugin import BuildError
+
+    with pytest.raises(BuildError, match=r"stablehlo.bitcast_convert at .*: this op is not supported"):
+        to_onnx(export(jnp.nextafter, X, Y))  # a bit reinterpretation: ONNX 18 has no Bitcast
+
+
+def test_round_half_away_from_zero():
+    x = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49999997, -0.49999997, 3.7, -3.2, 0.0], np.float32)
+    round_afz = lambda x: jax.lax.round(x, jax.lax.RoundingMethod.AWAY_FROM_ZERO)
+    assert_converts(round_afz, x, rtol=0, atol=0)
+    assert_converts(jnp.round, x, rtol=0, atol=0)  # to nearest even
+
+
+# -- shifts ---------------------------------------------------------------------------------------
+
+
+SHIFT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+@pytest.mark.parametrize("dtype", SHIFT_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("kind", ["shift_left", "shift_right_logical", "shift_right_arithmetic"])
+def test_shifts_on_each_integer_type(kind, dtype):
+    info = np.iinfo(dtype)
+    width = info.bits
+    a = np.array([info.min, info.max, 0, 1, 5, info.min + 3, info.max // 3, 7, 100 % (info.max + 1), 2, 3, 9],
+                 dtype)
+    amounts = np.array([0, 1, 2, width - 1, width, width + 3, 3, 1, 0, width - 2, 2, 4], dtype)
+    if info.min < 0:
+        a[-1] = -9
+        amounts[-1] = -1  # a negative amount counts as a large one
+    with jax.enable_x64(width == 64):
+        assert_converts(getattr(jax.lax, kind), a, amounts, lowered=False)
+
+
+def test_python_shift_operators_on_signed_ints():
+    a = RNG.integers(-1000, 1000, (3, 4)).astype(np.int32)
+    b = RNG.integers(0, 12, (3, 4)).astype(np.int32)
+    assert_converts(lambda a, b: (a << b, a >> b), a, b, lowered=False)

@@ -7,6 +7,9 @@ to one ONNX op; integer and boolean forms pick the ONNX op of their kind.
 
 from __future__ import annotations
 
+import re
+
+import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
@@ -17,7 +20,11 @@ UNARY = {
     "stablehlo.abs": "Abs", "stablehlo.negate": "Neg", "stablehlo.exponential": "Exp", "stablehlo.log": "Log",
     "stablehlo.sqrt": "Sqrt", "stablehlo.tanh": "Tanh", "stablehlo.sine": "Sin", "stablehlo.cosine": "Cos",
     "stablehlo.tan": "Tan", "stablehlo.floor": "Floor", "stablehlo.ceil": "Ceil", "stablehlo.sign": "Sign",
-    "stablehlo.round_nearest_even": "Round", "stablehlo.logistic": "Sigmoid",
+    "stablehlo.round_nearest_even": "Round", "stablehlo.logistic": "Sigmoid", "stablehlo.atan": "Atan",
+    # chlo ops: jax usually wraps them in a composite whose decomposition is inlined instead,
+    # but a module may carry them bare
+    "chlo.erf": "Erf", "chlo.acos": "Acos", "chlo.asin": "Asin", "chlo.atan": "Atan", "chlo.tan": "Tan",
+    "chlo.sinh": "Sinh", "chlo.cosh": "Cosh", "chlo.asinh": "Asinh", "chlo.acosh": "Acosh", "chlo.atanh": "Atanh",
 }
 BINARY = {
     "stablehlo.add": "Add", "stablehlo.subtract": "Sub", "stablehlo.multiply": "Mul",
@@ -43,12 +50,36 @@ for _name, _onnx in BINARY.items():
 
 @converts("stablehlo.constant")
 def constant(op, cx):
-    value = np.array(op.attributes["value"])
     dtype = cx.np_dtype(op.result)
+    value = dense_values(op.attributes["value"], dtype)
     shape = cx.shape(op.result)
-    if value.shape != tuple(shape):  # a splat is read as one element
+    if value.size == int(np.prod(shape)):
+        value = value.reshape(shape)
+    else:  # a splat is read as one element
         value = np.broadcast_to(value.reshape(-1)[:1] if value.size else value, shape)
     return [cx.const(np.array(value, dtype=dtype, order="C"), name="constant")]  # ascontiguousarray makes 0-d 1-d
+
+
+def dense_values(attr, dtype: np.dtype) -> np.ndarray:
+    """A DenseElementsAttr as numpy. The buffer protocol lacks bf16, so such constants are read
+    from the attribute's text (decimal numbers, hex bit patterns, or one hex blob of raw bytes)."""
+    try:
+        return np.array(attr)
+    except (TypeError, ValueError, RuntimeError):
+        if dtype != ml_dtypes.bfloat16:
+            raise
+    body = str(attr).split(":")[0].strip()
+    body = body[len("dense<"):-1] if body.startswith("dense<") else body
+    if body.startswith('"0x'):  # raw little-endian storage, the printer's form for large constants
+        return np.frombuffer(bytes.fromhex(body.strip('"')[2:]), np.uint16).view(dtype)
+    tokens = [t for t in re.split(r"[\[\],\s]+", body) if t]
+    bits = [int(t, 16) if t.lower().startswith("0x") else None for t in tokens]  # NaN and inf print as bits
+    floats = np.array([0.0 if b is not None else float(t) for t, b in zip(tokens, bits)], np.float32).astype(dtype)
+    raw = floats.view(np.uint16)
+    for index, b in enumerate(bits):
+        if b is not None:
+            raw[index] = b
+    return raw.view(dtype)
 
 
 @converts("stablehlo.divide")
@@ -139,10 +170,27 @@ def compare(op, cx):
     return [cx.node(COMPARISONS[direction], [a, b])]
 
 
+# element types onnxruntime's Where lacks -> the type the choice is made in (values convert exactly)
+WHERE_CARRIERS = {
+    ir.DataType.BOOL: ir.DataType.INT32, ir.DataType.INT16: ir.DataType.INT32, ir.DataType.UINT16: ir.DataType.INT32,
+    ir.DataType.UINT64: ir.DataType.INT64, ir.DataType.BFLOAT16: ir.DataType.FLOAT,
+}
+
+
 @converts("stablehlo.select")
 def select(op, cx):
     pred, on_true, on_false = cx.inputs(op)
-    return [cx.node("Where", [pred, on_true, on_false])]
+    return [where(cx, pred, on_true, on_false, cx.dtype(op.result))]
+
+
+def where(cx, pred, on_true, on_false, dtype: ir.DataType):
+    """ONNX Where, through a wider carrier type for element types onnxruntime's Where lacks."""
+    carrier = WHERE_CARRIERS.get(dtype)
+    if carrier is None:
+        return cx.node("Where", [pred, on_true, on_false])
+    chosen = cx.node("Where", [pred, cx.node("Cast", [on_true], {"to": carrier}),
+                               cx.node("Cast", [on_false], {"to": carrier})])
+    return cx.node("Cast", [chosen], {"to": dtype})
 
 
 @converts("stablehlo.clamp")
@@ -183,10 +231,51 @@ def reduce_precision(op, cx):
     return [cx.node("Cast", [cx.node("Cast", [x], {"to": narrow})], {"to": source})]
 
 
-@converts("stablehlo.shift_left", "stablehlo.shift_right_logical")
+UNSIGNED = {ir.DataType.INT8: ir.DataType.UINT8, ir.DataType.INT16: ir.DataType.UINT16,
+            ir.DataType.INT32: ir.DataType.UINT32, ir.DataType.INT64: ir.DataType.UINT64}
+
+
+@converts("stablehlo.shift_left", "stablehlo.shift_right_logical", "stablehlo.shift_right_arithmetic")
 def shift(op, cx):
+    """Shifts on the unsigned type of the operand's width (signed values are reinterpreted by Cast,
+    which wraps). An arithmetic right shift of a negative value is ~((~a) >> b). Shift amounts of
+    the width or more (negative ones count as large) give 0, or -1 for a negative value shifted
+    arithmetically, as StableHLO says, where ONNX leaves them undefined."""
     a, b = cx.inputs(op)
-    direction = "LEFT" if op.operation.name.endswith("left") else "RIGHT"
-    if cx.dtype(op.result) not in (ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64):
-        raise cx.error(op, "shifts of signed integers are not supported", hint="use an unsigned type")
-    return [cx.node("BitShift", [a, b], {"direction": direction})]
+    kind = op.operation.name.split(".")[1]
+    dtype = cx.dtype(op.result)
+    if dtype == ir.DataType.BOOL or dtype in FLOATS:
+        raise cx.error(op, f"{kind} of {dtype.name} values is not supported")
+    unsigned = UNSIGNED.get(dtype, dtype)
+    width = int(unsigned.itemsize * 8)
+    ua, ub = (cx.node("Cast", [v], {"to": unsigned}) if unsigned != dtype else v for v in (a, b))
+    too_far = cx.node("GreaterOrEqual", [ub, cx.const(np.asarray(width - 1 if kind.endswith("arithmetic") else width,
+                                                                 unsigned.numpy()))])
+    zero = cx.const(np.zeros((), unsigned.numpy()))
+    if kind == "shift_left" or kind == "shift_right_logical":
+        shifted = cx.node("BitShift", [ua, where(cx, too_far, zero, ub, unsigned)],
+                          {"direction": "LEFT" if kind == "shift_left" else "RIGHT"})
+        result = where(cx, too_far, zero, shifted, unsigned)
+    else:
+        # amounts past width - 1 fill with the sign bit, as a shift by width - 1 does
+        amount = where(cx, too_far, cx.const(np.asarray(width - 1, unsigned.numpy())), ub, unsigned)
+        # the sign bit set: negative for signed types, and for unsigned ones too, whose bits StableHLO
+        # shifts the same way
+        negative = cx.node("GreaterOrEqual", [ua, cx.const(np.asarray(1 << (width - 1), unsigned.numpy()))])
+        positive_part = cx.node("BitShift", [ua, amount], {"direction": "RIGHT"})
+        flipped = cx.node("BitShift", [cx.node("BitwiseNot", [ua]), amount], {"direction": "RIGHT"})
+        result = where(cx, negative, cx.node("BitwiseNot", [flipped]), positive_part, unsigned)
+    return [cx.node("Cast", [result], {"to": dtype}) if unsigned != dtype else result]
+
+
+@converts("stablehlo.round_nearest_afz")
+def round_away_from_zero(op, cx):
+    """Halves round away from zero: sign(x) * (floor(|x|) + (fraction >= 0.5)); adding 0.5 before
+    the floor would round 0.49999997 up in fp32."""
+    (x,) = cx.inputs(op)
+    dtype = cx.np_dtype(op.result)
+    magnitude = cx.node("Abs", [x])
+    whole = cx.node("Floor", [magnitude])
+    up = cx.node("GreaterOrEqual", [cx.node("Sub", [magnitude, whole]), cx.const(np.asarray(0.5, dtype))])
+    rounded = cx.node("Add", [whole, cx.node("Cast", [up], {"to": cx.dtype(op.result)})])
+    return [cx.node("Mul", [cx.node("Sign", [x]), rounded])]

@@ -37,10 +37,20 @@ def onnx_dtype(mlir_type, where: str = "") -> ir.DataType:
     name = element_name(mlir_type)
     found = ELEMENT_TYPES.get(name)
     if found is None:
-        raise BuildError(f"{where}: element type {name} is not supported (complex, f8 and int4 types have no "
-                         "Core ML equivalent)",
+        raise BuildError(f"{where}: element type {name} is not supported ({_why_not(name)})",
                          hint="cast the value to a float or integer type in the source")
     return found
+
+
+def _why_not(name: str) -> str:
+    """Why an MLIR element type has no ONNX/Core ML counterpart, for the refusal message."""
+    if name.startswith("complex"):
+        return "complex numbers, as jnp.fft and complex arithmetic make, have no ONNX or Core ML tensor type"
+    if name.startswith("f8") or name.startswith("f4") or name.startswith("f6"):
+        return "8-bit and narrower floats have no Core ML tensor type"
+    if name in ("i2", "i4", "ui2", "ui4"):
+        return "sub-byte integers have no Core ML tensor type; int4 weights come from the recipe's compression"
+    return "it has no ONNX or Core ML counterpart"
 
 
 def numpy_dtype(mlir_type, where: str = "") -> np.dtype:
