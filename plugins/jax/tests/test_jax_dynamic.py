@@ -157,3 +157,44 @@ def test_interior_dynamic_padding_is_refused():
 
     with pytest.raises(BuildError, match="interior padding"):
         to_onnx(export(fn, symbolic("b, 3")))
+
+
+@pytest.mark.parametrize("dimension", [0, 1, 2])
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.float32])
+def test_broadcasted_iota_over_symbolic_dims(dimension, dtype):
+    def fn(x):
+        iota = jax.lax.broadcasted_iota(dtype, (x.shape[0], 3, x.shape[1]), dimension)
+        return x[:, None, :].astype(dtype) + iota
+
+    assert_converts_dynamic(fn, [symbolic("b, s")], [[rand(2, 4)], [rand(5, 3)]])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x[-1],
+    lambda x: jax.lax.dynamic_index_in_dim(x, x.shape[1] // 2, axis=1, keepdims=False),
+    lambda x: jax.lax.dynamic_index_in_dim(x, x.shape[0] - 2, axis=0)[:, 1:],
+], ids=["last_row", "middle_column", "row_tail"])
+def test_indexing_at_a_symbolic_position(fn):
+    assert_converts_dynamic(fn, [symbolic("b, s")], [[rand(3, 4)], [rand(6, 5)]])
+
+
+def attention(x):
+    q, k, v = x @ W_Q, x @ W_K, x @ W_V
+    scores = jnp.einsum("bqd,bkd->bqk", q, k) / np.sqrt(8.0)
+    return jnp.einsum("bqk,bkd->bqd", jax.nn.softmax(scores, axis=-1), v)
+
+
+W_Q, W_K, W_V = rand(8, 8), rand(8, 8), rand(8, 8)
+
+
+def attention_scores(x):
+    q, k = x @ W_Q, x @ W_K
+    return jax.nn.softmax(jnp.einsum("bqd,bkd->bqk", q, k) / np.sqrt(8.0), axis=-1)
+
+
+@pytest.mark.parametrize("fn,template,sizes", [
+    (attention, "b, 5, 8", [(2, 5, 8), (3, 5, 8)]),
+    (attention_scores, "b, s, 8", [(2, 3, 8), (1, 6, 8)]),
+], ids=["attention_symbolic_batch", "scores_symbolic_sequence"])
+def test_attention_with_symbolic_dims(fn, template, sizes):
+    assert_converts_dynamic(fn, [symbolic(template)], [[rand(*size)] for size in sizes], rtol=1e-4, atol=1e-4)
