@@ -222,3 +222,33 @@ def test_python_shift_operators_on_signed_ints():
     a = RNG.integers(-1000, 1000, (3, 4)).astype(np.int32)
     b = RNG.integers(0, 12, (3, 4)).astype(np.int32)
     assert_converts(lambda a, b: (a << b, a >> b), a, b, lowered=False)
+
+
+CHLO_OPS = {"erf": (jax.lax.erf, (-3, 3)), "acos": (jnp.arccos, (-0.95, 0.95)), "asin": (jnp.arcsin, (-0.95, 0.95)),
+            "atan": (jnp.arctan, (-4, 4)), "tan": (jnp.tan, (-1.2, 1.2)), "sinh": (jnp.sinh, (-3, 3)),
+            "cosh": (jnp.cosh, (-3, 3)), "asinh": (jnp.arcsinh, (-4, 4)), "acosh": (jnp.arccosh, (1.05, 5)),
+            "atanh": (jnp.arctanh, (-0.9, 0.9))}
+
+
+@pytest.mark.parametrize("name", sorted(CHLO_OPS))
+def test_bare_chlo_ops(name):
+    """Modules written by other producers carry chlo ops outside a composite."""
+    import onnx_ir as ir
+
+    from jax_checks import run_lowered, run_onnxruntime
+
+    from edgebuild_jax.convert.module import convert_module
+    from edgebuild_jax.mlir import new_context, parse_module
+
+    truth, domain = CHLO_OPS[name]
+    text = (f"func.func @main(%x: tensor<3x5xf32>) -> tensor<3x5xf32> {{\n"
+            f"  %0 = chlo.{name} %x : tensor<3x5xf32> -> tensor<3x5xf32>\n"
+            f"  return %0 : tensor<3x5xf32>\n}}")
+    context = new_context()
+    module = parse_module(text.encode(), context, origin="bare.mlir")
+    with context:
+        model = ir.serde.serialize_model(convert_module(module, origin="bare"))
+    x = RNG.uniform(*domain, (3, 5)).astype(np.float32)
+    want = np.asarray(truth(x))
+    np.testing.assert_allclose(run_onnxruntime(model, [x])[0], want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(run_lowered(model, [x])[0], want, rtol=2e-3, atol=2e-3)
