@@ -30,7 +30,7 @@ def _arrays(seed: int, *specs):
         else:
             values = rng.standard_normal(shape)
             out.append((np.abs(values) + 0.1 if kind == "positive" else values).astype(dtype))
-    return out
+    return [np.asarray(a) for a in out]  # 0-d draws come back as numpy scalars
 
 
 def _variants() -> Iterator[tuple[str, str, Callable, list]]:
