@@ -252,3 +252,12 @@ def test_bare_chlo_ops(name):
     want = np.asarray(truth(x))
     np.testing.assert_allclose(run_onnxruntime(model, [x])[0], want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(run_lowered(model, [x])[0], want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.uint8, np.uint16, np.uint32], ids=lambda d: np.dtype(d).name)
+def test_narrow_integer_arithmetic(dtype):
+    a = np.arange(1, 13, dtype=dtype).reshape(3, 4)
+    b = (np.arange(12).reshape(3, 4) % 5 + 1).astype(dtype)
+    assert_converts(lambda a, b: (jnp.clip(a, 2, 9), jax.lax.clamp(b, a, b + 3), jnp.maximum(a, b),
+                                  jnp.minimum(a, b), -a, jnp.abs(a), a + b, a * b, a - b, a // b, a % b,
+                                  a < b, a != b, a & b, ~a), a, b, lowered=False)

@@ -17,7 +17,7 @@ from edgebuild_jax.convert.context import attribute
 from edgebuild_jax.convert.registry import converts
 
 UNARY = {
-    "stablehlo.abs": "Abs", "stablehlo.negate": "Neg", "stablehlo.exponential": "Exp", "stablehlo.log": "Log",
+    "stablehlo.abs": "Abs", "stablehlo.exponential": "Exp", "stablehlo.log": "Log",
     "stablehlo.sqrt": "Sqrt", "stablehlo.tanh": "Tanh", "stablehlo.sine": "Sin", "stablehlo.cosine": "Cos",
     "stablehlo.tan": "Tan", "stablehlo.floor": "Floor", "stablehlo.ceil": "Ceil", "stablehlo.sign": "Sign",
     "stablehlo.round_nearest_even": "Round", "stablehlo.logistic": "Sigmoid", "stablehlo.atan": "Atan",
@@ -28,9 +28,11 @@ UNARY = {
 }
 BINARY = {
     "stablehlo.add": "Add", "stablehlo.subtract": "Sub", "stablehlo.multiply": "Mul",
-    "stablehlo.maximum": "Max", "stablehlo.minimum": "Min", "stablehlo.power": "Pow",
+    "stablehlo.power": "Pow",
 }
 COMPARISONS = {"EQ": "Equal", "LT": "Less", "LE": "LessOrEqual", "GT": "Greater", "GE": "GreaterOrEqual"}
+UNSIGNED = {ir.DataType.INT8: ir.DataType.UINT8, ir.DataType.INT16: ir.DataType.UINT16,
+            ir.DataType.INT32: ir.DataType.UINT32, ir.DataType.INT64: ir.DataType.UINT64}
 FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE}
 
 
@@ -46,6 +48,35 @@ for _name, _onnx in UNARY.items():
     converts(_name)(_unary(_onnx))
 for _name, _onnx in BINARY.items():
     converts(_name)(_binary(_onnx))
+
+
+# element types onnxruntime's Max and Min lack -> the type they run in
+MINMAX_CARRIERS = {ir.DataType.INT16: ir.DataType.INT32, ir.DataType.UINT16: ir.DataType.INT32,
+                   ir.DataType.BOOL: ir.DataType.INT32}
+
+
+@converts("stablehlo.maximum", "stablehlo.minimum")
+def maximum_minimum(op, cx):
+    onnx_op = "Max" if op.operation.name.endswith("maximum") else "Min"
+    return [carried(cx, onnx_op, cx.inputs(op), cx.dtype(op.result), MINMAX_CARRIERS)]
+
+
+def carried(cx, onnx_op: str, inputs, dtype: ir.DataType, carriers: dict):
+    """``onnx_op`` on ``inputs``, run in a wider type when ``carriers`` names one for ``dtype``."""
+    carrier = carriers.get(dtype)
+    if carrier is None:
+        return cx.node(onnx_op, inputs)
+    result = cx.node(onnx_op, [cx.node("Cast", [v], {"to": carrier}) for v in inputs])
+    return cx.node("Cast", [result], {"to": dtype})
+
+
+@converts("stablehlo.negate")
+def negate(op, cx):
+    (x,) = cx.inputs(op)
+    dtype = cx.dtype(op.result)
+    if dtype in UNSIGNED.values():  # ONNX Neg is for signed types; 0 - x wraps as StableHLO's does
+        return [cx.node("Sub", [cx.const(np.zeros((), dtype.numpy())), x])]
+    return [cx.node("Neg", [x])]
 
 
 @converts("stablehlo.constant")
@@ -197,7 +228,8 @@ def where(cx, pred, on_true, on_false, dtype: ir.DataType):
 def clamp(op, cx):
     low, x, high = cx.inputs(op)
     # bounds may be scalars or full tensors: Max/Min broadcast either way, where Clip needs scalars
-    return [cx.node("Min", [cx.node("Max", [x, low]), high])]
+    dtype = cx.dtype(op.result)
+    return [carried(cx, "Min", [carried(cx, "Max", [x, low], dtype, MINMAX_CARRIERS), high], dtype, MINMAX_CARRIERS)]
 
 
 @converts("stablehlo.convert")
@@ -229,10 +261,6 @@ def reduce_precision(op, cx):
         raise cx.error(op, f"rounding to {exponent} exponent and {mantissa} mantissa bits is not supported",
                        hint="only the fp16, bf16 and fp32 formats are")
     return [cx.node("Cast", [cx.node("Cast", [x], {"to": narrow})], {"to": source})]
-
-
-UNSIGNED = {ir.DataType.INT8: ir.DataType.UINT8, ir.DataType.INT16: ir.DataType.UINT16,
-            ir.DataType.INT32: ir.DataType.UINT32, ir.DataType.INT64: ir.DataType.UINT64}
 
 
 @converts("stablehlo.shift_left", "stablehlo.shift_right_logical", "stablehlo.shift_right_arithmetic")
