@@ -28,6 +28,8 @@ class StableHLOFrontend(Frontend):
         with loaded.context:
             entry = entry_function(loaded.module, opts.function, path.name)
             names_in, names_out = value_names(loaded, entry, opts)
+            if loaded.bound is None:
+                check_dynamic_dims(entry, names_in, inputs or {}, path.name)
             try:
                 model = convert_module(loaded.module, origin=path.name, function=opts.function,
                                        input_names=names_in, output_names=names_out, bound=loaded.bound)
@@ -57,8 +59,7 @@ class StableHLOFrontend(Frontend):
         with loaded.context:
             entry = entry_function(loaded.module, opts.function, path.name)
             names_in, names_out = value_names(loaded, entry, opts)
-            fixed = {name: spec.get("value") for name, spec in (inputs or {}).items()}
-            return reference_runner(loaded, entry, names_in, names_out, fixed)
+            return reference_runner(loaded, entry, names_in, names_out, inputs or {})
 
     def input_specs(self, inputs: dict[str, dict]) -> dict[str, dict]:
         """The recipe's inputs as the reference takes them: shape, dtype and any fixed value."""
@@ -66,6 +67,26 @@ class StableHLOFrontend(Frontend):
         for name, spec in (inputs or {}).items():
             specs[name] = {key: spec[key] for key in ("shape", "dtype", "value") if spec.get(key) is not None}
         return specs
+
+
+def check_dynamic_dims(entry, names: list[str], inputs: dict, origin: str) -> None:
+    """Every dynamic dim of the entry function's arguments must be pinned, bounded or enumerated by
+    the recipe: Core ML needs a size, or a range or set of sizes, for each."""
+    from edgebuild_jax.convert.types import tensor_shape
+
+    block = entry.regions[0].blocks[0]
+    for name, argument in zip(names, block.arguments):
+        shape = tensor_shape(argument.type)
+        given = (inputs.get(name) or {}).get("shape")
+        for axis, dim in enumerate(shape):
+            if dim is not None:
+                continue
+            entry_dim = given[axis] if isinstance(given, list) and axis < len(given) else None
+            if given is None or isinstance(given, list) and not isinstance(entry_dim, (int, dict)):
+                raise BuildError(f"{origin}: input {name!r} has a dynamic dim {axis} ({shape}) the recipe does not "
+                                 "pin or bound",
+                                 hint=f"give source.inputs.{name}.shape a size, {{range: [LOW, HIGH]}} or "
+                                      "{enumerated: [...]} at that dim")
 
 
 def _walk(loaded, entry):

@@ -80,6 +80,8 @@ def value_names(loaded: LoadedSource, entry, options: StableHLOOptions) -> tuple
     with loaded.context:
         block = entry.regions[0].blocks[0]
         recorded_in = [_NAME.match(str(arg.location)) for arg in block.arguments]
+        if not all(recorded_in):
+            recorded_in = _wrapped_names(loaded.module, block) or recorded_in
         expected = len(block.arguments) - len(loaded.bound or {})
         inputs = options.input_names or loaded.free_names or (
             [m.group(1) for m in recorded_in] if all(recorded_in) and len({m.group(1) for m in recorded_in}) ==
@@ -98,6 +100,20 @@ def value_names(loaded: LoadedSource, entry, options: StableHLOOptions) -> tuple
     if len(outputs) != count:
         raise UsageError(f"source.options.output_names: {len(outputs)} names for {count} results")
     return inputs, outputs
+
+
+def _wrapped_names(module, block) -> list | None:
+    """A shape-polymorphic jax.export's main passes its arguments on to ``_wrapped_jax_export_main``,
+    after the dimension variables it computes (marked ``jax.global_constant``); the names are there."""
+    wrapped = next((op for op in module.body.operations if op.operation.name == "func.func"
+                    and str(op.attributes["sym_name"]).strip('"') == "_wrapped_jax_export_main"), None)
+    if wrapped is None:
+        return None
+    attrs = list(wrapped.attributes["arg_attrs"]) if "arg_attrs" in wrapped.attributes else []
+    arguments = wrapped.regions[0].blocks[0].arguments
+    names = [_NAME.match(str(arg.location)) for index, arg in enumerate(arguments)
+             if not (index < len(attrs) and "jax.global_constant" in str(attrs[index]))]
+    return names if len(names) == len(block.arguments) and all(names) else None
 
 
 def _result_info(attr) -> str | None:

@@ -15,7 +15,7 @@ class JaxRunner:
     """``runner(inputs) -> {output name: array}``; ``input_specs`` are the module's argument types,
     with the recipe's fixed values."""
 
-    def __init__(self, exported, input_names: Sequence[str], output_names: Sequence[str], fixed: Mapping,
+    def __init__(self, exported, input_names: Sequence[str], output_names: Sequence[str], recipe_inputs: Mapping,
                  params=None):
         import jax
 
@@ -24,9 +24,11 @@ class JaxRunner:
         skipped = len(jax.tree_util.tree_leaves(params)) if params is not None else 0
         self.input_specs = {}
         for name, aval in zip(self.input_names, exported.in_avals[skipped:]):
-            self.input_specs[name] = {"shape": [int(d) for d in aval.shape], "dtype": np.dtype(aval.dtype).name}
-            if fixed.get(name) is not None:
-                self.input_specs[name]["value"] = fixed[name]
+            given = recipe_inputs.get(name) or {}
+            shape = [sample_size(dim, given.get("shape"), axis, name) for axis, dim in enumerate(aval.shape)]
+            self.input_specs[name] = {"shape": shape, "dtype": np.dtype(aval.dtype).name}
+            if given.get("value") is not None:
+                self.input_specs[name]["value"] = given["value"]
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         import jax
@@ -38,9 +40,29 @@ class JaxRunner:
         return {name: np.asarray(value) for name, value in zip(self.output_names, results)}
 
 
+def sample_size(dim, recipe_shape, axis: int, name: str) -> int:
+    """The size validation samples a dim at: the module's when static; a symbolic one's from the
+    recipe (its fixed size, a range's default or first bound, an enumeration's first size)."""
+    if isinstance(dim, int):
+        return dim
+    entry = recipe_shape[axis] if isinstance(recipe_shape, list) and axis < len(recipe_shape) else None
+    if isinstance(entry, int):
+        return entry
+    if isinstance(entry, dict):
+        for key in ("default", "enumerated", "range"):
+            value = entry.get(key)
+            value = value[0] if isinstance(value, list) and value else value
+            if isinstance(value, int):
+                return value
+    from edgebuild.plugin import UsageError
+
+    raise UsageError(f"source.inputs.{name}.shape: dim {axis} of {name} is symbolic ({dim}) in the module; give it a "
+                     "size, a range or an enumeration", hint=f"e.g. inputs: {{{name}: {{shape: [1, ...]}}}}")
+
+
 def reference_runner(loaded, entry, input_names: Sequence[str], output_names: Sequence[str],
-                     fixed: Mapping | None = None) -> Runner:
-    return JaxRunner(loaded.exported or _as_exported(loaded, entry), input_names, output_names, fixed or {},
+                     recipe_inputs: Mapping | None = None) -> Runner:
+    return JaxRunner(loaded.exported or _as_exported(loaded, entry), input_names, output_names, recipe_inputs or {},
                      loaded.params)
 
 

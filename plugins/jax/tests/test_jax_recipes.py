@@ -196,3 +196,45 @@ outputs: {dir: build}
     code, result = run(recipe, tmp_path / "cache")
     assert code == 1
     assert "wrong.npz: the weights do not fit the factory's parameters: missing" in json.dumps(result)
+
+
+def symbolic_batch_source(folder: Path) -> Path:
+    from jax import export as jax_export
+
+    (batch,) = jax_export.symbolic_shape("b")
+    exported = export(lambda x: jax.nn.softmax(jnp.tanh(x @ W1), axis=-1),
+                      jax.ShapeDtypeStruct((batch, 16), np.float32))
+    path = folder / "dyn.jaxexport"
+    path.write_bytes(bytes(exported.serialize()))
+    return path
+
+
+def test_a_dynamic_dim_the_recipe_does_not_pin_is_refused_naming_the_input(tmp_path):
+    source = symbolic_batch_source(tmp_path)
+    recipe = tmp_path / "dyn.yaml"
+    recipe.write_text(f"edgebuild: 1\nname: dyn\nsource: {{model: {source.name}}}\noutputs: {{dir: build}}\n")
+    code, result = run(recipe, tmp_path / "cache")
+    assert code == 1
+    assert "input 'x' has a dynamic dim 0" in json.dumps(result)
+
+
+def test_a_symbolic_batch_pinned_by_the_recipe_builds_and_validates(tmp_path):
+    source = symbolic_batch_source(tmp_path)
+    recipe = tmp_path / "dyn.yaml"
+    recipe.write_text(f"""edgebuild: 1
+name: dyn
+source:
+  model: {source.name}
+  inputs: {{x: {{shape: [3, 16], dtype: float32}}}}
+target: {{backend: coreml, precision: float32}}
+validate:
+  samples: 2
+  thresholds: {{cosine_min: 0.9999}}
+outputs: {{dir: build}}
+""")
+    code, result = run(recipe, tmp_path / "cache")
+    (variant,) = result["variants"]
+    assert code == 0, variant
+    report = json.loads((tmp_path / "build" / "default" / "report.json").read_text())
+    (metrics,) = report["validation"]["runtimes"]["interpreter"]["metrics"].values()
+    assert metrics["cosine"]["min"] >= 0.9999
