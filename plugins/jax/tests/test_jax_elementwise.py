@@ -261,3 +261,9 @@ def test_narrow_integer_arithmetic(dtype):
     assert_converts(lambda a, b: (jnp.clip(a, 2, 9), jax.lax.clamp(b, a, b + 3), jnp.maximum(a, b),
                                   jnp.minimum(a, b), -a, jnp.abs(a), a + b, a * b, a - b, a // b, a % b,
                                   a < b, a != b, a & b, ~a), a, b, lowered=False)
+
+
+def test_bfloat16_where_and_clamp():
+    pick = RNG.random((2, 3, 4)) > 0.5
+    assert_converts_bf16(lambda p, x, y: jnp.where(p, x.astype(jnp.bfloat16), jnp.clip(y.astype(jnp.bfloat16), -1, 1)),
+                         pick, X, Y)
