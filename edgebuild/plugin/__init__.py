@@ -21,6 +21,7 @@ stage body needs and import their libraries when imported:
 from edgebuild.collections_scope import older_objects_frozen
 from edgebuild.conformance.cases import Case as ConformanceCase
 from edgebuild.custom_ops import OpReference
+from edgebuild.recipe.factories import check_factory_spelling, resolve_factory
 from edgebuild.errors import (
     BuildError,
     EdgebuildError,
@@ -61,6 +62,7 @@ __all__ = [
     "STANDARD_DOMAINS", "standard_domain", "unique_name",
     "OpReference",
     # what the core calls on registered objects
+    "check_factory_spelling", "resolve_factory",
     "Backend", "ConformanceCase", "ConformanceRunner", "CustomOp", "Frontend", "Generator", "GraphPass", "RecipeSection", "Resolver",
     "Runtime", "StatefulModel", "Arrays", "Runner", "Candidate", "Skipped",
     # declaring stages

@@ -10,31 +10,13 @@ module stays small and the weights become initializers of the IR, read once.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from edgebuild.plugin import BuildError, UsageError
+from edgebuild.plugin import BuildError, UsageError, resolve_factory
 
 WEIGHT_SUFFIXES = (".msgpack", ".safetensors", ".npz")
-
-
-def resolve_factory(spec: str):
-    module_name, _, attribute = spec.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        raise BuildError(f"source.options.factory {spec!r}: cannot import {module_name!r} "
-                         f"({type(exc).__name__}: {exc})", hint="install the package that defines the model") from exc
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise BuildError(f"source.options.factory {spec!r}: {module_name!r} has no attribute {attribute!r}")
-        target = getattr(target, part)
-    if not callable(target):
-        raise BuildError(f"source.options.factory {spec!r}: {attribute!r} is not callable")
-    return target
 
 
 def build(spec: str, kwargs: dict):

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal, Optional
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from edgebuild.plugin import RecipeSection
+from edgebuild.plugin import RecipeSection, check_factory_spelling
 
 KIND_BY_SUFFIX = {".jaxexport": "exported", ".mlir": "mlir", ".mlirbc": "mlir"}
-FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 class StableHLOOptions(RecipeSection):
@@ -42,9 +40,7 @@ class StableHLOOptions(RecipeSection):
     @field_validator("factory")
     @classmethod
     def _factory_spelling(cls, value):
-        if value is not None and not FACTORY_PATTERN.match(value):
-            raise ValueError(f"{value!r} is not 'package.module:callable'")
-        return value
+        return check_factory_spelling(value)
 
     @model_validator(mode="after")
     def _factory_fits_kind(self):

@@ -8,14 +8,13 @@ never runs pickled code; TorchScript and ExportedProgram archives hold no pickle
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from edgebuild.plugin import BuildError, UsageError
+from edgebuild.plugin import BuildError, UsageError, resolve_factory
 
 from edgebuild_pytorch.options import PyTorchOptions
 from edgebuild_pytorch.sources import resolve_config
@@ -138,24 +137,6 @@ def _load_causal_lm(path: Path, options: PyTorchOptions, base_dir: Path | None) 
     loaded = _load_state_dict(path, options.model_copy(update=update), base_dir)
     loaded.kind = "causal_lm"
     return loaded
-
-
-def resolve_factory(spec: str) -> Callable:
-    module_name, _, attribute = spec.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        raise BuildError(
-            f"source.options.factory {spec!r}: cannot import {module_name!r} ({type(exc).__name__}: {_first_line(exc)})",
-            hint="install the package that provides the module class, or fix the factory path",
-        ) from exc
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise BuildError(f"source.options.factory {spec!r}: {module_name!r} has no attribute {attribute!r}")
-        target = getattr(target, part)
-    if not callable(target):
-        raise BuildError(f"source.options.factory {spec!r}: {attribute!r} is not callable")
-    return target
 
 
 def build_module(spec: str, kwargs: dict):

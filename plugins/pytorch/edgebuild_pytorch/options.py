@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal, Optional
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from edgebuild.plugin import RecipeSection
+from edgebuild.plugin import RecipeSection, check_factory_spelling
 
-FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 class PyTorchOptions(RecipeSection):
@@ -45,9 +43,7 @@ class PyTorchOptions(RecipeSection):
     @field_validator("factory")
     @classmethod
     def _factory_spelling(cls, value):
-        if value is not None and not FACTORY_PATTERN.match(value):
-            raise ValueError(f"{value!r} is not 'package.module:callable'")
-        return value
+        return check_factory_spelling(value)
 
     @model_validator(mode="after")
     def _factory_fits_kind(self):
