@@ -117,3 +117,16 @@ def assert_converts_dynamic(fn, specs, cases, *, rtol=1e-5, atol=1e-5, lowered=T
         lrtol, latol = lowered_tol or (rtol, atol)
         _compare(run_lowered(pinned(model, arrays), arrays), want, "the Core ML lowering", lrtol, latol)
     return model
+
+
+def onnx_from_mlir(text: str, origin: str = "test.mlir"):
+    """The converted ``onnx.ModelProto`` of a StableHLO module written as MLIR text."""
+    import onnx_ir as ir
+
+    from edgebuild_jax.convert.module import convert_module
+    from edgebuild_jax.mlir import new_context, parse_module
+
+    context = new_context()
+    module = parse_module(text.encode(), context, origin=origin)
+    with context:
+        return ir.serde.serialize_model(convert_module(module, origin=origin))

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from jax_checks import assert_converts, jax, jnp
+from jax_checks import assert_converts, jax, jnp, onnx_from_mlir
 
 lax = jax.lax
 RNG = np.random.default_rng(0)
@@ -145,8 +145,6 @@ def test_batch_group_count(batch_groups, numbers):
 
 def test_batch_group_count_with_dynamic_batch_is_refused():
     from edgebuild.plugin import BuildError
-    from edgebuild_jax.convert.module import convert_module
-    from edgebuild_jax.mlir import new_context, parse_module
 
     text = """
     func.func public @main(%x: tensor<?x2x5x5xf32>, %w: tensor<4x2x3x3xf32>) -> tensor<?x4x3x3xf32> {
@@ -155,10 +153,8 @@ def test_batch_group_count_with_dynamic_batch_is_refused():
            : (tensor<?x2x5x5xf32>, tensor<4x2x3x3xf32>) -> tensor<?x4x3x3xf32>
       return %0 : tensor<?x4x3x3xf32>
     }"""
-    context = new_context()
-    module = parse_module(text.encode(), context, origin="grouped.mlir")
-    with context, pytest.raises(BuildError, match="batch_group_count"):
-        convert_module(module, origin="grouped.mlir")
+    with pytest.raises(BuildError, match="batch_group_count"):
+        onnx_from_mlir(text, "grouped.mlir")
 
 
 def op_types(model):
@@ -214,8 +210,6 @@ def test_half_precision_convolution(numbers):
 @pytest.mark.parametrize("reverse", ["[true, false]", "[false, true]"])
 def test_window_reversal_is_refused(reverse):
     from edgebuild.plugin import BuildError
-    from edgebuild_jax.convert.module import convert_module
-    from edgebuild_jax.mlir import new_context, parse_module
 
     text = f"""
     func.func public @main(%x: tensor<1x1x5x5xf32>, %w: tensor<1x1x3x3xf32>) -> tensor<1x1x3x3xf32> {{
@@ -225,10 +219,8 @@ def test_window_reversal_is_refused(reverse):
            : (tensor<1x1x5x5xf32>, tensor<1x1x3x3xf32>) -> tensor<1x1x3x3xf32>
       return %0 : tensor<1x1x3x3xf32>
     }}"""
-    context = new_context()
-    module = parse_module(text.encode(), context, origin="reversed.mlir")
-    with context, pytest.raises(BuildError, match="window_reversal"):
-        convert_module(module, origin="reversed.mlir")
+    with pytest.raises(BuildError, match="window_reversal"):
+        onnx_from_mlir(text, "reversed.mlir")
 
 
 DYNAMIC_DOTS = [
@@ -246,20 +238,14 @@ DYNAMIC_DOTS = [
 
 @pytest.mark.parametrize("lhs_type,rhs_type,result_type,dims,a,b,spec", DYNAMIC_DOTS, ids=[d[6] + d[0] for d in DYNAMIC_DOTS])
 def test_dot_general_with_dynamic_dims(lhs_type, rhs_type, result_type, dims, a, b, spec):
-    from edgebuild_jax.convert.module import convert_module
-    from edgebuild_jax.mlir import new_context, parse_module
     from jax_checks import run_onnxruntime
-    import onnx_ir as ir
 
     text = f"""
     func.func public @main(%x: tensor<{lhs_type}xf32>, %w: tensor<{rhs_type}xf32>) -> tensor<{result_type}xf32> {{
       %0 = stablehlo.dot_general %x, %w, {dims} : (tensor<{lhs_type}xf32>, tensor<{rhs_type}xf32>) -> tensor<{result_type}xf32>
       return %0 : tensor<{result_type}xf32>
     }}"""
-    context = new_context()
-    module = parse_module(text.encode(), context, origin="dynamic.mlir")
-    with context:
-        model = ir.serde.serialize_model(convert_module(module, origin="dynamic.mlir"))
+    model = onnx_from_mlir(text, "dynamic.mlir")
     x, w = normal(*a), normal(*b)
     np.testing.assert_allclose(run_onnxruntime(model, [x, w])[0], np.einsum(spec, x, w), rtol=1e-4, atol=1e-4)
 
@@ -267,11 +253,8 @@ def test_dot_general_with_dynamic_dims(lhs_type, rhs_type, result_type, dims, a,
 @pytest.mark.parametrize("window", ["stride = [1, 2], pad = [[1, 1], [0, 1]]",
                                     "pad = [[-1, 2], [2, 2]], lhs_dilate = [2, 3]"])
 def test_convolution_with_dynamic_batch(window):
-    import onnx_ir as ir
     from jax import lax as jlax
 
-    from edgebuild_jax.convert.module import convert_module
-    from edgebuild_jax.mlir import new_context, parse_module
     from jax_checks import run_onnxruntime
 
     x, w = normal(3, 5, 6, 2), normal(3, 3, 2, 4)
@@ -288,10 +271,7 @@ def test_convolution_with_dynamic_batch(window):
            : (tensor<?x5x6x2xf32>, tensor<3x3x2x4xf32>) -> tensor<{result}xf32>
       return %0 : tensor<{result}xf32>
     }}"""
-    context = new_context()
-    module = parse_module(text.encode(), context, origin="dynamic.mlir")
-    with context:
-        model = ir.serde.serialize_model(convert_module(module, origin="dynamic.mlir"))
+    model = onnx_from_mlir(text, "dynamic.mlir")
     np.testing.assert_allclose(run_onnxruntime(model, [x, w])[0], want, rtol=1e-4, atol=1e-4)
 
 
