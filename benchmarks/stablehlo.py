@@ -95,18 +95,23 @@ def peer_constraints(newest: str) -> str:
     return "".join(line + "\n" for line in newest.splitlines() if name(line) not in UNPINNED)
 
 
+ERROR_LINE = re.compile(r"^(error\b|[\w.]*(Error|Exception)\b)", re.IGNORECASE)
+
+
 def first_line(text: str) -> str:
-    """The line of a failure's output that says what failed (the last non-empty line, where
-    Python puts the exception)."""
+    """The line of a failure's output that says what failed: the last one that names an error
+    (a hint or a dump of the module may follow it), else the last non-empty one."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:160] if lines else "no output"
+    errors = [line for line in lines if ERROR_LINE.match(line)]
+    chosen = errors[-1] if errors else lines[-1] if lines else "no output"
+    return chosen[:160]
 
 
 # --- models --------------------------------------------------------------------------------------
 
 def models() -> dict:
-    """name -> (function, example arrays): the frontend's architecture tests' Flax models and
-    single-op cases."""
+    """name -> (function, example arrays, integer inputs' ranges by the frontend's input names):
+    the frontend's architecture tests' Flax models and single-op cases."""
     sys.path.insert(0, str(ROOT / "plugins" / "jax" / "tests"))
     import jax
     import jax.numpy as jnp
@@ -132,13 +137,13 @@ def models() -> dict:
         return lax.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 0.9 + 1.0), (0, x))[1]
 
     return {
-        "cnn": (arch.bound(arch.ResidualCNN(), image), [image]),
-        "bert": (arch.bound(arch.Encoder(), ids), [ids]),
-        "gru_scan": (arch.bound(arch.GRUClassifier(), sequence), [sequence]),
-        "conv_transpose": (conv_transpose, [rng.standard_normal((1, 8, 8, 4)).astype(np.float32)]),
-        "sort": (lambda x: jnp.sort(x, axis=-1), [rng.standard_normal((4, 32)).astype(np.float32)]),
-        "gather": (gather, [rng.integers(0, 20, (6,)).astype(np.int32)]),
-        "while": (while_loop, [rng.standard_normal((3, 5)).astype(np.float32)]),
+        "cnn": (arch.bound(arch.ResidualCNN(), image), [image], {}),
+        "bert": (arch.bound(arch.Encoder(), ids), [ids], {"input_0": (0, 49)}),
+        "gru_scan": (arch.bound(arch.GRUClassifier(), sequence), [sequence], {}),
+        "conv_transpose": (conv_transpose, [rng.standard_normal((1, 8, 8, 4)).astype(np.float32)], {}),
+        "sort": (lambda x: jnp.sort(x, axis=-1), [rng.standard_normal((4, 32)).astype(np.float32)], {}),
+        "gather": (gather, [rng.integers(0, 20, (6,)).astype(np.int32)], {"positions": (0, 19)}),
+        "while": (while_loop, [rng.standard_normal((3, 5)).astype(np.float32)], {}),
     }
 
 
@@ -157,19 +162,23 @@ def export(fn, arrays, work: Path, name: str):
 
 # --- measurements --------------------------------------------------------------------------------
 
-def recipe_text(name: str) -> str:
+def recipe_text(name: str, integers: dict | None = None) -> str:
     """The recipe edgebuild builds ``MODEL.jaxexport`` with: fp16 as ct.convert's default, the
     validate stage on (it is part of a build) but with no threshold to fail, so a package whose
-    numbers are off still counts as converted and its cosine is judged below like the peer's."""
+    numbers are off still counts as converted and its cosine is judged below like the peer's.
+    ``integers``: input name -> (low, high) of an integer input (ids, positions), which validation
+    cannot draw without its range."""
+    drawn = ", ".join(f"{input_name}: {{random: {{low: {low}, high: {high}, seed: 0}}}}"
+                      for input_name, (low, high) in (integers or {}).items())
     return (f"edgebuild: 1\nname: {name}\nsource: {{model: {name}.jaxexport}}\n"
             "target: {backend: coreml, precision: float16}\n"
-            "validate: {samples: 4, thresholds: {cosine_min: -1.0}}\n"
+            f"validate: {{samples: 4, inputs: {{{drawn}}}, thresholds: {{cosine_min: -1.0}}}}\n"
             f"outputs: {{dir: {name}.edgebuild}}\n")
 
 
-def convert_edgebuild(work: Path, name: str) -> dict:
+def convert_edgebuild(work: Path, name: str, integers: dict) -> dict:
     recipe = work / f"{name}.yaml"
-    recipe.write_text(recipe_text(name))
+    recipe.write_text(recipe_text(name, integers))
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "edgebuild", "run", recipe.name, "--json",
                            "--cache-dir", str(work / "store")], cwd=work, capture_output=True, text=True,
@@ -229,10 +238,10 @@ def package_cosine(package: str, arrays, want) -> tuple[float | None, str | None
         return None, first_line(f"{type(exc).__name__}: {exc}")
 
 
-def measure(name: str, fn, arrays, python: Path, work: Path) -> dict:
+def measure(name: str, fn, arrays, integers: dict, python: Path, work: Path) -> dict:
     want = export(fn, arrays, work, name)
     row = {"model": name}
-    for side, convert in (("edgebuild", lambda: convert_edgebuild(work, name)),
+    for side, convert in (("edgebuild", lambda: convert_edgebuild(work, name, integers)),
                           ("peer", lambda: convert_peer(python, work, name))):
         result = convert()
         if result["converts"]:
@@ -257,7 +266,7 @@ def cells(result: dict) -> list[str]:
     if not result["converts"]:
         return ["no: " + (result["error"] or "")[:48], "-", "-", "-"]
     found = result.get("cosine")
-    shown = f"{found:.6f}" if found is not None else "run: " + (result.get("run_error") or "")[:30]
+    shown = f"{found:.7f}" if found is not None else "run: " + (result.get("run_error") or "")[:30]
     return ["yes", f"{result['seconds']:.2f}", f"{result['work_s']:.2f}", shown]
 
 
@@ -282,7 +291,7 @@ def main() -> None:
     unknown = [name for name in chosen if name not in cases]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(cases)}")
-    python = peer_venv(args.venv)
+    python = peer_venv(args.venv.resolve())  # the peer runs in a scratch folder: an absolute path
     with tempfile.TemporaryDirectory() as scratch:
         rows = [measure(name, *cases[name], python, Path(scratch)) for name in chosen]
     if args.json:

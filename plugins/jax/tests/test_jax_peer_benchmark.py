@@ -61,7 +61,7 @@ def test_the_table_shows_each_side_and_the_ratios(bench):
                                 "cosine", "ratio", "work", "ratio"]
     assert set(lines[1]) == {"-"} and len(lines) == 2 + len(rows)
     cnn, sort, gather, loop = lines[2:]
-    assert cnn.split() == ["cnn", "yes", "4.00", "2.00", "0.999870", "yes", "2.00", "1.00", "0.500000",
+    assert cnn.split() == ["cnn", "yes", "4.00", "2.00", "0.9998700", "yes", "2.00", "1.00", "0.5000000",
                            "2.00", "2.00"]
     assert "no: NotImplementedError: stablehlo.sort" in sort and sort.split()[-2:] == ["-", "-"]
     assert gather.split()[1] == "no:" and gather.split()[-2:] == ["-", "-"]
@@ -89,13 +89,23 @@ def test_the_recipe_builds_the_export_at_fp16_with_no_threshold_to_fail(bench, n
     assert recipe["target"] == {"backend": "coreml", "precision": "float16"}
     assert recipe["validate"]["thresholds"]["cosine_min"] <= -1.0
     assert recipe["outputs"]["dir"] == f"{name}.edgebuild"
+    assert recipe["validate"]["inputs"] == {}
 
 
-def test_the_recipe_is_valid(bench, tmp_path):
+@pytest.mark.parametrize("integers", [{"ids": (0, 49)}, {"input_0": (0, 9), "positions": (2, 7)}])
+def test_integer_inputs_are_drawn_from_their_range(bench, integers):
+    drawn = yaml.safe_load(bench.recipe_text("m", integers))["validate"]["inputs"]
+    assert set(drawn) == set(integers)
+    for name, (low, high) in integers.items():
+        assert drawn[name]["random"]["low"] == low and drawn[name]["random"]["high"] == high
+
+
+def test_the_recipe_is_valid(bench):
     from edgebuild.recipe.validation import ValidateSection
 
-    recipe = yaml.safe_load(bench.recipe_text("m"))
-    ValidateSection.model_validate(recipe["validate"])  # raises on a bad section
+    for integers in ({}, {"ids": (0, 49)}):
+        recipe = yaml.safe_load(bench.recipe_text("m", integers))
+        ValidateSection.model_validate(recipe["validate"])  # raises on a bad section
 
 
 @pytest.mark.parametrize("pin", ["jax==0.10.2", "jaxlib==0.10.2", "JAX==1", "jaxlib >= 0.4", "Jaxlib==0.10.2  # cpu"])
@@ -119,6 +129,10 @@ def test_the_newest_constraints_lose_only_the_jax_pins(bench):
 
 @pytest.mark.parametrize("text, want", [
     ("Traceback (most recent call last):\n  File x\nValueError: bad op\n\n", "ValueError: bad op"),
+    ("error: stablehlo.foo is not supported\nhint: write it another way\n", "error: stablehlo.foo is not supported"),
+    ("ValueError: Var c should be output of block\n  %1 = add(x, y)\n} -> (%1)\n",
+     "ValueError: Var c should be output of block"),
+    ("RuntimeError: first\nmore\njax.errors.JaxRuntimeError: last\n", "jax.errors.JaxRuntimeError: last"),
     ("one line", "one line"),
     ("", "no output"),
     ("  \n\n", "no output"),
@@ -148,7 +162,7 @@ def test_cosine_of_zeros(bench):
 
 
 @pytest.mark.slow
-def test_the_benchmark_runs_both_converters(tmp_path):
+def test_the_benchmark_runs_both_converters():
     done = subprocess.run([sys.executable, str(SCRIPT), "--models", "sort", "--json"], cwd=ROOT,
                           capture_output=True, text=True, timeout=3600)
     assert done.returncode == 0, done.stderr[-2000:]
