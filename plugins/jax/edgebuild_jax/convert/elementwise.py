@@ -260,7 +260,23 @@ def reduce_precision(op, cx):
     if narrow is None:
         raise cx.error(op, f"rounding to {exponent} exponent and {mantissa} mantissa bits is not supported",
                        hint="only the fp16, bf16 and fp32 formats are")
+    if narrow == ir.DataType.BFLOAT16 and source == ir.DataType.FLOAT:
+        return [_round_mantissa(cx, x, mantissa)]
     return [cx.node("Cast", [cx.node("Cast", [x], {"to": narrow})], {"to": source})]
+
+
+def _round_mantissa(cx, x, mantissa: int):
+    """fp32 rounded to nearest at ``mantissa`` bits with fp32 arithmetic alone (Veltkamp's split:
+    hi = c - (c - x), c = x * (2**s + 1)), since backends without bfloat16 drop a cast to it.
+    Values whose product would overflow are kept as they are: at that magnitude, and for inf and
+    NaN, the split has no headroom."""
+    split = 23 - mantissa
+    factor = cx.const(np.asarray(2.0 ** split + 1.0, np.float32))
+    c = cx.node("Mul", [x, factor])
+    rounded = cx.node("Sub", [c, cx.node("Sub", [c, x])])
+    limit = cx.const(np.asarray(np.finfo(np.float32).max / 2.0 ** (split + 1), np.float32))
+    safe = cx.node("Less", [cx.node("Abs", [x]), limit])
+    return cx.node("Where", [safe, rounded, x])
 
 
 @converts("stablehlo.shift_left", "stablehlo.shift_right_logical", "stablehlo.shift_right_arithmetic")
