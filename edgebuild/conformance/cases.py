@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Sequence
 
 from edgebuild.errors import UsageError
+
+if TYPE_CHECKING:  # numpy loads with the suite, not with edgebuild.plugin, which re-exports Case
+    import numpy as np
 
 SUITES = ("onnx-node",)
 
@@ -44,6 +45,8 @@ def _array(value) -> np.ndarray:
 
     if isinstance(value, onnx.TensorProto):
         return onnx.numpy_helper.to_array(value)
+    import numpy as np
+
     return value if isinstance(value, (list, dict)) else np.asarray(value)
 
 
@@ -57,6 +60,8 @@ def collect_cases(suite: str = "onnx-node", ops: Sequence[str] | None = None, re
                              hint=f"choose one of: {', '.join([*SUITES, *plugin_suites])}")
         return sorted(registry.get("conformance_suites", suite)(list(ops) if ops else None), key=lambda c: c.name)
     from onnx.backend.test.case.node import collect_testcases
+
+    import numpy as np
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")  # the generators' own overflow/divide warnings
