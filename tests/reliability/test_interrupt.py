@@ -97,7 +97,7 @@ except KeyboardInterrupt:
     pass
 workers = [t for t in threading.enumerate() if t.name.startswith("edgebuild-jobs")]
 for thread in workers:  # each has left its body and only ends its thread now
-    thread.join(timeout=10)
+    thread.join(timeout=30)  # a loaded machine may take seconds to schedule a thread out of its body
 alive = [t.name for t in workers if t.is_alive()]
 print(json.dumps([sorted(started - finished), alive, time.monotonic() - start,
                   signal.getsignal(signal.SIGINT) is signal.default_int_handler]))
