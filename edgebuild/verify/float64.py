@@ -179,7 +179,7 @@ def float64_runner(model64: onnx.ModelProto) -> tuple[Runner, str]:
                else f"onnxruntime cannot run it: {str(error).split('] : ')[-1][:100]}")
     from onnx.reference import ReferenceEvaluator
 
-    evaluator = ReferenceEvaluator(model64, new_ops=_reference_ops_in_double())
+    evaluator = ReferenceEvaluator(model64, new_ops=[*_reference_ops_in_double(), *_quantizers_before_19(model64)])
     graph_inputs = set(evaluator.input_names)
     lock = threading.Lock()  # the evaluator keeps per-run state; validation runs samples in threads
 
@@ -236,6 +236,26 @@ def _reference_ops_in_double() -> list[type]:
     LayerNormalizationDoubleStash.__name__ = "LayerNormalization"
     BatchNormalizationInference.__name__ = "BatchNormalization"
     return [ErfInInputType, LayerNormalizationDoubleStash, BatchNormalizationInference]
+
+
+def _quantizers_before_19(model: onnx.ModelProto) -> list[type]:
+    """DequantizeLinear for graphs of opset 10-18, which onnx's reference evaluator no longer
+    implements below 19. Its newest kernel computes every earlier form the same way (per-tensor,
+    or per-axis from 13; block size and output type default to none), so it stands in for them;
+    the evaluator fills an override's attributes from the newest schema."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset >= 19:
+        return []
+    from onnx.reference.ops import op_dequantize_linear as kernels
+
+    newest = max((name for name in dir(kernels) if name.startswith("DequantizeLinear_")),
+                 key=lambda name: int(name.rsplit("_", 1)[1]))
+
+    class DequantizeLinearBefore19(getattr(kernels, newest)):
+        op_domain = ""
+
+    DequantizeLinearBefore19.__name__ = "DequantizeLinear"  # the evaluator matches overrides by class name
+    return [DequantizeLinearBefore19]
 
 
 def as_float64_feed(sample: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
