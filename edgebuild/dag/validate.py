@@ -176,13 +176,16 @@ def measure(section, drawn: DrawnSamples, candidate: Runner, candidate_name: str
     truth, evaluator = (float64_truth(drawn.source_path, reference_name) if section.reference == "float64"
                         else (None, None))
 
+    detections = getattr(section, "detections", ())  # matched box by box (verify.detections)
+
     def compare_one(sample, cand):
         feed = {**sample, **fixed}
         ref = reference(feed)
         if truth is None:
-            return compare(ref, cand), error_histogram(ref, cand)
+            return compare(ref, cand, detections=detections), error_histogram(ref, cand, skip=detections)
         exact = truth(feed)
-        return compare_with_float64(exact, ref, cand), error_histogram(exact, cand)
+        return (compare_with_float64(exact, ref, cand, detections=detections),
+                error_histogram(exact, cand, skip=detections))
 
     with sample_runner(candidate, len(samples), parallel=parallel) as (run_candidate, workers):
         run_many, size = calls_of(run_candidate, len(samples), workers)

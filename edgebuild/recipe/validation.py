@@ -169,7 +169,7 @@ class GenerationValidation(_Strict):
 # -- which statistic over the samples a limit is held against (see thresholds.py) -----------
 Aggregation = Literal["worst", "mean", "median", "p1", "p10", "p90", "p99"]
 LimitedMetric = Literal["cosine", "max_abs", "mean_abs", "p99_abs", "max_rel", "snr_db", "top1_agreement", "top5_agreement",
-                        "noise_ratio"]
+                        "noise_ratio", "box_match", "box_recall", "box_precision", "box_iou", "box_score_diff"]
 # An agreement limit is a rate over the samples; an error limit holds for every sample.
 DEFAULT_AGGREGATION: dict[str, str] = {"top1_agreement": "mean", "top5_agreement": "mean"}
 
@@ -204,6 +204,19 @@ class Thresholds(_Strict):
     step_cosine_min: Optional[float] = Field(
         default=None, ge=-1.0, le=1.0, description="generation (validate.generation): the lowest cosine between the "
         "artifact's and the source's logits at one step, up to the first divergent token (default: cosine_min)")
+    box_match_min: Optional[float] = Field(
+        default=None, ge=0.0, le=1.0, description="detections (validate.detections): the lower of box_recall and "
+        "box_precision, in [0, 1]")
+    box_recall_min: Optional[float] = Field(
+        default=None, ge=0.0, le=1.0, description="detections: the share of the reference's counted boxes matched "
+        "by a candidate box of the same label, in [0, 1]")
+    box_precision_min: Optional[float] = Field(
+        default=None, ge=0.0, le=1.0, description="detections: the share of the candidate's counted boxes matched "
+        "by a reference box, in [0, 1]")
+    box_iou_min: Optional[float] = Field(
+        default=None, ge=0.0, le=1.0, description="detections: the mean IoU of the matched pairs, in [0, 1]")
+    box_score_diff_max: Optional[float] = Field(
+        default=None, ge=0.0, description="detections: the largest score difference of a matched pair, >= 0")
     aggregate: Optional[dict[LimitedMetric, Aggregation]] = Field(
         default=None, description="per metric, the statistic over the samples its limit is held against: "
         "worst (default; mean for top1/top5_agreement), mean, median or a percentile p1, p10, p90, p99")
@@ -225,6 +238,57 @@ class OutputOverride(_Strict):
     thresholds: Thresholds = Thresholds()
 
 
+class DetectionOutputs(_Strict):
+    """``validate.detections[]``: a detector's outputs, compared as detections rather than element by
+    element (after NMS a last-bit difference changes which boxes survive, and in what order). Each
+    reference box, highest score first, is matched to the unmatched candidate box of the same label
+    with the highest IoU, at least ``iou``; the box metrics (box_match, box_recall, box_precision,
+    box_iou, box_score_diff) go to the ``boxes`` output, and every output of the group gets the
+    ordinary metrics over the matched pairs. Borderline boxes, which a last-bit difference may
+    legitimately add or drop, count when matched and are ignored when not: scores within
+    ``score_margin`` of the score cut, and boxes that overlap a higher-scored box of their label
+    by ``nms_iou - nms_margin`` or more.
+    """
+
+    boxes: str = Field(description="the output of boxes, [..., N, 4] as x1, y1, x2, y2; leading dims are batch dims")
+    scores: Optional[str] = Field(default=None, description="the output of scores, [..., N]")
+    labels: Optional[str] = Field(default=None, description="the output of class labels, [..., N]: "
+                                  "boxes match only boxes of their label")
+    attached: list[str] = Field(default=[], description="outputs indexed by detection, [..., N, ...] (masks, "
+                                "keypoints): compared over the matched pairs")
+    iou: float = Field(default=0.5, gt=0.0, le=1.0, description="the IoU at which two boxes match")
+    score_threshold: Optional[float] = Field(
+        default=None, description="the model's own score cut (torchvision: box_score_thresh or score_thresh); "
+        "boxes scored within score_margin above it are borderline")
+    score_margin: float = Field(default=0.01, ge=0.0, description="how close to the score cut a score is borderline")
+    max_detections: Optional[int] = Field(
+        default=None, ge=1, description="the model's cap on detections per image (torchvision: "
+        "detections_per_img): a side that is full cuts at its lowest score, which then acts as the score cut")
+    nms_iou: Optional[float] = Field(
+        default=None, gt=0.0, le=1.0, description="the model's NMS IoU threshold: a box that overlaps a "
+        "higher-scored box of its label by nms_iou - nms_margin or more is borderline")
+    nms_margin: float = Field(default=0.01, ge=0.0, description="how close to nms_iou an overlap is borderline")
+
+    @property
+    def outputs(self) -> list[str]:
+        """Every output of the group, boxes first."""
+        return [name for name in (self.boxes, self.scores, self.labels, *self.attached) if name is not None]
+
+    @model_validator(mode="after")
+    def _distinct(self):
+        names = self.outputs
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"output {', '.join(map(repr, repeated))} is named twice: each output plays one role")
+        return self
+
+    @model_validator(mode="after")
+    def _score_cuts_need_scores(self):
+        if self.scores is None and (self.score_threshold is not None or self.max_detections is not None):
+            raise ValueError("score_threshold and max_detections cut by score: name the scores output too")
+        return self
+
+
 class ValidateSection(_Strict):
     """``validate:`` in a recipe."""
 
@@ -234,6 +298,9 @@ class ValidateSection(_Strict):
     )
     thresholds: Thresholds = Thresholds()
     per_output: dict[str, OutputOverride] = Field(default={}, description="per-output threshold overrides")
+    detections: list[DetectionOutputs] = Field(
+        default=[], description="detectors' outputs (boxes, scores, labels), compared by IoU matching instead of "
+        "element by element; held to the box_* thresholds")
     runtimes: Optional[list[str]] = Field(
         default=None,
         min_length=1,
@@ -283,6 +350,17 @@ class ValidateSection(_Strict):
                 if getattr(limits, name) is not None and (self.generation is None or where != "thresholds"):
                     raise ValueError(f"{where}.{name} limits generation validation: set it in validate.thresholds "
                                      "of a recipe with validate.generation")
+        return self
+
+    @model_validator(mode="after")
+    def _one_detection_group_per_output(self):
+        seen: dict[str, int] = {}
+        for index, group in enumerate(self.detections):
+            for name in group.outputs:
+                if name in seen:
+                    raise ValueError(f"detections[{index}] names output '{name}', which detections[{seen[name]}] "
+                                     "names too: an output belongs to one detector")
+                seen[name] = index
         return self
 
     def thresholds_for(self, output: str) -> Thresholds:

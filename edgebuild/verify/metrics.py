@@ -28,6 +28,10 @@ Definitions (``r`` reference, ``c`` candidate, ``d = c - r``, all in float64):
   where the candidate is NaN too) and its infinities the candidate does not share; ``compared``
   the elements finite on both sides (left out for an empty output). When none is (an all-NaN or all-inf output), every metric
   above is NaN: nothing was compared, which is never a cosine of 1.
+- detectors' outputs (``validate.detections``) are matched box by box first
+  (:mod:`edgebuild.verify.detections`): the metrics above are taken over the matched pairs, and
+  the boxes output gets ``box_match``, ``box_recall``, ``box_precision``, ``box_iou`` and
+  ``box_score_diff`` besides.
 """
 
 from __future__ import annotations
@@ -55,10 +59,21 @@ OutputMetrics = dict[str, float]
 
 
 def compare(
-    reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], *, rel_floor: float = REL_FLOOR
+    reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], *, rel_floor: float = REL_FLOOR,
+    detections: Sequence = (),
 ) -> dict[str, OutputMetrics]:
-    """Metrics for each reference output of one sample (see the module docstring)."""
-    return {name: compare_output(name, ref, _candidate_output(name, ref, candidate), rel_floor=rel_floor) for name, ref in reference.items()}
+    """Metrics for each reference output of one sample (see the module docstring); ``detections``: the
+    recipe's ``validate.detections`` groups, whose outputs are matched box by box."""
+    from edgebuild.verify.detections import compare_detections, detection_outputs
+
+    matched: dict[str, OutputMetrics] = {}
+    for index, group in enumerate(detections):
+        matched.update(compare_detections(group, reference, candidate, compare_output, rel_floor=rel_floor,
+                                          where=f"validate.detections[{index}]"))
+    grouped = detection_outputs(detections)
+    return {name: matched[name] if name in grouped else
+            compare_output(name, ref, _candidate_output(name, ref, candidate), rel_floor=rel_floor)
+            for name, ref in reference.items()}
 
 
 def compare_output(name: str, reference: np.ndarray, candidate: np.ndarray, *, rel_floor: float = REL_FLOOR) -> OutputMetrics:
@@ -107,12 +122,16 @@ def compare_output(name: str, reference: np.ndarray, candidate: np.ndarray, *, r
 
 
 def compare_with_float64(truth: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
-                         candidate: Mapping[str, np.ndarray]) -> dict[str, OutputMetrics]:
+                         candidate: Mapping[str, np.ndarray], *, detections: Sequence = ()) -> dict[str, OutputMetrics]:
     """The candidate against the float64 ``truth``, with the fp32 ``reference``'s own distance from
-    it and their ratio on every floating output (see the module docstring)."""
-    metrics = compare(truth, candidate)
+    it and their ratio on every floating output (see the module docstring; detections' outputs, whose
+    rows need not correspond, get no distances)."""
+    from edgebuild.verify.detections import detection_outputs
+
+    metrics = compare(truth, candidate, detections=detections)
+    grouped = detection_outputs(detections)
     for name, exact in truth.items():
-        if np.asarray(exact).dtype.kind == "f":
+        if np.asarray(exact).dtype.kind == "f" and name not in grouped:
             metrics[name].update(distances_from_float64(name, exact, reference[name], metrics[name]["max_abs"]))
     return metrics
 
@@ -146,14 +165,21 @@ def aggregate(samples: Sequence[Mapping[str, OutputMetrics]]) -> dict[str, dict[
     }
 
 
-def error_histogram(reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray]) -> dict[str, dict]:
+def error_histogram(reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], *,
+                    skip: Sequence = ()) -> dict[str, dict]:
     """Per output: counts of ``|c - r|`` in ``HISTOGRAM_EDGES`` bins (finite elements only).
 
     ``{"edges": [...], "counts": [...]}`` where ``counts[i]`` covers ``[edges[i-1], edges[i])``,
     ``counts[0]`` everything below ``edges[0]`` and ``counts[-1]`` everything from ``edges[-1]``.
+    The outputs of the ``skip`` detection groups are left out: their rows need not correspond.
     """
+    from edgebuild.verify.detections import detection_outputs
+
+    skipped = detection_outputs(skip)
     histograms = {}
     for name, ref in reference.items():
+        if name in skipped:
+            continue
         cand = _candidate_output(name, ref, candidate)
         r = np.asarray(ref, dtype=np.float64).reshape(-1)
         c = np.asarray(cand, dtype=np.float64).reshape(-1)
