@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil.types.symbolic import is_symbolic
 
 from edgebuild_coreml.lowering.ops._nn_util import (
     as_float,
@@ -171,17 +172,19 @@ def conv_transpose(ctx, node):
     """
     x, weight = as_float(ctx.input(node, 0)), as_float(ctx.input(node, 1))
     rank = rank_of(x)
-    shape = static_shape(x)
-    if shape is None:
-        ctx.fail(node, "ConvTranspose needs static input shapes to place pads and output_padding",
-                 "pin the input shapes in the recipe")
+    # Pads and output_padding depend on the spatial dims only: the batch (a detector's roi count,
+    # known at run time) may stay symbolic, and the crop below keeps the first two axes whole.
+    spatial = [int(d) for d in shape_of(x)[2:] if not is_symbolic(d)]
+    if rank < 3 or len(spatial) != rank - 2:
+        ctx.fail(node, f"ConvTranspose needs static spatial input dims to place pads and output_padding "
+                       f"(the input is {list(shape_of(x))})", "pin the input shapes in the recipe")
     if not isinstance(weight, np.ndarray):
         ctx.fail(node, "the weight must be a constant: MIL conv_transpose takes a const weight",
                  "make the weight an initializer")
     kernel = [int(k) for k in weight.shape[2:]]
     strides, dilations = _geometry(ctx, node, kernel)
     groups = int(ctx.attr(node, "group", 1))
-    begins, ends, output_padding = _transpose_pads(ctx, node, shape[2:], kernel, strides, dilations)
+    begins, ends, output_padding = _transpose_pads(ctx, node, spatial, kernel, strides, dilations)
     bias, late_bias = _bias(ctx, node, x, 2)
     weight = weight.astype(float_np(x))
 
@@ -196,14 +199,15 @@ def conv_transpose(ctx, node):
 
     y = mb.conv_transpose(x=x, weight=weight, strides=strides, dilations=dilations, groups=groups,
                           pad_type="valid", name=ctx.name(node, "full"))
-    full = list(static_shape(y))
-    # ONNX output length per axis: full + output_padding - begin - end.
-    stops = [f + p - e for f, p, e in zip(full[2:], output_padding, ends)]
-    crop_begin = [0, 0] + [max(b, 0) for b in begins]
-    crop_end = full[:2] + [min(s, f) for s, f in zip(stops, full[2:])]
-    y = mb.slice_by_index(x=y, begin=crop_begin, end=crop_end, name=ctx.name(node, "crop"))
+    # the unpadded output length per axis, then ONNX's: full + output_padding - begin - end
+    full = [s * (i - 1) + (k - 1) * d + 1 for i, k, s, d in zip(spatial, kernel, strides, dilations)]
+    stops = [f + p - e for f, p, e in zip(full, output_padding, ends)]
+    keep_whole = [True, True] + [False] * len(full)  # batch and channels, whatever their size
+    y = mb.slice_by_index(x=y, begin=[0, 0] + [max(b, 0) for b in begins],
+                          end=[0, 0] + [min(s, f) for s, f in zip(stops, full)],
+                          begin_mask=keep_whole, end_mask=keep_whole, name=ctx.name(node, "crop"))
     extend_front = [max(-b, 0) for b in begins]
-    extend_back = [max(s - f, 0) for s, f in zip(stops, full[2:])]
+    extend_back = [max(s - f, 0) for s, f in zip(stops, full)]
     if any(extend_front) or any(extend_back):
         pad = [0, 0, 0, 0] + mil_pads(extend_front + extend_back)
         y = mb.pad(x=y, pad=pad, mode="constant", constant_val=0.0, name=ctx.name(node, "extend"))
