@@ -260,17 +260,9 @@ def plugins(as_json: bool = typer.Option(False, "--json")):
 
 
 def _runtime_for(artifact: Path):
-    from edgebuild.errors import UsageError
+    from edgebuild.cli.verify import runtime_for
 
-    if not artifact.exists():
-        raise UsageError(f"{artifact}: no such artifact", file=str(artifact))
-    registry = _registry()
-    runtimes = [registry.get("runtimes", name) for name in registry.names("runtimes")]
-    for runtime in sorted(runtimes, key=lambda r: r.native):  # a reference executor reads an artifact best
-        if runtime.can_run(artifact):
-            return runtime
-    raise UsageError(f"{artifact}: no installed runtime can read this artifact",
-                     hint="check `edgebuild plugins` for a backend that produces it", file=str(artifact))
+    return runtime_for(artifact, _registry())
 
 
 @app.command()
@@ -304,31 +296,27 @@ def inspect(artifact: Path = typer.Argument(...), as_json: bool = typer.Option(F
 @app.command()
 def verify(
     artifact: Path = typer.Argument(...),
-    reference: Path = typer.Option(..., "--reference", help="the source ONNX model"),
+    reference: Path = typer.Option(..., "--reference",
+                                   help="the source model: .onnx, or a format a frontend evaluates (.jaxexport, ...)"),
     samples: int = typer.Option(8, "--samples", min=1, max=10_000),
     cosine_min: Optional[float] = typer.Option(None, "--cosine-min", min=-1.0, max=1.0),
     max_abs_max: Optional[float] = typer.Option(None, "--max-abs-max", min=0.0),
     seed: int = typer.Option(0, "--seed", min=0),
+    shape: list[str] = typer.Option([], "--shape", metavar="NAME=D,D,...",
+                                    help="the size to feed an input at (a symbolic dim the artifact does not size)"),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Compare an artifact with its source model on random inputs (exit 3 if a threshold fails)."""
-    from edgebuild.cli.arguments import check_reference
-    from edgebuild.dag.validate import validate
+    from edgebuild.cli.verify import verify_artifact
     from edgebuild.report.write import to_jsonable
     from edgebuild.recipe.validation import ValidateSection
+    from edgebuild.verify.against import parse_shapes
 
-    runtime = _runtime_for(artifact)
-    check_reference(reference, artifact, runtime)
+    pins = parse_shapes(shape)
     thresholds = {k: v for k, v in {"cosine_min": cosine_min, "max_abs_max": max_abs_max}.items() if v is not None}
     section = ValidateSection.model_validate({"samples": samples, "thresholds": thresholds})
-    from edgebuild.bundle.session import named_runner
-    from edgebuild.verify.specs import onnx_input_specs
-    from edgebuild.verify.shapes import at_artifact_shapes
-
-    specs = at_artifact_shapes(onnx_input_specs(reference, {}), runtime.input_shapes(artifact),
-                               runtime.tensor_names(artifact).get("inputs"))
-    record = validate(section, reference, {}, named_runner(runtime, artifact), Path.cwd(),
-                      candidate_name=runtime.name, specs=specs)
+    record = verify_artifact(artifact, reference, section, registry=_registry(), runtime=_runtime_for(artifact),
+                             shapes=pins)
     if as_json:
         sys.stdout.write(json.dumps(to_jsonable(record)) + "\n")
     else:

@@ -51,14 +51,20 @@ def check_cache_dir(cache_dir: Path | None) -> None:
         raise UsageError(f"{what} {root}: not writable ({exc.strerror or exc})", hint=hint) from None
 
 
+def check_reference_file(reference: Path) -> None:
+    """``verify --reference`` names a model file."""
+    if not reference.exists():
+        raise UsageError(f"--reference {reference}: no such file")
+    if not reference.is_file():
+        raise UsageError(f"--reference {reference}: is a directory; give the source .onnx model "
+                         "(or a model a frontend reads, such as a .jaxexport)")
+
+
 def check_reference(reference: Path, artifact: Path, runtime) -> None:
     """``verify --reference`` is an ONNX model whose inputs the artifact takes."""
     from edgebuild.recipe.model_inputs import NotOnnx, read_graph_inputs
 
-    if not reference.exists():
-        raise UsageError(f"--reference {reference}: no such file")
-    if not reference.is_file():
-        raise UsageError(f"--reference {reference}: is a directory; give the source .onnx model")
+    check_reference_file(reference)
     try:
         inputs = read_graph_inputs(reference)
     except (NotOnnx, OSError) as exc:

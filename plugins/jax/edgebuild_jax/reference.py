@@ -11,6 +11,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+
 class JaxRunner:
     """``runner(inputs) -> {output name: array}``; ``input_specs`` are the module's argument types,
     with the recipe's fixed values."""
@@ -54,10 +55,12 @@ def sample_size(dim, recipe_shape, axis: int, name: str) -> int:
             value = value[0] if isinstance(value, list) and value else value
             if isinstance(value, int):
                 return value
-    from edgebuild.plugin import UsageError
+    from edgebuild.plugin import RecipeError
 
-    raise UsageError(f"source.inputs.{name}.shape: dim {axis} of {name} is symbolic ({dim}) in the module; give it a "
-                     "size, a range or an enumeration", hint=f"e.g. inputs: {{{name}: {{shape: [1, ...]}}}}")
+    # the path says which input lacks a size, so a caller with no recipe (verify) can ask for it its own way
+    raise RecipeError(f"source.inputs.{name}.shape: dim {axis} of input {name!r} is symbolic ({dim}) in the module, "
+                      "and nothing gives it a size", hint=f"give it a size, a range or an enumeration, e.g. inputs: "
+                      f"{{{name}: {{shape: [1, ...]}}}}", path=("source", "inputs", name, "shape", axis))
 
 
 def reference_runner(loaded, entry, input_names: Sequence[str], output_names: Sequence[str],
