@@ -16,8 +16,11 @@ first (a download is not a build's fixed cost):
   and planned, the reference's session, the inputs drawn).
 - **fully cached run**: ``edgebuild run`` with the outputs deleted and every stage in the store.
 - **no-op**: the same command again (answered from its stamp): the median of ``--repeat`` runs.
-- **watch**: ``edgebuild watch`` on the recipe; once it waits, a threshold edit, and the time from
-  the edit to the rebuilt result (only the validate stage runs, imports warm).
+- **watch**: ``edgebuild watch`` on the recipe; once it waits, a threshold edit that only judges
+  (a ``max_abs_max`` added: no stage runs, the stored measurements are judged again), and the
+  time from the edit to the rebuilt result. Then a ``cosine_min`` edit, timed the same way: in an
+  fp16 build that limit is also what the lower stage's fp16 guard keeps ops in fp32 for, so the
+  stages from ``lower`` on run again (imports warm); which ran is listed.
 
 Every process reads compiled bytecode, as an installed edgebuild's does (pip compiles it on install):
 the processes write it to a folder of the run's own (``PYTHONPYCACHEPREFIX``), filled by an untimed
@@ -133,27 +136,37 @@ def validate_fixed(recipe: Path, work: Path, cache: Path) -> dict:
             "validate_fixed_s": max(0.0, 2 * seconds[6] - seconds[12])}
 
 
-def watch_rebuild(recipe: Path, work: Path, cache: Path) -> float:
-    """Seconds from a threshold edit to the rebuilt result, in ``edgebuild watch``."""
+def watch_rebuild(recipe: Path, work: Path, cache: Path) -> dict:
+    """Seconds from an edit to the rebuilt result in ``edgebuild watch``: a limit that only judges,
+    then ``cosine_min`` (with the stages that edit ran)."""
     env = {**bytecode_env(work.parent), "EDGEBUILD_CACHE_DIR": str(cache)}
     process = subprocess.Popen([sys.executable, "-m", "edgebuild", "watch", recipe.name], cwd=work, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     timer = threading.Timer(WAIT, process.kill)
     timer.start()
     try:
-        def wait_for(needle: str) -> None:
+        def wait_for(needle: str) -> list[str]:
+            lines = []
             for line in process.stderr:
+                lines.append(line)
                 if needle in line:
-                    return
+                    return lines
             sys.exit("edgebuild watch ended early")
 
+        def timed_edit(pattern: str, replacement: str) -> tuple[float, list[str]]:
+            edited, edits = re.subn(pattern, replacement, recipe.read_text(), count=1)
+            assert edits == 1, f"the recipe has no {pattern!r} to edit"
+            start = time.perf_counter()
+            recipe.write_text(edited)
+            lines = wait_for("watching")
+            seconds = time.perf_counter() - start
+            return seconds, [m.group(1) for m in map(re.compile(r" (\w+) +ran ").search, lines) if m]
+
         wait_for("watching")
-        edited, edits = re.subn(r"cosine_min: [0-9.]+", "cosine_min: 0.98", recipe.read_text(), count=1)
-        assert edits == 1, "the recipe sets no cosine_min to edit"
-        start = time.perf_counter()
-        recipe.write_text(edited)
-        wait_for("watching")
-        return time.perf_counter() - start
+        judged, judged_ran = timed_edit(r"thresholds: \{", "thresholds: {max_abs_max: 1000.0, ")
+        guarded, guarded_ran = timed_edit(r"cosine_min: [0-9.]+", "cosine_min: 0.98")
+        return {"watch_s": judged, "watch_ran": judged_ran,
+                "watch_cosine_s": guarded, "watch_cosine_ran": guarded_ran}
     finally:
         timer.cancel()
         process.terminate()
@@ -184,14 +197,16 @@ def measure(name: str, repeat: int, work: Path) -> dict:
     shutil.rmtree(work / f"{name}.edgebuild")  # the outputs: every stage stays in the store
     row["cached_s"], _ = edgebuild(["run", recipe.name], work, cache)
     row["noop_s"] = statistics.median(edgebuild(["run", recipe.name], work, cache)[0] for _ in range(repeat))
-    row["watch_s"] = watch_rebuild(recipe, work, cache) if has_watch() else None
+    row.update(watch_rebuild(recipe, work, cache) if has_watch()
+               else {"watch_s": None, "watch_ran": [], "watch_cosine_s": None, "watch_cosine_ran": []})
     print(f"{name}: {json.dumps(row)}", file=sys.stderr)
     return row
 
 
 def print_table(rows: list[dict]) -> None:
     heads = [("cold_s", "cold convert"), ("floor_s", "its floor"), ("validate_fixed_s", "validate fixed"),
-             ("cached_s", "cached run"), ("noop_s", "no-op"), ("watch_s", "watch rebuild")]
+             ("cached_s", "cached run"), ("noop_s", "no-op"), ("watch_s", "watch rebuild"),
+             ("watch_cosine_s", "watch cosine_min")]
     print(f"{'model':<14}" + "".join(f"{title:>16}" for _, title in heads))
     print(f"{'target (s)':<14}" + "".join(f"{('<= ' + str(TARGETS[k])) if k in TARGETS else '':>16}"
                                           for k, _ in heads))
@@ -204,9 +219,15 @@ def print_table(rows: list[dict]) -> None:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in row["cold_stages_s"].items())
         print(f"  {row['model']}: {stages}; the rest (start-up, reading the model, reports) "
               f"{row['cold_s'] - sum(row['cold_stages_s'].values()):.2f}")
+    print("\nstages the watch's edits ran (a limit that only judges; cosine_min):")
+    for row in rows:
+        if row["watch_s"] is not None:
+            print(f"  {row['model']}: {', '.join(row['watch_ran']) or 'none'}; "
+                  f"{', '.join(row['watch_cosine_ran']) or 'none'}")
     print("\nits floor: a fresh process's imports of only what the stages use "
           f"({', '.join(LIBRARIES)}) plus the same build in a warm process; validate fixed: 2 T(6) - T(12) "
-          "of the validate stage, each from a fresh process; all wall seconds, this run")
+          "of the validate stage, each from a fresh process; watch rebuild: an added limit that only judges; "
+          "watch cosine_min: the fp16 guard's limit, so lower and after run; all wall seconds, this run")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,11 @@ stat signatures the no-op fast path uses (:mod:`edgebuild.build.uptodate`):
   swapped for their new code, and building with the old code would store results under the new
   code's keys, so a change there starts the command afresh in a new process (``restart``).
 
+The inputs are a few files, polled often (``POLL_SECONDS``): the poll is most of the time from an
+edit to its result when the edit reruns nothing (a threshold only judges the stored measurements).
+The code is hundreds of files and directories, polled less often (``CODE_POLL_SECONDS``), and
+checked once more before every rebuild, so no build runs on code that changed meanwhile.
+
 A change is acted on once the files have stopped changing for a poll (an editor writes a file in
 several steps). A recipe that fails to load is reported like any error and watched for its fix.
 """
@@ -23,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-POLL_SECONDS = 0.2
+POLL_SECONDS = 0.05  # the inputs: a few stat calls each time
+CODE_POLL_SECONDS = 1.0  # the code: ~500 stat calls (6 ms) each time; a restart costs seconds anyway
 
 
 def signatures(paths: Iterable) -> dict[str, object]:
@@ -63,7 +69,7 @@ def restart_command() -> None:
 
 def watch(build: Callable[[list], None], recipes: list[str], *, say: Callable[[str], None],
           restart: Callable[[], None] = restart_command, poll: float = POLL_SECONDS,
-          rounds: int | None = None) -> None:
+          code_poll: float = CODE_POLL_SECONDS, rounds: int | None = None) -> None:
     """Call ``build(planned)`` (which appends the builds it planned to ``planned``), then again
     each time an input changes, until interrupted; ``restart()`` when the code changes.
     ``rounds``: stop after that many builds (for tests)."""
@@ -82,21 +88,33 @@ def watch(build: Callable[[list], None], recipes: list[str], *, say: Callable[[s
         names = set(map(str, watched))
         inputs = {**signatures(watched), **{p: sig for p, sig in before.items() if p in names}}
         say(f"watching {len(watched)} input file(s) and the installed plugins; Ctrl-C stops")
-        while True:
-            time.sleep(poll)
+        changed = _next_change(watched, inputs, code, poll=poll, code_poll=code_poll)
+        if changed is None:
+            say("installed code changed: starting afresh")
+            restart()
+            return
+        say(f"changed: {', '.join(changed)}")
+
+
+def _next_change(watched: list[Path], inputs: dict, code: dict, *, poll: float, code_poll: float) -> list[str] | None:
+    """The names of the inputs that changed, once their writes have settled; None when the code
+    changed (checked every ``code_poll`` seconds, and before an input change is acted on)."""
+    code_due = time.monotonic() + code_poll
+    while True:
+        time.sleep(poll)
+        if time.monotonic() >= code_due:
             if signatures(code) != code:
-                say("installed code changed: starting afresh")
-                restart()
-                return
-            now = signatures(watched)
-            if now == inputs:
-                continue
-            while True:  # until the writes have settled
-                time.sleep(poll)
-                settled = signatures(watched)
-                if settled == now:
-                    break
-                now = settled
-            changed = [Path(p).name for p in now if now[p] != inputs.get(p)]
-            say(f"changed: {', '.join(changed)}")
-            break
+                return None
+            code_due = time.monotonic() + code_poll
+        now = signatures(watched)
+        if now == inputs:
+            continue
+        while True:  # until the writes have settled
+            time.sleep(poll)
+            settled = signatures(watched)
+            if settled == now:
+                break
+            now = settled
+        if signatures(code) != code:  # an update that changed both: the new code builds it
+            return None
+        return [Path(p).name for p in now if now[p] != inputs.get(p)]
