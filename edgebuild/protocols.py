@@ -140,6 +140,12 @@ class GraphPass(Protocol):
     before_folding: bool = False
     """Run before constant folding (a pass that must see the weights' producers, e.g. DequantizeLinear)."""
 
+    level: Optional[str] = None
+    """The lowest ``optimize.level`` it runs at unless ``optimize.passes`` switches it: ``"O0"`` (the
+    lowering needs it), ``"O1"`` (folding, simplification), ``"O2"`` (a fusion on by default),
+    ``"O3"`` (opt-in). None: ``"O2"`` if ``default``, else ``"O3"``. A pass registered through
+    ``Lazy`` says it in ``.known(level=...)``, as it says its ``default``."""
+
     def apply(self, model: "onnx_ir.Model") -> int:
         """Rewrite ``model`` in place; return how many times it rewrote the graph. Build rewrite-rule
         objects here, not once per process: a matcher keeps the last graph it matched, and its weights."""

@@ -39,7 +39,8 @@ class ImportParams(StageParams):
 
 
 class OptimizeParams(StageParams):
-    passes: dict[str, bool]  # every installed pass, on or off
+    level: str = "O2"  # optimize.level: how much of onnxscript's folding and rewriting runs
+    passes: dict[str, bool]  # every installed pass, on or off (the level's defaults applied)
     quantization: Any  # the recipe's typed quantization section
 
 
@@ -58,7 +59,7 @@ def optimize_stage(params: OptimizeParams, inputs: StageInputs, out: Path) -> di
     from edgebuild.graph.optimize import optimize
 
     return optimize(imported / ONNX_MODEL, out, params.passes, registry=inputs.registry,
-                    quantization=params.quantization)
+                    quantization=params.quantization, level=params.level)
 
 
 def _option_files(frontend, variant: Variant, options) -> list[Path]:
@@ -95,7 +96,8 @@ def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -
                                      option_files={str(p): file_sha256(p) for p in option_files}),
               ["resolve"], import_stage, uses=("frontends",),
               libraries=(*ONNX_LIBRARIES, *frontend.libraries), extra={"files": option_files}),
-        Stage("optimize", OptimizeParams(passes=pass_switches(recipe.optimize.passes, registry),
+        Stage("optimize", OptimizeParams(level=recipe.optimize.level,
+                                         passes=pass_switches(recipe.optimize.passes, registry, recipe.optimize.level),
                                          quantization=recipe.quantization),
               ["import"], optimize_stage, uses=("passes",), libraries=(*ONNX_LIBRARIES, "onnxscript", "numpy")),
     ]

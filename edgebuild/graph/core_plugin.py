@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 from edgebuild.hookspecs import hookimpl
 from edgebuild.registration import Lazy
 
@@ -25,28 +27,31 @@ def edgebuild_register_frontends(register):
                                                                           libraries=()))
 
 
-# name -> (on by default, runs before constant folding); the passes themselves live in
-# edgebuild.graph.fusion and edgebuild.graph.quantized, and load on first use (onnxscript's rewriter takes seconds
-# to import, and planning a build reads only these facts)
+# name -> (the lowest optimize.level it runs at, runs before constant folding); the passes themselves
+# live in edgebuild.graph.fusion and edgebuild.graph.quantized, and load on first use (onnxscript's
+# rewriter takes seconds to import, and planning a build reads only these facts). O0: what the
+# lowering needs (quantised forms decomposed, weights kept quantised, shapes a backend can take);
+# O2: the fusions and the sharing of tied weights.
 PASSES = {
-    "decompose_qoperator": (True, True),
-    "decompose_dynamic_quant": (True, True),
-    "dequantize_weights": (True, True),
-    "unify_if_branches": (True, False),
-    "fold_static_values": (True, False),
-    "decompose_dynamic_quant_lstm": (True, False),
-    "fuse_conv_bn": (True, False),
-    "fuse_bias": (True, False),
-    "fuse_activations": (True, False),
-    "fuse_layer_norm": (True, False),
-    "fuse_attention": (True, False),
-    "fuse_rms_norm": (True, False),
-    "fuse_rotary": (True, False),
-    "fuse_grouped_query_attention": (True, False),
-    "share_tied_embeddings": (True, True),
-    "fuse_gated_mlp": (True, False),
-    "saturate_discarded_int64": (True, False),
+    "decompose_qoperator": ("O0", True),
+    "decompose_dynamic_quant": ("O0", True),
+    "dequantize_weights": ("O0", True),
+    "unify_if_branches": ("O0", False),
+    "fold_static_values": ("O0", False),
+    "decompose_dynamic_quant_lstm": ("O0", False),
+    "fuse_conv_bn": ("O2", False),
+    "fuse_bias": ("O2", False),
+    "fuse_activations": ("O2", False),
+    "fuse_layer_norm": ("O2", False),
+    "fuse_attention": ("O2", False),
+    "fuse_rms_norm": ("O2", False),
+    "fuse_rotary": ("O2", False),
+    "fuse_grouped_query_attention": ("O2", False),
+    "share_tied_embeddings": ("O2", True),
+    "fuse_gated_mlp": ("O2", False),
+    "saturate_discarded_int64": ("O0", False),
 }
+DEFAULT_ON_UP_TO = ("O0", "O1", "O2")  # a pass of these levels is on in a recipe that names no level
 
 
 # the passes that live outside edgebuild.graph.fusion: name -> their module's ``graph_pass`` factory
@@ -57,8 +62,18 @@ PASS_FACTORIES = {
 }
 
 
+def pass_at_level(factory: str, name: str, level: str):
+    """The pass ``factory`` makes for ``name``, carrying the level this plugin's table gives it
+    (the table, not each pass's module, says where a built-in pass belongs)."""
+    module, _, attribute = factory.partition(":")
+    graph_pass = getattr(importlib.import_module(module), attribute)(name)
+    graph_pass.level = level
+    return graph_pass
+
+
 @hookimpl
 def edgebuild_register_passes(register):
-    for name, (default, before_folding) in PASSES.items():
-        register(name, Lazy(PASS_FACTORIES.get(name, "edgebuild.graph.fusion:graph_pass"), name).known(
-            name=name, default=default, before_folding=before_folding))
+    for name, (level, before_folding) in PASSES.items():
+        factory = PASS_FACTORIES.get(name, "edgebuild.graph.fusion:graph_pass")
+        register(name, Lazy("edgebuild.graph.core_plugin:pass_at_level", factory, name, level).known(
+            name=name, default=level in DEFAULT_ON_UP_TO, before_folding=before_folding, level=level))

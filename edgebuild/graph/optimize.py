@@ -6,6 +6,10 @@ decompositions) run first because folding would expand int8 weights back to floa
 constants (including ``If`` nodes whose condition a fixed input decided), removes dead
 code and infers shapes; then each enabled fusion pass; then shapes are inferred again so
 the backend sees typed values everywhere.
+
+``optimize.level`` picks the passes a recipe does not switch (``pass_switches``) and how much of
+onnxscript's folding and rewriting runs (:mod:`edgebuild.graph.folding`); O2 is the build of a
+recipe that names no level.
 """
 
 from __future__ import annotations
@@ -18,17 +22,14 @@ from typing import Mapping
 
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
-import onnxscript.optimizer
-import onnxscript.rewriter
-
 from edgebuild.errors import BuildError
 from edgebuild.graph.external_data import iter_graphs
+from edgebuild.graph.folding import fold_and_clean
 from edgebuild.graph.frontend import DATA_FILE, MODEL_FILE
 from edgebuild.graph.weight_files import load_stage_model, save_reusing_data
 from edgebuild.graph.quantized.activations import FloatActivations, count_weight_dequantizers
-from edgebuild.graph.rule_matching import tried_at_their_first_op
 from edgebuild.recipe.model import Quantization
-from edgebuild.recipe.passes import pass_switches
+from edgebuild.recipe.passes import DEFAULT_LEVEL, pass_switches
 
 FOLD_INPUT_LIMIT = 8192  # elements: onnxscript's default input size limit for folding
 
@@ -70,18 +71,20 @@ def op_counts(model: ir.Model) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def enabled_passes(passes: Mapping[str, bool] | None, registry=None) -> list[tuple[str, object]]:
+def enabled_passes(passes: Mapping[str, bool] | None, registry=None,
+                   level: str = DEFAULT_LEVEL) -> list[tuple[str, object]]:
     """The registry's passes switched on, in registration order.
 
     ``passes`` are the switches the optimize stage's parameters carry (``pass_switches`` of the
-    recipe, its names checked at load); a pass they leave out takes its default, for callers
-    outside a build. A name no plugin registered matches no pass: refusing it is the recipe's job.
+    recipe, its names checked at load); a pass they leave out takes its level's default at
+    ``level``, for callers outside a build. A name no plugin registered matches no pass: refusing
+    it is the recipe's job.
     """
     if registry is None:
         from edgebuild.registry import get_registry
 
         registry = get_registry()
-    switches = pass_switches(passes or {}, registry)
+    switches = pass_switches(passes or {}, registry, level)
     table = registry.tables["passes"]
     return [(name, table[name].obj) for name, on in switches.items() if on]
 
@@ -176,17 +179,17 @@ def infer_shapes(model: ir.Model) -> None:
 
 
 def optimize(model_path: Path, out_dir: Path, passes: Mapping[str, bool] | None = None, registry=None,
-             quantization: Quantization | Mapping | None = None) -> dict:
+             quantization: Quantization | Mapping | None = None, level: str = DEFAULT_LEVEL) -> dict:
     """Optimise ``model_path`` into ``out_dir/model.onnx`` (+ ``model.onnx.data``); returns a report.
 
     ``quantization`` is the recipe's section (typed, or its JSON dump; None: the recipe's
     default): with ``activations: float`` the activations' fake-quant pairs are removed once
-    every quantised form has been decomposed into them.
+    every quantised form has been decomposed into them. ``level`` is ``optimize.level``.
     """
     start = time.perf_counter()
     model_path, out_dir = Path(model_path), Path(out_dir)
     model = load_stage_model(model_path)
-    selected = enabled_passes(passes, registry)
+    selected = enabled_passes(passes, registry, level)
     before = op_counts(model)
     rules: dict[str, int] = {}
     activations = _activations(quantization)
@@ -196,8 +199,7 @@ def optimize(model_path: Path, out_dir: Path, passes: Mapping[str, bool] | None 
             rules[name] = run_pass(name, graph_pass, model)
     input_names = [value.name for value in model.graph.inputs]
     removed = FloatActivations().apply(model) if activations == "float" else 0
-    with tried_at_their_first_op(getattr(onnxscript.rewriter, "_DEFAULT_REWRITE_RULES", ())):
-        onnxscript.optimizer.optimize_ir(model, should_fold=keep_weight_transposes)
+    fold_and_clean(model, level, should_fold=keep_weight_transposes)
     adopt_orphan_constants(model)
     keep_input_names(model.graph, input_names)
     forget_last_matches()
@@ -226,6 +228,7 @@ def optimize(model_path: Path, out_dir: Path, passes: Mapping[str, bool] | None 
     del model  # onnx_ir graphs are cyclic: collect the weights before the next stage starts
     gc.collect()
     return {
+        "level": level,
         "nodes_before": sum(before.values()),
         "nodes_after": sum(after.values()),
         "op_counts_before": before,

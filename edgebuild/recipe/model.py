@@ -180,8 +180,19 @@ class Compute(Strict):
     fp16_guard: bool = Field(default=True, description="keep ops whose activations leave the fp16 range in fp32")
 
 
+# How much the optimize stage (and a backend's own rewrites) may do; each graph pass declares the
+# lowest level it runs at. O2 is the build every recipe got before levels existed.
+OptimizeLevel = Literal["O0", "O1", "O2", "O3"]
+OPTIMIZE_LEVELS: tuple[str, ...] = get_args(OptimizeLevel)
+
+
 class Optimize(Strict):
-    passes: dict[str, bool] = Field(default={}, description="switch graph passes on or off by name")
+    level: OptimizeLevel = Field(
+        default="O2", description="O0: only what lowering needs; O1: + folding and simplification; "
+                                  "O2: + the default fusions; O3: everything, default-off passes and the "
+                                  "backend's opt-in rewrites included (see docs/optimize.md)")
+    passes: dict[str, bool] = Field(default={}, description="switch graph passes on or off by name; "
+                                                            "a switch wins over the level")
 
 
 class Quantization(Strict):

@@ -83,6 +83,7 @@ def render_report(data: Report | Mapping[str, Any]) -> str:
         _numerics(report.validation),
         _plan(report.plan),
         _quantization(report.optimize),
+        _optimize_level(report.optimize.model_dump() if report.optimize else None),
         _fusion_rules(report.optimize.model_dump() if report.optimize else None),
         _renamings(report.renamings),
         _notes(report.notes),
@@ -433,6 +434,15 @@ def _plan(plan) -> str:
     elif plan.breakdown:
         html.append("<h3>breakdown</h3>" + _mapping_table(plan.breakdown, key_header="unit"))
     return "".join(html)
+
+
+def _optimize_level(optimize) -> str:
+    """The optimize stage's level (``optimize.level``), which decides the passes listed below it."""
+    level = optimize.get("level") if isinstance(optimize, Mapping) else None
+    if not level:
+        return ""
+    return (f'<h2>Optimisation</h2><p class="sub">optimize.level <b>{escape(str(level))}</b>: '
+            "the passes and onnxscript rules this level runs, with the recipe's optimize.passes switches</p>")
 
 
 def _fusion_rules(optimize) -> str:
