@@ -277,10 +277,15 @@ def source_generator(registry, variant, source_path: Path):
 
 def generator_of(registry, fmt: str, options, base_dir: Path, source_path: Path, generate: dict | None):
     """``(generator, name)`` of the source: the source format's frontend's ``generator`` (PyTorch: the
-    eager module with its own cache), else for ONNX onnxruntime with the explicit cache."""
+    eager module with its own cache), else its reference runner stepped with the cache explicit (a
+    JAX step function), else for ONNX onnxruntime with the explicit cache."""
     frontend = registry.get("frontends", fmt) if registry is not None else None
     if frontend is not None:
         generator = frontend.generator(source_path, options, base_dir)
+        if generator is None and fmt != "onnx":
+            from edgebuild.dag.step_generation import step_generator
+
+            generator = step_generator(frontend, source_path, options, base_dir, generate)
         if generator is not None:
             return generator, f"{fmt} (eager)"
     if fmt == "onnx":

@@ -203,8 +203,9 @@ def check_generate(recipe, inputs: Optional[list[str]], outputs: Optional[list[s
                 hint="fix them with source.inputs.NAME.value, or list the cache pairs under generate.cache")
 
 
-# Inputs the stateful artifact computes from ``position`` and the chunk length.
-DERIVED_INPUTS = ("attention_mask", "position_ids", "seqlens_k", "total_sequence_length")
+# Inputs the stateful artifact computes from ``position`` and the chunk length (``position``
+# itself: a decoder that writes its whole-length cache at the position it is given).
+DERIVED_INPUTS = ("attention_mask", "position_ids", "seqlens_k", "total_sequence_length", "position")
 
 
 def describe(section: GenerateSection, pairs: list[tuple[str, str]], states: dict[str, str]) -> dict:

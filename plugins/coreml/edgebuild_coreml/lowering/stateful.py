@@ -3,9 +3,12 @@
 The artifact takes ``input_ids`` int32 [1, Q] and ``position`` int32 [1] (tokens already cached);
 each cache pair becomes one Core ML state [1, Hkv, max_context, D]. Around the plain lowered graph:
 
-- each past input is the state read up to ``position`` (cast to the compute dtype);
-- ``attention_mask`` (ones over position + Q), ``position_ids`` (position .. position + Q - 1) and
-  GroupQueryAttention's ``seqlens_k`` / ``total_sequence_length`` are derived from position and Q;
+- each past input is the state read up to ``position`` (cast to the compute dtype); a past input
+  whose length is fixed at ``max_context`` (a decoder that writes its new rows into a whole-length
+  cache itself, as a JAX step function with ``dynamic_update_slice`` does) gets the whole state;
+- ``attention_mask`` (ones over position + Q), ``position_ids`` (position .. position + Q - 1),
+  GroupQueryAttention's ``seqlens_k`` / ``total_sequence_length`` and a ``position`` input (0-d or
+  [1]) are derived from position and Q;
 - after the graph, the new rows of each present output (rows position .. position + Q) are written
   back into its state (``slice_update`` + ``coreml_update_state``);
 - ``logits: last_token`` keeps only the last position.
@@ -41,6 +44,7 @@ class StatefulPlan:
     pairs: list[tuple[str, str]]  # (past input, present output)
     states: dict[str, str] = field(default_factory=dict)  # past input -> state name
     shapes: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # past input -> state shape
+    whole: set[str] = field(default_factory=set)  # past inputs that take the whole state (max_context rows)
     vocab: int | None = None  # the logits' last dim, when the graph says
 
     def calibration_samples(self):
@@ -97,6 +101,13 @@ def plan_for(graph: ir.Graph, section: GenerateSection | dict, taken: set[str]) 
         if len(dims) != 4 or not all(isinstance(d, int) for d in (dims[1], dims[3])):
             raise BuildError(f"cache input {past!r} has shape {dims or 'unknown'}; a KV cache input is "
                              "[batch, kv_heads, past, head_dim] with kv_heads and head_dim fixed")
+        if isinstance(dims[2], int):  # a whole-length cache: the decoder writes its rows at position
+            if dims[2] != section.max_context:
+                raise BuildError(f"cache input {past!r} holds {dims[2]} positions, and generate.max_context is "
+                                 f"{section.max_context}; a cache of fixed length is the whole state",
+                                 hint=f"set generate.max_context: {dims[2]}, or export the decoder with a cache "
+                                      "of that length")
+            plan.whole.add(past)
         plan.shapes[past] = (1, int(dims[1]), section.max_context, int(dims[3]))
         plan.states[past] = sanitized(past, taken)
     return plan
@@ -150,6 +161,7 @@ class StatefulWrapper:
                                                    axes=[0], name="generate_position_ids"),
             "seqlens_k": lambda: mb.sub(x=self.end, y=np.int32(1), name="generate_seqlens_k"),
             "total_sequence_length": lambda: mb.identity(x=end_scalar, name="generate_total_sequence_length"),
+            "position": lambda: mb.identity(x=position, name="generate_position"),
         }
         for value in self.graph.inputs:
             name = value.name
@@ -163,22 +175,34 @@ class StatefulWrapper:
                 var = derived[name]()
                 if name == "total_sequence_length" and value.shape is not None and value.shape.rank() == 1:
                     var = mb.expand_dims(x=var, axes=[0])
+                if name == "position":
+                    var = self._as_position(value, var)
                 ctx.set(value, var)
+
+    @staticmethod
+    def _as_position(value: ir.Value, var):
+        """``position`` [1] int32 in the rank and integer type the graph's input has."""
+        if value.shape is not None and value.shape.rank() == 0:
+            var = mb.squeeze(x=var, name="generate_position_0d")
+        return var if value.dtype != ir.DataType.INT64 else mb.cast(x=var, dtype="int64")
 
     def _past(self, name: str, value: ir.Value):
         _, heads, _, dim = self.plan.shapes[name]
         state = self.function.inputs[self.plan.states[name]]
         whole = mb.read_state(input=state, name=f"{self.plan.states[name]}_read")
         self.read[name] = whole
+        dtype = "fp16" if value.dtype == ir.DataType.FLOAT16 else "fp32"
+        if name in self.plan.whole:
+            return mb.cast(x=whole, dtype=dtype, name=f"{self.plan.states[name]}_past")
         end = mb.concat(values=[np.array([1, heads], np.int32), self.position, np.array([dim], np.int32)], axis=0)
         past = mb.slice_by_index(x=whole, begin=np.zeros(4, np.int32), end=end)
         # A run-time end leaves every dim of the slice symbolic: only the past length is unknown.
         past = mb.reshape(x=past, shape=[1, heads, -1, dim])
-        dtype = "fp16" if value.dtype == ir.DataType.FLOAT16 else "fp32"
         return mb.cast(x=past, dtype=dtype, name=f"{self.plan.states[name]}_past")
 
     def write_states(self, ctx) -> None:
-        """Write rows position .. position + Q of every present output into its state."""
+        """Write rows position .. position + Q of every present output into its state (a whole-length
+        present holds them at the same rows)."""
         zero2 = np.zeros(2, np.int32)
         for past, present in self.plan.pairs:
             _, heads, _, dim = self.plan.shapes[past]
