@@ -16,6 +16,7 @@ from coremltools.converters.mil.mil.var import Var
 
 from edgebuild_coreml.lowering.converter import constant_node_value
 from edgebuild_coreml.lowering.ops._loop_rows import check_row_types, pin_declared_shapes, row_buffer, write_row
+from edgebuild_coreml.lowering.ops._loop_state import LoopState, like_input
 from edgebuild_coreml.lowering.registry import lowers
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -101,44 +102,64 @@ def loop(ctx, node):
 
 
 def _while(ctx, node, body, trip, cond, carried, buffers, on_scans=None):
-    """Build the while_loop; returns its outputs (iteration, [condition], carried..., buffers...)."""
+    """Build the while_loop; returns its outputs (iteration, [condition], carried..., buffers...).
+
+    What MIL may assume about the loop variables is settled first by throwaway builds (see
+    ``_loop_state``) when any of them starts from a value known at build time."""
     with_cond = cond is not None
-    count = len(carried)
+    initial = [mb.const(val=np.int32(0), name=ctx.name(node, "i0"))]
+    if with_cond:
+        initial.append(cond if isinstance(cond, Var) else mb.const(val=cond, name=ctx.name(node, "cond0")))
+    loop_vars = tuple(initial + carried + buffers)
+    state = LoopState(list(loop_vars))
+    while not state.settled:  # each probe forgets a value or widens a dim, so this ends
+        probe = _build(ctx, node, body, trip, with_cond, len(carried), loop_vars, state, learn=True)
+        op = probe[0].op
+        op.enclosing_block.remove_ops([op])
+    return _build(ctx, node, body, trip, with_cond, len(carried), loop_vars, state, on_scans=on_scans)
+
+
+def _build(ctx, node, body, trip, with_cond, count, loop_vars, state, learn=False, on_scans=None):
+    """One ``while_loop``. When ``learn``, the body's outputs teach ``state`` and the loop gives its
+    inputs back unchanged, so MIL has nothing to rebuild (the probe is removed afterwards)."""
 
     def keep_going(i, *rest):
+        state.prepare((i, *rest))
         running = mb.less(x=i, y=trip, name=ctx.name(node, "in_range")) if trip is not None else None
         if not with_cond:
             return running
         return rest[0] if running is None else mb.logical_and(x=running, y=rest[0], name=ctx.name(node, "keep"))
 
     def step(i, *rest):
+        state.prepare((i, *rest))
         condition = rest[0] if with_cond else np.bool_(True)
-        state = rest[1:] if with_cond else rest
-        values, held = list(state[:count]), list(state[count:])
+        loop_state = rest[1:] if with_cond else rest
+        values, held = list(loop_state[:count]), list(loop_state[count:])
         outputs = pin_declared_shapes(ctx, node, body, ctx.lower_subgraph(body, [i, condition, *values]))
         new_values, scans = outputs[1:1 + count], outputs[1 + count:]
-        if on_scans is not None:
+        if on_scans is not None and not learn:
             on_scans(scans)
         written = [write_row(ctx, node, b, i, s, k) for k, (b, s) in enumerate(zip(held, scans))]
         following = [mb.add(x=i, y=np.int32(1), name=ctx.name(node, "next_i"))]
         if with_cond:
             following.append(_scalar_bool(ctx, node, outputs[0], "cond_out"))
-        return tuple(following + list(new_values) + written)
+        following = [v if isinstance(v, Var) else mb.const(val=v, name=ctx.name(node, "cond_const")) for v in following]
+        inputs = (i, *rest)
+        results = [like_input(ctx, node, out, before, j)
+                   for j, (out, before) in enumerate(zip(following + list(new_values) + written, inputs))]
+        if learn:
+            state.learn(inputs, results)
+            return inputs
+        return tuple(state.hide_constants(ctx, node, inputs, results))
 
-    initial = [mb.const(val=np.int32(0), name=ctx.name(node, "i0"))]
-    if with_cond:
-        initial.append(cond if isinstance(cond, Var) else mb.const(val=cond, name=ctx.name(node, "cond0")))
     try:
-        results = mb.while_loop(_cond=keep_going, _body=step, loop_vars=tuple(initial + carried + buffers),
-                                name=ctx.name(node, "loop"))
+        results = mb.while_loop(_cond=keep_going, _body=step, loop_vars=loop_vars, name=ctx.name(node, "loop"))
         return results if isinstance(results, (list, tuple)) else (results,)  # one loop variable: a Var alone
     except ValueError as exc:  # MIL's message names the variable whose type changes
         if "changes in the body" in str(exc) or "subtype" in str(exc):
             ctx.fail(node, "a loop-carried value changes rank or type between iterations, which Core ML's "
                      f"while_loop cannot carry ({exc})")
         raise
-
-
 
 
 def _probe_scan_rows(ctx, node, body, trip, cond, carried) -> list:
