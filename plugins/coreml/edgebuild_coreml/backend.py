@@ -102,7 +102,10 @@ class CoreMLBackend(Backend):
         from edgebuild_coreml import compute as policy
         from edgebuild_coreml.ane.plan import STRICT_POLICIES
 
-        compute, label = variant.recipe.compute, f"{variant.recipe.name}:{variant.name}"
+        from edgebuild_coreml.levels import compute_at_level
+
+        compute = compute_at_level(variant.recipe.compute, variant.recipe.optimize.level)  # as the lower stage's
+        label = f"{variant.recipe.name}:{variant.name}"
         plan = policy.plan_for(lowered.program, compute, chip=chip, shapes_dynamic=lowered.shapes_dynamic)
         violations = plan.violations()
         warnings = [policy.range_fallback_warning(plan, label), policy.ane_absence_warning(plan, label)]

@@ -18,6 +18,7 @@ from edgebuild.plugin.recipe import Compute
 from edgebuild.plugin.store import MLPACKAGE
 from edgebuild.plugin.validation import ValidateSection, digest_params
 from edgebuild_coreml.compress.config import CompressionSection
+from edgebuild_coreml.levels import compute_at_level
 
 ARTIFACT = "model.mlpackage"
 ONNX_MODEL = "model.onnx"  # what the optimize stage writes
@@ -63,7 +64,7 @@ class LowerParams(StageParams):
     deployment_target: str
     precision: str
     inputs: dict  # source.inputs, defaults applied
-    compute: Compute  # the recipe's typed compute section (policy, chip, overrides, rewrites)
+    compute: Compute  # the recipe's typed compute section (policy, chip, overrides, rewrites with the level's)
     generate: Optional[dict] = None  # a stateful decoder (lowering.stateful)
     calibration: Optional[GuardCalibration] = None  # the fp16 guard runs (float16 and compute.fp16_guard)
 
@@ -144,7 +145,8 @@ def lower_params_of(variant) -> LowerParams:
             section=ValidateSection(samples=samples, inputs=section.inputs if section is not None else {}),
             cosine_min=strictest_cosine_min(section), **digest_params(section, variant.base_dir))
     return LowerParams(deployment_target=recipe.target.deployment_target, precision=recipe.target.precision,
-                       inputs=variant.params["source"]["inputs"], compute=recipe.compute,
+                       inputs=variant.params["source"]["inputs"],
+                       compute=compute_at_level(recipe.compute, recipe.optimize.level),
                        generate=variant.params.get("generate"), calibration=calibration)
 
 
