@@ -104,7 +104,9 @@ class Frontend(Protocol):
     def reference(self, path: Path, inputs: dict, options: Any, base_dir: Optional[Path] = None) -> Optional[Runner]:
         """A runner that evaluates the source itself (PyTorch: the eager module), or None to let
         validation run onnxruntime on the imported ONNX model. A runner with an ``input_specs``
-        attribute (the format of ``input_specs`` below) says itself what it takes, read from the source."""
+        attribute (the format of ``input_specs`` below) says itself what it takes, read from the source;
+        one with a ``float64()`` method returning ``(runner, evaluator name)`` evaluates the source in
+        float64 for ``validate.reference: float64`` (float32 feeds in, float64 outputs out)."""
         return None
 
     def input_specs(self, inputs: dict) -> dict:

@@ -173,7 +173,7 @@ def measure(section, drawn: DrawnSamples, candidate: Runner, candidate_name: str
     )
 
     samples, fixed, reference = drawn.samples, drawn.fixed, drawn.reference
-    truth, evaluator = (float64_truth(drawn.source_path, reference_name) if section.reference == "float64"
+    truth, evaluator = (float64_truth(drawn.source_path, reference_name, reference) if section.reference == "float64"
                         else (None, None))
 
     detections = getattr(section, "detections", ())  # matched box by box (verify.detections)

@@ -266,10 +266,21 @@ def as_float64_feed(sample: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 ONNX_REFERENCES = ("onnxruntime",)  # the validation reference that runs the ONNX source as float64 evaluators can
 
 
-def float64_truth(source_path, reference_name: str) -> tuple[Runner, str]:
-    """``float64_reference`` for validation, refused with a clear error where it cannot stand in."""
-    from edgebuild.errors import BuildError
+def float64_truth(source_path, reference_name: str, reference=None) -> tuple[Runner, str]:
+    """``float64_reference`` for validation, refused with a clear error where it cannot stand in.
+    A frontend's own ``reference`` runner that evaluates in float64 (its ``float64()``) does it instead."""
+    from edgebuild.errors import BuildError, EdgebuildError
 
+    own = getattr(reference, "float64", None)
+    if own is not None:
+        try:
+            return own()
+        except EdgebuildError:
+            raise
+        except Exception as exc:  # the frontend's evaluator failing must say so, not crash validation
+            raise BuildError(f"validate.reference: float64: {reference_name} cannot evaluate the source in float64 "
+                             f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+                             hint="use validate.reference: float32") from exc
     if reference_name not in ONNX_REFERENCES:
         raise BuildError(f"validate.reference: float64 evaluates an ONNX source, and this recipe's reference "
                          f"is {reference_name}", hint="remove validate.reference, or convert from the ONNX export")

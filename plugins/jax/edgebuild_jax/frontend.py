@@ -59,7 +59,9 @@ class StableHLOFrontend(Frontend):
         with loaded.context:
             entry = entry_function(loaded.module, opts.function, path.name)
             names_in, names_out = value_names(loaded, entry, opts)
-            return reference_runner(loaded, entry, names_in, names_out, inputs or {})
+            runner = reference_runner(loaded, entry, names_in, names_out, inputs or {})
+        runner.origin = path.name
+        return runner
 
     def input_specs(self, inputs: dict[str, dict]) -> dict[str, dict]:
         """The recipe's inputs as the reference takes them: shape, dtype and any fixed value."""

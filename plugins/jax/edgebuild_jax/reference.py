@@ -22,6 +22,8 @@ class JaxRunner:
 
         self.exported, self.input_names, self.output_names = exported, list(input_names), list(output_names)
         self.params = params  # a JAX function's parameters: its first argument
+        self.origin = "the source"  # named in messages; the frontend sets the file's name
+        self._float64 = None
         skipped = len(jax.tree_util.tree_leaves(params)) if params is not None else 0
         self.input_specs = {}
         for name, aval in zip(self.input_names, exported.in_avals[skipped:]):
@@ -30,6 +32,16 @@ class JaxRunner:
             self.input_specs[name] = {"shape": shape, "dtype": np.dtype(aval.dtype).name}
             if given.get("value") is not None:
                 self.input_specs[name]["value"] = given["value"]
+
+    def float64(self):
+        """``(runner, evaluator)`` of the module restated in float64 (``edgebuild_jax.float64``), made once."""
+        if self._float64 is None:
+            from edgebuild_jax.float64 import float64_runner
+
+            self._float64 = float64_runner(bytes(self.exported.mlir_module_serialized), origin=self.origin,
+                                           entry=self.exported.fun_name, input_names=list(self.input_specs),
+                                           output_names=self.output_names, params=self.params)
+        return self._float64
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         import jax
