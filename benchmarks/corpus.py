@@ -13,6 +13,10 @@ Every entry of the corpus (torchvision's and transformers' model classes with ra
     python benchmarks/corpus.py [--family classification,video] [--models resnet18,vit_small]
                                 [--precisions fp32,fp16] [--no-coremltools] [--results rows.jsonl] [--no-run] [--json]
 
+A detector (``--family detection``) is validated by IoU matching of its boxes
+(``validate.detections``): its cell shows the cosine over the matched pairs, then the share of
+boxes matched and their mean IoU, ``0.999998 (boxes 1.000 iou 1.0000)``.
+
 One table row per model, then per family: models, exported and run by onnxruntime, built and
 validated by edgebuild at each precision, converted by coremltools (and validated by verify at
 the fp32 limit); a ratio line compares the two tools on the models that entered the corpus.
@@ -81,7 +85,16 @@ def _cosine(step: dict | None, limit: float) -> str:
     if step.get("cosine") is None:
         return "failed" if not step.get("built", step.get("converted")) else "not validated"
     # float(): a non-finite cosine is saved as the string "nan" (the JSON of `edgebuild run --json`)
-    return f"{float(step['cosine']):.6f}" + ("" if _passed(step, limit) else " below")
+    shown = f"{float(step['cosine']):.6f}" + ("" if _passed(step, limit) else " below")
+    return shown + _boxes(step.get("boxes"))
+
+
+def _boxes(boxes: dict | None) -> str:
+    """A detector's box matching beside its cosine (which is then over the matched pairs)."""
+    if not boxes:
+        return ""
+    iou = f" iou {float(boxes['iou']):.4f}" if boxes.get("iou") is not None else ""
+    return f" (boxes {float(boxes['match']):.3f}{iou})"
 
 
 def _seconds(step: dict | None) -> str:

@@ -234,3 +234,24 @@ def test_box_limits_on_a_non_detection_output_are_skipped_unless_set_for_it():
     assert check(metrics, Thresholds(box_match_min=0.9)) == []
     [failure] = check(metrics, None, {"logits": {"thresholds": {"box_match_min": 0.9}}})
     assert "not available" in failure.message
+
+
+def test_corpus_detectors_declare_their_outputs_by_exported_order(tmp_path):
+    """The corpus names a detector's outputs by torchvision's sorted keys, in the exported order."""
+    import onnx
+    import onnx.helper as oh
+    from edgebuild_testplugin import corpus
+
+    names = ["b", "k", "ks", "l", "s"]
+    graph = oh.make_graph([oh.make_node("Identity", ["x"], [name]) for name in names], "g",
+                          [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                          [oh.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [1]) for name in names])
+    path = tmp_path / "detector.onnx"
+    onnx.save(oh.make_model(graph), path)
+    exported = corpus.Exported(path, "torchscript", ("x",), {"x": [1]}, {"x": "float32"}, 0.0)
+    detector = corpus.Detector(("boxes", "keypoints", "keypoints_scores", "labels", "scores"), 0.05, 0.5, 100)
+    section = corpus.detections_section(exported, detector, "float16")
+    [group] = section["detections"]
+    assert (group["boxes"], group["labels"], group["scores"], group["attached"]) == ("b", "l", "s", ["k", "ks"])
+    parsed = ValidateSection.model_validate(section)  # what the recipe's validate section accepts
+    assert parsed.detections[0].max_detections == 100 and parsed.thresholds.box_match_min is not None

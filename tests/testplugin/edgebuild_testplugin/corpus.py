@@ -52,6 +52,18 @@ class Made(NamedTuple):
     input_names: tuple[str, ...]
     # recipe ``validate.inputs`` sources by input name (e.g. tokens with a vocab size); others: uniform [0, 1)
     validate_inputs: Optional[dict] = None
+    # a detector's outputs: compared by IoU matching (validate.detections), see :class:`Detector`
+    detector: Optional["Detector"] = None
+
+
+class Detector(NamedTuple):
+    """What a detector returns and where it cuts: its outputs' keys in the exported order, and the
+    score threshold, NMS IoU and cap on detections its postprocessing applies."""
+
+    keys: tuple[str, ...]  # e.g. ("boxes", "labels", "scores"): torchvision's dict keys, as exported
+    score_threshold: float
+    nms_iou: float
+    max_detections: int
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,16 @@ class Built:
     cosine: Optional[float]  # the worst output's worst sample
     error: str  # first line, "" when built and validated
     seconds: float
+    boxes: Optional[Boxes] = None  # a detector's box matching
+
+
+@dataclass
+class Boxes:
+    """A detector's box matching in a build's validation, the worst over outputs, samples and runtimes."""
+
+    match: Optional[float]  # box_match
+    iou: Optional[float]  # box_iou
+    score_diff: Optional[float]  # box_score_diff (the highest)
 
 
 @dataclass
@@ -290,10 +312,28 @@ def _validate_inputs(exported: Exported, example: Made) -> dict:
     return sources
 
 
+# A detector's boxes: all matched at fp32, where only borderline boxes may flip; nine in ten at fp16
+BOX_MATCH_MIN = {"float32": 0.99, "float16": 0.9}
+BOX_IOU_MIN = {"float32": 0.999, "float16": 0.99}
+
+
+def detections_section(exported: Exported, detector: Detector, target_precision: str) -> dict:
+    """``validate.detections`` and the box limits for a detector's exported outputs."""
+    names = dict(zip(detector.keys, _output_names(exported)))
+    group = {"boxes": names["boxes"], "scores": names["scores"], "labels": names["labels"],
+             "attached": [names[key] for key in detector.keys if key not in ("boxes", "scores", "labels")],
+             "score_threshold": detector.score_threshold, "nms_iou": detector.nms_iou,
+             "max_detections": detector.max_detections}
+    return {"detections": [group], "thresholds": {"box_match_min": BOX_MATCH_MIN[target_precision],
+                                                  "box_iou_min": BOX_IOU_MIN[target_precision]}}
+
+
 def recipe(exported: Exported, entry: Entry, precision: str) -> dict:
     """The recipe a user would write for the exported file: inputs pinned, one variant."""
     target_precision = PRECISIONS[precision]
     digest = hashlib.sha256(exported.path.read_bytes()).hexdigest()
+    detector = made(entry).detector
+    detection = detections_section(exported, detector, target_precision) if detector else {}
     return {
         "edgebuild": 1,
         "name": entry.name.replace("/", "_"),
@@ -303,7 +343,8 @@ def recipe(exported: Exported, entry: Entry, precision: str) -> dict:
         "target": {"backend": "coreml", "deployment_target": "iOS17", "precision": target_precision},
         "compute": {"policy": "cpu_and_gpu" if precision == "fp32" else "cpu_and_ne"},
         "validate": {"samples": SAMPLES, "inputs": _validate_inputs(exported, made(entry)),
-                     "thresholds": {"cosine_min": COSINE_MIN[target_precision]}},
+                     "thresholds": {"cosine_min": COSINE_MIN[target_precision], **detection.get("thresholds", {})},
+                     **({"detections": detection["detections"]} if detection else {})},
         "outputs": {"dir": "out"},
     }
 
@@ -318,6 +359,19 @@ def _worst_cosine(validation: dict) -> Optional[float]:
     cosines = [values["cosine"]["min"] for runtime in (validation or {}).get("runtimes", {}).values()
                for values in runtime.get("metrics", {}).values() if values.get("cosine", {}).get("min") is not None]
     return min(cosines) if cosines else None
+
+
+def _worst_boxes(validation: dict) -> Optional[Boxes]:
+    found = {"box_match": [], "box_iou": [], "box_score_diff": []}
+    for runtime in (validation or {}).get("runtimes", {}).values():
+        for values in runtime.get("metrics", {}).values():
+            for metric, seen in found.items():
+                side = "max" if metric == "box_score_diff" else "min"
+                if values.get(metric, {}).get(side) is not None:
+                    seen.append(float(values[metric][side]))
+    if not found["box_match"]:
+        return None
+    return Boxes(min(found["box_match"]), min(found["box_iou"], default=None), max(found["box_score_diff"], default=None))
 
 
 def _error_line(record: dict, stderr: str) -> str:
@@ -348,7 +402,8 @@ def build(exported: Exported, entry: Entry, workdir: Path, precision: str, cache
     cosine = _worst_cosine(validation)
     built = bool(record.get("artifacts")) or record.get("status") == "built"
     validated = record.get("status") == "built" and cosine is not None
-    return Built(precision, built, validated, cosine, "" if validated else _error_line(record, done.stderr), seconds)
+    return Built(precision, built, validated, cosine, "" if validated else _error_line(record, done.stderr), seconds,
+                 _worst_boxes(validation))
 
 
 def coremltools_convert(entry: Entry, exported: Exported, workdir: Path) -> Converted:
@@ -399,5 +454,5 @@ def _output_names(exported: Exported) -> list[str]:
     return [output.name for output in onnx.load(str(exported.path), load_external_data=False).graph.output]
 
 
-__all__ = ["COSINE_MIN", "PRECISIONS", "Built", "Converted", "Entry", "Excluded", "Exported", "Made", "build",
+__all__ = ["COSINE_MIN", "PRECISIONS", "Boxes", "Built", "Converted", "Detector", "Entry", "Excluded", "Exported", "Made", "build",
            "coremltools_convert", "export", "first_line", "made", "onnxruntime_runs", "recipe"]

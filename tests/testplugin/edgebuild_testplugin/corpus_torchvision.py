@@ -9,7 +9,7 @@ in plain torch first), and only when an entry is made.
 
 from __future__ import annotations
 
-from .corpus import Entry, Made
+from .corpus import Detector, Entry, Made
 
 
 def _tv():
@@ -84,9 +84,21 @@ def _detection(builder: str, size: int = 320, **options):
     def make() -> Made:
         model = getattr(_tv().models.detection, builder)(weights=None, weights_backbone=None, num_classes=3,
                                                           **options)
-        return Made(_FirstImage(model).eval(), (_image(size, batch=1),), ("image",))
+        return Made(_FirstImage(model).eval(), (_image(size, batch=1),), ("image",), detector=_detector(model))
 
     return make
+
+
+def _detector(model) -> Detector:
+    """The outputs (FirstImage returns them by sorted key) and the cuts of a torchvision detector."""
+    heads = getattr(model, "roi_heads", model)  # the R-CNNs cut in their box head
+    keys = {"boxes", "labels", "scores"}
+    if getattr(heads, "has_mask", lambda: False)():
+        keys.add("masks")
+    if getattr(heads, "has_keypoint", lambda: False)():
+        keys |= {"keypoints", "keypoints_scores"}
+    return Detector(tuple(sorted(keys)), float(heads.score_thresh), float(heads.nms_thresh),
+                    int(heads.detections_per_img))
 
 
 def _raft() -> Made:
