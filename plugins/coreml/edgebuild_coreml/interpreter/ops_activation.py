@@ -136,7 +136,9 @@ def linear_activation(op, x):
 
 @evaluates("softmax")
 def softmax(op, x):
-    return reductions.softmax(as_float(x["x"]), axis=int(scalar(param(op, x, "axis", -1))))
+    value, axis = as_float(x["x"]), int(scalar(param(op, x, "axis", -1)))
+    borrowed = kernels.softmax(value, axis)
+    return reductions.softmax(value, axis=axis) if borrowed is None else borrowed
 
 
 #: Activations named by string in the recurrent ops (``lstm``/``gru``/``rnn``), with the

@@ -67,7 +67,8 @@ def _conv_call(op, x, inp, weight, bias, activation: Activation | None = None):
     strides, dilations, groups, pads, out_sizes = _geometry(op, x, inp.shape, weight.shape)
     kernel = list(weight.shape[2:])
     pointwise = groups == 1 and all(k == 1 for k in kernel) and not any(b or a for b, a in pads)
-    if not pointwise and inp.shape[0] and weight.shape[0] and all(out_sizes):
+    if (not pointwise or _pointwise_work(inp.shape, weight.shape, out_sizes) >= TORCH_POINTWISE_MIN_MACS) and (
+            inp.shape[0] and weight.shape[0] and all(out_sizes)):
         fused = _torch_activation(activation)
         prepared = kernels.conv2d_prepared(weight, bias, strides, dilations, pads, groups, fused, inp.shape)
         if prepared is not None and inp.ndim == 4 and inp.dtype == np.float32:
@@ -75,6 +76,15 @@ def _conv_call(op, x, inp, weight, bias, activation: Activation | None = None):
             return call if fused is not None else _then(call, activation)
     call = _numpy_conv_call(inp, weight, bias, strides, dilations, groups, pads, out_sizes, pointwise)
     return _then(call, activation)
+
+
+#: multiply-adds of a 1x1 conv below which numpy's matrix product is as fast as oneDNN's call (its setup
+#: costs ~20 us; a squeeze-and-excite's 1x1 convs of one pixel stay one matrix-vector product)
+TORCH_POINTWISE_MIN_MACS = 1 << 21
+
+
+def _pointwise_work(in_shape, weight_shape, out_sizes) -> int:
+    return int(np.prod(out_sizes, dtype=np.int64)) * in_shape[0] * weight_shape[0] * weight_shape[1]
 
 
 def _torch_activation(activation: Activation | None) -> str | None:
@@ -149,8 +159,9 @@ def conv(op, x, activation: Activation | None = None):
     copy stays within ``TILE_ELEMENTS`` however large the image; a depthwise conv (one input
     channel per output channel) gathers them too and sums each channel's taps by a batched matmul
     (``_depthwise_call``).
-    Where torch's kernels are enabled (``torch_kernels``), every 2-D conv but the 1x1 one is its
-    (1x1 ones measured no faster there), bias included. The call for the op's constants and the
+    Where torch's kernels are enabled (``torch_kernels``), every 2-D conv but a small 1x1 one
+    (``TORCH_POINTWISE_MIN_MACS``) is its, channels last, bias and a ReLU or hard-swish after it
+    included. The call for the op's constants and the
     input's shape is made once per op (``_conv_call``). ``activation``: one the compiled plan
     fused into the conv (``fusion``), applied to its result."""
     inp, call = _input_and_call(op, x, activation)

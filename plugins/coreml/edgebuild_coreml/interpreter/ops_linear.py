@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import torch_kernels as kernels
 from ._params import as_float, param, scalar
 from .registry import evaluates
 
@@ -19,8 +20,11 @@ def _operand(value, *others):
 @evaluates("linear")
 def linear(op, x):
     v, weight = _operand(x["x"], x["weight"]), _operand(x["weight"], x["x"])
-    out = np.matmul(v, np.swapaxes(weight, -1, -2))
     bias = x.get("bias")
+    borrowed = kernels.linear(v, weight, bias)  # oneDNN's where torch's kernels are on
+    if borrowed is not None:
+        return borrowed
+    out = np.matmul(v, np.swapaxes(weight, -1, -2))
     return out if bias is None else out + np.asarray(bias, dtype=out.dtype)
 
 
@@ -31,7 +35,9 @@ def matmul(op, x):
         a = np.swapaxes(a, -1, -2)
     if bool(scalar(param(op, x, "transpose_y", False))) and b.ndim >= 2:
         b = np.swapaxes(b, -1, -2)
-    return np.matmul(a, b)
+    # by a matrix (a weight): oneDNN's product where torch's kernels are on
+    borrowed = kernels.linear(a, b.T, None) if b.ndim == 2 and a.ndim >= 2 else None
+    return np.matmul(a, b) if borrowed is None else borrowed
 
 
 @evaluates("einsum")

@@ -5,15 +5,18 @@ arithmetic), 2-D convolutions that are not one matrix product (depthwise, stride
 erf / exact GELU in float32 (the numpy reference computes them in float64 series, most of a
 transformer's time).
 
-Elsewhere (the build's own process, the fp16 guard, tests, a machine without torch) the numpy
-kernels run, with onnxruntime's casts (``half_casts``); all give the same casts bit for bit and
-the same convolutions up to summation order. Nothing here runs a model: each function is one
-kernel on arrays the interpreter hands it.
+The validate stage's samples in the build's own process turn them on for their calls alone
+(``for_calls``), on one of torch's threads. Elsewhere (the fp16 guard, tests, a machine without
+torch) the numpy kernels run, with onnxruntime's casts (``half_casts``); all give the same casts
+bit for bit and the same convolutions up to summation order. Nothing here runs a model: each
+function is one kernel on arrays the interpreter hands it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 
 import numpy as np
 
@@ -46,6 +49,43 @@ def enabled() -> bool:
     return _torch is not None
 
 
+_calls_lock = threading.Lock()
+_calls = 0  # ``for_calls`` blocks running now that turned the kernels on
+_saved_threads = None  # torch's pool size before the first of them
+
+
+@contextlib.contextmanager
+def for_calls(threads: int = 1):
+    """torch's kernels for the calls inside the block, on ``threads`` of torch's intra-op pool,
+    where torch is installed and its kernels are not on already (a worker process has them on for
+    good): the build's own process runs validation samples in one thread while another may run the
+    reference, as its BLAS calls do (``map_samples``). torch's pool size and the numpy kernels come
+    back when the last such block ends: a PyTorch source's reference keeps its own pool, and every
+    other caller in the process (the fp16 guard, compression's analysis) keeps numpy's kernels
+    outside the blocks. A pool of more threads than the cores left free spins: on a busy 2-core
+    machine two threads ran a small conv net six times slower than one."""
+    global _calls, _saved_threads
+    with _calls_lock:
+        if _calls == 0 and _torch is not None:  # on for good here
+            turned_on = False
+        else:
+            turned_on = _calls > 0 or enable()
+            if turned_on:
+                if _calls == 0:
+                    _saved_threads = _torch.get_num_threads()
+                    _torch.set_num_threads(threads)
+                _calls += 1
+    try:
+        yield
+    finally:
+        if turned_on:
+            with _calls_lock:
+                _calls -= 1
+                if _calls == 0:
+                    _torch.set_num_threads(_saved_threads)
+                    disable()
+
+
 _HALF_PAIRS = {(np.dtype(np.float16), np.dtype(np.float32)), (np.dtype(np.float32), np.dtype(np.float16))}
 MIN_CAST_ELEMENTS = 4096  # below this numpy's per-call cost is the lower one
 
@@ -53,17 +93,17 @@ MIN_CAST_ELEMENTS = 4096  # below this numpy's per-call cost is the lower one
 def cast(array: np.ndarray, dtype) -> np.ndarray:
     """``array.astype(dtype)`` (a new array of numpy's own, so later ops may overwrite it),
     through torch for fp16 <-> fp32 when enabled, else through onnxruntime's (``half_casts``)."""
-    dtype = np.dtype(dtype)
-    if _torch is None and (array.dtype, dtype) in _HALF_PAIRS:
+    dtype, torch = np.dtype(dtype), _torch  # read once: ``for_calls`` may turn them off meanwhile
+    if torch is None and (array.dtype, dtype) in _HALF_PAIRS:
         converted = half_casts.cast(array, dtype)
         return array.astype(dtype) if converted is None else converted
-    if (_torch is None or (array.dtype, dtype) not in _HALF_PAIRS or array.size < MIN_CAST_ELEMENTS
+    if (torch is None or (array.dtype, dtype) not in _HALF_PAIRS or array.size < MIN_CAST_ELEMENTS
             or any(stride < 0 for stride in array.strides)):  # torch takes no negative strides
         return array.astype(dtype)
     # in ``array``'s own layout where it is a dense one (channels last stays so: no transposing
     # copy), else C-ordered
     out = np.empty_like(array, dtype) if channels_last(array) else np.empty(array.shape, dtype)
-    _torch.from_numpy(out).copy_(_torch.from_numpy(array))
+    torch.from_numpy(out).copy_(torch.from_numpy(array))
     return out
 
 
@@ -76,11 +116,12 @@ def half_binary(op_type: str, a, b) -> np.ndarray | None:
     fp32 and rounds it once to fp16, as numpy's widened operands and the executor's cast of the
     result do, bit for bit, without the three casts: an fp16 program's activations are
     multiplied and added in fp16 all along. The result keeps the operands' layout."""
-    if (_torch is None or op_type not in _HALF_BINARY or not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray)
+    torch = _torch
+    if (torch is None or op_type not in _HALF_BINARY or not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray)
             or a.dtype != np.float16 or b.dtype != np.float16 or max(a.size, b.size) < MIN_CAST_ELEMENTS
             or any(stride < 0 for stride in a.strides + b.strides)):
         return None
-    return getattr(_torch, _HALF_BINARY[op_type])(_torch.from_numpy(a), _torch.from_numpy(b)).numpy()
+    return getattr(torch, _HALF_BINARY[op_type])(torch.from_numpy(a), torch.from_numpy(b)).numpy()
 
 
 def round_to_half(array: np.ndarray) -> np.ndarray:
@@ -101,7 +142,9 @@ def fuses_activations() -> bool:
 
 @functools.cache
 def _pointwise_convolution():
-    mkldnn = getattr(_torch.ops, "mkldnn", None)
+    import torch
+
+    mkldnn = getattr(torch.ops, "mkldnn", None)
     try:  # its one overload, called directly: the overload packet's dispatch is a Python call more
         return None if mkldnn is None else mkldnn._convolution_pointwise.default
     except (AttributeError, RuntimeError):  # a build without oneDNN
@@ -116,37 +159,35 @@ def conv2d_prepared(weight: np.ndarray, bias, strides, dilations, pads, groups: 
     torch tensors (sharing the arrays' memory) and its geometry as torch's arguments; None when
     torch is not enabled or the arrays are not float32 ones of a 2-D conv.
 
-    A depthwise conv's weight is also packed for oneDNN once, for inputs of ``input_shape``:
-    torch otherwise reorders it on every call, a third of a small map's time. (Packing any other
-    conv's measured no faster over a whole small conv net: its result then comes channels last,
-    and laying it out again costs what the packing saves.)"""
-    if _torch is None or weight.ndim != 4 or weight.dtype != np.float32:
+    Every conv computes channels last: oneDNN's NCHW path reorders its input and output on every
+    call, twice a small map's time, and its channels-last result stays so for the ops after it
+    (``channels_last``), so of a conv net only the first conv lays out its input. The weight is
+    also packed for oneDNN once, for inputs of ``input_shape``: torch otherwise reorders it on
+    every call, a third of a small map's time. (With the 1x1 convs left to numpy's matrix
+    products, packing the others measured no faster: their channels-last results were laid out
+    again for those; one oneDNN layout all along ran MobileNet's convs 2.5x faster.)"""
+    torch = _torch
+    if torch is None or weight.ndim != 4 or weight.dtype != np.float32:
         return None
     if bias is not None:
         bias = np.asarray(bias)
         if bias.dtype != np.float32:
             return None
-        bias = _torch.from_numpy(np.ascontiguousarray(bias.reshape(-1)))
+        bias = torch.from_numpy(np.ascontiguousarray(bias.reshape(-1)))
     (top, bottom), (left, right) = pads
     pad_first = None
     if top != bottom or left != right:  # torch pads both sides alike: the input is padded first
         pad_first = (left, right, top, bottom)
         top = left = 0
-    torch_weight = _torch.from_numpy(np.ascontiguousarray(weight))
-    depthwise = groups > 1 and groups == weight.shape[0] and weight.shape[1] == 1
-    if depthwise:
-        # a depthwise conv computes channels last: oneDNN's NCHW path reorders its input and
-        # output every call, twice the time on a small map. Its result stays channels last for
-        # the ops after it (``channels_last``), so of a chain only the first conv lays out its input
-        torch_weight = torch_weight.contiguous(memory_format=_torch.channels_last)
+    torch_weight = torch.from_numpy(np.ascontiguousarray(weight)).contiguous(memory_format=torch.channels_last)
     post_op = None if activation is None else FUSED_ACTIVATIONS[activation]
     strides, padding, dilations = tuple(int(s) for s in strides), (top, left), tuple(int(d) for d in dilations)
     packed = None
-    if depthwise and input_shape is not None:
+    if input_shape is not None:
         padded = tuple(input_shape) if pad_first is None else (
             *input_shape[:2], input_shape[2] + pad_first[2] + pad_first[3], input_shape[3] + pad_first[0] + pad_first[1])
         packed = _packed_weight(torch_weight, padding, strides, dilations, int(groups), padded)
-    return (torch_weight, bias, strides, padding, dilations, int(groups), pad_first, depthwise, post_op, packed)
+    return (torch_weight, bias, strides, padding, dilations, int(groups), pad_first, post_op, packed)
 
 
 def _packed_weight(weight, padding, strides, dilations, groups: int, input_shape: tuple):
@@ -155,7 +196,9 @@ def _packed_weight(weight, padding, strides, dilations, groups: int, input_shape
     if _pointwise_convolution() is None:
         return None
     try:
-        reordered = _torch.ops.mkldnn._reorder_convolution_weight(weight, list(padding), list(strides), list(dilations),
+        import torch
+
+        reordered = torch.ops.mkldnn._reorder_convolution_weight(weight, list(padding), list(strides), list(dilations),
                                                                    groups, list(input_shape))
     except (AttributeError, RuntimeError):  # a torch without the call, or a geometry oneDNN refuses
         return None
@@ -182,30 +225,31 @@ def channels_last(array: np.ndarray) -> bool:
 
 def conv2d(inp: np.ndarray, prepared: tuple) -> np.ndarray | None:
     """The convolution ``prepared`` (``conv2d_prepared``) of a float32 ``[N, C, H, W]`` input
-    (in C order or channels last), or None for another input. The result is channels last where
-    torch computed it so (a depthwise conv, or any conv of a channels-last input)."""
-    if _torch is None or inp.ndim != 4 or inp.dtype != np.float32:
+    (in C order or channels last), or None for another input. The result is channels last."""
+    torch = _torch
+    if torch is None or inp.ndim != 4 or inp.dtype != np.float32:
         return None
-    weight, bias, strides, padding, dilations, groups, pad_first, depthwise, post_op, packed = prepared
+    weight, bias, strides, padding, dilations, groups, pad_first, post_op, packed = prepared
     laid_last = channels_last(inp)
-    x = _torch.from_numpy(inp if inp.flags.c_contiguous or laid_last else np.ascontiguousarray(inp))
-    if depthwise and not laid_last:
-        x = x.contiguous(memory_format=_torch.channels_last)
+    x = torch.from_numpy(inp if inp.flags.c_contiguous or laid_last else np.ascontiguousarray(inp))
+    if not laid_last:
+        x = x.contiguous(memory_format=torch.channels_last)
     if pad_first is not None:
-        x = _torch.nn.functional.pad(x, pad_first)
+        x = torch.nn.functional.pad(x, pad_first)
+    convolution = _pointwise_convolution()
     if packed is not None and packed[0] == tuple(x.shape):
-        return _pointwise_convolution()(x, packed[1], bias, padding, strides, dilations, groups, post_op or "none",
-                                        [], "").numpy()
+        return convolution(x, packed[1], bias, padding, strides, dilations, groups, post_op or "none", [], "").numpy()
     if post_op is not None:
-        return _pointwise_convolution()(x, weight, bias, padding, strides, dilations, groups, post_op, [], "").numpy()
-    return _torch.conv2d(x, weight, bias, strides, padding, dilations, groups).numpy()
+        return convolution(x, weight, bias, padding, strides, dilations, groups, post_op, [], "").numpy()
+    return torch.conv2d(x, weight, bias, strides, padding, dilations, groups).numpy()
 
 
 def erf(value: np.ndarray) -> np.ndarray | None:
     """erf of a float32 array (float32, within an ulp or two of the float64 one), or None."""
-    if _torch is None or value.dtype != np.float32:
+    torch = _torch
+    if torch is None or value.dtype != np.float32:
         return None
-    return _torch.erf(_torch.from_numpy(np.ascontiguousarray(value))).numpy()
+    return torch.erf(torch.from_numpy(np.ascontiguousarray(value))).numpy()
 
 
 _GELU_APPROXIMATIONS = {"none": "none", "tanh": "tanh"}
@@ -213,7 +257,52 @@ _GELU_APPROXIMATIONS = {"none": "none", "tanh": "tanh"}
 
 def gelu(value: np.ndarray, approximate: str) -> np.ndarray | None:
     """GELU of a float32 array (exact, ``"none"``, or the tanh approximation), or None."""
-    if _torch is None or value.dtype != np.float32 or approximate not in _GELU_APPROXIMATIONS:
+    torch = _torch
+    if torch is None or value.dtype != np.float32 or approximate not in _GELU_APPROXIMATIONS:
         return None
-    x = _torch.from_numpy(np.ascontiguousarray(value))
-    return _torch.nn.functional.gelu(x, approximate=_GELU_APPROXIMATIONS[approximate]).numpy()
+    x = torch.from_numpy(np.ascontiguousarray(value))
+    return torch.nn.functional.gelu(x, approximate=_GELU_APPROXIMATIONS[approximate]).numpy()
+
+
+@functools.cache
+def _pointwise_linear():
+    import torch
+
+    try:  # oneDNN's matrix product: twice OpenBLAS's speed on a transformer's shapes (AVX-512)
+        return torch.ops.mkldnn._linear_pointwise.default
+    except (AttributeError, RuntimeError):  # a build without oneDNN
+        return None
+
+
+#: multiply-adds of a ``linear`` below which numpy's product is as fast as oneDNN's call
+MIN_LINEAR_MACS = 1 << 18
+
+
+def linear(value: np.ndarray, weight: np.ndarray, bias) -> np.ndarray | None:
+    """``value @ weight.T + bias`` of a float32 ``[..., K]`` input, ``[N, K]`` weight (in any
+    layout: a ``[K, N]`` matrix's transposed view is read as it lies) and ``[N]`` bias (or None) by
+    oneDNN, or None (not enabled, other types or ranks, a small product)."""
+    torch = _torch
+    if (torch is None or not isinstance(value, np.ndarray) or not isinstance(weight, np.ndarray)
+            or value.dtype != np.float32 or weight.dtype != np.float32 or weight.ndim != 2
+            or value.ndim < 2 or value.shape[-1] != weight.shape[1]
+            or value.size * weight.shape[0] < MIN_LINEAR_MACS or any(s < 0 for s in value.strides + weight.strides)):
+        return None
+    if bias is not None:
+        bias = np.asarray(bias)
+        if bias.dtype != np.float32 or bias.shape != (weight.shape[0],):
+            return None
+    product = _pointwise_linear()
+    if product is None:
+        return None
+    x = torch.from_numpy(np.ascontiguousarray(value))
+    w = torch.from_numpy(weight)
+    return product(x, w, None if bias is None else torch.from_numpy(bias), "none", [], "").numpy()
+
+
+def softmax(value: np.ndarray, axis: int) -> np.ndarray | None:
+    """softmax of a float32 array along ``axis`` (torch's, within an ulp or two of numpy's), or None."""
+    torch = _torch
+    if torch is None or value.dtype != np.float32 or value.ndim == 0 or value.size < MIN_CAST_ELEMENTS:
+        return None
+    return torch.softmax(torch.from_numpy(np.ascontiguousarray(value)), axis).numpy()
