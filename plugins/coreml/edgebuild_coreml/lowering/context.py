@@ -74,7 +74,8 @@ class LoweringContext:
             raise LoweringError(f"{self.where(node)}: input {index} is required but missing")
         found = self.get(value)
         if isinstance(found, np.ndarray):  # a constant used as a tensor: Core ML has no 64-bit types
-            if found.dtype.kind in "iu" and found.dtype.itemsize == 8:
+            # nor uint32 (an input of that type is int32): such a constant meets int32 operands
+            if found.dtype.kind in "iu" and (found.dtype.itemsize == 8 or found.dtype == np.uint32):
                 return self.int32(found, node, f"input {index} ({value.name!r})")
             if found.dtype == np.float64:
                 return found.astype(np.float32)
