@@ -143,3 +143,46 @@ def test_cache_auto_without_cache_names_says_what_the_model_takes(tmp_path):
     assert code == 1
     text = json.dumps(result)
     assert "cache: auto found no past_key_values" in text and "k0" in text
+
+
+# --- docs/stablehlo.md, "Generating text with a JAX decoder": its blocks run as written --------------
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "stablehlo.md"
+SECTION = "## Generating text with a JAX decoder"
+
+
+def section_blocks(language: str) -> list[str]:
+    """The section's fenced blocks in ``language`` (``<!-- fragment -->`` blocks left out)."""
+    text = DOCS.read_text()
+    start = text.index(SECTION)
+    end = text.find("\n## ", start + len(SECTION))
+    lines, found, i = text[start:end if end > 0 else None].splitlines(), [], 0
+    while i < len(lines):
+        if lines[i].strip() == f"```{language}" and (i == 0 or lines[i - 1].strip() != "<!-- fragment -->"):
+            j = lines.index("```", i + 1)
+            found.append("\n".join(lines[i + 1:j]) + "\n")
+            i = j
+        i += 1
+    return found
+
+
+def test_the_docs_section_on_jax_decoders_runs_as_written(tmp_path):
+    import subprocess
+    import sys
+
+    (script,), (recipe,) = section_blocks("python"), section_blocks("yaml")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "decoder_step.jaxexport").is_file()
+    (tmp_path / "decoder_step.yaml").write_text(recipe)
+    code, result = run(tmp_path / "decoder_step.yaml", tmp_path / "cache")
+    assert code == 0, json.dumps(result)[:3000]
+    assert [v["variant"] for v in result["variants"]] == ["fp32", "fp16"]
+    for variant in result["variants"]:
+        assert variant["status"] == "built"
+        report = json.loads((tmp_path / "build" / "decoder-step" / variant["variant"] / "report.json").read_text())
+        validation = report["validation"]
+        assert validation["reference"] == "stablehlo (eager), greedy generation" and validation["failures"] == []
+        record = validation["runtimes"]["interpreter"]["generation"]
+        assert record["mean_agreement"] == 1.0 and record["worst_step_cosine"] >= 0.999
+        print(f"docs step {variant['variant']}: worst step cosine {record['worst_step_cosine']:.9f}")
