@@ -75,3 +75,37 @@ def test_fori_loop_whose_counter_starts_from_an_argument(traced, start):
 def test_fori_loop_from_an_argument_with_an_integer_carry(start):
     fn = lambda n, k: lax.fori_loop(n, 6, lambda i, c: (c[0] + i, c[1] * 2), (k, jnp.int32(1)))
     assert_converts(fn, np.int32(start), np.int32(10))
+
+
+def test_nested_loops_whose_inner_carries_start_as_constants():
+    def fn(x):
+        def outer(c):
+            inner = lax.while_loop(lambda d: d[0] < c[0] * 2, lambda d: (d[0] * 1.5 + 1, d[1] + 1), (1.0, 0))
+            return inner[0], c[1] + inner[1]
+        return lax.while_loop(lambda c: c[0] < 100.0, outer, (2.0, 0)), x
+    assert_converts(fn, X, lowered_tol=LOOSE)
+
+
+def test_constant_loop_inside_a_branch():
+    def fn(x, p):
+        looped = lambda: lax.while_loop(lambda c: c[0] < 10.0, lambda c: (c[0] * 1.5 + 1, c[1] + 1), (1.0, 0))[0]
+        return lax.cond(p > 0, looped, lambda: 0.0) + x
+    for p in (-1, 1):
+        assert_converts(fn, X, np.int32(p), lowered_tol=LOOSE)
+
+
+def test_bool_tensor_carry_from_a_constant():
+    fn = lambda x: lax.while_loop(lambda c: c[1] < 5, lambda c: (jnp.logical_not(c[0]), c[1] + 1),
+                                  (jnp.array([True, False]), 0)) + (x,)
+    assert_converts(fn, X)
+
+
+def test_scan_over_nothing_from_a_constant_carry():
+    fn = lambda x: lax.scan(lambda c, _: (c * 2 + 1, c), 1.0, None, length=5) + (x,)
+    assert_converts(fn, X, lowered_tol=LOOSE)
+
+
+def test_fori_loop_with_both_bounds_from_one_argument_and_a_tuple_carry():
+    fn = lambda x, n: lax.fori_loop(n, 2 * n + 3, lambda i, c: (c[0] + i, c[1] * 1.01), (0, x))
+    for n in (-3, 0, 2):
+        assert_converts(fn, X, np.int32(n), lowered_tol=LOOSE)
