@@ -2,8 +2,8 @@
 
 ``python -m edgebuild.graph.level_docs`` rewrites the table between its two marker lines; a test
 fails when the committed page differs from what this module makes. The table lists the core's own
-passes and onnxscript's rules as installed; plugins' passes say their level in ``edgebuild plugins``
-and their own docs.
+passes and onnxscript's rules as installed; a plugin's passes start at the level they declare
+(``edgebuild.recipe.passes.passes_by_level`` gives every installed pass's), which its own docs say.
 """
 
 from __future__ import annotations

@@ -64,8 +64,7 @@ def pass_switches(chosen: Mapping[str, bool], registry, level: str = DEFAULT_LEV
 
 
 def passes_by_level(registry) -> dict[str, list[str]]:
-    """The installed passes by the level they start at, in registration order (for docs and
-    ``edgebuild plugins``)."""
+    """The installed passes by the level they start at, in registration order."""
     levels: dict[str, list[str]] = {level: [] for level in OPTIMIZE_LEVELS}
     for name, entry in registry.tables["passes"].items():
         levels[pass_level(entry.obj, name)].append(name)
