@@ -97,7 +97,9 @@ def check_generation(records: dict, config: Config, params: dict) -> None:
         print(f"{variant}: worst step cosine {record['worst_step_cosine']:.9f}")
 
 
-@pytest.mark.parametrize("kv_heads", [2, pytest.param(1, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)],
+# grouped-query attention runs by default (about 20 s); one and four key/value heads with -m slow
+@pytest.mark.parametrize("kv_heads", [2, pytest.param(1, marks=pytest.mark.slow),
+                                      pytest.param(4, marks=pytest.mark.slow)],
                          ids=["grouped", "multi-query", "multi-head"])
 def test_a_jax_decoder_step_generates_as_jax_does_at_fp32_and_fp16(tmp_path, kv_heads):
     config = Config(kv_heads=kv_heads)
