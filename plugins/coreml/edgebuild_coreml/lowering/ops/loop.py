@@ -4,7 +4,9 @@ Loop variables are ``(iteration, condition?, carried..., scan buffers...)``. ONN
 grow by one row per iteration, but a MIL loop variable keeps its rank, so each scan output is
 collected into a buffer preallocated with M rows (``scatter`` writes row ``i``). Its row shape
 is found by building the loop once without buffers (that probe is then removed). When the
-loop may stop early (a runtime condition), the buffers are cut to the rows written.
+loop may stop early (a runtime condition), the buffers are cut to the rows written. What MIL
+may assume about the variables (a value known at build time, a static dim) is settled before
+the loop is built (``_loop_state``).
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ def _build(ctx, node, body, trip, with_cond, count, loop_vars, state, learn=Fals
         values, held = list(loop_state[:count]), list(loop_state[count:])
         outputs = pin_declared_shapes(ctx, node, body, ctx.lower_subgraph(body, [i, condition, *values]))
         new_values, scans = outputs[1:1 + count], outputs[1 + count:]
-        if on_scans is not None and not learn:
+        if on_scans is not None:
             on_scans(scans)
         written = [write_row(ctx, node, b, i, s, k) for k, (b, s) in enumerate(zip(held, scans))]
         following = [mb.add(x=i, y=np.int32(1), name=ctx.name(node, "next_i"))]
