@@ -33,7 +33,7 @@ def widened_portable(portable: bytes, *, origin: str, entry: str = "main") -> tu
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from edgebuild_jax.convert.types import numpy_dtype, tensor_shape
+    from edgebuild_jax.convert.types import source_dtype, tensor_shape
     from edgebuild_jax.mlir import new_context, parse_module
 
     context = new_context()
@@ -49,8 +49,8 @@ def widened_portable(portable: bytes, *, origin: str, entry: str = "main") -> tu
             raise BuildError(f"validate.reference: float64: {origin}: the module restated in float64 is not valid",
                              hint="use validate.reference: float32 (JAX on the source as it is)")
         block = _entry(module, entry).regions[0].blocks[0]
-        arguments = [(tensor_shape(a.type), numpy_dtype(a.type)) for a in block.arguments]
-        results = [(tensor_shape(v.type), numpy_dtype(v.type)) for v in list(block.operations)[-1].operands]
+        arguments = [(tensor_shape(a.type), source_dtype(a.type)) for a in block.arguments]
+        results = [(tensor_shape(v.type), source_dtype(v.type)) for v in list(block.operations)[-1].operands]
         widened = bytes(stablehlo.serialize_portable_artifact_str(str(module), stablehlo.get_current_version()))
     if any(None in shape for shape, _ in arguments + results):
         raise BuildError(f"validate.reference: float64: {origin} has symbolic shapes, which JAX runs only as the "
@@ -182,6 +182,11 @@ def float64_runner(portable: bytes, *, origin: str, input_names: Sequence[str], 
         with jax.enable_x64(True), jax.default_device(jax.devices("cpu")[0]):
             arrays = [np.asarray(inputs[name]).astype(dtype) for name, dtype in feeds]
             values = jax.tree_util.tree_leaves(exported.call(*prefix, *arrays))
-        return {name: np.asarray(value) for name, value in zip(output_names, values)}
+        return {name: _compared_as(np.asarray(value)) for name, value in zip(output_names, values)}
 
     return run, "JAX, x64"
+
+
+def _compared_as(value: np.ndarray) -> np.ndarray:
+    """bfloat16 results as float64, which metrics read (float16 ones are numpy's own type)."""
+    return value.astype(np.float64) if value.dtype.name == "bfloat16" else value

@@ -24,12 +24,12 @@ class JaxRunner:
         self.params = params  # a JAX function's parameters: its first argument
         self.origin = "the source"  # named in messages; the frontend sets the file's name
         self._float64 = None
-        skipped = len(jax.tree_util.tree_leaves(params)) if params is not None else 0
+        self._skipped = skipped = len(jax.tree_util.tree_leaves(params)) if params is not None else 0
         self.input_specs = {}
         for name, aval in zip(self.input_names, exported.in_avals[skipped:]):
             given = recipe_inputs.get(name) or {}
             shape = [sample_size(dim, given.get("shape"), axis, name) for axis, dim in enumerate(aval.shape)]
-            self.input_specs[name] = {"shape": shape, "dtype": np.dtype(aval.dtype).name}
+            self.input_specs[name] = {"shape": shape, "dtype": _fed_as(aval.dtype).name}
             if given.get("value") is not None:
                 self.input_specs[name]["value"] = given["value"]
 
@@ -47,10 +47,18 @@ class JaxRunner:
         import jax
 
         with jax.default_device(jax.devices("cpu")[0]):
-            arrays = [np.asarray(inputs[name], dtype=spec["dtype"]) for name, spec in self.input_specs.items()]
+            arrays = [np.asarray(inputs[name]).astype(aval.dtype)
+                      for name, aval in zip(self.input_specs, self.exported.in_avals[self._skipped:])]
             prefix = (self.params,) if self.params is not None else ()
             results = jax.tree_util.tree_leaves(self.exported.call(*prefix, *arrays))
-        return {name: np.asarray(value) for name, value in zip(self.output_names, results)}
+        return {name: np.asarray(value).astype(_fed_as(value.dtype)) for name, value in zip(self.output_names, results)}
+
+
+def _fed_as(dtype) -> np.dtype:
+    """The type validation feeds and compares a value of the module's ``dtype`` in: bfloat16 as
+    float32, which the converted graph carries it in (``convert.types.CARRIED``)."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.name == "bfloat16" else dtype
 
 
 def sample_size(dim, recipe_shape, axis: int, name: str) -> int:
@@ -86,14 +94,14 @@ def _as_exported(loaded, entry):
     import jax
     from jax import export as jax_export
 
-    from edgebuild_jax.convert.types import numpy_dtype, tensor_shape
+    from edgebuild_jax.convert.types import source_dtype, tensor_shape
 
     with loaded.context:
         block = entry.regions[0].blocks[0]
-        in_avals = tuple(jax.core.ShapedArray(tuple(tensor_shape(a.type)), numpy_dtype(a.type))
+        in_avals = tuple(jax.core.ShapedArray(tuple(tensor_shape(a.type)), source_dtype(a.type))
                          for a in block.arguments)
         results = list(block.operations)[-1].operands
-        out_avals = tuple(jax.core.ShapedArray(tuple(tensor_shape(r.type)), numpy_dtype(r.type)) for r in results)
+        out_avals = tuple(jax.core.ShapedArray(tuple(tensor_shape(r.type)), source_dtype(r.type)) for r in results)
     if any(None in a.shape for a in in_avals + out_avals):
         from edgebuild.plugin import BuildError
 

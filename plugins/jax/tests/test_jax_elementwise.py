@@ -101,22 +101,21 @@ def test_dynamic_slice_with_narrow_indices(dtype):
 
 
 def assert_converts_bf16(fn, *args, rtol=1e-2, atol=1e-2):
-    """As assert_converts, run by ONNX's reference evaluator: onnxruntime's CPU kernels and the Core ML
-    lowering compute no bf16."""
-    from onnx.reference import ReferenceEvaluator
-
-    from jax_checks import export, to_onnx
+    """As assert_converts for modules computing in bf16, which the graph carries as float32
+    (``convert.types.CARRIED``): bf16 inputs are fed, and bf16 results compared, as float32, on
+    onnxruntime and on the Core ML lowering (test_jax_bfloat16.py holds the rounding exact)."""
+    from jax_checks import export, run_lowered, run_onnxruntime, to_onnx
 
     arrays = [np.asarray(a) for a in args]
     exported = export(fn, *arrays)
     want = [np.asarray(w) for w in jax.tree_util.tree_leaves(exported.call(*arrays))]
     model = to_onnx(exported)
-    session = ReferenceEvaluator(model)
-    got = session.run(None, dict(zip(session.input_names, arrays)))
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
+    fed = [a.astype(np.float32) if a.dtype == jnp.bfloat16 else a for a in arrays]
+    for what, got in (("onnxruntime", run_onnxruntime(model, fed)), ("lowered", run_lowered(model, fed))):
+        assert len(got) == len(want), what
+        for g, w in zip(got, want):
+            assert g.dtype == (np.float32 if w.dtype == jnp.bfloat16 else w.dtype) and g.shape == w.shape, what
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, err_msg=what)
 
 
 def test_bfloat16_arithmetic_with_constants():

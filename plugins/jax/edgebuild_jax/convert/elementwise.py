@@ -15,6 +15,7 @@ import onnx_ir as ir
 
 from edgebuild_jax.convert.context import attribute
 from edgebuild_jax.convert.registry import converts
+from edgebuild_jax.convert.types import is_carried, source_dtype
 
 UNARY = {
     "stablehlo.abs": "Abs", "stablehlo.exponential": "Exp", "stablehlo.log": "Log",
@@ -82,7 +83,7 @@ def negate(op, cx):
 @converts("stablehlo.constant")
 def constant(op, cx):
     dtype = cx.np_dtype(op.result)
-    value = dense_values(op.attributes["value"], dtype)
+    value = dense_values(op.attributes["value"], source_dtype(op.result.type)).astype(dtype)  # bf16 carried as f32
     shape = cx.shape(op.result)
     if value.size == int(np.prod(shape)):
         value = value.reshape(shape)
@@ -234,13 +235,18 @@ def clamp(op, cx):
 
 @converts("stablehlo.convert")
 def convert(op, cx):
+    """A Cast; float -> int truncates toward zero. A convert to bfloat16, carried as float32,
+    rounds the value to bfloat16's 7 mantissa bits (nearest, ties to even) in float32."""
     (x,) = cx.inputs(op)
     source, target = cx.dtype(op.operands[0]), cx.dtype(op.result)
     if source in FLOATS and target not in FLOATS and target != ir.DataType.BOOL:
         # float -> int truncates toward zero in StableHLO; ONNX Cast leaves it to the backend
         x = cx.node("Where", [cx.node("Less", [x, cx.const(np.zeros((), source.numpy()))]),
                               cx.node("Ceil", [x]), cx.node("Floor", [x])])
-    return [cx.node("Cast", [x], {"to": target})]
+    cast = cx.node("Cast", [x], {"to": target})
+    if is_carried(op.result.type) and not is_carried(op.operands[0].type) and source != ir.DataType.BOOL:
+        return [_round_mantissa(cx, cast, 7)]
+    return [cast]
 
 
 @converts("stablehlo.reduce_precision")
@@ -266,17 +272,30 @@ def reduce_precision(op, cx):
 
 
 def _round_mantissa(cx, x, mantissa: int):
-    """fp32 rounded to nearest at ``mantissa`` bits with fp32 arithmetic alone (Veltkamp's split:
-    hi = c - (c - x), c = x * (2**s + 1)), since backends without bfloat16 drop a cast to it.
-    Values whose product would overflow are kept as they are: at that magnitude, and for inf and
-    NaN, the split has no headroom."""
+    """fp32 rounded to nearest (ties to even) at ``mantissa`` bits of a format with fp32's exponent
+    range (bfloat16), with fp32 arithmetic alone, since backends without bfloat16 drop a cast to it:
+    Veltkamp's split (hi = c - (c - x), c = x * (2**s + 1)) for normal values, on x scaled down by a
+    power of two where the product would overflow; below the smallest normal, the format's fixed
+    spacing by adding and taking away a constant of that spacing's ulp. inf and NaN stay as they are."""
     split = 23 - mantissa
     factor = cx.const(np.asarray(2.0 ** split + 1.0, np.float32))
-    c = cx.node("Mul", [x, factor])
-    rounded = cx.node("Sub", [c, cx.node("Sub", [c, x])])
-    limit = cx.const(np.asarray(np.finfo(np.float32).max / 2.0 ** (split + 1), np.float32))
-    safe = cx.node("Less", [cx.node("Abs", [x]), limit])
-    return cx.node("Where", [safe, rounded, x])
+
+    def veltkamp(value):
+        c = cx.node("Mul", [value, factor])
+        return cx.node("Sub", [c, cx.node("Sub", [c, value])])
+
+    magnitude = cx.node("Abs", [x])
+    scale = 2.0 ** (split + 1)  # exact both ways: a power of two
+    large = cx.node("Mul", [veltkamp(cx.node("Mul", [x, cx.const(np.asarray(1.0 / scale, np.float32))])),
+                            cx.const(np.asarray(scale, np.float32))])
+    spacing_ulp = cx.const(np.asarray(1.5 * 2.0 ** (-126 - mantissa + 23), np.float32))  # x + it has the spacing as ulp
+    tiny = cx.node("Sub", [cx.node("Add", [x, spacing_ulp]), spacing_ulp])
+    limit = cx.const(np.asarray(np.finfo(np.float32).max / scale, np.float32))
+    normal = cx.const(np.asarray(np.finfo(np.float32).tiny, np.float32))
+    finite = cx.const(np.asarray(np.finfo(np.float32).max, np.float32))
+    rounded = cx.node("Where", [cx.node("Less", [magnitude, limit]),
+                                cx.node("Where", [cx.node("Less", [magnitude, normal]), tiny, veltkamp(x)]), large])
+    return cx.node("Where", [cx.node("LessOrEqual", [magnitude, finite]), rounded, x])
 
 
 @converts("stablehlo.shift_left", "stablehlo.shift_right_logical", "stablehlo.shift_right_arithmetic")

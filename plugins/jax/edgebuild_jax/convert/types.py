@@ -33,7 +33,28 @@ def _is_shaped(mlir_type) -> bool:
     return True
 
 
+# Element types whose values the converted graph carries in another type. bfloat16 has no Core ML
+# tensor type and few onnxruntime kernels, so its values travel as float32 (which holds each
+# exactly): arithmetic on them computes in float32, as coremltools computes a bfloat16 PyTorch
+# model, and a ``convert`` to bfloat16 still rounds to it (``elementwise.convert``).
+CARRIED = {"bf16": ir.DataType.FLOAT}
+
+
 def onnx_dtype(mlir_type, where: str = "") -> ir.DataType:
+    """The ONNX type the converted graph holds a value of ``mlir_type`` in (see CARRIED)."""
+    name = element_name(mlir_type)
+    if name in CARRIED:
+        return CARRIED[name]
+    return source_onnx_dtype(mlir_type, where)
+
+
+def is_carried(mlir_type) -> bool:
+    """Whether the graph holds ``mlir_type``'s values in a wider type than the module's."""
+    return element_name(mlir_type) in CARRIED
+
+
+def source_onnx_dtype(mlir_type, where: str = "") -> ir.DataType:
+    """The module's own element type (bfloat16 as bfloat16), for JAX running the module."""
     name = element_name(mlir_type)
     found = ELEMENT_TYPES.get(name)
     if found is None:
@@ -54,7 +75,13 @@ def _why_not(name: str) -> str:
 
 
 def numpy_dtype(mlir_type, where: str = "") -> np.dtype:
+    """The numpy type of the converted graph's values (see CARRIED)."""
     return onnx_dtype(mlir_type, where).numpy()
+
+
+def source_dtype(mlir_type, where: str = "") -> np.dtype:
+    """The numpy type of the module's own values (``ml_dtypes.bfloat16`` for bf16)."""
+    return np.dtype(source_onnx_dtype(mlir_type, where).numpy())
 
 
 def tensor_shape(mlir_type) -> list[int | None]:
