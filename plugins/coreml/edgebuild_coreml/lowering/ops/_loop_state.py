@@ -24,6 +24,8 @@ COUNTER = 0  # the iteration number is always loop variable 0, and always change
 
 
 class LoopState:
+    """The variables (by position in ``loop_vars``) whose values vary, and the widened types."""
+
     def __init__(self, initial: list[Var]):
         self.varying = {COUNTER} | {j for j, v in enumerate(initial) if v.val is None}
         self.widened: dict[int, type] = {}  # position -> tensor type with the changing dims symbolic
