@@ -191,3 +191,42 @@ def test_for_calls_restores_after_an_error(numpy_kernels):
         with torch_kernels.for_calls(threads=1):
             raise RuntimeError("boom")
     assert not torch_kernels.enabled() and torch.get_num_threads() == threads
+
+
+def _dequantized_matmuls():
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+    from interpreter_programs import spec
+
+    weights = [RNG.integers(-8, 8, (32, 32), dtype=np.int8) for _ in range(3)]
+
+    @mb.program(input_specs=[spec((4, 32))], opset_version=ct.target.iOS16)
+    def prog(x):
+        for w in weights:
+            dense = mb.constexpr_affine_dequantize(quantized_data=w, zero_point=np.int8(1), scale=np.float32(0.25), axis=0)
+            x = mb.relu(x=mb.matmul(x=x, y=dense))
+        return mb.identity(x=x, name="out")
+
+    return prog
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_compressed_weights_are_expanded_into_the_compiled_template_once(monkeypatch, fp16):
+    from edgebuild_coreml.interpreter.executor import run_program, run_program_samples
+    from edgebuild_coreml.interpreter.plan import plan_for
+    from edgebuild_coreml.interpreter.registry import EVALUATORS
+
+    prog = _dequantized_matmuls()
+    x = RNG.standard_normal((4, 32)).astype(np.float32)
+    run_program(prog, {"x": x})  # loads the evaluators
+    entry = EVALUATORS.entry("constexpr_affine_dequantize")
+    expand, calls = entry.obj, []
+    monkeypatch.setattr(entry, "obj", lambda op, args: calls.append(op.name) or expand(op, args))
+    fresh = _dequantized_matmuls()
+    generic = run_program(fresh, {"x": x}, fp16=fp16, observer=lambda op, outputs: None)["out"]  # the generic loop
+    compiled = [run_program(fresh, {"x": x}, fp16=fp16)["out"] for _ in range(2)]
+    together = run_program_samples(fresh, [{"x": x}] * 2, fp16=fp16)
+    assert plan_for(fresh.functions["main"], fp16=fp16).compiled_function(None, None) is not None
+    assert len(calls) == 3  # each weight expanded once, by the first run, then kept with the plan
+    for got in [*compiled, *(outputs["out"] for outputs in together)]:
+        np.testing.assert_array_equal(got, generic)

@@ -8,8 +8,10 @@ with its evaluator, the slots it reads, writes and frees, and its outputs' decla
 the constants are conformed once into a template the run starts from. A run only copies the
 template, binds the inputs and calls the closures in order.
 
-Only straight-line functions compile (no cond/while_loop blocks, no states, no compressed
-weights expanded on read); the executor runs the others, and any run with an observer, through
+Only straight-line functions compile (no cond/while_loop blocks, no states); compressed weights
+are expanded into the template (``expand``) while they fit the plan's cache of expanded weights,
+else the run is the generic loop's, which frees each after its last reader. The executor runs the
+others, and any run with an observer, through
 its generic loop. The semantics are the generic loop's: values freed after their last reader,
 in-place evaluators handed the inputs nobody else holds, outputs cast to their declared dtype
 (and rounded through fp16 when emulating).
@@ -18,6 +20,7 @@ in-place evaluators handed the inputs nobody else holds, outputs cast to their d
 from __future__ import annotations
 
 import sys
+import weakref
 from operator import attrgetter, is_, itemgetter
 from typing import Any, Callable
 
@@ -28,18 +31,25 @@ from edgebuild.plugin import BuildError, EdgebuildError
 from . import torch_kernels as kernels
 from .control_flow import BLOCK_EVALUATORS
 from .fusion import Activation, conv_activations
+from . import plan as plan_module
 from .plan import Plan, Step, decompresses, is_constant_op, shape_matches, tensor_type_of
 from .registry import EVALUATORS, INPLACE, evaluation_failed, no_evaluator
 
 Conform = Callable[[Any, Any, Any], Any]  # (var, declared type, value) -> conformed constant
+Expand = Callable[[Any], Any]  # the Var of a ``constexpr_*`` op -> its expanded, conformed value (plan-cached)
 
 
 class CompiledFunction:
     """The closures of a function's ops, its constants' template and its input/output slots."""
 
-    def __init__(self, plan: Plan, func, conform: Conform):
+    def __init__(self, plan: Plan, func, conform: Conform, expand: Expand | None = None):
+        # held weakly here and by the steps: the plan holds this, and a cycle would keep the
+        # template's weights (expanded ones too) alive past ``forget_plans`` until a collection
+        plan = weakref.proxy(plan)
         self._plan = plan
         self._conform = conform
+        self._expand = expand
+        self._expanded: list = []  # the outputs of the ``constexpr_*`` ops, expanded into the template
         self._slot_of: dict = {}
         for var in func.inputs.values():
             self._slot(var)
@@ -55,15 +65,21 @@ class CompiledFunction:
             if is_constant_op(op):
                 constants.extend(op.outputs)
                 continue
+            if decompresses(op):
+                self._expanded.extend(op.outputs)
+                continue
             if op in absorbed:  # run by the conv's step
                 continue
             activation = fused.get(op)
             step = Step(op, plan.release_of(op), None if activation is None else (activation.output,))
             self._runs.append(_compile_step(step, self._slot_of, plan,
                                             None if activation is None else activation.activation, self._epoch))
-        read = {var for op in func.operations if not is_constant_op(op) for var in _inputs(op)}
+        read = {var for op in func.operations if not is_constant_op(op) and not decompresses(op)
+                for var in _inputs(op)}
         read.update(func.outputs)
         self._constants = [var for var in constants if var in read]
+        self._expanded = [var for var in self._expanded if var in read]
+        self._expanded_values: list = []  # their values in the template
         self._outputs = [self._slot_of[var] for var in func.outputs]
         self._template: list | None = None
         self._holders: list = []  # each constant's value holder when the template was made
@@ -75,7 +91,7 @@ class CompiledFunction:
     def eligible(func) -> bool:
         """Whether ``func`` is straight-line with an evaluator for every op (else: generic loop)."""
         for op in func.operations:
-            if op.blocks or op.op_type in BLOCK_EVALUATORS or decompresses(op):
+            if op.blocks or op.op_type in BLOCK_EVALUATORS:
                 return False
             if not is_constant_op(op) and EVALUATORS.entry(op.op_type) is None:
                 return False
@@ -133,6 +149,16 @@ class CompiledFunction:
             if plan.cached(var) is not value:  # past the cache's cap (the generic loop frees it), or no value holder
                 return None
             template[self._slot_of[var]] = value
+        if self._expanded and (self._expand is None or not self._expansions_fit()):
+            return None
+        expanded = []
+        for var in self._expanded:
+            value = self._expand(var)
+            if plan.cached(var) is not value:  # past the cache's cap: the generic loop expands it per run
+                return None
+            template[self._slot_of[var]] = value
+            expanded.append(value)
+        self._expanded_values = expanded
         self._template = template
         self._epoch[0] += 1
         self._holders = [var._sym_val for var in self._constants]
@@ -145,13 +171,27 @@ class CompiledFunction:
         self._others = ([h for h, d in zip(self._holders, direct) if not d], [v for v, d in zip(sources, direct) if not d])
         return template
 
+    def _expansions_fit(self) -> bool:
+        """Whether the compressed weights not expanded yet fit the plan's cache beside those it
+        holds, by their declared sizes: else they are not expanded here at all, and the generic
+        loop expands each when read and frees it after its last reader."""
+        plan, missing = self._plan, 0
+        for var in self._expanded:
+            if plan.cached(var) is None:
+                declared = tensor_type_of(var)
+                if declared is None or not all(isinstance(d, (int, np.integer)) for d in declared[1]):
+                    return False
+                missing += declared[0].itemsize * int(np.prod(declared[1], dtype=np.int64))
+        return plan._cached_bytes + missing <= plan_module.EXPANDED_CACHE_BYTES
+
     def _unchanged(self) -> bool:
         """Whether every constant still holds the value its template entry was made from: the
         same value holder, with the same value in it (checked in C loops: a conv net has hundreds
         of constants, a Python loop over them cost a few percent of its run)."""
         return (all(map(is_, map(_sym_val_of, self._constants), self._holders))
                 and all(map(is_, map(_stored_value_of, self._stored[0]), self._stored[1]))
-                and all(map(is_, map(_value_of, self._others[0]), self._others[1])))
+                and all(map(is_, map(_value_of, self._others[0]), self._others[1]))
+                and all(map(is_, map(self._plan.cached, self._expanded), self._expanded_values)))
 
 
 _sym_val_of = attrgetter("_sym_val")
@@ -268,7 +308,7 @@ def _gatherer(step: Step, slot_of: dict, plan: Plan) -> Callable[[list], dict]:
     # fp16 weights of an op that computes in fp32: widened once per plan (see Plan.widened)
     widened = tuple((name, var) for name, var in step.inputs
                     if step.widens and not isinstance(var, tuple) and var.op is not None
-                    and is_constant_op(var.op) and _declared_dtype(var) == np.float16)
+                    and (is_constant_op(var.op) or decompresses(var.op)) and _declared_dtype(var) == np.float16)
     if lists:
         reads = tuple((name, tuple(slot_of[v] for v in var) if isinstance(var, tuple) else slot_of[var])
                       for name, var in step.inputs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -105,7 +106,9 @@ def _compile(plan: Plan, func) -> CompiledFunction | None:
     if not CompiledFunction.eligible(func):
         return None
     fp16 = plan.fp16
-    return CompiledFunction(plan, func, lambda var, declared, value: _conform(var, declared, value, fp16))
+    planned = weakref.proxy(plan)  # the plan holds the compiled function: no cycle through it
+    return CompiledFunction(plan, func, lambda var, declared, value: _conform(var, declared, value, fp16),
+                            lambda var: _Interpreter(planned).value_of(var, {}))
 
 
 def load_mlpackage(path: str | os.PathLike):
