@@ -255,3 +255,17 @@ def test_corpus_detectors_declare_their_outputs_by_exported_order(tmp_path):
     assert (group["boxes"], group["labels"], group["scores"], group["attached"]) == ("b", "l", "s", ["k", "ks"])
     parsed = ValidateSection.model_validate(section)  # what the recipe's validate section accepts
     assert parsed.detections[0].max_detections == 100 and parsed.thresholds.box_match_min is not None
+
+
+@pytest.mark.parametrize("axis", [0, 1, "both"])
+def test_degenerate_boxes_match_their_copy_a_last_bit_away(axis):
+    # zero-width (or zero-area) boxes, as an untrained head's ReLU'd regression gives
+    boxes = BOXES.copy()
+    for index in ([0] if axis != "both" else [0, 1]):
+        boxes[:, index] = boxes[:, index + 2]
+    nudged = boxes.copy()
+    nudged[:, 3] = np.nextafter(nudged[:, 3], np.float32(np.inf))
+    assert box_metrics(outputs(boxes), outputs(nudged))["box_match"] == 1.0
+    # a degenerate box far from the other still matches nothing
+    apart = boxes + np.float32(5.0)
+    assert box_metrics(outputs(boxes), outputs(apart))["box_match"] == 0.0

@@ -10,7 +10,10 @@ Here (``validate.detections``, :class:`edgebuild.recipe.validation.DetectionOutp
   below the score cut plus ``score_margin`` (the cut: ``score_threshold``, raised to the lowest
   score of a side that holds ``max_detections`` boxes, where the cap cut), or it overlaps a
   higher-scored box of its label on its side by ``nms_iou - nms_margin`` or more (one rounding
-  either way would have suppressed it). A borderline box counts as matched when it is matched and
+  either way would have suppressed it). For matching, a box narrower than ``MIN_EXTENT`` of the
+  largest reference coordinate along an axis is widened to it: an untrained detector's ReLU'd
+  regression gives zero-width boxes, whose IoU would otherwise be 0 even with their own copy
+  shifted by a last bit. A borderline box counts as matched when it is matched and
   is left out when it is not, on either side, so a flip of a borderline box changes no metric.
   We chose margins over the cut, not a fixed top-k, because a cut at a score (or overlap) is what
   the model itself applies: only the boxes near that cut can flip;
@@ -35,6 +38,11 @@ import numpy as np
 
 from edgebuild.errors import BuildError
 
+# Matching widens boxes narrower than this share of the largest reference coordinate (a third of a
+# pixel at 320): a last-bit difference in a zero-width box then changes its IoU a little, not to 0.
+# The NMS-borderline test keeps the boxes as they are, since the model's NMS does.
+MIN_EXTENT = 1e-3
+
 
 @dataclass(frozen=True)
 class Side:
@@ -56,11 +64,15 @@ class Matching:
     borderline: int  # unmatched borderline boxes left out, both sides
 
 
-def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def iou_matrix(a: np.ndarray, b: np.ndarray, min_extent: float = 0.0) -> np.ndarray:
     """IoU of every box of ``a`` [N, 4] with every box of ``b`` [M, 4] (x1, y1, x2, y2), in float64.
-    Two empty boxes at the same place have IoU 1; NaN coordinates give 0."""
-    a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
-    b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
+
+    Boxes narrower than ``min_extent`` along an axis are widened to it about their centre, so that
+    a degenerate box (zero width: an untrained head's ReLU'd regression) overlaps its own copy
+    rather than nothing. Two empty boxes at the same place have IoU 1; NaN coordinates give 0.
+    """
+    a = _widened(np.asarray(a, dtype=np.float64).reshape(-1, 4), min_extent)
+    b = _widened(np.asarray(b, dtype=np.float64).reshape(-1, 4), min_extent)
     area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
     area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
     width = np.clip(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0, None)
@@ -70,6 +82,21 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         iou = np.where(union > 0, inter / np.where(union > 0, union, 1), np.all(a[:, None] == b[None, :], axis=2))
     return np.nan_to_num(iou, nan=0.0)
+
+
+def _widened(boxes: np.ndarray, min_extent: float) -> np.ndarray:
+    if min_extent <= 0 or not boxes.size:
+        return boxes
+    centre = (boxes[:, :2] + boxes[:, 2:]) / 2
+    half = np.maximum(boxes[:, 2:] - boxes[:, :2], min_extent) / 2
+    return np.concatenate([centre - half, centre + half], axis=1)
+
+
+def min_extent_of(boxes: np.ndarray) -> float:
+    """``MIN_EXTENT`` of the largest finite coordinate: a thousandth of the image, about."""
+    finite = np.abs(np.asarray(boxes, dtype=np.float64))
+    finite = finite[np.isfinite(finite)]
+    return MIN_EXTENT * float(finite.max()) if finite.size else 0.0
 
 
 def borderline(side: Side, cut: float, score_margin: float, nms_iou: float | None, nms_margin: float) -> np.ndarray:
@@ -97,7 +124,7 @@ def match(reference: Side, candidate: Side, *, iou: float, score_threshold: floa
           score_margin: float = 0.0, max_detections: int | None = None, nms_iou: float | None = None,
           nms_margin: float = 0.0) -> Matching:
     """Greedy matching of one image's detections (see the module docstring)."""
-    overlaps = iou_matrix(reference.boxes, candidate.boxes)
+    overlaps = iou_matrix(reference.boxes, candidate.boxes, min_extent_of(reference.boxes))
     same_label = reference.labels[:, None] == candidate.labels[None, :]
     eligible = np.where(same_label & (overlaps >= iou), overlaps, -1.0)
     taken = np.zeros(len(candidate.scores), dtype=bool)

@@ -315,6 +315,9 @@ def _validate_inputs(exported: Exported, example: Made) -> dict:
 # A detector's boxes: all matched at fp32, where only borderline boxes may flip; nine in ten at fp16
 BOX_MATCH_MIN = {"float32": 0.99, "float16": 0.9}
 BOX_IOU_MIN = {"float32": 0.999, "float16": 0.99}
+# How far a score or an overlap moves at each precision, about: the borderline margins
+SCORE_MARGIN = {"float32": 1e-4, "float16": 1e-2}
+NMS_MARGIN = {"float32": 1e-3, "float16": 1e-2}
 
 
 def detections_section(exported: Exported, detector: Detector, target_precision: str) -> dict:
@@ -323,7 +326,8 @@ def detections_section(exported: Exported, detector: Detector, target_precision:
     group = {"boxes": names["boxes"], "scores": names["scores"], "labels": names["labels"],
              "attached": [names[key] for key in detector.keys if key not in ("boxes", "scores", "labels")],
              "score_threshold": detector.score_threshold, "nms_iou": detector.nms_iou,
-             "max_detections": detector.max_detections}
+             "max_detections": detector.max_detections, "score_margin": SCORE_MARGIN[target_precision],
+             "nms_margin": NMS_MARGIN[target_precision]}
     return {"detections": [group], "thresholds": {"box_match_min": BOX_MATCH_MIN[target_precision],
                                                   "box_iou_min": BOX_IOU_MIN[target_precision]}}
 
