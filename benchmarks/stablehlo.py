@@ -14,8 +14,9 @@ frontend's architecture tests, plus single-op cases: conv_transpose, sort, gathe
   ``ct.convert(program, source="milinternal", pass_pipeline=DEFAULT_HLO_PIPELINE)`` (ct.convert's
   default fp16) in a fresh process of the peer's own venv, which pins an older JAX: the module is
   parsed from the MLIR text there, or, when that JAX cannot read it, from the portable artifact.
-  The package's inputs and outputs are then renamed, in order, to the export's names (the peer
-  writes ``_arg0``, ``real_div_0``, ...), so both packages are verified alike;
+  The package's metadata then records the export's names for its inputs and outputs, in order (the
+  peer writes ``_arg0``, ``real_div_0``, ...), as edgebuild's packages record a renamed tensor
+  (``com.edgebuild.tensor_names``), so both packages are verified alike;
 - **numerics**: each package is checked by ``edgebuild verify`` against ``MODEL.jaxexport`` (the
   function it calls, ``edgebuild.cli.verify.verify_artifact``, in this process): JAX runs the
   export, edgebuild's MIL interpreter runs the package, on the same random inputs (floats normal,
@@ -30,9 +31,9 @@ over the peer's, on the models both convert.
 (``edgebuild conformance --suite stablehlo``: ``jax.lax`` primitives over their dtype and attribute
 variants) is exported, converted by both at float32 (edgebuild: one ``edgebuild run`` over all the
 cases' recipes; the peer: one process over all cases) and verified by ``edgebuild verify`` against
-its export, inputs drawn as the suite draws them (indices and divisors positive). A case is correct
-when every output keeps cosine >= 0.9999 and max relative error <= 1e-2 (float16 cases: 0.999 and
-5e-2) on both samples. The table has per primitive, for each tool, whether its cases convert and are
+its export, inputs drawn as the suite draws them (indices and divisors positive and in range), one
+sample per case as the suite runs it. A case is correct when every output keeps cosine >= 0.9999 and
+max relative error <= 1e-2 (float16 cases: 0.999 and 5e-2). The table has per primitive, for each tool, whether its cases convert and are
 correct ("yes", "no", or how many of them), and the totals.
 
 The peer's venv is made on first use under ``build/peer-venvs/`` (``python -m venv``, then pip with
@@ -76,13 +77,15 @@ job = json.load(open(sys.argv[1]))
 precision = ct.precision.FLOAT32 if job["precision"] == "float32" else ct.precision.FLOAT16
 
 
-def renamed(model, case):
-    spec = model.get_spec()
+def named(model, case):
+    # the export's names for the peer's (_arg0, real_div_0, ...), in order, where edgebuild's own packages
+    # record theirs: verify then feeds and reads the package by the export's names, the program untouched
+    spec, names = model.get_spec(), {}
     for side in ("input", "output"):
-        for old, new in zip([f.name for f in getattr(spec.description, side)], case[side + "s"]):
-            if old != new:
-                ct.utils.rename_feature(spec, old, new)
-    return ct.models.MLModel(spec, weights_dir=model.weights_dir, skip_model_load=True)
+        theirs = [f.name for f in getattr(spec.description, side)]
+        names[side + "s"] = {ours: name for ours, name in zip(case[side + "s"], theirs) if ours != name}
+    model.user_defined_metadata["com.edgebuild.tensor_names"] = json.dumps(names)
+    return model
 
 
 for case in job["cases"]:
@@ -98,7 +101,7 @@ for case in job["cases"]:
         program = convert(module, minimum_deployment_target=ct.target.iOS18)
         model = ct.convert(program, source="milinternal", minimum_deployment_target=ct.target.iOS18,
                            compute_precision=precision, pass_pipeline=DEFAULT_HLO_PIPELINE)
-        renamed(model, case).save(case["out"])
+        named(model, case).save(case["out"])
         found = {"converts": True, "seconds": time.perf_counter() - start, "read_from": read_from}
     except Exception as exc:
         found = {"converts": False, "error": f"{type(exc).__name__}: {exc}"}
@@ -420,8 +423,13 @@ def table(rows: list[dict]) -> str:
 # what "correct" holds every output of a case to, by the dtype the suite judges the case at (its last input's)
 CORRECT = {"float16": {"cosine_min": 0.999, "max_rel_max": 5e-2}}
 CORRECT_DEFAULT = {"cosine_min": 0.9999, "max_rel_max": 1e-2}
-CONFORMANCE_SAMPLES = 2
+# one sample per case, as the suite's own runs: on a second run edgebuild's MIL interpreter reuses the
+# weights a convolution saw first when they are a run-time input (either tool's package), which is the
+# interpreter's bug, not a conversion's
+CONFORMANCE_SAMPLES = 1
 TOOLS = ("edgebuild", "peer")
+# float inputs a primitive's domain ends inside the normal draw for, drawn from within the domain instead
+DOMAINS = {"lax.log1p": (-0.9, 3.0)}
 
 
 def conformance_cases(ops: list[str] | None = None) -> list[dict]:
@@ -437,9 +445,10 @@ def conformance_cases(ops: list[str] | None = None) -> list[dict]:
     return cases
 
 
-def case_ranges(names: list[str], specs: list) -> dict:
+def case_ranges(names: list[str], specs: list, primitive: str = "") -> dict:
     """Input name -> the range ``verify_section`` draws it from, as the suite draws it: positive kinds
-    (indices, divisors, logarithms' arguments) above zero, integers in -9..9 (unsigned 0..9). A positive
+    (indices, divisors, logarithms' arguments) above zero, integers in -9..9 (unsigned 0..9), the floats of
+    a primitive in ``DOMAINS`` inside its domain (the suite's normal draws give log1p NaN). A positive
     integer is an index or a divisor: it stays below the smallest dim of the case's other inputs, so
     an index is in range (JAX fills an out-of-range gather with NaN, and a NaN reference proves nothing)."""
     ranges = {}
@@ -451,6 +460,8 @@ def case_ranges(names: list[str], specs: list) -> dict:
             ranges[name] = (1, bound) if kind == "positive" else (0, 9) if dtype.kind == "u" else (-9, 9)
         elif dtype.kind == "f" and kind == "positive":
             ranges[name] = (0.1, 3.0)
+        elif dtype.kind == "f" and primitive in DOMAINS:
+            ranges[name] = DOMAINS[primitive]
     return ranges
 
 
@@ -535,7 +546,7 @@ def run_conformance(python: Path, work: Path, ops: list[str] | None) -> dict:
         reference = export(case["fn"], arrays, work, case["name"])
         specs, outputs = reference_io(reference)
         prepared.append((case, reference, list(specs), outputs,
-                         verify_section(specs, case_ranges(list(specs), case["specs"]),
+                         verify_section(specs, case_ranges(list(specs), case["specs"], case["primitive"]),
                                         samples=CONFORMANCE_SAMPLES, thresholds=case_thresholds(case["specs"]))))
     names = [case["name"] for case in cases]
     print(f"{len(cases)} cases: edgebuild converts them", file=sys.stderr)

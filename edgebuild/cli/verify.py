@@ -33,7 +33,7 @@ def verify_artifact(artifact: Path, reference: Path, section, *, registry=None, 
     from edgebuild.bundle.session import named_runner
     from edgebuild.cli.arguments import check_reference, check_reference_file
     from edgebuild.dag.validate import validate
-    from edgebuild.verify.against import choose_verify_reference, reference_format
+    from edgebuild.verify.against import artifact_inputs, choose_verify_reference, fed_at_its_rank, reference_format
     from edgebuild.verify.reference import ONNX_FORMAT
 
     if registry is None:
@@ -46,6 +46,7 @@ def verify_artifact(artifact: Path, reference: Path, section, *, registry=None, 
     if reference_format(reference) == ONNX_FORMAT:
         check_reference(reference, artifact, runtime)
     chosen = choose_verify_reference(reference, artifact, runtime, registry, shapes)
-    return validate(section, reference, {}, named_runner(runtime, artifact), base_dir or Path.cwd(),
+    candidate = fed_at_its_rank(named_runner(runtime, artifact), artifact_inputs(runtime, artifact)[1])
+    return validate(section, reference, {}, candidate, base_dir or Path.cwd(),
                     candidate_name=runtime.name, reference=chosen.runner, specs=chosen.specs,
                     reference_name=chosen.name)

@@ -58,6 +58,24 @@ def artifact_inputs(runtime, artifact: Path) -> tuple[Optional[list[str]], dict[
     return names, sized
 
 
+def fed_at_its_rank(candidate, artifact_shapes: Mapping[str, list[int]]):
+    """``candidate`` fed each input at the rank the artifact declares for it: Core ML has no rank-0
+    inputs, so a backend takes a scalar as shape [1]; an input of the artifact's size and another rank is
+    reshaped to it (a size that differs is left for the artifact to refuse)."""
+    import numpy as np
+
+    def run(inputs):
+        fitted = {}
+        for name, value in inputs.items():
+            value, shape = np.asarray(value), artifact_shapes.get(name)
+            if shape is not None and len(shape) != value.ndim and int(np.prod(shape)) == value.size:
+                value = value.reshape(shape)
+            fitted[name] = value
+        return candidate(fitted)
+
+    return run
+
+
 def frontend_reference(reference: Path, fmt: str, registry, artifact: Path, runtime,
                        shapes: Mapping[str, list[int]]) -> Reference:
     """The reference a non-ONNX ``reference`` model's frontend evaluates, with the input specs it

@@ -314,6 +314,13 @@ def test_conformance_inputs_are_drawn_as_the_suite_draws_them(bench, specs, want
     assert bench.case_ranges(["a", "b"], specs) == want
 
 
+@pytest.mark.parametrize("primitive", ["lax.log1p"])
+def test_a_primitives_floats_are_drawn_inside_its_domain(bench, primitive):
+    low, high = bench.case_ranges(["x"], [((3, 5), np.float32)], primitive)["x"]
+    assert (low, high) == bench.DOMAINS[primitive] and low < high
+    assert bench.case_ranges(["x"], [((3, 5), np.float32)], "lax.exp") == {}
+
+
 @pytest.mark.parametrize("last, want", [(np.float16, 0.999), (np.float32, 0.9999), (np.int32, 0.9999),
                                         (np.bool_, 0.9999)])
 def test_correct_is_judged_at_the_cases_dtype(bench, last, want):

@@ -34,6 +34,10 @@ def with_scale(x, scale):
     return built(x * scale)
 
 
+def scaled_and_sliced(x, scale, start):  # 0-d inputs, which a Core ML package takes as shape [1]
+    return jax.lax.dynamic_slice(x * scale, (start, 0), (1, 16))
+
+
 def write(folder: Path, name: str, exported, form: str = "jaxexport") -> Path:
     path = folder / f"{name}.{form}"
     if form == "jaxexport":
@@ -74,7 +78,10 @@ def work(tmp_path_factory):
     found["renamed"] = write(folder, "renamed", export(renamed_input, x))
     found["symbolic"] = write(folder, "symbolic", export(built, jax.ShapeDtypeStruct((batch, 16), np.float32)))
     found["with_scale"] = write(folder, "with_scale", export(with_scale, x, np.zeros((), np.float32)))
+    found["scalars"] = write(folder, "scalars", export(scaled_and_sliced, x, np.zeros((), np.float32),
+                                                      np.zeros((), np.int32)))
     found["package"] = build(folder, found["jaxexport"])
+    found["scalars_package"] = build(folder, found["scalars"])
     found["scaled_package"] = build(folder, found["with_scale"], ", inputs: {scale: {value: 1.5}}")
     return found
 
@@ -131,6 +138,16 @@ def test_a_symbolic_dim_is_fed_at_the_size_the_package_takes(work, cli):
                          "--samples", "2", "--json")
     assert code == 0, err
     assert json.loads(out)["failures"] == []
+
+
+def test_a_scalar_input_is_fed_at_the_rank_the_package_takes(work):
+    from edgebuild.cli.verify import verify_artifact
+    from edgebuild.recipe.validation import ValidateSection
+
+    section = ValidateSection.model_validate({"samples": 3, "thresholds": {"cosine_min": 0.9999},
+                                              "inputs": {"start": {"random": {"low": 0, "high": 2}}}})
+    record = verify_artifact(work["scalars_package"], work["scalars"], section)
+    assert record["failures"] == [] and record["reference"] == "stablehlo (eager)"
 
 
 class SizeUnknown:
