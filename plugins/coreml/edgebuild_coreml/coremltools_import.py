@@ -20,6 +20,10 @@ works later in the same process). The deliberate ``sys.modules``-level trick is 
 - ``DEFERRED`` modules (coremltools' experimental remote-device and profiling helpers, which bring
   asyncio and ssl with them) are imported on first use instead of with ``coremltools.models``:
   nothing in a conversion uses them, and about 50 ms of every process's import goes.
+- sympy, which coremltools' MIL types import for symbolic shapes (half of what is left of the
+  import), is imported once something symbolic is asked for: while coremltools' modules execute,
+  ``import sympy`` gives them :data:`edgebuild_coreml.deferred_sympy.SYMPY` (that module says how
+  it answers for sympy until then); every other importer gets sympy itself.
 
 A coremltools imported this way keeps no torch frontend for the rest of the process, even once
 torch is imported; the PyTorch plugin's ``route: coreml`` converts in a fresh process then.
@@ -32,6 +36,8 @@ import importlib.util
 import os
 import sys
 import threading
+
+from edgebuild_coreml import deferred_sympy
 
 HIDDEN = frozenset({"torch", "torchvision", "torchaudio", "torchao", "executorch", "sklearn", "tensorflow",
                     "xgboost", "libsvm", "transformers", "scipy"})
@@ -67,6 +73,8 @@ class _LeanCoremltoolsFinder(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(
                 f"{fullname} is not imported while coremltools is "
                 f"(set {FULL_IMPORT_ENV}=1 for coremltools with every frontend)", name=fullname)
+        if fullname == "sympy" and _hiding() and not deferred_sympy.wanted():
+            return importlib.util.spec_from_loader("sympy", _DeferredSympyLoader())
         if top != "coremltools":
             return None
         spec = self._spec_from_other_finders(fullname, path, target)
@@ -104,6 +112,18 @@ class _LeanLoader(importlib.abc.Loader):
             self._loader.exec_module(module)
         finally:
             _executing.depth -= 1
+            if _executing.depth == 0 and sys.modules.get("sympy") is deferred_sympy.SYMPY:
+                del sys.modules["sympy"]  # coremltools' modules keep it; anyone else imports sympy itself
 
     def __getattr__(self, name):  # resources, source, file names: the wrapped loader's
         return getattr(self._loader, name)
+
+
+class _DeferredSympyLoader(importlib.abc.Loader):
+    """Gives coremltools' modules the one deferred sympy module (``deferred_sympy.SYMPY``)."""
+
+    def create_module(self, spec):
+        return deferred_sympy.SYMPY
+
+    def exec_module(self, module):
+        pass
