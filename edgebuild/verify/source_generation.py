@@ -4,7 +4,9 @@
 feeds the past key/value tensors and reads the present ones back. Both decoder layouts work:
 the optimum/torch.onnx one (attention_mask [1, P+Q], optional position_ids) and
 onnxruntime-genai's (GroupQueryAttention derives its sequence lengths from the same mask).
-A prompt is prefilled in one step, then one token per step.
+A cache input of fixed length is a whole-length cache the decoder writes at its ``position``
+input itself: it starts as zeros of that length. A prompt is prefilled in one step (a token a
+step when ``input_ids`` takes one token), then one token per step.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from edgebuild.protocols import Generator
 INPUT_IDS = "input_ids"
 ATTENTION_MASK = "attention_mask"
 POSITION_IDS = "position_ids"
+POSITION = "position"  # tokens already cached, for a decoder with a whole-length cache
 LOGITS = "logits"
 PAST_PREFIX = "past_key_values."
 PRESENT_PREFIX = "present."
@@ -76,13 +79,13 @@ class OnnxGenerator(Generator):
             if past not in self.inputs or present not in self.output_names:
                 raise UsageError(f"generate.cache: {self.path.name} has no input {past!r} or no output {present!r}")
         self.empty_past = {past: self._empty(past, head_dim) for past, _ in self.cache}
-        unknown = set(self.inputs) - {INPUT_IDS, ATTENTION_MASK, POSITION_IDS} - set(self.empty_past)
+        unknown = set(self.inputs) - {INPUT_IDS, ATTENTION_MASK, POSITION_IDS, POSITION} - set(self.empty_past)
         if unknown:
             raise BuildError(f"{self.path.name}: decoder input(s) {', '.join(sorted(unknown))} are neither tokens, "
                              "mask, positions nor cache", hint="pair them in generate.cache, or fix their names")
 
     def _empty(self, name: str, head_dim: Optional[int]) -> np.ndarray:
-        """A past of length 0: [1, heads, 0, head_dim]."""
+        """A past of length 0: [1, heads, 0, head_dim]; a whole-length cache's zeros."""
         spec = self.inputs[name]
         shape = list(spec.shape)
         if len(shape) != 4:
@@ -93,10 +96,19 @@ class OnnxGenerator(Generator):
         if not isinstance(heads, int) or not isinstance(dim, int):
             raise BuildError(f"{self.path.name}: cache input {name!r} has symbolic heads or head dim ({shape})",
                              hint="pass head_dim, or pin the dims in the graph")
-        return np.zeros((1, heads, 0, dim), dtype=ORT_TYPES.get(spec.type, np.float32))
+        length = shape[2] if isinstance(shape[2], int) else 0
+        return np.zeros((1, heads, length, dim), dtype=ORT_TYPES.get(spec.type, np.float32))
 
     def _integer(self, name: str, values) -> np.ndarray:
         return np.asarray(values, dtype=ORT_TYPES.get(self.inputs[name].type, np.int64))[None]
+
+    def _prefill(self, ids: list[int], past: dict) -> tuple[np.ndarray, dict]:
+        """The prompt in one run, or one token a run for a decoder whose ``input_ids`` is [1, 1]."""
+        if self.inputs[INPUT_IDS].shape[-1] != 1:
+            return self.step(ids, 0, past)
+        for position, token in enumerate(ids):
+            logits, past = self.step([token], position, past)
+        return logits, past
 
     def step(self, ids: list[int], position: int, past: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
         """One run: logits [Q, V] of the ``ids`` after ``position`` cached tokens, and the new past."""
@@ -105,6 +117,8 @@ class OnnxGenerator(Generator):
             feeds[ATTENTION_MASK] = self._integer(ATTENTION_MASK, [1] * (position + len(ids)))
         if POSITION_IDS in self.inputs:
             feeds[POSITION_IDS] = self._integer(POSITION_IDS, range(position, position + len(ids)))
+        if POSITION in self.inputs:  # 0-d or [1]
+            feeds[POSITION] = self._integer(POSITION, position).reshape([1] * len(self.inputs[POSITION].shape))
         outputs = dict(zip(self.output_names, self.session.run(None, feeds)))
         return outputs[LOGITS][0], {past_name: outputs[present] for past_name, present in self.cache}
 
@@ -115,7 +129,7 @@ class OnnxGenerator(Generator):
         ids, position = list(prompt_ids), 0
         tokens, rows = [], []
         for _ in range(new_tokens):
-            logits, past = self.step(ids, position, past)
+            logits, past = self._prefill(ids, past) if position == 0 else self.step(ids, position, past)
             row = logits[-1].astype(np.float32)
             tokens.append(int(np.argmax(row)))
             rows.append(row)

@@ -188,3 +188,28 @@ def test_the_docs_section_on_jax_decoders_runs_as_written(tmp_path):
         record = validation["runtimes"]["interpreter"]["generation"]
         assert record["mean_agreement"] == 1.0 and record["worst_step_cosine"] >= 0.999
         print(f"docs step {variant['variant']}: worst step cosine {record['worst_step_cosine']:.9f}")
+
+
+def test_the_same_step_as_an_onnx_decoder_builds_and_validates_against_onnxruntime(tmp_path):
+    """The whole-length cache and the position input are the lowering's, not the JAX frontend's: the
+    step converted to ONNX builds the same way, onnxruntime generating as the reference."""
+    from jax_checks import to_onnx
+
+    config = Config(layers=1)
+    params = random_params(config, seed=5)
+    inputs, outputs = cache_names(config)
+    (tmp_path / "step.onnx").write_bytes(
+        to_onnx(export_step(config, params), input_names=inputs, output_names=outputs).SerializeToString())
+    recipe = write_recipe(tmp_path, config, params=params)
+    text = recipe.read_text().replace("model: step.jaxexport", "model: step.onnx")
+    recipe.write_text("\n".join(line for line in text.splitlines() if "_names:" not in line and
+                                line.strip() != "options:") + "\n")
+    code, result = run(recipe, tmp_path / "cache")
+    assert code == 0, json.dumps(result)[:3000]
+    truth = greedy(config, params, PROMPTS, NEW_TOKENS)
+    for variant in result["variants"]:
+        validation = json.loads((tmp_path / "build" / variant["variant"] / "report.json").read_text())["validation"]
+        assert validation["reference"] == "onnxruntime, greedy generation" and validation["failures"] == []
+        record = validation["runtimes"]["interpreter"]["generation"]
+        assert [p["source_tokens"] for p in record["prompts"]] == truth
+        assert record["mean_agreement"] == 1.0
