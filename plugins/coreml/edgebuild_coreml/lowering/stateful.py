@@ -181,10 +181,11 @@ class StatefulWrapper:
 
     @staticmethod
     def _as_position(value: ir.Value, var):
-        """``position`` [1] int32 in the rank and integer type the graph's input has."""
+        """``position`` [1] in the rank the graph's input has (int32, as the lowering keeps every
+        integer, like the derived position_ids)."""
         if value.shape is not None and value.shape.rank() == 0:
             var = mb.squeeze(x=var, name="generate_position_0d")
-        return var if value.dtype != ir.DataType.INT64 else mb.cast(x=var, dtype="int64")
+        return var
 
     def _past(self, name: str, value: ir.Value):
         _, heads, _, dim = self.plan.shapes[name]
