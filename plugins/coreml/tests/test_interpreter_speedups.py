@@ -230,3 +230,25 @@ def test_compressed_weights_are_expanded_into_the_compiled_template_once(monkeyp
     assert len(calls) == 3  # each weight expanded once, by the first run, then kept with the plan
     for got in [*compiled, *(outputs["out"] for outputs in together)]:
         np.testing.assert_array_equal(got, generic)
+
+
+@pytest.mark.parametrize("layout", ["c_order", "channels_last"])
+@pytest.mark.parametrize("donated", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_torch_silu_matches_numpy(layout, donated, dtype):
+    from edgebuild_coreml.interpreter.ops_activation import silu
+
+    x = (RNG.standard_normal((1, 24, 52, 52)) * 6).astype(dtype)
+    x = _channels_last(x) if layout == "channels_last" else x
+    written = []
+
+    def compute(op):
+        given = x.copy() if layout == "c_order" else _channels_last(np.ascontiguousarray(x))
+        result = silu(op, {"x": given}, donated={"x"} if donated else set())
+        written.append(result is given)
+        return result
+
+    expected, got = _both(compute)
+    assert written[1] == (donated and dtype == np.float32)  # a float32 input nobody else holds is overwritten
+    assert got.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

@@ -102,7 +102,8 @@ def sigmoid_hard(op, x, donated=()):
 @evaluates("silu", inplace=True)
 def silu(op, x, donated=()):
     value, out = _float_operand(x, donated)
-    return activations.silu(value, out=out)
+    borrowed = kernels.silu(value, out=out)  # torch's where its kernels are on
+    return activations.silu(value, out=out) if borrowed is None else borrowed
 
 
 @evaluates("softplus")

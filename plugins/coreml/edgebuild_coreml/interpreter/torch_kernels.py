@@ -306,3 +306,19 @@ def softmax(value: np.ndarray, axis: int) -> np.ndarray | None:
     if torch is None or value.dtype != np.float32 or value.ndim == 0 or value.size < MIN_CAST_ELEMENTS:
         return None
     return torch.softmax(torch.from_numpy(np.ascontiguousarray(value)), axis).numpy()
+
+
+def silu(value: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """``x * sigmoid(x)`` of a float32 array (in its own layout), written into ``out`` when it is
+    ``value`` itself (an input nobody else holds), or None (not enabled, another type, a small
+    array, another ``out``): numpy's exp costs a YOLO-style net's activations a third of its time."""
+    torch = _torch
+    if (torch is None or not isinstance(value, np.ndarray) or value.dtype != np.float32
+            or value.size < MIN_CAST_ELEMENTS or (out is not None and out is not value)
+            or any(s < 0 for s in value.strides)):
+        return None
+    x = torch.from_numpy(value)
+    if out is not None and value.flags.writeable:
+        torch.nn.functional.silu(x, inplace=True)
+        return value
+    return torch.nn.functional.silu(x).numpy()
