@@ -4,15 +4,17 @@ Every mode, nearest_mode and coordinate_transformation_mode is reproduced exactl
 sampling along each resized axis is computed in numpy at build time (``_resize_weights``)
 and applied with MIL ``gather`` (nearest) or ``matmul`` (linear, cubic, antialias). The
 common integer nearest upsampling becomes ``upsample_nearest_neighbor`` instead. This needs
-static input shapes and constant scales/sizes/roi; runtime ones are refused with a reason.
+static lengths on the resized axes and constant scales/sizes/roi; runtime ones are refused with a
+reason. An axis known only at run time (a detector's roi count) may stay unresized.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil.types.symbolic import is_symbolic
 
-from edgebuild_coreml.lowering.ops._nn_util import as_float, float_np, is_float, static_shape
+from edgebuild_coreml.lowering.ops._nn_util import as_float, float_np, is_float, shape_of
 from edgebuild_coreml.lowering.ops._resize_weights import COORDINATE_MODES, AxisPlan, axis_plan
 from edgebuild_coreml.lowering.registry import lowers
 
@@ -115,14 +117,36 @@ def _resized_length(factor: float, size: int, *, from_scales: bool) -> float:
     return factor * size
 
 
+def _leave_run_time_axes(ctx, node, shape, axes, scales, sizes, roi):
+    """``(axes, scales, roi)`` without the axes whose length is known only at run time (a batch of
+    rois): those may stay as they are, scale 1 and uncropped, while every resized axis needs its
+    length at build time, where its sampling grid is computed."""
+    run_time = [a for a in range(len(shape)) if is_symbolic(shape[a])]
+    resized = [a for a in run_time if a in axes]
+    if not resized:
+        return axes, scales, roi
+    hint = "pin the input shapes in the recipe"
+    if sizes is not None or scales is None:
+        ctx.fail(node, f"Resize to sizes needs static input shapes (dims {resized} of {shape} are known only at run "
+                       "time): the sampling grid is computed at build time", hint)
+    scales = np.asarray(scales, dtype=np.float64).reshape(-1)
+    pairs = _roi_pairs(ctx, node, roi, axes)
+    for a in resized:
+        i = axes.index(a)
+        if i >= scales.size or scales[i] != 1.0 or tuple(pairs[i]) != (0.0, 1.0):
+            ctx.fail(node, f"Resize needs static input shapes on the axes it resizes: dim {a} of {shape} is known "
+                           "only at run time: the sampling grid is computed at build time", hint)
+    keep = [i for i, a in enumerate(axes) if a not in resized]
+    kept_roi = None if roi is None else [pairs[i][0] for i in keep] + [pairs[i][1] for i in keep]
+    return [axes[i] for i in keep], scales[keep], kept_roi
+
+
 def resample(ctx, node, x, *, mode, coordinate_mode, nearest_mode, scales=None, sizes=None, roi=None, axes=None):
     """Shared by Resize and Upsample: build the per-axis plans and apply them."""
-    shape = static_shape(x)
-    if shape is None:
-        ctx.fail(node, "Resize needs static input shapes: the sampling grid is computed at build time",
-                 "pin the input shapes in the recipe")
+    shape = list(shape_of(x))
     rank = len(shape)
     axes = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
+    axes, scales, roi = _leave_run_time_axes(ctx, node, shape, axes, scales, sizes, roi)
     roi_pairs = _roi_pairs(ctx, node, roi, axes)
     out, factors = _output_geometry(ctx, node, shape, scales, sizes, axes, coordinate_mode, roi_pairs)
     antialias = bool(ctx.attr(node, "antialias", 0))
