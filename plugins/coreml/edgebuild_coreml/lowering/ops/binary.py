@@ -2,13 +2,17 @@
 
 ONNX and MIL broadcast the same way (numpy rules). Where the semantics differ — integer
 Div truncates toward zero, Mod with ``fmod=1`` takes the dividend's sign — extra ops fix it.
+Integer operands of every width compute in int32 (``_int_operands``); a sum, difference,
+product or quotient of a narrower type wraps into it, as onnxruntime's kernels do.
 """
 
 from __future__ import annotations
 
 from coremltools.converters.mil import Builder as mb
 
-from edgebuild_coreml.lowering.ops._util import const_like, dtype_of
+from edgebuild_coreml.lowering.ops._int_operands import (compares_patterns, operand, operands, unsigned_order,
+                                                          within_width)
+from edgebuild_coreml.lowering.ops._util import const_like, dtype_of, select
 from edgebuild_coreml.lowering.registry import lowers
 
 _SIMPLE = {"Add": mb.add, "Sub": mb.sub, "Mul": mb.mul}
@@ -16,17 +20,23 @@ _SIMPLE = {"Add": mb.add, "Sub": mb.sub, "Mul": mb.mul}
 
 @lowers("Add", "Sub", "Mul")
 def arithmetic(ctx, node):
-    x, y = ctx.input(node, 0), ctx.input(node, 1)
+    x, y = operand(ctx, node, 0), operand(ctx, node, 1)
     if dtype_of(x) == "bool":  # not valid ONNX, but cheap to reject clearly
         ctx.fail(node, "boolean arithmetic is not defined")
-    return _SIMPLE[node.op_type](x=x, y=y, name=ctx.name(node))
+    if dtype_of(x) != "int32":
+        return _SIMPLE[node.op_type](x=x, y=y, name=ctx.name(node))
+    return within_width(ctx, node, lambda name: _SIMPLE[node.op_type](x=x, y=y, name=name))
 
 
 @lowers("Div")
 def div(ctx, node):
-    x, y = ctx.input(node, 0), ctx.input(node, 1)
+    x, y = operand(ctx, node, 0), operand(ctx, node, 1)
     if dtype_of(x) != "int32":
         return mb.real_div(x=x, y=y, name=ctx.name(node))
+    return within_width(ctx, node, lambda name: _truncating_div(ctx, node, x, y, name))  # int8 -128 / -1 wraps
+
+
+def _truncating_div(ctx, node, x, y, name):
     # ONNX integer division truncates toward zero; MIL floor_div floors. Step the
     # quotient back up by one where there is a remainder and the signs differ.
     floored = mb.floor_div(x=x, y=y, name=ctx.name(node, "floor"))
@@ -35,7 +45,7 @@ def div(ctx, node):
     inexact = mb.not_equal(x=remainder, y=zero)
     signs_differ = mb.logical_xor(x=mb.less(x=x, y=zero), y=mb.less(x=y, y=zero))
     adjust = mb.cast(x=mb.logical_and(x=inexact, y=signs_differ), dtype="int32")
-    return mb.add(x=floored, y=adjust, name=ctx.name(node))
+    return mb.add(x=floored, y=adjust, name=name)
 
 
 @lowers("Pow")
@@ -53,7 +63,7 @@ def power(ctx, node):
 @lowers("Mod", until=27)
 def mod_integer_floor(ctx, node):
     """Before opset 28, Mod with fmod=0 is defined for integers only."""
-    if not ctx.attr(node, "fmod", 0) and dtype_of(ctx.input(node, 0)) != "int32":
+    if not ctx.attr(node, "fmod", 0) and dtype_of(operand(ctx, node, 0)) != "int32":
         ctx.fail(node, "Mod with fmod=0 is defined for integers only before opset 28",
                  hint="set fmod=1 for floats")
     return mod(ctx, node)
@@ -61,7 +71,7 @@ def mod_integer_floor(ctx, node):
 
 @lowers("Mod", since=28)
 def mod(ctx, node):
-    x, y = ctx.input(node, 0), ctx.input(node, 1)
+    x, y = operand(ctx, node, 0), operand(ctx, node, 1)
     if not ctx.attr(node, "fmod", 0):  # the result takes the divisor's sign, as MIL mod's does
         return mb.mod(x=x, y=y, name=ctx.name(node))
     # C fmod: the result takes the dividend's sign. MIL mod takes the divisor's, so where a
@@ -79,20 +89,32 @@ _FOLD = {"Max": mb.maximum, "Min": mb.minimum, "Sum": mb.add, "Mean": mb.add}
 
 @lowers("Max", "Min", "Sum", "Mean")
 def variadic(ctx, node):
-    operands = [ctx.input(node, i) for i in range(len(node.inputs)) if ctx.has_input(node, i)]
-    if not operands:
+    unsigned = node.op_type in ("Max", "Min") and compares_patterns(node)  # uint32 patterns order unsigned
+    values = operands(ctx, node, patterns=unsigned)
+    if not values:
         ctx.fail(node, "needs at least one input")
-    op = _FOLD[node.op_type]
-    if len(operands) == 1:
-        result = mb.identity(x=operands[0], name=ctx.name(node)) if node.op_type != "Mean" else operands[0]
+    op = _unsigned_extreme(node.op_type) if unsigned else _FOLD[node.op_type]
+    if len(values) == 1:
+        result = mb.identity(x=values[0], name=ctx.name(node)) if node.op_type != "Mean" else values[0]
         if node.op_type != "Mean":
             return result
     else:
-        result = operands[0]
-        last = len(operands) - 2
-        for i, operand in enumerate(operands[1:]):
-            final = i == last and node.op_type != "Mean"
-            result = op(x=result, y=operand, name=ctx.name(node) if final else ctx.name(node, f"acc{i}"))
+        result = _fold(ctx, node, values, op, ctx.name(node) if node.op_type != "Mean" else ctx.name(node, "sum"))
     if node.op_type == "Mean":
-        return mb.real_div(x=result, y=const_like(len(operands), result), name=ctx.name(node))
+        return mb.real_div(x=result, y=const_like(len(values), result), name=ctx.name(node))
     return result
+
+
+def _fold(ctx, node, values, op, name):
+    result = values[0]
+    for i, value in enumerate(values[1:]):
+        result = op(x=result, y=value, name=name if i == len(values) - 2 else ctx.name(node, f"acc{i}"))
+    return result
+
+
+def _unsigned_extreme(op_type):
+    """Max or Min of uint32 bit patterns (the larger or smaller unsigned value)."""
+    def extreme(x, y, name):
+        smaller = unsigned_order("less", x, y)
+        return select(smaller, y, x, name=name) if op_type == "Max" else select(smaller, x, y, name=name)
+    return extreme

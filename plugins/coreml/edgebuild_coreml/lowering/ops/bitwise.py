@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
+from edgebuild_coreml.lowering.ops._int_operands import operand
 from edgebuild_coreml.lowering.ops._int_width import WIDTHS
 from edgebuild_coreml.lowering.ops._util import dtype_of
 from edgebuild_coreml.lowering.registry import lowers
@@ -28,7 +29,7 @@ def _width(ctx, node) -> tuple[int, bool]:
 
 
 def _int_input(ctx, node, index):
-    x = ctx.input(node, index)
+    x = operand(ctx, node, index, patterns=True)  # bit operations act on a uint32's pattern
     if dtype_of(x) != "int32":
         ctx.fail(node, f"input {index} is {dtype_of(x)}, not an integer tensor")
     return x

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from coremltools.converters.mil import Builder as mb
 
+from edgebuild_coreml.lowering.ops._int_operands import compares_patterns, operand, unsigned_order
 from edgebuild_coreml.lowering.ops._util import dtype_of, select
 from edgebuild_coreml.lowering.registry import lowers
 
@@ -14,16 +15,20 @@ _COMPARE = {
     "Greater": mb.greater,
     "GreaterOrEqual": mb.greater_equal,
 }
+_ORDER = {"Less": "less", "LessOrEqual": "less_equal", "Greater": "greater", "GreaterOrEqual": "greater_equal"}
 _LOGIC = {"And": mb.logical_and, "Or": mb.logical_or, "Xor": mb.logical_xor}
 
 
 @lowers(*_COMPARE)
 def compare(ctx, node):
-    x, y = ctx.input(node, 0), ctx.input(node, 1)
+    unsigned = compares_patterns(node)  # uint32 values, held as int32 bit patterns
+    x, y = operand(ctx, node, 0, patterns=unsigned), operand(ctx, node, 1, patterns=unsigned)
     if dtype_of(x) == "bool":  # Equal on bools: MIL compares numbers
         if node.op_type != "Equal":
             ctx.fail(node, "ordering comparisons of booleans are not defined")
         return mb.logical_not(x=mb.logical_xor(x=x, y=y), name=ctx.name(node))
+    if unsigned and node.op_type in _ORDER:
+        return unsigned_order(_ORDER[node.op_type], x, y, name=ctx.name(node))
     return _COMPARE[node.op_type](x=x, y=y, name=ctx.name(node))
 
 
@@ -39,5 +44,6 @@ def logical_not(ctx, node):
 
 @lowers("Where")
 def where(ctx, node):
-    cond, a, b = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
+    # a uint32 branch constant from 2**31 up is selected, not computed with: its bit pattern is its value
+    cond, a, b = ctx.input(node, 0), operand(ctx, node, 1, patterns=True), operand(ctx, node, 2, patterns=True)
     return select(cond, a, b, name=ctx.name(node))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from coremltools.converters.mil import Builder as mb
 
+from edgebuild_coreml.lowering.ops._int_operands import is_unsigned, operand, within_width
 from edgebuild_coreml.lowering.ops._util import const_like, dtype_of
 from edgebuild_coreml.lowering.registry import lowers
 
@@ -36,7 +37,11 @@ _INTEGER_OK = {"Abs", "Sign"}
 
 @lowers(*_DIRECT)
 def direct(ctx, node):
-    x = ctx.input(node, 0)
+    x = operand(ctx, node, 0, patterns=node.op_type == "Abs")  # Abs of a uint32 pattern is the pattern
+    if dtype_of(x) == "int32" and node.op_type == "Abs":
+        if is_unsigned(node.inputs[0].dtype):  # a uint32 from 2**31 up is a negative pattern, its own magnitude
+            return mb.identity(x=x, name=ctx.name(node))
+        return within_width(ctx, node, lambda name: mb.abs(x=x, name=name))  # |-128| of an int8 wraps to -128
     if dtype_of(x) == "int32" and node.op_type not in _INTEGER_OK:
         if node.op_type in ("Ceil", "Floor", "Round"):
             return mb.identity(x=x, name=ctx.name(node))
@@ -46,7 +51,9 @@ def direct(ctx, node):
 
 @lowers("Neg")
 def neg(ctx, node):
-    x = ctx.input(node, 0)
+    x = operand(ctx, node, 0)
+    if dtype_of(x) == "int32":  # -(-128) of an int8 wraps to -128
+        return within_width(ctx, node, lambda name: mb.mul(x=x, y=const_like(-1, x), name=name))
     return mb.mul(x=x, y=const_like(-1, x), name=ctx.name(node))
 
 
