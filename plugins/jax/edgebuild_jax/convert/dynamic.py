@@ -10,6 +10,7 @@ the ordinary elementwise converters and ends here as an operand.
 from __future__ import annotations
 
 import numpy as np
+import onnx_ir as ir
 
 from jaxlib.mlir.dialects import stablehlo
 
@@ -33,6 +34,26 @@ def runtime_shape(cx, x, mlir_value):
     if None not in dims:
         return cx.ints(dims)
     return cx.node("Shape", [x])
+
+
+def sizes_of(cx, x, mlir_value, axes) -> ir.Value:
+    """The 1-D int64 sizes of ``axes`` of ``x``: a constant when they are all static, else
+    gathered from its run-time shape."""
+    dims = cx.shape(mlir_value)
+    axes = list(axes)
+    if all(dims[a] is not None for a in axes):
+        return cx.ints([dims[a] for a in axes])
+    return cx.node("Gather", [cx.node("Shape", [x]), cx.ints(axes)], {"axis": 0})
+
+
+def counter(cx, count: ir.Value, axis: int, rank: int) -> ir.Value:
+    """``0 .. count-1`` (int64) along ``axis`` of a rank-``rank`` tensor, size 1 elsewhere:
+    positions along a dim known only at run time (``count``: a 1-element int64)."""
+    zero, one = cx.const(np.asarray(0, dtype=np.int64)), cx.const(np.asarray(1, dtype=np.int64))
+    scalar = cx.node("Reshape", [count, cx.ints([])])
+    values = cx.node("Range", [zero, scalar, one])
+    others = [d for d in range(rank) if d != axis]
+    return cx.node("Unsqueeze", [values, cx.ints(others)]) if others else values
 
 
 def folded_through_concat(cx, value):
@@ -81,7 +102,8 @@ def dynamic_broadcast_in_dim(op, cx):
 @converts("stablehlo.dynamic_reshape")
 def dynamic_reshape(op, cx):
     x, shape = cx.inputs(op)
-    return [cx.node("Reshape", [x, as_int64(cx, shape)])]
+    # allowzero: the sizes are literal (JAX writes 0 for an empty piece), not ONNX's "copy this dim"
+    return [cx.node("Reshape", [x, as_int64(cx, shape)], {"allowzero": 1})]
 
 
 @converts("stablehlo.dynamic_iota")
@@ -126,7 +148,9 @@ def dynamic_pad(op, cx):
 def dynamic_gather(op, cx):
     """A gather with one start index vector and run-time slice sizes — what JAX writes for
     ``x[a:b]`` with symbolic bounds — is a Slice: starts clamped to ``[0, dim - size]`` as the
-    spec says, ends ``start + size``, then the collapsed dims squeezed."""
+    spec says, ends ``start + size``, then the collapsed dims dropped. Any other (``take`` along
+    an axis of a symbolically shaped operand: batch dims of indices) is a gather whose window
+    sizes are a tensor."""
     x, indices, sizes = cx.inputs(op)
     dn = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
     indices_shape = cx.shape(op.operands[1])
@@ -135,8 +159,11 @@ def dynamic_gather(op, cx):
     one_vector = len(indices_shape) == 1 and dn.index_vector_dim == 0 and indices_shape[0] is not None
     if not one_vector or list(dn.operand_batching_dims) \
             or list(dn.offset_dims) != list(range(rank - len(collapsed))):
-        raise cx.error(op, "a dynamic_gather with batch dims is not supported; only one start index vector",
-                       hint="give the gather static slice sizes, or slice with lax.dynamic_slice")
+        from edgebuild_jax.convert.indexing import gather_dynamic  # indexing builds on this module
+
+        known = cx.folded(sizes)
+        window = [int(v) for v in np.reshape(known, -1)] if known is not None else as_int64(cx, sizes)
+        return [gather_dynamic(cx, op, x, indices, dn, window)]
     index_map = list(dn.start_index_map)
     indices = as_int64(cx, indices)
     pieces = []
@@ -153,5 +180,11 @@ def dynamic_gather(op, cx):
     ends = cx.node("Add", [starts, sizes])
     out = cx.node("Slice", [x, starts, ends, cx.ints(range(rank))])
     if collapsed:
-        out = cx.node("Squeeze", [out, cx.ints(collapsed)])
+        # a Reshape, not a Squeeze: Core ML's squeeze keeps a dim it cannot prove is 1, and a
+        # slice at run-time starts has no dim it can
+        kept = [d for d in range(rank) if d not in collapsed]
+        result = cx.shape(op.result)
+        target = cx.ints(result) if None not in result else \
+            cx.node("Gather", [cx.node("Shape", [out]), cx.ints(kept)], {"axis": 0})
+        out = cx.node("Reshape", [out, target])
     return [out]

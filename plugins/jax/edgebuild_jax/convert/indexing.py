@@ -13,6 +13,7 @@ import numpy as np
 
 from jaxlib.mlir.dialects import stablehlo
 
+from edgebuild_jax.convert.dynamic import counter, sizes_of
 from edgebuild_jax.convert.registry import converts
 
 INT64 = 7  # onnx TensorProto.INT64
@@ -87,8 +88,6 @@ def gather(op, cx):
     operand_shape = cx.shape(op.operands[0])
     indices_shape = cx.shape(op.operands[1])
     out_shape = cx.shape(op.result)
-    if None in operand_shape or None in indices_shape or None in out_shape:
-        raise cx.error(op, "a gather with dynamic shapes is not supported")
     slice_sizes = [int(v) for v in op.attributes["slice_sizes"]]
     index_map = list(dn.start_index_map)
     ivd = dn.index_vector_dim
@@ -99,14 +98,81 @@ def gather(op, cx):
         taken = cx.node("Cast", [indices], {"to": INT64})
         if ivd < len(indices_shape):
             taken = cx.node("Squeeze", [taken, cx.ints([ivd])])
-        taken = cx.node("Min", [cx.node("Max", [taken, cx.ints([0])]), cx.ints([operand_shape[axis] - 1])])
+        taken = cx.node("Max", [taken, cx.ints([0])])
+        if operand_shape[axis] is None:  # a table of run-time length: clamp to its last row then
+            last = cx.node("Sub", [sizes_of(cx, operand, op.operands[0], [axis]), cx.ints([1])])
+        else:
+            last = cx.ints([operand_shape[axis] - 1])
+        taken = cx.node("Min", [taken, last])
         return [cx.node("Gather", [operand, taken], {"axis": axis})]
+    if None in operand_shape or None in indices_shape or None in out_shape:
+        return [gather_dynamic(cx, op, operand, indices, dn, slice_sizes)]
     full = full_indices(cx, indices=indices, indices_rank=len(indices_shape), index_vector_dim=ivd,
                         index_map=index_map, out_shape=out_shape, window_dims=list(dn.offset_dims),
                         collapsed=list(dn.collapsed_slice_dims), operand_batching=list(dn.operand_batching_dims),
                         indices_batching=list(dn.start_indices_batching_dims), operand_shape=operand_shape,
                         window_sizes=slice_sizes, clamp=True)
     return [cx.node("GatherND", [operand, full])]
+
+
+def gather_dynamic(cx, op, operand, indices, dn, slice_sizes):
+    """``gather`` with dims known only at run time: the full operand index of each result element
+    summed from parts that broadcast against each other — the window offsets, the clamped starts
+    over the indices' batch dims, and each batching dim's own positions — then GatherND.
+    ``slice_sizes``: ints (gather's attribute), or a 1-D int64 value (dynamic_gather's operand)."""
+    operand_shape, indices_shape = cx.shape(op.operands[0]), cx.shape(op.operands[1])
+    rank, out_rank, ivd = len(operand_shape), len(cx.shape(op.result)), dn.index_vector_dim
+    window_dims, index_map = list(dn.offset_dims), list(dn.start_index_map)
+    collapsed, operand_batching = list(dn.collapsed_slice_dims), list(dn.operand_batching_dims)
+    batch_out = [d for d in range(out_rank) if d not in window_dims]
+    windowed = [d for d in range(rank) if d not in collapsed and d not in operand_batching]
+    batch_axes = [a for a in range(len(indices_shape)) if a != ivd]  # indices dims, in result order
+
+    static_sizes = isinstance(slice_sizes, (list, tuple))
+
+    def size_of(d):  # one window size as a 1-element int64
+        return cx.ints([slice_sizes[d]]) if static_sizes else \
+            cx.node("Gather", [slice_sizes, cx.ints([d])], {"axis": 0})
+
+    window = np.zeros([1] * out_rank + [rank], dtype=np.int64)
+    for j, d in enumerate(windowed):
+        if static_sizes:
+            along = window_dims[j]
+            window = window + np.eye(rank, dtype=np.int64)[d] * np.arange(slice_sizes[d]).reshape(
+                [-1 if a == along else 1 for a in range(out_rank)] + [1])
+    full = cx.const(window, name="window")
+    for j, d in enumerate(windowed if not static_sizes else []):
+        positions = cx.node("Unsqueeze", [counter(cx, size_of(d), window_dims[j], out_rank), cx.ints([out_rank])])
+        full = cx.node("Add", [full, cx.node("Mul", [positions, cx.ints(np.eye(rank, dtype=np.int64)[d])])])
+    for d, s in zip(operand_batching, list(dn.start_indices_batching_dims)):
+        along = batch_out[batch_axes.index(s)]
+        positions = counter(cx, sizes_of(cx, indices, op.operands[1], [s]), along, out_rank)
+        positions = cx.node("Unsqueeze", [positions, cx.ints([out_rank])])
+        full = cx.node("Add", [full, cx.node("Mul", [positions, cx.ints(np.eye(rank, dtype=np.int64)[d])])])
+    if index_map:
+        starts = index_vectors(cx, indices, len(indices_shape), ivd)
+        window_sizes = cx.ints([slice_sizes[d] for d in index_map]) if static_sizes else \
+            cx.node("Gather", [slice_sizes, cx.ints(index_map)], {"axis": 0})
+        room = cx.node("Sub", [sizes_of(cx, operand, op.operands[0], index_map), window_sizes])
+        starts = cx.node("Min", [cx.node("Max", [starts, cx.ints([0])]), room])
+        pick = [index_map.index(d) if d in index_map else 0 for d in range(rank)]
+        mask = [1 if d in index_map else 0 for d in range(rank)]
+        starts = cx.node("Gather", [starts, cx.ints(pick)], {"axis": -1})
+        if not all(mask):
+            starts = cx.node("Mul", [starts, cx.ints(mask)])
+        if window_dims:
+            starts = cx.node("Unsqueeze", [starts, cx.ints(window_dims)])
+        full = cx.node("Add", [starts, full])
+    # every result dim at its size: the indices' batch dims and the windows, then the index vector
+    pieces = []
+    for d in range(out_rank):
+        if d in batch_out:
+            pieces.append(sizes_of(cx, indices, op.operands[1], [batch_axes[batch_out.index(d)]]))
+        else:
+            pieces.append(size_of(windowed[window_dims.index(d)]))
+    pieces.append(cx.ints([rank]))
+    full = cx.node("Expand", [full, cx.node("Concat", pieces, {"axis": 0})])
+    return cx.node("GatherND", [operand, full])
 
 
 REDUCTIONS = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maximum": "max",
