@@ -23,6 +23,7 @@ Each runner is warmed up on one sample (a first call loads and prepares), then t
 over ``--samples`` samples is reported, with ratios interp/ort and fp16/fp32. onnxruntime and the
 validate stage's runs take turns for ``--rounds`` rounds, each keeping its best round: on a
 shared machine a slow spell of a few seconds would otherwise land on one side of a ratio alone.
+Each row records the machine's load average before and after it (``load_before``, ``load_after``).
 
 The targets (interpreter fp32 at most 3x onnxruntime, fp16 emulation at most 2x fp32) are read
 on the "as the validate stage runs them" columns: the stage's wall time / samples
@@ -193,7 +194,8 @@ def measure(name: str, samples: int, cache: str, loop: bool, workers: bool, roun
     for sample in inputs:
         sample.update({n: np.asarray(s["value"], dtype=s["dtype"]).reshape(s["shape"]) for n, s in fixed.items()})
 
-    row = {"model": name, "samples": samples, "rounds": rounds, "weights_mb": source.stat().st_size / 2**20}
+    row = {"model": name, "samples": samples, "rounds": rounds, "weights_mb": source.stat().st_size / 2**20,
+           "load_before": _load()}
     ort = ort_runner(source)
     interp32, interp16 = interpreter_runner(fp32, artifact32, lowered32), interpreter_runner(fp16, artifact16, lowered16)
     row["interp_fp32_ms"] = per_sample_ms(interp32, inputs)
@@ -216,8 +218,18 @@ def measure(name: str, samples: int, cache: str, loop: bool, workers: bool, roun
     row["interp_over_ort"] = row["interp_fp32_ms"] / row["ort_ms"]
     if loop:
         row["validate_loop_ms"] = validate_loop_ms(fp32, source, interp32, samples)
+    row["load_after"] = _load()
     print(f"{name}: {json.dumps(row)}", file=sys.stderr)
     return row
+
+
+def _load() -> float | None:
+    """The machine's 1-minute load average (None where the platform has none): a ratio measured
+    while other work competed for the cores says less than one of a quiet machine."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 def _cell(row: dict, key: str, width: int, digits: int = 1) -> str:
@@ -252,6 +264,9 @@ def print_table(rows: list[dict]) -> None:
           "their steady state; start: their start, reading and planning the package")
     print("validate loop: the validate stage's whole sample loop on the fp32 package (reference, interpreter, "
           "metrics), per sample")
+    loads = [row[key] for row in rows for key in ("load_before", "load_after") if row.get(key) is not None]
+    if loads:
+        print(f"load average (1 min) while measuring: {min(loads):.2f} .. {max(loads):.2f} on {os.cpu_count()} cores")
 
 
 def main(argv: list[str] | None = None) -> int:
