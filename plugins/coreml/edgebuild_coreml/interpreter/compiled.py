@@ -231,7 +231,7 @@ def _compile_step(step: Step, slot_of: dict, plan: Plan, activation: Activation 
     frees = tuple(slot_of[var] for var in step.release if var in slot_of and slot_of[var] not in donor_slots)
     source = dict(step.inputs).get("x")
     preparable = (epoch is not None and not donors and getattr(entry.obj, "prepare", None) is not None
-                  and source is not None and not isinstance(source, tuple))
+                  and source is not None and not isinstance(source, tuple) and _only_input_varies(step))
     input_slot = slot_of.get(source) if preparable else None
     prepared = _PreparedCall()
 
@@ -271,6 +271,18 @@ def _compile_step(step: Step, slot_of: dict, plan: Plan, activation: Activation 
 
 
 _FLOAT32 = np.dtype(np.float32)
+
+
+def _only_input_varies(step: Step) -> bool:
+    """Whether every argument of ``step`` but its input ``x`` is a constant (or an expanded
+    weight): a prepared call keeps them, so a weight fed at run time (a conv whose kernel is a
+    graph input) must be read afresh every call."""
+    for name, var in step.inputs:
+        if name == "x" or var is None:
+            continue
+        if isinstance(var, tuple) or var.op is None or not (is_constant_op(var.op) or decompresses(var.op)):
+            return False
+    return True
 
 
 class _PreparedCall:
