@@ -85,21 +85,11 @@ def export_function(path: Path, options, inputs: dict[str, dict]):
     import jax
     from jax import export as jax_export
 
+    from edgebuild_jax.symbolic_dims import export_specs
+
     apply, template = build(options.factory, dict(options.factory_kwargs))
     params = load_params(path, template)
-    names, specs = [], []
-    for name, spec in inputs.items():
-        if spec.get("value") is not None:
-            raise UsageError(f"source.inputs.{name}: a JAX function's inputs are all free; bind a constant in the "
-                             "factory instead")
-        shape = spec.get("shape")
-        if not shape or not all(isinstance(d, int) for d in shape) or not spec.get("dtype"):
-            raise UsageError(f"source.inputs.{name}: a JAX function is exported for fixed shapes: give shape "
-                             "(integers) and dtype")
-        names.append(name)
-        specs.append(jax.ShapeDtypeStruct(tuple(shape), np.dtype(spec["dtype"])))
-    if not names:
-        raise UsageError("source.inputs: a JAX function needs its inputs' shapes and dtypes, in argument order")
+    names, specs = export_specs(inputs)  # a range or enumeration: a symbolic dim
     param_specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype), params)
     try:
         exported = jax_export.export(jax.jit(apply))(param_specs, *specs)
