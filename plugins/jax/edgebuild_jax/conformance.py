@@ -12,11 +12,14 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-F32, F16, I32, BOOL, U32 = np.float32, np.float16, np.int32, np.bool_, np.uint32
+from edgebuild_jax.conformance_integers import KINDS, integer_variants, needs_x64
+
+F32, F16, I32, BOOL = np.float32, np.float16, np.int32, np.bool_
 
 
 def _arrays(seed: int, *specs):
-    """Arrays for (shape, dtype[, kind]) specs: kind "positive" keeps floats above 0.1."""
+    """Arrays for (shape, dtype[, kind]) specs: kind "positive" keeps floats above 0.1 and integers
+    above 0; the integer kinds of ``conformance_integers.KINDS`` draw their own values."""
     rng = np.random.default_rng(seed)
     out = []
     for spec in specs:
@@ -24,6 +27,8 @@ def _arrays(seed: int, *specs):
         dtype = np.dtype(dtype)
         if dtype == np.bool_:
             out.append(rng.random(shape) < 0.5)
+        elif kind in KINDS:
+            out.append(KINDS[kind](dtype.type, rng))
         elif dtype.kind in "iu":
             low = 1 if kind == "positive" else (0 if dtype.kind == "u" else -9)
             out.append(rng.integers(low, 10, shape).astype(dtype))
@@ -67,7 +72,7 @@ def _variants() -> Iterator[tuple[str, str, Callable, list]]:
             yield f"bitwise_{name}", np.dtype(dtype).name, fn, [((4, 6), dtype), ((4, 6), dtype)]
     for dtype in (BOOL, I32):
         yield "bitwise_not", np.dtype(dtype).name, lax.bitwise_not, [((4, 6), dtype)]
-    yield "shift_left", "uint32", lax.shift_left, [((4,), U32), ((4,), U32, "positive")]
+    yield from integer_variants()  # shifts, and the other integer primitives over every width
     yield "select_n", "float32", lambda p, a, b: lax.select_n(p, a, b), [((4, 6), BOOL), ((4, 6), F32), ((4, 6), F32)]
     yield "clamp", "scalar_bounds", lambda x: lax.clamp(np.float32(-0.5), x, np.float32(0.5)), [((4, 6), F32)]
     yield "clamp", "tensor_bounds", lambda lo, x: lax.clamp(lo, x, lo + 1), [((4, 6), F32), ((4, 6), F32)]
@@ -208,7 +213,26 @@ def _export(fn, arrays):
     from jax import export as jax_export
 
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]
-    return jax_export.export(jax.jit(fn))(*specs)
+    if not needs_x64(fn, arrays):
+        return jax_export.export(jax.jit(fn))(*specs)
+    with jax.enable_x64(True):
+        return _X64Export(jax_export.export(jax.jit(fn))(*specs))
+
+
+class _X64Export:
+    """An export traced with 64-bit integers, which JAX runs only with x64 enabled too."""
+
+    def __init__(self, exported):
+        self._exported = exported
+
+    def __getattr__(self, name):
+        return getattr(self._exported, name)
+
+    def call(self, *args):
+        import jax
+
+        with jax.enable_x64(True):
+            return self._exported.call(*args)
 
 
 def _convert(exported) -> bytes:

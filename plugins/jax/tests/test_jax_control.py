@@ -30,9 +30,8 @@ def test_fori_loop_with_traced_bounds(traced):
         lower, upper = (0, n) if traced == "upper" else (n, 4)
         return lax.fori_loop(lower, upper, lambda i, a: a * 0.5 + i.astype(a.dtype), x)
     for n in (-2, 0, 1, 4, 6):
-        # the Core ML lowering declines a Loop carrying a rank-0 graph input (a scalar there, a rank-0
-        # tensor after the body), as a traced lower bound makes the counter
-        model = assert_converts(fn, X, np.int32(n), lowered=traced == "upper", lowered_tol=(1e-3, 1e-3))
+        # a traced lower bound makes the counter a rank-0 graph input carried through the Loop
+        model = assert_converts(fn, X, np.int32(n), lowered_tol=(1e-3, 1e-3))
         assert _loops(model)[0].input[1] != ""  # a runtime bound: the condition ends the loop
 
 
@@ -58,10 +57,10 @@ def test_while_loop_with_data_dependent_condition(limit):
 
 
 def test_while_loop_whose_first_condition_is_a_constant():
-    # the Core ML lowering refuses a Loop whose initial condition is a constant and whose next one is not
+    # the initial condition is a constant and the next one is not: the loop still runs to the data
     fn = lambda x: lax.while_loop(lambda c: c[1] < 10.0, lambda c: (c[0] * 1.5, c[1] * 2.0),
                                   (x, jnp.float32(1.0)))
-    assert_converts(fn, X, lowered=False)
+    assert_converts(fn, X, lowered_tol=(1e-3, 1e-3))
 
 
 @needs_slicing
@@ -233,7 +232,7 @@ def test_stablehlo_if_from_text(flag):
 def test_float_counter_is_not_taken_for_a_counted_loop():
     # 0.25, 1.25, 2.25 run: three iterations, not int(2.5) - int(0.25)
     fn = lambda x: lax.while_loop(lambda c: c[1] < 2.5, lambda c: (c[0] + c[1], c[1] + 1.0), (x, jnp.float32(0.25)))
-    model = assert_converts(fn, X, lowered=False)  # a constant first condition: see above
+    model = assert_converts(fn, X, lowered_tol=(1e-3, 1e-3))  # a constant first condition, as above
     assert _loops(model)[0].input[1] != ""
 
 

@@ -323,8 +323,15 @@ def shift(op, cx):
         # amounts past width - 1 fill with the sign bit, as a shift by width - 1 does
         amount = where(cx, too_far, cx.const(np.asarray(width - 1, unsigned.numpy())), ub, unsigned)
         # the sign bit set: negative for signed types, and for unsigned ones too, whose bits StableHLO
-        # shifts the same way
-        negative = cx.node("GreaterOrEqual", [ua, cx.const(np.asarray(1 << (width - 1), unsigned.numpy()))])
+        # shifts the same way. A signed value is tested against 0; an unsigned one against 2**(w-1) up to
+        # 32 bits, and as its int64 reinterpretation at 64 (2**63 is no value a 32-bit backend holds)
+        if unsigned != dtype:
+            negative = cx.node("Less", [a, cx.const(np.zeros((), dtype.numpy()))])
+        elif width < 64:
+            negative = cx.node("GreaterOrEqual", [ua, cx.const(np.asarray(1 << (width - 1), unsigned.numpy()))])
+        else:
+            as_signed = cx.node("Cast", [ua], {"to": ir.DataType.INT64})
+            negative = cx.node("Less", [as_signed, cx.const(np.zeros((), np.int64))])
         positive_part = cx.node("BitShift", [ua, amount], {"direction": "RIGHT"})
         flipped = cx.node("BitShift", [cx.node("BitwiseNot", [ua]), amount], {"direction": "RIGHT"})
         result = where(cx, negative, cx.node("BitwiseNot", [flipped]), positive_part, unsigned)
