@@ -263,3 +263,50 @@ def test_a_fixed_size_slice_at_a_run_time_start_of_a_symbolic_operand(start, axi
     index = np.asarray(start, np.int32)
     assert_converts_dynamic(fn, [specs("b, s", constraints=["b >= 2", "s >= 2"])[0],
                                  jax.ShapeDtypeStruct((), np.int32)], [[rand(3, 4), index], [rand(6, 5), index]])
+
+
+# -- scatter --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.bool_])
+def test_a_column_set_across_a_symbolic_batch(dtype):
+    def fn(x):
+        return x.at[:, 1].set(jnp.ones((), x.dtype))
+
+    cases = [[(rand(3, 4) > 0).astype(dtype)], [(rand(6, 4) * 4).astype(dtype)]]
+    assert_converts_dynamic(fn, specs("b, 4", dtypes=[dtype]), cases)
+
+
+@pytest.mark.parametrize("update", ["set", "add", "max", "mul"])
+@pytest.mark.parametrize("start", [0, 2, -1, 30])
+def test_a_row_updated_at_a_run_time_index_of_a_symbolic_operand(update, start):
+    """Out-of-range rows are dropped, as JAX's default scatter mode says; negative ones count
+    from the end."""
+    def fn(x, i):
+        return getattr(x.at[i], update)(jnp.arange(4.0) - 1.5)
+
+    index = np.asarray(start, np.int32)
+    assert_converts_dynamic(fn, [specs("b, 4")[0], jax.ShapeDtypeStruct((), np.int32)],
+                            [[rand(3, 4), index], [rand(5, 4), index]])
+
+
+def test_rows_scattered_at_a_symbolic_count_of_indices():
+    def fn(x, rows, values):
+        return x.at[rows].add(values)
+
+    def case(b, k):
+        return [rand(b, 3), RNG.integers(-b, b + 2, (k,)).astype(np.int32), rand(k, 3)]
+
+    assert_converts_dynamic(fn, specs("b, 3", "k", "k, 3", dtypes=[np.float32, np.int32, np.float32]),
+                            [case(4, 2), case(6, 5)], **TOL)
+
+
+def test_a_per_row_scatter_over_a_symbolic_batch():
+    """vmap of a scatter: the batch is a batching dim of operand and indices."""
+    def fn(x, at, values):
+        return jax.vmap(lambda row, i, v: row.at[i].set(v))(x, at, values)
+
+    def case(b):
+        return [rand(b, 5), RNG.integers(0, 5, (b,)).astype(np.int32), rand(b)]
+
+    assert_converts_dynamic(fn, specs("b, 5", "b", "b", dtypes=[np.float32, np.int32, np.float32]),
+                            [case(2), case(4)])

@@ -212,12 +212,12 @@ def scatter(op, cx, as_ints=False):
     operand_shape = cx.shape(op.operands[0])
     indices_shape = cx.shape(op.operands[1])
     updates_shape = cx.shape(op.operands[2])
-    if None in operand_shape or None in indices_shape or None in updates_shape:
-        raise cx.error(op, "a scatter with dynamic shapes is not supported")
     reduction = scatter_reduction(op, cx)
     if cx.np_dtype(op.result) == np.bool_ and not as_ints:  # Core ML's scatter takes no booleans: scatter 0/1 ints
         flags = scatter(op, cx, as_ints=True)
         return [cx.node("Cast", [flags[0]], {"to": 9})]
+    if None in operand_shape or None in indices_shape or None in updates_shape:
+        return [scatter_dynamic(cx, op, operand, indices, updates, dn, reduction)]
     full = full_indices(cx, indices=indices, indices_rank=len(indices_shape), index_vector_dim=dn.index_vector_dim,
                         index_map=list(dn.scattered_dims_to_operand_dims), out_shape=updates_shape,
                         window_dims=list(dn.update_window_dims), collapsed=list(dn.inserted_window_dims),
@@ -269,3 +269,66 @@ def scatter_dropping_out_of_bounds(cx, operand, full, updates, reduction, indice
     flat = cx.node("ScatterND", [flat, linear, updates], {"reduction": reduction})
     flat = cx.node("Slice", [flat, cx.ints([0]), cx.ints([size])])
     return cx.node("Reshape", [flat, cx.ints(operand_shape)])
+
+
+def scatter_dynamic(cx, op, operand, indices, updates, dn, reduction):
+    """``scatter`` with dims known only at run time: each update element's operand index summed
+    from broadcasting parts (window positions along the updates' own run-time dims, the starts
+    over the indices' batch dims, batching positions), then scattered as
+    :func:`scatter_dropping_out_of_bounds` does, with the strides and limits read at run time."""
+    operand_shape, indices_shape = cx.shape(op.operands[0]), cx.shape(op.operands[1])
+    updates_shape = cx.shape(op.operands[2])
+    rank, up_rank, ivd = len(operand_shape), len(updates_shape), dn.index_vector_dim
+    window_dims, index_map = list(dn.update_window_dims), list(dn.scattered_dims_to_operand_dims)
+    inserted, batching = list(dn.inserted_window_dims), list(dn.input_batching_dims)
+    batch_out = [d for d in range(up_rank) if d not in window_dims]
+    windowed = [d for d in range(rank) if d not in inserted and d not in batching]
+    batch_axes = [a for a in range(len(indices_shape)) if a != ivd]
+    eye = np.eye(rank, dtype=np.int64)
+
+    def placed(positions, along, d):  # positions along one updates dim, as operand dim d's index
+        positions = cx.node("Unsqueeze", [counter(cx, positions, along, up_rank), cx.ints([up_rank])])
+        return cx.node("Mul", [positions, cx.ints(eye[d])])
+
+    full = cx.const(np.zeros([1] * up_rank + [rank], dtype=np.int64), name="origin")
+    for j, d in enumerate(windowed):
+        full = cx.node("Add", [full, placed(sizes_of(cx, updates, op.operands[2], [window_dims[j]]),
+                                            window_dims[j], d)])
+    for d, s in zip(batching, list(dn.scatter_indices_batching_dims)):
+        full = cx.node("Add", [full, placed(sizes_of(cx, indices, op.operands[1], [s]),
+                                            batch_out[batch_axes.index(s)], d)])
+    fits = None
+    if index_map:
+        starts = index_vectors(cx, indices, len(indices_shape), ivd)
+        # a window fits when every start is in [0, dim - its extent along that dim]
+        extents = [sizes_of(cx, updates, op.operands[2], [window_dims[windowed.index(d)]]) if d in windowed
+                   else cx.ints([1]) for d in index_map]
+        extents = cx.node("Concat", extents, {"axis": 0}) if len(extents) > 1 else extents[0]
+        limits = cx.node("Sub", [sizes_of(cx, operand, op.operands[0], index_map), extents])
+        fits = cx.node("And", [cx.node("GreaterOrEqual", [starts, cx.ints([0])]),
+                               cx.node("LessOrEqual", [starts, limits])])
+        fits = cx.node("ReduceMin", [cx.node("Cast", [fits], {"to": 6}), cx.ints([-1])], {"keepdims": 1})
+        pick = [index_map.index(d) if d in index_map else 0 for d in range(rank)]
+        starts = cx.node("Gather", [starts, cx.ints(pick)], {"axis": -1})
+        if not all(d in index_map for d in range(rank)):
+            starts = cx.node("Mul", [starts, cx.ints([1 if d in index_map else 0 for d in range(rank)])])
+        if window_dims:
+            starts = cx.node("Unsqueeze", [starts, cx.ints(window_dims)])
+            fits = cx.node("Unsqueeze", [fits, cx.ints(window_dims)])
+        full = cx.node("Add", [starts, full])
+    full = cx.node("Expand", [full, cx.node("Concat", [cx.node("Shape", [updates]), cx.ints([rank])], {"axis": 0})])
+
+    # the flattened operand plus one spare element that windows which do not fit write to
+    dims = cx.node("Shape", [operand])
+    size = cx.node("ReduceProd", [dims, cx.ints([0])], {"keepdims": 1})
+    strides = [cx.node("ReduceProd", [cx.node("Shape", [operand], {"start": d + 1}), cx.ints([0])], {"keepdims": 1})
+               for d in range(rank - 1)] + [cx.ints([1])]
+    strides = cx.node("Concat", strides, {"axis": 0}) if rank > 1 else strides[0]
+    linear = cx.node("ReduceSum", [cx.node("Mul", [full, strides]), cx.ints([-1])], {"keepdims": 1})
+    if fits is not None:
+        linear = cx.node("Where", [cx.node("Cast", [fits], {"to": 9}), linear, size])
+    flat = cx.node("Reshape", [operand, cx.ints([-1])])
+    flat = cx.node("Concat", [flat, cx.node("Slice", [flat, cx.ints([0]), cx.ints([1])])], {"axis": 0})
+    flat = cx.node("ScatterND", [flat, linear, updates], {"reduction": reduction})
+    flat = cx.node("Slice", [flat, cx.ints([0]), size])
+    return cx.node("Reshape", [flat, dims])
