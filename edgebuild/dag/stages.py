@@ -80,6 +80,21 @@ def _installed(registry, kind: str, name: str, field: str, hint: str):
     return found
 
 
+def import_inputs(variant: Variant, frontend) -> dict:
+    """``source.inputs`` with defaults applied; for a generative recipe whose frontend sizes a
+    source's symbolic dims from the recipe (``sizes_derived_inputs = True``), also the sizes of the
+    inputs the artifact feeds (input_ids' query length from generate.query_lengths), which
+    ``source.inputs`` may not name. The recipe's own entries come last and win."""
+    inputs = variant.params["source"]["inputs"]
+    generate = variant.recipe.generate
+    if generate is None or not getattr(frontend, "sizes_derived_inputs", False):
+        return inputs
+    from edgebuild.recipe.generate import derived_input_sizes
+
+    given = "query_lengths" in generate.model_fields_set
+    return {**derived_input_sizes(generate, lengths_given=given), **inputs}
+
+
 def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -> list[Stage]:
     """The ordered stages of one variant."""
     recipe = variant.recipe
@@ -92,7 +107,7 @@ def pipeline(variant: Variant, registry, resolve_source: Callable[[], Result]) -
     stages = [
         Stage("resolve", SourceParams(model=recipe.source.model, sha256=recipe.source.sha256), [],
               resolve=resolve_source),
-        Stage("import", ImportParams(format=fmt, inputs=source["inputs"], options=options,
+        Stage("import", ImportParams(format=fmt, inputs=import_inputs(variant, frontend), options=options,
                                      option_files={str(p): file_sha256(p) for p in option_files}),
               ["resolve"], import_stage, uses=("frontends",),
               libraries=(*ONNX_LIBRARIES, *frontend.libraries), extra={"files": option_files}),

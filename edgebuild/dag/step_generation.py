@@ -1,5 +1,6 @@
 """The reference generator of a source whose frontend runs it as a step function with its cache
-explicit (see :mod:`edgebuild.verify.runner_generation`), fed the chunks the artifact takes."""
+explicit (see :mod:`edgebuild.verify.runner_generation`), fed the chunks the artifact takes: a
+prompt is prefilled in the longest chunks ``generate.query_lengths`` allows, as the artifact is."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from edgebuild.bundle.decoding import chunk_lengths
 from edgebuild.errors import BuildError, RecipeError
-from edgebuild.recipe.generate import GenerateSection, cache_pairs
+from edgebuild.recipe.generate import GenerateSection, cache_pairs, derived_input_sizes
 from edgebuild.verify.runner_generation import RunnerGenerator
 
 
@@ -15,10 +16,12 @@ def step_generator(frontend, source_path: Path, options, base_dir: Path, generat
     """A :class:`RunnerGenerator` over the frontend's reference runner, or None when it has none."""
     if not generate:
         return None
-    runner = frontend.reference(source_path, {}, options, base_dir)
+    section = GenerateSection.model_validate(generate)
+    # the sizes the artifact's inputs take, for a step exported with a symbolic query length (the
+    # import refused a symbolic one the recipe left at the default, so the default is given here)
+    runner = frontend.reference(source_path, derived_input_sizes(section), options, base_dir)
     if runner is None:
         return None
-    section = GenerateSection.model_validate(generate)
 
     def pair(inputs: list[str], outputs: list[str]) -> list[tuple[str, str]]:
         try:

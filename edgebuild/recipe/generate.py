@@ -208,6 +208,29 @@ def check_generate(recipe, inputs: Optional[list[str]], outputs: Optional[list[s
 DERIVED_INPUTS = ("attention_mask", "position_ids", "seqlens_k", "total_sequence_length", "position")
 
 
+# The field a derived input's size comes from, named in messages about it.
+SIZED_BY = "generate.query_lengths"
+
+
+def derived_input_sizes(section: GenerateSection, *, lengths_given: bool = True) -> dict[str, dict]:
+    """``source.inputs``-style entries for the inputs a generative artifact feeds the source, for a
+    frontend that sizes a source's symbolic dims from the recipe (a StableHLO step exported with a
+    symbolic query length): ``input_ids`` [1, Q], Q from ``query_lengths`` (a size, an enumeration or
+    a range). ``lengths_given`` False (the recipe left ``query_lengths`` at its default): no size,
+    so a symbolic Q is refused naming the field rather than built for one token a call.
+    ``position`` is the source's own 0-d or [1], which the artifact's [1] feeds either way."""
+    entry: dict = {"sized_by": SIZED_BY}
+    if lengths_given:
+        lengths = section.query_lengths
+        if isinstance(lengths, QueryRange):
+            lo, hi = lengths.range
+            query = lo if lo == hi else {"range": [lo, hi]}
+        else:
+            query = lengths[0] if len(lengths) == 1 else {"enumerated": sorted(lengths)}
+        entry["shape"] = [1, query]
+    return {"input_ids": entry}
+
+
 def describe(section: GenerateSection, pairs: list[tuple[str, str]], states: dict[str, str]) -> dict:
     """The artifact's ``edgebuild.generate`` metadata: what a runtime needs without the recipe."""
     return {

@@ -14,6 +14,7 @@ class StableHLOFrontend(Frontend):
     """Registered as the ``stablehlo`` frontend; see the plugin's README for the recipe options."""
 
     libraries = LIBRARIES  # edgebuild_jax.plugin says why
+    sizes_derived_inputs = True  # a generative step's symbolic query length is sized by generate.query_lengths
 
     def import_model(self, path: Path, inputs: dict[str, dict], out_dir: Path, *,
                      options: StableHLOOptions | dict | None = None, base_dir: Path | None = None) -> dict:
@@ -85,6 +86,13 @@ def check_dynamic_dims(entry, names: list[str], inputs: dict, origin: str) -> No
                 continue
             entry_dim = given[axis] if isinstance(given, list) and axis < len(given) else None
             if given is None or isinstance(given, list) and not isinstance(entry_dim, (int, dict)):
+                sized_by = (inputs.get(name) or {}).get("sized_by")
+                if sized_by:  # an input the generative artifact feeds: its recipe field, not source.inputs
+                    raise BuildError(f"{origin}: input {name!r} has a dynamic dim {axis} ({shape}), the chunk "
+                                     f"length, and the recipe leaves {sized_by} at its default [1]",
+                                     hint=f"give {sized_by} the lengths the artifact takes, e.g. [1, 64] or "
+                                          "{range: [1, 64]} (within the export's constraint), or export the "
+                                          "step for input_ids [1, 1]")
                 raise BuildError(f"{origin}: input {name!r} has a dynamic dim {axis} ({shape}) the recipe does not "
                                  "pin or bound",
                                  hint=f"give source.inputs.{name}.shape a size, {{range: [LOW, HIGH]}} or "

@@ -1,10 +1,11 @@
 """A Llama-style decoder written as one generation step with its KV cache explicit, for jax.export.
 
-``step(params, input_ids, position, *cache) -> (logits, *new_cache)``: ``input_ids`` [1, Q] int32,
-``position`` a 0-d int32 (tokens already in the cache), and per layer a key and a value cache
-[1, kv_heads, max_context, head_dim]. The new rows are written into the cache with
-``lax.dynamic_update_slice`` at ``position``, and every query attends to the cache rows at or
-before its own position, so the step is a pure function a runtime can hold the cache for.
+``step(params, input_ids, position, *cache) -> (logits, *new_cache)``: ``input_ids`` [1, Q] int32
+(Q fixed at 1, or symbolic for a multi-token prefill), ``position`` a 0-d int32 (tokens already in
+the cache), and per layer a key and a value cache [1, kv_heads, max_context, head_dim]. The new
+rows are written into the cache with ``lax.dynamic_update_slice`` at ``position``, and every query
+attends to the cache rows at or before its own position, so the step is a pure function a runtime
+can hold the cache for.
 
 The shapes follow TinyLlama-1.1B's published configuration (RMSNorm eps 1e-5, rotary base 10000,
 grouped-query attention, SwiGLU with an intermediate width 2.75 times the hidden width) scaled down
@@ -118,9 +119,11 @@ def cache_names(config: Config) -> tuple[list[str], list[str]]:
     return ["input_ids", "position", *past], ["logits", *present]
 
 
-def export_step(config: Config = Config(), params: dict | None = None, *, position_shape: tuple = ()):
-    """``jax.export`` of the one-token step with the weights closed over (they become the module's
-    constants); ``position_shape`` () or (1,)."""
+def export_step(config: Config = Config(), params: dict | None = None, *, position_shape: tuple = (),
+                longest_query: int | None = None):
+    """``jax.export`` of the step with the weights closed over (they become the module's constants);
+    ``position_shape`` () or (1,). ``longest_query`` None: input_ids [1, 1], one token a call; else
+    [1, q], q symbolic with the constraint ``q <= longest_query``, so one export takes every chunk."""
     from jax import export as jax_export
 
     params = random_params(config) if params is None else params
@@ -128,8 +131,11 @@ def export_step(config: Config = Config(), params: dict | None = None, *, positi
     def fn(input_ids, position, *cache):
         return step(config, params, input_ids, position.reshape(()), *cache)
 
+    query = 1
+    if longest_query is not None:
+        (query,) = jax_export.symbolic_shape("q", constraints=[f"q <= {longest_query}"])
     cache = jax.ShapeDtypeStruct((1, config.kv_heads, config.max_context, config.head_dim), jnp.float32)
-    specs = [jax.ShapeDtypeStruct((1, 1), jnp.int32), jax.ShapeDtypeStruct(position_shape, jnp.int32),
+    specs = [jax.ShapeDtypeStruct((1, query), jnp.int32), jax.ShapeDtypeStruct(position_shape, jnp.int32),
              *[cache] * (2 * config.layers)]
     return jax_export.export(jax.jit(fn))(*specs)
 
