@@ -6,6 +6,7 @@ import pytest
 pytest.importorskip("jax")
 
 
+@pytest.mark.slow  # the whole suite: every case exported, run by JAX and converted
 def test_cases_cover_primitives_over_their_variants_with_jax_outputs():
     from edgebuild_jax.conformance import collect_cases
 
