@@ -169,6 +169,18 @@ def test_a_cnn_over_enumerated_image_sizes(tmp_path, monkeypatch):
     assert sorted(list(s.shape) for s in enumerated) == sorted(validated_shapes(validation, "image"))
 
 
+@pytest.mark.slow
+def test_a_cnn_over_ranges_of_image_sizes(tmp_path, monkeypatch):
+    """Height and width in ranges: strided SAME convolutions pad at run time inside the package."""
+    source = function_source(tmp_path, monkeypatch, "cnn", "image", "[1, {range: [16, 40]}, {range: [12, 30]}, 3]",
+                             "float32")
+    validation = build(tmp_path, "cnn", source)
+    shapes = validated_shapes(validation, "image")
+    assert [1, 16, 12, 3] in shapes and [1, 40, 30, 3] in shapes
+    ranges = package_input(tmp_path, "image").shapeRange.sizeRanges
+    assert [(r.lowerBound, r.upperBound) for r in ranges] == [(1, 1), (16, 40), (12, 30), (3, 3)]
+
+
 W = np.random.default_rng(3).standard_normal((16, 8)).astype(np.float32) * 0.3
 
 
