@@ -66,6 +66,9 @@ def sample_size(dim, recipe_shape, axis: int, name: str) -> int:
     recipe (its fixed size, a range's default or first bound, an enumeration's first size)."""
     if isinstance(dim, int):
         return dim
+    from edgebuild.plugin.recipe import per_dim
+
+    recipe_shape = per_dim(recipe_shape)  # a whole-shape enumeration as its dims
     entry = recipe_shape[axis] if isinstance(recipe_shape, list) and axis < len(recipe_shape) else None
     if isinstance(entry, int):
         return entry
