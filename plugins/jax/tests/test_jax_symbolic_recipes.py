@@ -206,6 +206,20 @@ def test_a_shape_polymorphic_export_with_an_enumerated_sequence(tmp_path):
     assert sorted(list(s.shape) for s in enumerated) == combinations
 
 
+def test_a_shape_polymorphic_export_with_whole_enumerated_shapes(tmp_path):
+    from jax import export as jax_export
+
+    batch, sequence = jax_export.symbolic_shape("b, s")
+    exported = export(attention_pool, jax.ShapeDtypeStruct((batch, sequence, 16), np.float32))
+    (tmp_path / "pool.jaxexport").write_bytes(bytes(exported.serialize()))
+    shapes = [[1, 3, 16], [2, 7, 16], [1, 12, 16]]
+    validation = build(tmp_path, "pool", f"""  model: pool.jaxexport
+  inputs: {{x: {{shape: {{enumerated: {shapes}}}, dtype: float32}}}}
+""")
+    assert validated_shapes(validation, "x") == shapes
+    assert [list(s.shape) for s in package_input(tmp_path, "x").enumeratedShapes.shapes] == shapes
+
+
 def test_a_range_and_a_fixed_input_of_a_function_share_nothing_they_should_not(tmp_path, monkeypatch):
     """Dims spelled alike in two inputs are one symbol: the export sees they agree."""
     from edgebuild_jax.symbolic_dims import export_specs
