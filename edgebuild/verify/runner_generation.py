@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from edgebuild.errors import BuildError, UsageError
+from edgebuild.errors import BuildError, EdgebuildError, UsageError
 from edgebuild.protocols import Generator, Runner
 
 INPUT_IDS, POSITION, ATTENTION_MASK, POSITION_IDS, LOGITS = (
@@ -65,7 +65,16 @@ class RunnerGenerator(Generator):
             feeds[ATTENTION_MASK] = self._integers(ATTENTION_MASK, [[1] * (position + len(ids))])
         if POSITION_IDS in self.specs:
             feeds[POSITION_IDS] = self._integers(POSITION_IDS, [list(range(position, position + len(ids)))])
-        outputs = self.runner(feeds)
+        try:
+            outputs = self.runner(feeds)
+        except EdgebuildError:
+            raise
+        except Exception as exc:  # the source's own refusal, e.g. a chunk beyond its export's constraint
+            raise BuildError(f"{self.where}: the source's step failed on input_ids [1, {len(ids)}] at position "
+                             f"{position}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                             hint="keep generate.query_lengths within the lengths the step was exported for "
+                                  "(its symbolic query length's constraints), and the prompts plus new_tokens "
+                                  "within generate.max_context") from exc
         if LOGITS not in outputs:
             raise BuildError(f"{self.where}: the source's step returned no logits (outputs: {', '.join(outputs)})",
                              hint="name the step's results with source.options.output_names")

@@ -153,3 +153,22 @@ def test_a_symbolic_query_length_with_query_lengths_left_at_the_default_is_refus
     assert "input 'input_ids' has a dynamic dim 1" in error and "generate.query_lengths" in error
     assert "source.inputs" not in error  # which a generative recipe may not name
 
+
+
+def test_a_chunk_beyond_the_exports_constraint_is_refused_naming_the_chunk_and_the_field(tmp_path):
+    from edgebuild.dag.step_generation import step_generator
+    from edgebuild.errors import BuildError
+    from edgebuild_jax.frontend import StableHLOFrontend
+
+    config = Config(layers=1)
+    (tmp_path / "step.jaxexport").write_bytes(bytes(export_step(config, random_params(config), longest_query=4)
+                                                    .serialize()))
+    inputs, outputs = cache_names(config)
+    generator = step_generator(StableHLOFrontend(), tmp_path / "step.jaxexport",
+                               {"input_names": inputs, "output_names": outputs}, tmp_path,
+                               {"max_context": config.max_context, "query_lengths": [1, 4, 8]})
+    assert generator.generate(prompts_of([4], config.vocab)[0], 2)[0]  # chunks within q <= 4 run
+    with pytest.raises(BuildError) as caught:
+        generator.generate(prompts_of([8], config.vocab)[0], 2)
+    assert "step.jaxexport: the source's step failed on input_ids [1, 8] at position 0" in caught.value.message
+    assert "generate.query_lengths" in caught.value.hint
