@@ -641,3 +641,20 @@ def test_rnn_matches_onnxruntime():
     want_seq, want_h = run_onnx_rnn("RNN", feeds, ["y", "yh"], hidden_size=hidden)
     np.testing.assert_allclose(got_seq, want_seq[:, 0], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got_h, want_h[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("interleave", [False, True])
+def test_concat_of_scalars_is_a_vector_as_mil_types_it(interleave):
+    """MIL's concat takes 0-d values as one element each along the axis (a shape built from
+    scalars, as other converters write one)."""
+    from coremltools.converters.mil import Builder as mb
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(3, 5))])
+    def program(x):
+        first = mb.reduce_max(x=x, axes=[0, 1], keep_dims=False)
+        last = mb.reduce_min(x=x, axes=[0, 1], keep_dims=False)
+        return mb.concat(values=[first, last, first], axis=0, interleave=interleave)
+
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    (out,) = run_program(program, {"x": x}).values()
+    np.testing.assert_allclose(out, [x.max(), x.min(), x.max()])

@@ -52,6 +52,8 @@ def transpose(op, x):
 def concat(op, x):
     values = [np.asarray(v) for v in x["values"]]
     axis = int(x["axis"])
+    if values[0].ndim == 0:  # MIL's type inference makes scalars a vector, one element each
+        return np.stack(values)
     if not bool(x.get("interleave", False)):
         return np.concatenate(values, axis=axis)
     axis = axis % values[0].ndim
