@@ -185,6 +185,29 @@ def test_for_calls_leaves_kernels_turned_on_for_good_alone(numpy_kernels):
     assert torch_kernels.enabled() and torch.get_num_threads() == threads
 
 
+def test_for_calls_turns_torch_on_for_the_calling_thread_alone(numpy_kernels):
+    import threading
+
+    seen, inside, leave = [], threading.Event(), threading.Event()
+
+    def validating():
+        with torch_kernels.for_calls(threads=1):
+            seen.append(("validating", torch_kernels.enabled()))
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=validating)
+    thread.start()
+    assert inside.wait(10)
+    seen.append(("other", torch_kernels.enabled()))  # e.g. the fp16 guard of another stage
+    x = RNG.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    args = _conv_args(x, 8, (3, 3), [1, 1], [1, 1], 8, "same", [0, 0, 0, 0])
+    assert conv(_Op("other"), args).flags.c_contiguous  # numpy's kernel, not oneDNN's channels-last one
+    leave.set()
+    thread.join()
+    assert seen == [("validating", True), ("other", False)]
+
+
 def test_for_calls_restores_after_an_error(numpy_kernels):
     threads = torch.get_num_threads()
     with pytest.raises(RuntimeError, match="boom"):

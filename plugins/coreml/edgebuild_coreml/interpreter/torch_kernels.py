@@ -5,8 +5,8 @@ arithmetic), 2-D convolutions that are not one matrix product (depthwise, stride
 erf / exact GELU in float32 (the numpy reference computes them in float64 series, most of a
 transformer's time).
 
-The validate stage's samples in the build's own process turn them on for their calls alone
-(``for_calls``), on one of torch's threads. Elsewhere (the fp16 guard, tests, a machine without
+The validate stage's samples in the build's own process turn them on for their own thread's
+calls alone (``for_calls``), on one of torch's threads. Elsewhere (the fp16 guard, tests, a machine without
 torch) the numpy kernels run, with onnxruntime's casts (``half_casts``); all give the same casts
 bit for bit and the same convolutions up to summation order. Nothing here runs a model: each
 function is one kernel on arrays the interpreter hands it.
@@ -22,7 +22,9 @@ import numpy as np
 
 from . import half_casts
 
-_torch = None  # the torch module once enabled
+_torch = None  # the torch module once enabled for good (``enable``)
+_borrowed = None  # the torch module for the threads inside ``for_calls`` blocks; False: not installed
+_thread = threading.local()  # .blocks: how many ``for_calls`` blocks this thread is inside
 
 
 def enable(threads: int | None = None) -> bool:
@@ -45,45 +47,62 @@ def disable() -> None:
     _torch = None
 
 
+def _active():
+    """The torch module where its kernels are on for the calling thread, else None."""
+    if _torch is not None:
+        return _torch
+    return _borrowed if getattr(_thread, "blocks", 0) else None
+
+
 def enabled() -> bool:
-    return _torch is not None
+    return _active() is not None
 
 
 _calls_lock = threading.Lock()
-_calls = 0  # ``for_calls`` blocks running now that turned the kernels on
+_calls = 0  # ``for_calls`` blocks running now, in every thread
 _saved_threads = None  # torch's pool size before the first of them
 
 
 @contextlib.contextmanager
 def for_calls(threads: int = 1):
-    """torch's kernels for the calls inside the block, on ``threads`` of torch's intra-op pool,
-    where torch is installed and its kernels are not on already (a worker process has them on for
-    good): the build's own process runs validation samples in one thread while another may run the
-    reference, as its BLAS calls do (``map_samples``). torch's pool size and the numpy kernels come
-    back when the last such block ends: a PyTorch source's reference keeps its own pool, and every
-    other caller in the process (the fp16 guard, compression's analysis) keeps numpy's kernels
-    outside the blocks. A pool of more threads than the cores left free spins: on a busy 2-core
-    machine two threads ran a small conv net six times slower than one."""
-    global _calls, _saved_threads
+    """torch's kernels for the calls the calling thread makes inside the block, on ``threads`` of
+    torch's intra-op pool, where torch is installed and its kernels are not on for good already
+    (a worker process has them on): the build's own process runs validation samples in one thread
+    while another may run the reference, as its BLAS calls do (``map_samples``). Other threads keep
+    numpy's kernels meanwhile (the fp16 guard of another build's stage decides by its errors, which
+    must not depend on when a validation runs), and torch's pool size comes back when the last
+    block ends (a PyTorch source's reference keeps its own pool). A pool of more threads than the
+    cores left free spins: on a busy 2-core machine two threads ran a small conv net six times
+    slower than one."""
+    global _calls, _saved_threads, _borrowed
+    if _torch is not None:  # on for good here
+        yield
+        return
     with _calls_lock:
-        if _calls == 0 and _torch is not None:  # on for good here
-            turned_on = False
-        else:
-            turned_on = _calls > 0 or enable()
-            if turned_on:
-                if _calls == 0:
-                    _saved_threads = _torch.get_num_threads()
-                    _torch.set_num_threads(threads)
-                _calls += 1
+        if _borrowed is None:
+            try:
+                import torch
+            except ImportError:
+                torch = False
+            _borrowed = torch
+        turned_on = _borrowed is not False
+        if turned_on:
+            if _calls == 0:
+                _saved_threads = _borrowed.get_num_threads()
+                _borrowed.set_num_threads(threads)
+            _calls += 1
+    if not turned_on:
+        yield
+        return
+    _thread.blocks = getattr(_thread, "blocks", 0) + 1
     try:
         yield
     finally:
-        if turned_on:
-            with _calls_lock:
-                _calls -= 1
-                if _calls == 0:
-                    _torch.set_num_threads(_saved_threads)
-                    disable()
+        _thread.blocks -= 1
+        with _calls_lock:
+            _calls -= 1
+            if _calls == 0:
+                _borrowed.set_num_threads(_saved_threads)
 
 
 _HALF_PAIRS = {(np.dtype(np.float16), np.dtype(np.float32)), (np.dtype(np.float32), np.dtype(np.float16))}
@@ -93,7 +112,7 @@ MIN_CAST_ELEMENTS = 4096  # below this numpy's per-call cost is the lower one
 def cast(array: np.ndarray, dtype) -> np.ndarray:
     """``array.astype(dtype)`` (a new array of numpy's own, so later ops may overwrite it),
     through torch for fp16 <-> fp32 when enabled, else through onnxruntime's (``half_casts``)."""
-    dtype, torch = np.dtype(dtype), _torch  # read once: ``for_calls`` may turn them off meanwhile
+    dtype, torch = np.dtype(dtype), _active()
     if torch is None and (array.dtype, dtype) in _HALF_PAIRS:
         converted = half_casts.cast(array, dtype)
         return array.astype(dtype) if converted is None else converted
@@ -116,7 +135,7 @@ def half_binary(op_type: str, a, b) -> np.ndarray | None:
     fp32 and rounds it once to fp16, as numpy's widened operands and the executor's cast of the
     result do, bit for bit, without the three casts: an fp16 program's activations are
     multiplied and added in fp16 all along. The result keeps the operands' layout."""
-    torch = _torch
+    torch = _active()
     if (torch is None or op_type not in _HALF_BINARY or not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray)
             or a.dtype != np.float16 or b.dtype != np.float16 or max(a.size, b.size) < MIN_CAST_ELEMENTS
             or any(stride < 0 for stride in a.strides + b.strides)):
@@ -137,7 +156,7 @@ FUSED_ACTIVATIONS = {"relu": "relu", "hard_swish": "hardswish"}
 def fuses_activations() -> bool:
     """Whether ``conv2d_prepared`` takes an ``activation``: torch enabled, with its oneDNN
     convolution that applies one."""
-    return _torch is not None and _pointwise_convolution() is not None
+    return _active() is not None and _pointwise_convolution() is not None
 
 
 @functools.cache
@@ -166,7 +185,7 @@ def conv2d_prepared(weight: np.ndarray, bias, strides, dilations, pads, groups: 
     every call, a third of a small map's time. (With the 1x1 convs left to numpy's matrix
     products, packing the others measured no faster: their channels-last results were laid out
     again for those; one oneDNN layout all along ran MobileNet's convs 2.5x faster.)"""
-    torch = _torch
+    torch = _active()
     if torch is None or weight.ndim != 4 or weight.dtype != np.float32:
         return None
     if bias is not None:
@@ -226,7 +245,7 @@ def channels_last(array: np.ndarray) -> bool:
 def conv2d(inp: np.ndarray, prepared: tuple) -> np.ndarray | None:
     """The convolution ``prepared`` (``conv2d_prepared``) of a float32 ``[N, C, H, W]`` input
     (in C order or channels last), or None for another input. The result is channels last."""
-    torch = _torch
+    torch = _active()
     if torch is None or inp.ndim != 4 or inp.dtype != np.float32:
         return None
     weight, bias, strides, padding, dilations, groups, pad_first, post_op, packed = prepared
@@ -246,7 +265,7 @@ def conv2d(inp: np.ndarray, prepared: tuple) -> np.ndarray | None:
 
 def erf(value: np.ndarray) -> np.ndarray | None:
     """erf of a float32 array (float32, within an ulp or two of the float64 one), or None."""
-    torch = _torch
+    torch = _active()
     if torch is None or value.dtype != np.float32:
         return None
     return torch.erf(torch.from_numpy(np.ascontiguousarray(value))).numpy()
@@ -257,7 +276,7 @@ _GELU_APPROXIMATIONS = {"none": "none", "tanh": "tanh"}
 
 def gelu(value: np.ndarray, approximate: str) -> np.ndarray | None:
     """GELU of a float32 array (exact, ``"none"``, or the tanh approximation), or None."""
-    torch = _torch
+    torch = _active()
     if torch is None or value.dtype != np.float32 or approximate not in _GELU_APPROXIMATIONS:
         return None
     x = torch.from_numpy(np.ascontiguousarray(value))
@@ -282,7 +301,7 @@ def linear(value: np.ndarray, weight: np.ndarray, bias) -> np.ndarray | None:
     """``value @ weight.T + bias`` of a float32 ``[..., K]`` input, ``[N, K]`` weight (in any
     layout: a ``[K, N]`` matrix's transposed view is read as it lies) and ``[N]`` bias (or None) by
     oneDNN, or None (not enabled, other types or ranks, a small product)."""
-    torch = _torch
+    torch = _active()
     if (torch is None or not isinstance(value, np.ndarray) or not isinstance(weight, np.ndarray)
             or value.dtype != np.float32 or weight.dtype != np.float32 or weight.ndim != 2
             or value.ndim < 2 or value.shape[-1] != weight.shape[1]
@@ -302,7 +321,7 @@ def linear(value: np.ndarray, weight: np.ndarray, bias) -> np.ndarray | None:
 
 def softmax(value: np.ndarray, axis: int) -> np.ndarray | None:
     """softmax of a float32 array along ``axis`` (torch's, within an ulp or two of numpy's), or None."""
-    torch = _torch
+    torch = _active()
     if torch is None or value.dtype != np.float32 or value.ndim == 0 or value.size < MIN_CAST_ELEMENTS:
         return None
     return torch.softmax(torch.from_numpy(np.ascontiguousarray(value)), axis).numpy()
@@ -312,7 +331,7 @@ def silu(value: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
     """``x * sigmoid(x)`` of a float32 array (in its own layout), written into ``out`` when it is
     ``value`` itself (an input nobody else holds), or None (not enabled, another type, a small
     array, another ``out``): numpy's exp costs a YOLO-style net's activations a third of its time."""
-    torch = _torch
+    torch = _active()
     if (torch is None or not isinstance(value, np.ndarray) or value.dtype != np.float32
             or value.size < MIN_CAST_ELEMENTS or (out is not None and out is not value)
             or any(s < 0 for s in value.strides)):
