@@ -247,3 +247,26 @@ def test_a_dim_a_function_cannot_be_exported_for_is_named(shape, message):
 
     with pytest.raises(UsageError, match=message):
         export_specs({"x": {"shape": shape, "dtype": "float32"}})
+
+
+# --- docs/stablehlo.md, "Symbolic dimensions": the export and its recipe run as written ---------
+
+def docs_blocks(language: str) -> list[str]:
+    text = (Path(__file__).resolve().parents[3] / "docs" / "stablehlo.md").read_text()
+    start = text.index("## Symbolic dimensions")
+    section = text[start:text.find("\n## ", start + 5)]
+    return [block.split("\n", 1)[1] for block in section.split("```")[1::2] if block.startswith(language)]
+
+
+def test_the_docs_symbolic_export_builds_for_its_range(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    python = docs_blocks("python")[0]
+    exec(compile(python, "stablehlo.md", "exec"), {})
+    recipe = tmp_path / "encoder.yaml"
+    recipe.write_text(docs_blocks("yaml")[0] + "outputs: {dir: build}\n")
+    code, result = run(recipe, tmp_path / "cache")
+    (variant,) = result["variants"]
+    assert code == 0 and variant["status"] == "built", json.dumps(variant)[:2000]
+    validation = json.loads((tmp_path / "build" / "default" / "report.json").read_text())["validation"]
+    shapes = validated_shapes(validation, "x")
+    assert [1, 1, 16] in shapes and [1, 128, 16] in shapes and validation["failures"] == []
