@@ -1,15 +1,15 @@
 """Kernels PyTorch does several times faster than numpy, used where it is installed and the
 interpreter validates an artifact (``enable``): fp16 <-> fp32 casts (numpy converts half floats
 one element at a time, F16C or not, which made fp16 emulation cost more in casts than in
-arithmetic), 2-D convolutions that are not one matrix product (depthwise, strided, k x k) and
-erf / exact GELU in float32 (the numpy reference computes them in float64 series, most of a
-transformer's time).
+arithmetic), 2-D convolutions (all but small 1x1 ones) and matrix products by a weight through
+oneDNN (twice OpenBLAS's speed on AVX-512), softmax, SiLU, and erf / exact GELU in float32 (the
+numpy reference computes them in float64 series, most of a transformer's time).
 
 The validate stage's samples in the build's own process turn them on for their own thread's
-calls alone (``for_calls``), on one of torch's threads. Elsewhere (the fp16 guard, tests, a machine without
-torch) the numpy kernels run, with onnxruntime's casts (``half_casts``); all give the same casts
-bit for bit and the same convolutions up to summation order. Nothing here runs a model: each
-function is one kernel on arrays the interpreter hands it.
+calls alone (``for_calls``), on one of torch's threads. Elsewhere (the fp16 guard, tests, a
+machine without torch) the numpy kernels run, with onnxruntime's casts (``half_casts``); all give
+the same casts bit for bit and the same convolutions and products up to summation order. Nothing
+here runs a model: each function is one kernel on arrays the interpreter hands it.
 """
 
 from __future__ import annotations
