@@ -2,7 +2,7 @@
 
 Core ML computes every integer in int32, so each op is checked over int8/uint8/int16/uint16 (whose
 results wrap into the type), int32, uint32 (held as bit patterns: values from 2**31 up are negative
-int32s, and order unsigned) and the 64-bit types (carried as int32), with each operand a tensor or
+int32s, and order and divide unsigned) and the 64-bit types (carried as int32), with each operand a tensor or
 an initializer (a tensor, and a scalar that broadcasts). Where onnxruntime has no kernel for a type,
 ONNX's reference evaluator is the reference."""
 
@@ -30,8 +30,6 @@ def _range(dtype, op: str) -> tuple[int, int]:
     """The values drawn: the type's range; 64-bit types within what int32 carries (products and
     sums within int16 magnitudes, so they stay exact)."""
     info = np.iinfo(dtype)
-    if info.kind == "u" and info.bits >= 32 and op in ("Div", "Mod", "ModFmod"):
-        return 0, (1 << 31) - 1  # a quotient of uint32 patterns from 2**31 up is not computed unsigned
     if info.bits < 64:
         return int(info.min), int(info.max)
     if op in ("Add", "Sub", "Mul"):
@@ -95,7 +93,7 @@ def _check(op, dtype, arrays, form, *, unary=False):
     constants = FORMS[form]
     if "scalar" in constants:
         arrays = {**arrays, "b": np.asarray(arrays["b"][5])}
-    if op in ARITHMETIC[:-2] and np.iinfo(dtype).kind == "u" and np.iinfo(dtype).bits >= 32:
+    if op in ("Add", "Sub", "Mul") and np.iinfo(dtype).kind == "u" and np.iinfo(dtype).bits >= 32:
         # arithmetic refuses uint32 constants from 2**31 up by name (test_bit_shift_unsigned): kept below
         arrays = {n: v % (1 << 31) if n in constants else v for n, v in arrays.items()}
     model = _model(op, dtype, arrays, constants, unary=unary)
@@ -150,3 +148,20 @@ def test_narrow_arithmetic_wraps_every_pair(op, dtype):
                              int(info.max) - 1, int(info.max), int(info.max) // 2 + 1}), dtype)
     a, b = np.repeat(edges, len(edges)), np.tile(edges, len(edges))
     _check(op, dtype, {"a": a, "b": b}, "inputs")
+
+
+@pytest.mark.parametrize("op", ["Div", "Mod"])
+def test_uint32_division_over_the_whole_range(op):
+    # every edge dividend by every edge divisor (1, 2, the 2**30 and 2**31 boundaries, the top), and a
+    # wide random sweep, against numpy's unsigned division
+    edges = np.array([0, 1, 2, 3, (1 << 30) - 1, 1 << 30, (1 << 31) - 1, 1 << 31, (1 << 31) + 1,
+                      (1 << 32) - 2, (1 << 32) - 1], np.uint32)
+    rng = np.random.default_rng(5)
+    a = np.concatenate([np.repeat(edges, len(edges)), rng.integers(0, 1 << 32, 2000, dtype=np.uint64)])
+    b = np.concatenate([np.tile(edges, len(edges)), rng.integers(1, 1 << 32, 1000, dtype=np.uint64),
+                        rng.integers(1, 1 << 12, 1000, dtype=np.uint64)])
+    a, b = a.astype(np.uint32), np.where(b == 0, 7, b).astype(np.uint32)
+    model = _model(op, np.uint32, {"a": a, "b": b}, ())
+    got = lower_and_run(model, {"a": a, "b": b})["z"]
+    want = a // b if op == "Div" else a % b
+    np.testing.assert_array_equal(got.astype(np.uint32), want)

@@ -3,7 +3,8 @@
 ONNX and MIL broadcast the same way (numpy rules). Where the semantics differ — integer
 Div truncates toward zero, Mod with ``fmod=1`` takes the dividend's sign — extra ops fix it.
 Integer operands of every width compute in int32 (``_int_operands``); a sum, difference,
-product or quotient of a narrower type wraps into it, as onnxruntime's kernels do.
+product or quotient of a narrower type wraps into it, as onnxruntime's kernels do, and uint32
+bit patterns divide unsigned (``_unsigned_div``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from coremltools.converters.mil import Builder as mb
 
 from edgebuild_coreml.lowering.ops._int_operands import (compares_patterns, operand, operands, unsigned_order,
                                                           within_width)
+from edgebuild_coreml.lowering.ops._unsigned_div import unsigned_divmod
 from edgebuild_coreml.lowering.ops._util import const_like, dtype_of, select
 from edgebuild_coreml.lowering.registry import lowers
 
@@ -30,9 +32,12 @@ def arithmetic(ctx, node):
 
 @lowers("Div")
 def div(ctx, node):
-    x, y = operand(ctx, node, 0), operand(ctx, node, 1)
+    unsigned = compares_patterns(node)  # uint32 patterns divide unsigned
+    x, y = operand(ctx, node, 0, patterns=unsigned), operand(ctx, node, 1, patterns=unsigned)
     if dtype_of(x) != "int32":
         return mb.real_div(x=x, y=y, name=ctx.name(node))
+    if unsigned:
+        return mb.identity(x=unsigned_divmod(x, y)[0], name=ctx.name(node))
     return within_width(ctx, node, lambda name: _truncating_div(ctx, node, x, y, name))  # int8 -128 / -1 wraps
 
 
@@ -63,7 +68,7 @@ def power(ctx, node):
 @lowers("Mod", until=27)
 def mod_integer_floor(ctx, node):
     """Before opset 28, Mod with fmod=0 is defined for integers only."""
-    if not ctx.attr(node, "fmod", 0) and dtype_of(operand(ctx, node, 0)) != "int32":
+    if not ctx.attr(node, "fmod", 0) and dtype_of(operand(ctx, node, 0, patterns=True)) != "int32":
         ctx.fail(node, "Mod with fmod=0 is defined for integers only before opset 28",
                  hint="set fmod=1 for floats")
     return mod(ctx, node)
@@ -71,7 +76,10 @@ def mod_integer_floor(ctx, node):
 
 @lowers("Mod", since=28)
 def mod(ctx, node):
-    x, y = operand(ctx, node, 0), operand(ctx, node, 1)
+    unsigned = compares_patterns(node)
+    x, y = operand(ctx, node, 0, patterns=unsigned), operand(ctx, node, 1, patterns=unsigned)
+    if unsigned and dtype_of(x) == "int32":  # no signs: both fmod modes are the unsigned remainder
+        return mb.identity(x=unsigned_divmod(x, y)[1], name=ctx.name(node))
     if not ctx.attr(node, "fmod", 0):  # the result takes the divisor's sign, as MIL mod's does
         return mb.mod(x=x, y=y, name=ctx.name(node))
     # C fmod: the result takes the dividend's sign. MIL mod takes the divisor's, so where a
