@@ -88,8 +88,8 @@ def check_dynamic_dims(entry, names: list[str], inputs: dict, origin: str) -> No
             if given is None or isinstance(given, list) and not isinstance(entry_dim, (int, dict)):
                 sized_by = (inputs.get(name) or {}).get("sized_by")
                 if sized_by:  # an input the generative artifact feeds: its recipe field, not source.inputs
-                    raise BuildError(f"{origin}: input {name!r} has a dynamic dim {axis} ({shape}), the chunk "
-                                     f"length, and the recipe leaves {sized_by} at its default [1]",
+                    raise BuildError(f"{origin}: input {name!r} has a dynamic dim {axis} ({shape}), which a "
+                                     f"generative recipe sizes from {sized_by}, left at its default [1]",
                                      hint=f"give {sized_by} the lengths the artifact takes, e.g. [1, 64] or "
                                           "{range: [1, 64]} (within the export's constraint), or export the "
                                           "step for input_ids [1, 1]")
