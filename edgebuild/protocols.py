@@ -80,6 +80,11 @@ class Frontend(Protocol):
     """The distributions whose versions decide what ``import_model`` writes (PyTorch: torch, transformers):
     they join the import stage's cache key, as onnx and onnx-ir do for every frontend."""
 
+    sizes_derived_inputs: bool = False
+    """True for a frontend whose source may leave a generative artifact's derived inputs symbolic (a JAX
+    step's query length): the import stage's ``inputs`` then carry their sizes from ``generate``
+    (``input_ids``: [1, query_lengths]), so they join its key."""
+
     def import_model(self, path: Path, inputs: dict, out_dir: Path, *, options: Any = None,
                      base_dir: Optional[Path] = None) -> dict:
         """Write ``out_dir/model.onnx`` (weights as external data beside it) and return facts for the report.

@@ -23,7 +23,11 @@ def _runner(exported, n_in, n_out):
 VARIANTS = list(conformance._variants())
 
 
-@pytest.mark.parametrize("index", range(len(VARIANTS)), ids=[f"{p}-{v}" for p, v, _, _ in VARIANTS])
+CI_SHARE = 6  # every sixth variant in CI, the rest in the slow suite: each costs an export and two runs
+
+
+@pytest.mark.parametrize("index", [pytest.param(i, marks=() if i % CI_SHARE == 0 else pytest.mark.slow)
+                                   for i in range(len(VARIANTS))], ids=[f"{p}-{v}" for p, v, _, _ in VARIANTS])
 def test_every_primitive_computes_in_float64_what_it_computes_in_float32(index):
     """Each conformance variant (every lax primitive over its dtypes and attributes): float32 values
     become float64, every other type stays, and the results agree with JAX's own run."""
