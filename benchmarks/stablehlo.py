@@ -190,8 +190,11 @@ def export(fn, arrays, work: Path, name: str) -> Path:
     import jax
     from jax import export as jax_export
 
+    from edgebuild_jax.conformance_integers import needs_x64
+
     specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in arrays]
-    exported = jax_export.export(jax.jit(fn))(*specs)
+    with jax.enable_x64(needs_x64(fn, arrays)):  # 64-bit cases are traced as the suite traces them
+        exported = jax_export.export(jax.jit(fn))(*specs)
     (work / f"{name}.jaxexport").write_bytes(exported.serialize())
     (work / f"{name}.mlir").write_text(exported.mlir_module())
     (work / f"{name}.stablehlo").write_bytes(bytes(exported.mlir_module_serialized))

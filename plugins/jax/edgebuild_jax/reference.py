@@ -46,7 +46,9 @@ class JaxRunner:
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         import jax
 
-        with jax.default_device(jax.devices("cpu")[0]):
+        # a module traced with 64-bit types (x64 on at export) runs only with x64 on again
+        wide = any(np.dtype(aval.dtype).itemsize == 8 for aval in (*self.exported.in_avals, *self.exported.out_avals))
+        with jax.enable_x64(wide), jax.default_device(jax.devices("cpu")[0]):
             arrays = [np.asarray(inputs[name]).astype(aval.dtype)
                       for name, aval in zip(self.input_specs, self.exported.in_avals[self._skipped:])]
             prefix = (self.params,) if self.params is not None else ()
