@@ -78,13 +78,12 @@ def test_resize_opset10_and_upsample(op, opset, mode):
     check_op(op, inputs, attrs={"mode": mode}, opset=opset, initializers=("scales",), rtol=RTOL, atol=ATOL)
 
 
-def test_resize_runtime_sizes_are_refused():
-    from edgebuild.errors import BuildError
-
+def test_resize_runtime_sizes_build_their_grid_in_the_graph():
+    # sizes fed at run time (test_resize_runtime_sizes.py covers the class)
     inputs = {"x": RESIZE_X, "roi": None, "scales": None, "sizes": np.array([1, 2, 9, 5], np.int64)}
     model = single_node_model("Resize", inputs, opset=13)
-    with pytest.raises(BuildError, match="sizes must be a constant"):
-        lower(model)
+    feeds = {"x": RESIZE_X, "sizes": inputs["sizes"]}
+    assert_matches(lower_and_run(model, feeds)["y"], run_onnxruntime(model, feeds)["y"], rtol=1e-4, atol=1e-5)
 
 
 def test_resize_fp16():

@@ -4,8 +4,9 @@ Every mode, nearest_mode and coordinate_transformation_mode is reproduced exactl
 sampling along each resized axis is computed in numpy at build time (``_resize_weights``)
 and applied with MIL ``gather`` (nearest) or ``matmul`` (linear, cubic, antialias). The
 common integer nearest upsampling becomes ``upsample_nearest_neighbor`` instead. This needs
-static lengths on the resized axes and constant scales/sizes/roi; runtime ones are refused with a
-reason. An axis known only at run time (a detector's roi count) may stay unresized.
+static lengths on the resized axes and constant scales/sizes/roi. Sizes or scales computed at
+run time take ``_resize_runtime`` instead, which builds the grid in the graph. An axis known only
+at run time (a detector's roi count) may stay unresized.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil.types.symbolic import is_symbolic
 
 from edgebuild_coreml.lowering.ops._nn_util import as_float, float_np, is_float, shape_of
+from edgebuild_coreml.lowering.ops._resize_runtime import resample_run_time
 from edgebuild_coreml.lowering.ops._resize_weights import COORDINATE_MODES, AxisPlan, axis_plan
 from edgebuild_coreml.lowering.registry import lowers
 
@@ -211,6 +213,8 @@ def resize(ctx, node):
     coordinate_mode = _text(ctx.attr(node, "coordinate_transformation_mode"), "half_pixel")
     if coordinate_mode not in COORDINATE_MODES:
         ctx.fail(node, f"unknown coordinate_transformation_mode {coordinate_mode!r}")
+    if _run_time_operand(ctx, node, 2) or _run_time_operand(ctx, node, 3):
+        return _resize_run_time(ctx, node, x, coordinate_mode)
     roi = ctx.const(node, 1, optional=True, what="roi") if coordinate_mode == "tf_crop_and_resize" else None
     scales = ctx.const(node, 2, optional=True, what="scales")
     sizes = ctx.const(node, 3, optional=True, what="sizes")
@@ -222,6 +226,22 @@ def resize(ctx, node):
     return resample(ctx, node, x, mode=_mode(ctx, node), coordinate_mode=coordinate_mode,
                     nearest_mode=_text(ctx.attr(node, "nearest_mode"), "round_prefer_floor"),
                     scales=scales, sizes=sizes, roi=roi, axes=axes)
+
+
+def _run_time_operand(ctx, node, index: int) -> bool:
+    """Whether scales (2) or sizes (3) is given and computed at run time."""
+    return ctx.has_input(node, index) and ctx.const_value(node.inputs[index]) is None
+
+
+def _resize_run_time(ctx, node, x, coordinate_mode):
+    """Sizes or scales known only at run time: the sampling grid is built in the graph."""
+    given = ctx.has_input(node, 3) and _run_time_operand(ctx, node, 3) or (
+        ctx.has_input(node, 3) and np.asarray(ctx.const_value(node.inputs[3])).size > 0)
+    sizes = ctx.input(node, 3) if given else None
+    scales = ctx.input(node, 2) if sizes is None else None
+    return resample_run_time(ctx, node, x, mode=_mode(ctx, node), coordinate_mode=coordinate_mode,
+                             nearest_mode=_text(ctx.attr(node, "nearest_mode"), "round_prefer_floor"),
+                             scales=scales, sizes=sizes, axes=ctx.attr(node, "axes"))
 
 
 @lowers("Resize", since=10, until=10)
