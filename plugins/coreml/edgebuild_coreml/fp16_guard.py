@@ -245,9 +245,11 @@ def constant_overflows(program, limit: float = FP16_MAX) -> dict[str, float]:
     return found
 
 
-def find_overflows(program, samples, *, limit: float = FP16_MAX, cosine_min: float | None = None) -> GuardResult:
+def find_overflows(program, samples, *, limit: float = FP16_MAX, cosine_min: float | None = None,
+                   judge=None) -> GuardResult:
     """Run ``program`` (fp32) on ``samples`` and name the ops fp16 could not hold; with
-    ``cosine_min``, also the ops to keep in fp32 for the outputs to stay within it."""
+    ``cosine_min``, also the ops to keep in fp32 for the outputs to stay within it, as ``judge``
+    (a ``fp16_sensitivity.Judge``: validation's detection matching, say) scores them."""
     from edgebuild.plugin import blas_threads
 
     checked = 0
@@ -274,7 +276,7 @@ def find_overflows(program, samples, *, limit: float = FP16_MAX, cosine_min: flo
         with blas_threads(1), heap_blocks_reused():
             try:
                 precision = find_sensitive_ops(program, kept_samples, references, cosine_min=cosine_min,
-                                               keep=set(overflowing) | set(readers))
+                                               keep=set(overflowing) | set(readers), judge=judge)
             finally:
                 forget_plans(program)
     result = GuardResult(overflowing=overflowing, readers=readers, checked_samples=checked, ranges=ranges,

@@ -15,6 +15,19 @@ finds that on its calibration samples, before the fp16 cast pass runs:
 - the most sensitive runs are kept in fp32, as few as meet the budget on every sample (a
   bisection over how many). Contiguous runs make islands with casts only at their ends.
 
+A detector's outputs (``validate.detections``) are judged as validation judges them (``Judge``):
+boxes matched by IoU, the cosine over the matched pairs, and each box limit's shortfall put on
+the cosine's scale (a box_match at its limit counts as a cosine at cosine_min). A plain cosine
+over boxes after NMS measures their order, which a last bit changes, and kept everything fp32.
+
+The estimate is one draw of a chaotic quantity for a badly conditioned net: the artifact's
+kernels round and sum in their own order, and a net that amplifies last-bit differences lands
+anywhere in a range. So the guard also runs the worst sample twice with each op's outputs
+rounded stochastically (an unbiased rounding with the same step as round-to-nearest): where the
+three estimates spread by more than the recipe's whole allowed deficit, rounding alone decides
+whether the artifact passes, and the result says so (``ill_conditioned``) instead of trusting
+one of them. A well-conditioned net spreads by about its deficit, which the search kept to half.
+
 The budget is half the recipe's allowed deficit (``1 - cosine_min``): the estimate sees the
 calibration samples, not every validation sample, and rounds where the artifact's kernels round
 at most (each op's result; products accumulate in fp32 as Core ML's do).
@@ -31,6 +44,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+STOCHASTIC_DRAWS = 2  # stochastic-rounding runs of the worst sample that measure the estimate's spread
 SEGMENTS = 16  # contiguous runs of ops the search ranks; more cost a run each, fewer keep coarser islands
 BUDGET_SHARE = 0.5  # of the recipe's cosine deficit the estimate may use; the rest is for what it does not see
 
@@ -41,14 +55,110 @@ class PrecisionResult:
     fp16_cosine: float  # estimated worst cosine with only the overflow islands in fp32
     kept_cosine: float  # ... and with ``kept`` in fp32 too
     kept: dict[str, str] = field(default_factory=dict)  # op name -> op type, in program order
+    # the worst sample's estimate with ``kept`` in fp32, lowest and highest over the roundings
+    spread: tuple[float, float] | None = None
+    judged_as: str = "cosine"  # or "detections": boxes matched as validation matches them
+
+    @property
+    def ill_conditioned(self) -> bool:
+        """Rounding alone moves the outputs by more than the recipe allows: no estimate bounds the artifact."""
+        return self.spread is not None and self.spread[1] - self.spread[0] > 1.0 - self.cosine_min
 
     def kinds(self) -> dict[str, int]:
         return dict(Counter(self.kept.values()).most_common())
 
     def to_json(self) -> dict:
-        return {"cosine_min": self.cosine_min, "estimated_fp16_cosine": round(self.fp16_cosine, 7),
-                "estimated_cosine_with_islands": round(self.kept_cosine, 7),
-                "kept_fp32": list(self.kept), "kept_fp32_kinds": self.kinds()}
+        found = {"cosine_min": self.cosine_min, "judged_as": self.judged_as,
+                 "estimated_fp16_cosine": round(self.fp16_cosine, 7),
+                 "estimated_cosine_with_islands": round(self.kept_cosine, 7),
+                 "kept_fp32": list(self.kept), "kept_fp32_kinds": self.kinds()}
+        if self.spread is not None:
+            found["estimate_range"] = [round(value, 7) for value in self.spread]
+            found["ill_conditioned"] = self.ill_conditioned
+        return found
+
+
+@dataclass(frozen=True)
+class Judge:
+    """How the estimate's outputs are held against the fp32 run's: as validation will hold the artifact's.
+
+    ``detections``: the recipe's ``validate.detections`` groups, named by the program's outputs;
+    ``box_limits``: {box metric: its lower limit} (box_match, box_iou, ...), from the thresholds."""
+
+    cosine_min: float
+    detections: tuple = ()
+    box_limits: Mapping[str, float] = field(default_factory=dict)
+
+    def score(self, reference: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> float:
+        """One sample's score on the cosine's scale: the lowest cosine, and each box limit's shortfall."""
+        if not self.detections:
+            return sample_cosine(reference, outputs)
+        from edgebuild.plugin.validation import compare
+
+        # an unmatched NaN box would only lower box_match: fp16 making values non-finite fails outright
+        if any(np.asarray(expected).dtype.kind == "f" and np.isfinite(expected).all()
+               and not np.isfinite(outputs[name]).all() for name, expected in reference.items()):
+            return -1.0
+        metrics = compare(reference, outputs, detections=self.detections)
+        worst = 1.0
+        for name, expected in reference.items():
+            if np.asarray(expected).dtype.kind != "f":
+                continue
+            cosine = metrics[name].get("cosine", 1.0)
+            if metrics[name].get("nonfinite", 0.0) or not np.isfinite(cosine):
+                return -1.0
+            worst = min(worst, cosine)
+        allowed = 1.0 - self.cosine_min
+        for group in self.detections:
+            for metric, limit in self.box_limits.items():
+                value = metrics[group.boxes].get(metric)
+                if value is None:  # no pair, no box_iou: box_match carries it
+                    continue
+                # at the limit the shortfall counts as a cosine at cosine_min, so both share the budget
+                worst = min(worst, 1.0 - (1.0 - value) * allowed / (1.0 - limit) if limit < 1.0
+                            else 1.0 if value >= 1.0 else -1.0)
+        return worst
+
+
+BOX_LIMITS = {"box_match": "box_match_min", "box_recall": "box_recall_min",
+              "box_precision": "box_precision_min", "box_iou": "box_iou_min"}
+
+
+def judge_for(section, cosine_min: float, output_names: Mapping[str, str]) -> Judge:
+    """The ``Judge`` for a recipe's validate ``section`` (its detections, whose outputs ``output_names``
+    maps from the model's names to the program's) and its strictest ``cosine_min``."""
+    groups = tuple(getattr(section, "detections", None) or ())
+    if not groups:
+        return Judge(cosine_min)
+    renamed = []
+    limits: dict[str, float] = {}
+    for group in groups:
+        names = {role: output_names.get(value, value) for role in ("boxes", "scores", "labels")
+                 if (value := getattr(group, role)) is not None}
+        renamed.append(group.model_copy(update={**names, "attached": [output_names.get(n, n) for n in group.attached]}))
+        thresholds = section.thresholds_for(group.boxes)
+        for metric, field_name in BOX_LIMITS.items():
+            limit = getattr(thresholds, field_name)
+            if limit is not None:
+                limits[metric] = max(limit, limits.get(metric, 0.0))
+    return Judge(cosine_min, tuple(renamed), limits)
+
+
+def stochastic_rounding(seed: int):
+    """A rounding of fp32 arrays to fp16 values that picks either neighbour, the nearer more often
+    (unbiased: the mean is the value), from a generator seeded with ``seed``."""
+    rng = np.random.default_rng(seed)
+
+    def rounded(value: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # beyond fp16: inf, as a cast gives
+            nearest = value.astype(np.float16)
+            residual = value - nearest.astype(np.float32)
+            other = np.nextafter(nearest, np.where(residual > 0, np.float16(np.inf), np.float16(-np.inf)))
+            step = other.astype(np.float32) - nearest.astype(np.float32)
+            chance = np.where(step != 0, residual / step, 0.0)  # in [0, 1/2]; NaN at inf: nearest
+        return np.where(rng.random(value.shape, dtype=np.float32) < chance, other, nearest).astype(np.float32)
+
+    return rounded
 
 
 class RoundedWeights:
@@ -80,16 +190,17 @@ class RoundedWeights:
             forget_plans(self.program)
 
 
-def emulated_fp16(program, sample: Mapping[str, np.ndarray], keep: set[str]) -> dict[str, np.ndarray]:
+def emulated_fp16(program, sample: Mapping[str, np.ndarray], keep: set[str], rounding=None) -> dict[str, np.ndarray]:
     """``program``'s (fp32) outputs on ``sample`` with the inputs and every op's float outputs
     rounded to fp16, except the ops named in ``keep`` and the inputs only they read (the
     weights: ``RoundedWeights``). A kept op read by kept and fp16 ops alike counts as fp32 for
-    all of them (the estimate's one optimism)."""
+    all of them (the estimate's one optimism). ``rounding``: how the ops' outputs are rounded
+    (default: to nearest, as a cast does); the inputs are always rounded to nearest."""
     from edgebuild_coreml.interpreter import run_program
     from edgebuild_coreml.interpreter.torch_kernels import round_to_half
 
-    def rounded(value):
-        return round_to_half(value) if isinstance(value, np.ndarray) and value.dtype == np.float32 else value
+    def rounded(value, rounding=round_to_half):
+        return rounding(value) if isinstance(value, np.ndarray) and value.dtype == np.float32 else value
 
     function = program.functions["main"]
     returned = {var.name for var in function.outputs}
@@ -100,7 +211,7 @@ def emulated_fp16(program, sample: Mapping[str, np.ndarray], keep: set[str]) -> 
                                        for var in op.outputs)
 
     def observe(op, outputs):
-        return None if read_in_fp32(op) else [rounded(value) for value in outputs]
+        return None if read_in_fp32(op) else [rounded(value, rounding or round_to_half) for value in outputs]
 
     inputs = function.inputs
     # an input only fp32 ops read is not cast (the cast pass casts it for fp16 readers)
@@ -109,19 +220,25 @@ def emulated_fp16(program, sample: Mapping[str, np.ndarray], keep: set[str]) -> 
                                  for name, value in sample.items()}, observer=observe)
 
 
-def worst_cosine(references: Sequence[Mapping[str, np.ndarray]], got: Sequence[Mapping[str, np.ndarray]]) -> float:
-    """The lowest cosine over the samples' float outputs (1.0 where an output is all zeros both ways)."""
+def worst_cosine(references: Sequence[Mapping[str, np.ndarray]], got: Sequence[Mapping[str, np.ndarray]],
+                 judge: Judge | None = None) -> float:
+    """The lowest score over the samples (``Judge.score``; without a judge, ``sample_cosine``)."""
+    score = judge.score if judge is not None else sample_cosine
+    return min((score(reference, outputs) for reference, outputs in zip(references, got)), default=1.0)
+
+
+def sample_cosine(reference: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> float:
+    """The lowest cosine over one sample's float outputs (1.0 where an output is all zeros both ways)."""
     worst = 1.0
-    for reference, outputs in zip(references, got):
-        for name, expected in reference.items():
-            expected = np.asarray(expected)
-            if expected.dtype.kind != "f":
-                continue
-            a, b = expected.astype(np.float64).ravel(), np.asarray(outputs[name], np.float64).ravel()
-            if not np.isfinite(b).all():
-                return -1.0
-            norms = float(np.linalg.norm(a) * np.linalg.norm(b))
-            worst = min(worst, float(a @ b) / norms if norms > 0 else float(np.array_equal(a, b)))
+    for name, expected in reference.items():
+        expected = np.asarray(expected)
+        if expected.dtype.kind != "f":
+            continue
+        a, b = expected.astype(np.float64).ravel(), np.asarray(outputs[name], np.float64).ravel()
+        if not np.isfinite(b).all():
+            return -1.0
+        norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+        worst = min(worst, float(a @ b) / norms if norms > 0 else float(np.array_equal(a, b)))
     return worst
 
 
@@ -142,22 +259,39 @@ def segments_of(ops: list, count: int = SEGMENTS) -> list[list]:
 
 def find_sensitive_ops(program, samples: Sequence[Mapping[str, np.ndarray]],
                        references: Sequence[Mapping[str, np.ndarray]], *, cosine_min: float,
-                       keep: set[str]) -> PrecisionResult:
+                       keep: set[str], judge: Judge | None = None) -> PrecisionResult:
     """The fewest ops (besides ``keep``, already fp32) whose fp32 keeps the estimated fp16 cosine on
-    ``samples`` (whose fp32 outputs are ``references``) within the budget for ``cosine_min``."""
+    ``samples`` (whose fp32 outputs are ``references``) within the budget for ``cosine_min``, as
+    ``judge`` scores outputs (default: cosine over every float output); and the estimate's spread."""
+    judge = judge or Judge(cosine_min)
     target = 1.0 - (1.0 - cosine_min) * BUDGET_SHARE
     weights = RoundedWeights(program)
 
-    def cosine_with(kept: set[str], which=range(len(samples))) -> float:
+    def cosine_with(kept: set[str], which=range(len(samples)), rounding=None) -> float:
         with weights.applied(kept):
             return worst_cosine([references[i] for i in which],
-                                [emulated_fp16(program, samples[i], kept) for i in which])
+                                [emulated_fp16(program, samples[i], kept, rounding) for i in which], judge)
 
     per_sample = [cosine_with(keep, [i]) for i in range(len(samples))]
     start = min(per_sample, default=1.0)
-    result = PrecisionResult(cosine_min=cosine_min, fp16_cosine=start, kept_cosine=start)
-    if start >= target:
+    result = PrecisionResult(cosine_min=cosine_min, fp16_cosine=start, kept_cosine=start,
+                             judged_as="detections" if judge.detections else "cosine")
+    if not samples:
         return result
+    worst = int(np.argmin(per_sample))
+    if start < target:
+        _search(result, program, keep, per_sample, target, cosine_with)
+    # the same estimate under other roundings of the same step: how far one draw can be trusted
+    chosen = keep | set(result.kept)
+    nearest = per_sample[worst] if not result.kept else cosine_with(chosen, [worst])
+    draws = [cosine_with(chosen, [worst], stochastic_rounding(seed)) for seed in range(STOCHASTIC_DRAWS)]
+    result.spread = (min(nearest, *draws), max(nearest, *draws))
+    return result
+
+
+def _search(result: PrecisionResult, program, keep: set[str], per_sample: list[float], target: float,
+            cosine_with) -> None:
+    """Fill ``result.kept`` with the most sensitive runs of ops, as few as meet ``target``."""
     candidates = float_ops(program, keep)
     every = {op.name for op in candidates}
     # ranked on the worst sample: the deficit of rounding one run alone, the rest in fp32
@@ -180,4 +314,3 @@ def find_sensitive_ops(program, samples: Sequence[Mapping[str, np.ndarray]],
     chosen = kept_by(high)
     result.kept = {op.name: op.op_type for op in candidates if op.name in chosen}
     result.kept_cosine = cosine_at_high
-    return result

@@ -67,7 +67,7 @@ def _lower(model_path: Path, artifact: Path, params: LowerParams, registry, *, b
                                        params.calibration.section, base_dir,
                                        samples=stateful.calibration_samples if stateful else None,
                                        cosine_min=None if stateful else params.calibration.cosine_min,
-                                       policy=compute.policy)
+                                       policy=compute.policy, output_names=result.output_names)
     units = policy.compute_units_for(compute.policy)
     model = save_mlpackage(result, artifact, target=params.deployment_target, precision=params.precision,
                            input_specs=policy.shape_specs(params.inputs), compute_units=units,
@@ -97,7 +97,7 @@ def _lower(model_path: Path, artifact: Path, params: LowerParams, registry, *, b
     if result.notes:
         info["notes"] = result.notes
     warnings = [policy.range_fallback_warning(plan, LABEL), policy.ane_absence_warning(plan, LABEL),
-                _precision_warning(guard_run.get("result"))]
+                _precision_warning(guard_run.get("result")), _conditioning_warning(guard_run.get("result"))]
     if any(warnings):
         info["warnings"] = [w for w in warnings if w]
     plan_json = {**plan.to_json(), **policy.per_shape_plans(
@@ -116,20 +116,26 @@ def _lower(model_path: Path, artifact: Path, params: LowerParams, registry, *, b
 
 
 def _fp16_guard(record: dict, model_path: Path, recipe_inputs: dict, input_names: dict, section, base_dir: Path,
-                samples=None, cosine_min: float | None = None, policy: str = "auto"):
+                samples=None, cosine_min: float | None = None, policy: str = "auto", output_names=None):
     """The ``before_fp16_cast`` hook: runs the program, still fp32 after coremltools' passes, on
     calibration inputs and names the ops to keep in fp32 (its GuardResult goes to ``record``).
     ``samples()``: the calibration inputs when the recipe's do not fit the program (a stateful
     decoder takes token ids and a position). ``cosine_min``: the recipe's limit, which the ops
-    kept for precision are chosen to meet; a Neural-Engine-only ``policy`` cannot hold them."""
+    kept for precision are chosen to meet, judged as validation judges (``section``'s detections,
+    named by the model's outputs: ``output_names`` maps them to the program's); a
+    Neural-Engine-only ``policy`` cannot hold them."""
     from edgebuild_coreml import fp16_guard
+    from edgebuild_coreml.fp16_sensitivity import judge_for
     from edgebuild_coreml.memory import return_freed_memory
+
+    judge = judge_for(section, cosine_min, output_names or {}) if cosine_min is not None else None
 
     def before_fp16_cast(program) -> set[str]:
         # Inputs made one at a time as the guard runs them (a few MB each for an image model).
         calibration = samples() if samples is not None else fp16_guard.calibration_samples(
             section, model_path, recipe_inputs, base_dir, input_names)
-        record["result"] = guard = fp16_guard.find_overflows(program, calibration, cosine_min=cosine_min)
+        record["result"] = guard = fp16_guard.find_overflows(program, calibration, cosine_min=cosine_min,
+                                                              judge=judge)
         return_freed_memory()  # the activations, before the cast pass copies constants
         _refuse_precision_islands_on_ane(guard.precision, policy)
         return guard.keep_fp32
@@ -168,6 +174,19 @@ def _precision_warning(guard) -> str | None:
     return (f"{LABEL}: fp16 rounding takes the outputs to an estimated cosine of {precision.fp16_cosine:.6f} "
             f"on the calibration inputs, below validate.thresholds.cosine_min {precision.cosine_min}: "
             f"{_described(precision)} are kept in fp32 (estimated cosine {precision.kept_cosine:.6f}): {shown}")
+
+
+def _conditioning_warning(guard) -> str | None:
+    """The estimate cannot be trusted: fp16 rounding alone, redrawn, moves the outputs past the limit."""
+    precision = getattr(guard, "precision", None)
+    if precision is None or not precision.ill_conditioned:
+        return None
+    low, high = precision.spread
+    return (f"{LABEL}: fp16 results of this model vary between cosine {low:.6f} and {high:.6f} with the "
+            f"rounding alone (the fp16 estimate redrawn with stochastic rounding, on the calibration inputs), "
+            f"more than validate.thresholds.cosine_min {precision.cosine_min} allows: it is ill-conditioned in "
+            "fp16, and whether the artifact passes depends on how its kernels round; build target.precision: "
+            "float32, or set a lower cosine_min")
 
 
 def check_kept_fp32(program, guard, artifact_name: str):

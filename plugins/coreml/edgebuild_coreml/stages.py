@@ -141,8 +141,12 @@ def lower_params_of(variant) -> LowerParams:
 
         section = recipe.validate_
         samples = min(section.samples, FP16_GUARD_SAMPLES) if section is not None else FP16_GUARD_SAMPLES
+        # a detector's outputs are judged as validation judges them: matched boxes, the box limits
+        detections = ({"detections": section.detections, "thresholds": section.thresholds,
+                       "per_output": section.per_output} if section is not None and section.detections else {})
         calibration = GuardCalibration(
-            section=ValidateSection(samples=samples, inputs=section.inputs if section is not None else {}),
+            section=ValidateSection(samples=samples, inputs=section.inputs if section is not None else {},
+                                    **detections),
             cosine_min=strictest_cosine_min(section), **digest_params(section, variant.base_dir))
     return LowerParams(deployment_target=recipe.target.deployment_target, precision=recipe.target.precision,
                        inputs=variant.params["source"]["inputs"],
