@@ -28,7 +28,13 @@ reports its resident set size once its libraries are loaded, and the middle proc
 peak from ``getrusage(RUSAGE_CHILDREN)``. Time is the work after the imports. Ratios: against the
 coremltools guide row of the same precision (time, memory), and against the floor (time).
 
+An edgebuild row also gives each stage's wall and CPU seconds (every thread's): on a loaded machine
+the CPU seconds, and their ratio to the floor's (``cpu/floor``), move much less than the wall times.
+``--profile DIR`` writes a cProfile of each edgebuild row's build to ``DIR/<row>.prof``, clocked in
+CPU time (a helper thread's work is charged to the call waiting for it).
+
     python benchmarks/llm.py [--small | --size medium] [--json] [--rows edgebuild-onnx-fp16,...] [--cache-dir DIR]
+                             [--profile DIR]
 
 A full run needs about 17 GB of free disk: the two 4.4 GB sources, and one build at a time, whose
 store holds the fp32 weights once (the optimise stage's weight file is a hard link to the import

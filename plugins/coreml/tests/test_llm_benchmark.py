@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[3]
 KEYS = {"row", "seconds", "cpu_seconds", "cpu_vs_peer", "process_seconds", "peak_mb", "after_imports_mb", "peak_delta_mb", "memory_ratio",
-        "package_mb", "peer", "time_vs_peer", "memory_vs_peer", "time_vs_floor", "error", "stage_peaks"}
+        "package_mb", "peer", "time_vs_peer", "memory_vs_peer", "time_vs_floor", "cpu_vs_floor", "stages", "stage_cpu", "error", "stage_peaks"}
 ROWS = {"edgebuild-onnx-fp16", "edgebuild-onnx-int4", "edgebuild-pytorch-fp16", "coremltools-guide-fp16",
         "coremltools-guide-int4", "coremltools-llama", "io-floor"}
 
