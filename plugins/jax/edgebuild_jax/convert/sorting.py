@@ -3,12 +3,14 @@
 The comparator region is read, not run: its returned ``compare`` must order the first operand's
 two block arguments (LT ascending, GT descending), either directly or through JAX's total-order
 canonicalisation of floats (selects that map -0.0 to 0.0 and NaNs to one NaN). That becomes ONNX
-TopK over the whole dimension; the other operands follow by GatherElements on its indices.
+TopK over the whole dimension (k its run-time size when the dim is symbolic); the other
+operands follow by GatherElements on its indices.
 ``jax.lax.top_k`` arrives as a composite whose decomposition is such a sort and a slice.
 """
 
 from __future__ import annotations
 
+from edgebuild_jax.convert.dynamic import sizes_of
 from edgebuild_jax.convert.registry import converts
 
 CANONICALISING = {"stablehlo.select", "stablehlo.compare", "stablehlo.constant", "stablehlo.broadcast_in_dim"}
@@ -67,9 +69,8 @@ def sort(op, cx):
     if direction is None:
         raise cx.error(op, f"a sort whose comparator is not LT/GT on the first operand is not supported "
                            f"(comparator: {describe(op)})", hint="sort by one key with jnp.sort / lax.sort")
-    if shape[dim] is None:
-        raise cx.error(op, "a sort along a dynamic dimension is not supported", hint="export with static shapes")
-    values, indices = cx.node("TopK", [operands[0], cx.ints([shape[dim]])],
+    # k is the whole dim: its size read at run time when the dim is symbolic
+    values, indices = cx.node("TopK", [operands[0], sizes_of(cx, operands[0], op.operands[0], [dim])],
                               {"axis": dim, "largest": int(direction == "GT"), "sorted": 1}, outputs=2)
     results = [values]
     for mlir_value, onnx_value in zip(op.operands[1:], operands[1:]):
