@@ -3,7 +3,7 @@
 The resized axes are static, so their sampling grids are computed at build time, and the run-time
 axis stays as it is. Each case runs in the MIL interpreter against onnxruntime at several batches,
 over modes and coordinate modes, with the batch both a symbolic input dim and a count computed in
-the graph; a run-time axis that would be resized is declined with the reason.
+the graph; a run-time axis that is resized has its grid built in the graph instead.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ import onnx
 import onnx.helper as oh
 import onnx.numpy_helper as onh
 import pytest
-from onnx_cases import IR_VERSION, assert_matches, lower, lower_and_run, rand, run_onnxruntime
-
-from edgebuild.errors import BuildError
+from onnx_cases import IR_VERSION, assert_matches, lower_and_run, rand, run_onnxruntime
 
 RTOL, ATOL = 1e-4, 1e-5
 BATCHES = (1, 3, 0)
@@ -83,14 +81,17 @@ def test_batch_counted_in_the_graph(case):
         _compare(model, {"x": rand(rows, *SHAPE, seed=5), "keep": np.array(kept)})
 
 
-def test_a_run_time_axis_that_is_resized_is_declined():
-    with pytest.raises(BuildError, match="dim 0 .* is known only at run time"):
-        lower(symbolic_batch("nearest", "asymmetric", [2, 1, 2, 2]))
+def test_a_run_time_axis_that_is_resized_builds_its_grid_in_the_graph():
+    # the batch axis itself resized: its grid cannot be computed at build time (test_resize_runtime_sizes.py)
+    model = symbolic_batch("nearest", "asymmetric", [2, 1, 2, 2])
+    for batch in BATCHES:
+        _compare(model, {"x": rand(batch, *SHAPE, seed=batch)})
 
 
-def test_sizes_with_a_run_time_axis_are_declined():
+def test_sizes_with_a_run_time_axis_build_their_grid_in_the_graph():
     x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", *SHAPE])
     node = oh.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest")
     sizes = onh.from_array(np.array([1, 2, 10, 12], dtype=np.int64), "sizes")
-    with pytest.raises(BuildError, match="Resize to sizes needs static input shapes"):
-        lower(_model([node], [x], [sizes]))
+    model = _model([node], [x], [sizes])
+    for batch in (1, 3):
+        _compare(model, {"x": rand(batch, *SHAPE, seed=batch)})

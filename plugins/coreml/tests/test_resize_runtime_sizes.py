@@ -197,3 +197,17 @@ def test_crop_and_resize_declined_by_name():
 def test_aspect_ratio_policy_declined_by_name():
     _declined(sized_model(4, {"mode": "linear", "keep_aspect_ratio_policy": "not_larger"}, axes=[2, 3]),
               "keep_aspect_ratio_policy")
+
+
+@pytest.mark.parametrize("operand", ("scales", "sizes"))
+@pytest.mark.parametrize("mode", ("linear", "nearest", "cubic"))
+def test_constant_operand_on_run_time_lengths(mode, operand):
+    """Constant scales or sizes, but the resized lengths themselves known only at run time."""
+    x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, "h", "w"])
+    value = (np.array([1, 1, 2.0, 1.5], dtype=np.float32) if operand == "scales"
+             else np.array([1, 2, 6, 4], dtype=np.int64))
+    inputs = ["x", "", "c", ""] if operand == "scales" else ["x", "", "", "c"]
+    node = oh.make_node("Resize", inputs, ["y"], mode=mode, coordinate_transformation_mode="half_pixel")
+    model = _model([node], [x], [onh.from_array(value, "c")])
+    for h, w in ((3, 5), (4, 2), (1, 6)):
+        _compare(model, {"x": rand(1, 2, h, w, seed=h)})

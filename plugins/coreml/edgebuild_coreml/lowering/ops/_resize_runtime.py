@@ -56,7 +56,8 @@ def _text(value, default: str) -> str:
 def _scalar(ctx, node, vector, index: int, tag: str):
     """Element ``index`` of a 1-D run-time (or constant) vector, as a scalar."""
     if isinstance(vector, np.ndarray):
-        return vector.reshape(-1)[index]
+        element = vector.reshape(-1)[index]
+        return np.float32(element) if vector.dtype.kind == "f" else np.int32(element)
     known = getattr(vector, "sym_val", None)  # a concat of constants and inputs knows some elements
     if known is not None:
         element = np.asarray(known).reshape(-1)[index]

@@ -223,9 +223,27 @@ def resize(ctx, node):
     if sizes is not None and np.asarray(sizes).size == 0:
         sizes = None
     axes = ctx.attr(node, "axes")
+    if coordinate_mode != "tf_crop_and_resize" and _resizes_a_run_time_axis(x, axes, scales, sizes):
+        return resample_run_time(ctx, node, x, mode=_mode(ctx, node), coordinate_mode=coordinate_mode,
+                                 nearest_mode=_text(ctx.attr(node, "nearest_mode"), "round_prefer_floor"),
+                                 scales=scales, sizes=sizes, axes=axes)
     return resample(ctx, node, x, mode=_mode(ctx, node), coordinate_mode=coordinate_mode,
                     nearest_mode=_text(ctx.attr(node, "nearest_mode"), "round_prefer_floor"),
                     scales=scales, sizes=sizes, roi=roi, axes=axes)
+
+
+def _resizes_a_run_time_axis(x, axes, scales, sizes) -> bool:
+    """Whether an axis whose length is known only at run time is resized (not kept at scale 1),
+    so that its grid, too, must be built in the graph."""
+    shape = list(shape_of(x))
+    axes = list(range(len(shape))) if axes is None else [int(a) % len(shape) for a in axes]
+    run_time = [i for i, a in enumerate(axes) if is_symbolic(shape[a])]
+    if not run_time or (sizes is None and scales is None):
+        return False
+    if sizes is not None:
+        return True
+    values = np.asarray(scales, dtype=np.float64).reshape(-1)
+    return any(i >= values.size or values[i] != 1.0 for i in run_time)
 
 
 def _run_time_operand(ctx, node, index: int) -> bool:
