@@ -68,3 +68,79 @@ def test_top_k_over_a_symbolic_last_dim(k):
 
     assert_converts_dynamic(fn, specs("b, s", constraints=("s >= 3",)), [[distinct(2, 4)], [distinct(3, 10)]],
                             **TOL)
+
+
+# -- dynamic_reduce_window: pooling over symbolic spatial dims -------------------------------
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+WINDOWS = [((2, 2), (2, 2), "SAME"), ((3, 3), (1, 1), "SAME"), ((3, 2), (2, 1), "VALID"),
+           ((2, 3), (1, 2), ((1, 0), (2, 1)))]
+
+
+@pytest.mark.parametrize("reducer", ["max", "min", "sum"])
+@pytest.mark.parametrize("window,strides,padding", WINDOWS, ids=["same_strided", "same", "valid", "explicit"])
+def test_a_window_reduced_over_symbolic_height_and_width(reducer, window, strides, padding):
+    computation, init = {"max": (lax.max, -jnp.inf), "min": (lax.min, jnp.inf), "sum": (lax.add, 0.0)}[reducer]
+
+    full = padding if isinstance(padding, str) else ((0, 0),) + padding + ((0, 0),)
+
+    def fn(x):
+        return lax.reduce_window(x, init, computation, (1,) + window + (1,), (1,) + strides + (1,), full)
+
+    assert_converts_dynamic(fn, specs("b, h, w, 3"), [[rand(1, 5, 6, 3)], [rand(2, 8, 7, 3)]], **TOL)
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "nchw", "1d"])
+def test_max_pooling_over_symbolic_dims_in_each_layout(layout):
+    import flax.linen as nn
+
+    if layout == "nhwc":
+        fn, template, shapes = (lambda x: nn.max_pool(x, (2, 2), strides=(2, 2), padding="SAME"),
+                                "b, h, w, 2", [(1, 5, 4, 2), (2, 7, 9, 2)])
+    elif layout == "nchw":
+        fn, template, shapes = (lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 3, 3), (1, 1, 2, 2),
+                                                            "SAME"), "b, 2, h, w", [(1, 2, 5, 4), (2, 2, 7, 9)])
+    else:
+        fn, template, shapes = (lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (3,), (2,), "SAME"),
+                                "s", [(5,), (12,)])
+    assert_converts_dynamic(fn, specs(template), [[rand(*s)] for s in shapes], **TOL)
+
+
+def test_a_window_along_a_static_dim_of_a_symbolic_batch():
+    def fn(x):
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 3), (1, 1), "SAME")
+
+    assert_converts_dynamic(fn, specs("b, 6"), [[rand(2, 6)], [rand(5, 6)]], **TOL)
+
+
+# -- dynamic_reduce_window: cumulative reductions over a symbolic length ----------------------
+
+CUMULATIVE = {"cumsum": jnp.cumsum, "cumprod": jnp.cumprod, "cummax": lax.cummax, "cummin": lax.cummin}
+
+
+@pytest.mark.parametrize("name", sorted(CUMULATIVE))
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_cumulative_reduction_over_a_symbolic_length(name, axis, reverse):
+    op = CUMULATIVE[name]
+
+    def fn(x):
+        if name.startswith("cummax") or name.startswith("cummin"):
+            return op(x, axis=axis, reverse=reverse)
+        return jnp.flip(op(jnp.flip(x, axis), axis=axis), axis) if reverse else op(x, axis=axis)
+
+    def case(b, s):
+        x = rand(b, s)
+        return [np.clip(x, -1.2, 1.2) if name == "cumprod" else x]
+
+    assert_converts_dynamic(fn, specs("b, s"), [case(3, 4), case(5, 9)], **TOL)
+
+
+def test_lax_cumsum_in_reverse_over_a_symbolic_length():
+    def fn(x):
+        return lax.cumsum(x, axis=1, reverse=True)
+
+    assert_converts_dynamic(fn, specs("b, s"), [[rand(2, 5)], [rand(3, 8)]], **TOL)

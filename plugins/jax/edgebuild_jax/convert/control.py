@@ -1,5 +1,6 @@
 """Calls and control flow: ``func.call`` (inlined), ``composite`` (its decomposition inlined),
-``custom_call`` (refused with its target; jax's ``shape_assertion`` is a no-op), ``while`` (an
+``custom_call`` (refused with its target; jax's ``shape_assertion`` is a no-op, its
+``stablehlo.dynamic_reduce_window`` a windowed reduction), ``while`` (an
 ONNX Loop), ``case`` and ``if`` (nested ONNX Ifs), ``optimization_barrier`` (its operands)."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from edgebuild_jax.convert.dynamic_windows import dynamic_reduce_window
 from edgebuild_jax.convert.registry import converts
 
 
@@ -36,6 +38,8 @@ def custom_call(op, cx):
     target = str(op.attributes["call_target_name"]).strip('"')
     if target == "shape_assertion":  # jax's check of symbolic dims at run time: it computes nothing
         return []
+    if target == "stablehlo.dynamic_reduce_window":  # a reduce_window whose padding or size is symbolic
+        return dynamic_reduce_window(op, cx)
     raise cx.error(op, f"custom_call to {target!r} is not supported: its semantics live in a runtime library",
                    hint="export without the custom kernel (e.g. jax's default lowering on CPU), or register "
                         "a plugin lowering for it")

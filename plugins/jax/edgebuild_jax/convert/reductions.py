@@ -19,16 +19,17 @@ COMBINERS = {"stablehlo.add": "Add", "stablehlo.maximum": "Max", "stablehlo.mini
              "stablehlo.multiply": "Mul", "stablehlo.and": "And", "stablehlo.or": "Or"}
 
 
-def body_ops(op):
-    """The ops of a reduction's region, without its return, and the return."""
-    block = op.regions[0].blocks[0]
+def body_ops(op, block=None):
+    """The ops of a reduction's region (or of ``block``, a called body), without its return, and
+    the return."""
+    block = block if block is not None else op.regions[0].blocks[0]
     ops = list(block.operations)
     return ops[:-1], ops[-1], block
 
 
-def single_combiner(op) -> str | None:
-    """The name of the one binary op applied to the region's two arguments, if that is the body."""
-    ops, ret, block = body_ops(op)
+def single_combiner(op, block=None) -> str | None:
+    """The name of the one binary op applied to the body's two arguments, if that is the body."""
+    ops, ret, block = body_ops(op, block)
     if len(ops) != 1 or len(block.arguments) != 2:
         return None
     (body,) = ops
@@ -62,8 +63,8 @@ def is_identity(cx, init, combiner: str, dtype: np.dtype) -> bool:
     return value is not None and want is not None and bool(np.all(np.asarray(value) == want))
 
 
-def describe_body(op) -> str:
-    ops, _, _ = body_ops(op)
+def describe_body(op, block=None) -> str:
+    ops, _, _ = body_ops(op, block)
     return ", ".join(o.operation.name for o in ops) or "no ops"
 
 
@@ -169,8 +170,12 @@ def reduce_window(op, cx):
     lead = [shape[d] for d in kept]
     spatial = [shape[d] for d in windowed]
     folded = len(kept) != 2
+    symbolic = None in shape  # then the folds read the sizes at run time
+    unfolded = x
     if folded:
-        x = cx.node("Reshape", [x, cx.ints([int(np.prod(lead)), 1] + spatial)])
+        target = (cx.node("Concat", [cx.ints([-1, 1]), cx.node("Shape", [x], {"start": len(kept)})], {"axis": 0})
+                  if symbolic else cx.ints([int(np.prod(lead)), 1] + spatial))
+        x = cx.node("Reshape", [x, target])
     attrs = {"kernel_shape": [window[d] for d in windowed], "strides": [strides[d] for d in windowed],
              "pads": [padding[d][0] for d in windowed] + [padding[d][1] for d in windowed]}
     if combiner in ("stablehlo.maximum", "stablehlo.minimum"):
@@ -187,7 +192,10 @@ def reduce_window(op, cx):
         y = cx.node("AveragePool", [x], {**attrs, "count_include_pad": 1})
         y = cx.node("Mul", [y, cx.const(np.asarray(size, dtype))])
     out_shape = cx.shape(op.result)
-    if folded:
+    if folded and symbolic:
+        lead_now = cx.node("Shape", [unfolded], {"start": 0, "end": len(kept)})
+        y = cx.node("Reshape", [y, cx.node("Concat", [lead_now, cx.node("Shape", [y], {"start": 2})], {"axis": 0})])
+    elif folded:
         y = cx.node("Reshape", [y, cx.ints([out_shape[d] for d in perm])])
     if perm != list(range(rank)):
         y = cx.node("Transpose", [y], {"perm": [perm.index(d) for d in range(rank)]})
