@@ -131,7 +131,22 @@ def judge_validation(params: ValidateParams, measured: dict, inputs: StageInputs
                              specs=reference.specs, reference=reference.runner)
         return float64_diagnosis(drawn, reference.name, candidate.runner, failures, per_sample)
 
-    return to_jsonable(judge(measured, params.validate_section, diagnose=diagnose))
+    return to_jsonable(with_stage_notes(judge(measured, params.validate_section, diagnose=diagnose), inputs))
+
+
+def with_stage_notes(record: dict, inputs: StageInputs) -> dict:
+    """``record`` with each failure's message followed by the ``validation_note`` an upstream stage's info
+    holds: what a build stage saw coming (the fp16 guard's "ill-conditioned in fp16", say)."""
+    notes = [note for result in inputs.results.values()
+             if isinstance(getattr(result, "info", None), dict) and (note := result.info.get("validation_note"))]
+    if not notes:
+        return record
+    failures = [*record.get("failures", []),
+                *(f for one in (record.get("runtimes") or {}).values() for f in one.get("failures", []))]
+    for failure in failures:
+        if isinstance(failure, dict) and failure.get("message"):
+            failure["message"] += "; " + "; ".join(notes)
+    return record
 
 
 def _artifact(params: ValidateParams, inputs: StageInputs) -> Path:

@@ -100,6 +100,9 @@ def _lower(model_path: Path, artifact: Path, params: LowerParams, registry, *, b
                 _precision_warning(guard_run.get("result")), _conditioning_warning(guard_run.get("result"))]
     if any(warnings):
         info["warnings"] = [w for w in warnings if w]
+    note = _conditioning_note(guard_run.get("result"))
+    if note:  # validation's failures then say why no fp32 island could be trusted to hold the limit
+        info["validation_note"] = note
     plan_json = {**plan.to_json(), **policy.per_shape_plans(
         program, compute, policy.shape_choices(params.inputs, result.input_names, params.generate))}
     hashing.join()
@@ -187,6 +190,17 @@ def _conditioning_warning(guard) -> str | None:
             f"more than validate.thresholds.cosine_min {precision.cosine_min} allows: it is ill-conditioned in "
             "fp16, and whether the artifact passes depends on how its kernels round; build target.precision: "
             "float32, or set a lower cosine_min")
+
+
+def _conditioning_note(guard) -> str | None:
+    """What a failed validation of an ill-conditioned fp16 model adds to its message."""
+    precision = getattr(guard, "precision", None)
+    if precision is None or not precision.ill_conditioned:
+        return None
+    low, high = precision.spread
+    return (f"the lower stage found this model ill-conditioned in fp16 (its fp16 results vary between cosine "
+            f"{low:.6f} and {high:.6f} with the rounding alone): build target.precision: float32, or set a "
+            "lower cosine_min")
 
 
 def check_kept_fp32(program, guard, artifact_name: str):

@@ -16,7 +16,9 @@ from coremltools.converters.mil import Builder as mb
 
 from edgebuild_coreml import fp16_guard
 from edgebuild_coreml.fp16_sensitivity import PrecisionResult, stochastic_rounding
-from edgebuild_coreml.lower import _conditioning_warning
+from edgebuild.dag.validate_stage import with_stage_notes
+from edgebuild.stage import Result, StageInputs
+from edgebuild_coreml.lower import _conditioning_note, _conditioning_warning
 
 COSINE_MIN = 0.999
 
@@ -57,6 +59,8 @@ def test_a_chaotic_program_is_named_ill_conditioned(seed):
     warning = _conditioning_warning(guard)
     assert f"vary between cosine {low:.6f} and {high:.6f} with the rounding alone" in warning
     assert "ill-conditioned in fp16" in warning and "float32" in warning and "cosine_min" in warning
+    note = _conditioning_note(guard)
+    assert f"between cosine {low:.6f} and {high:.6f}" in note and "ill-conditioned in fp16" in note
 
 
 @pytest.mark.parametrize("make, width, steps, rate", [
@@ -70,7 +74,7 @@ def test_well_conditioned_programs_raise_nothing(make, width, steps, rate):
     precision = guard.precision
     low, high = precision.spread
     assert low <= precision.kept_cosine + 1e-12 and precision.kept_cosine <= high + 1e-12
-    assert not precision.ill_conditioned and _conditioning_warning(guard) is None
+    assert not precision.ill_conditioned and _conditioning_warning(guard) is None and _conditioning_note(guard) is None
     assert guard.to_json()["precision"]["ill_conditioned"] is False
 
 
@@ -106,3 +110,24 @@ def test_the_spread_is_judged_against_the_whole_allowed_deficit():
     assert result(0.9985, 0.9999).ill_conditioned
     assert result(0.9985, 0.9999, cosine_min=0.99).ill_conditioned is False
     assert PrecisionResult(cosine_min=0.999, fp16_cosine=1.0, kept_cosine=1.0).ill_conditioned is False
+
+
+def test_validation_failures_carry_the_lower_stages_note(tmp_path):
+    def failure(output):
+        return {"output": output, "metric": "cosine", "message": f"output '{output}': cosine 0.998 < cosine_min 0.999"}
+
+    def record():
+        return {"runtimes": {"interpreter": {"failures": [failure("a")]}, "coreml": {"failures": []}},
+                "failures": [{"runtime": "interpreter", **failure("a")}, {"runtime": "coreml", **failure("b")}]}
+
+    def result(name, info):
+        return Result(name=name, key="k", digest="d", path=tmp_path, info=info, status="ran", seconds=0.0)
+
+    note = "the lower stage found this model ill-conditioned in fp16"
+    noted = StageInputs({"package": result("package", {}), "lower": result("lower", {"validation_note": note})})
+    judged = with_stage_notes(record(), noted)
+    messages = [f["message"] for f in judged["failures"]] + [f["message"] for f in
+                                                              judged["runtimes"]["interpreter"]["failures"]]
+    assert len(messages) == 3 and all(m.endswith("cosine_min 0.999; " + note) for m in messages)
+    quiet = StageInputs({"lower": result("lower", {"warnings": ["x"]})})
+    assert with_stage_notes(record(), quiet) == record()
