@@ -144,3 +144,31 @@ def test_lax_cumsum_in_reverse_over_a_symbolic_length():
         return lax.cumsum(x, axis=1, reverse=True)
 
     assert_converts_dynamic(fn, specs("b, s"), [[rand(2, 5)], [rand(3, 8)]], **TOL)
+
+
+@pytest.mark.parametrize("name", sorted(CUMULATIVE))
+@pytest.mark.parametrize("dtype", [np.int32, np.float16])
+def test_a_cumulative_reduction_of_other_dtypes_over_a_symbolic_length(name, dtype):
+    op = CUMULATIVE[name]
+
+    def fn(x):
+        return op(x, axis=1)
+
+    def case(b, s):
+        return [RNG.integers(-2, 3, (b, s)).astype(dtype)]
+
+    assert_converts_dynamic(fn, specs("b, s", dtypes=[dtype]), [case(2, 4), case(3, 7)], rtol=1e-2, atol=1e-2)
+
+
+def test_a_run_time_window_that_is_not_cumulative_is_refused_naming_the_op():
+    from edgebuild.errors import BuildError
+    from jax import export as jax_export
+
+    from jax_checks import to_onnx
+
+    def fn(x):  # a window half as long as the dim: no cumulative reduction
+        return lax.reduce_window(x, 0.0, lax.add, (1, x.shape[1] // 2), (1, 1), "VALID")
+
+    exported = jax_export.export(jax.jit(fn))(*specs("b, s", constraints=("s >= 2",)))
+    with pytest.raises(BuildError, match="custom_call.*only as a cumulative reduction"):
+        to_onnx(exported)
