@@ -116,17 +116,47 @@ def dense_values(attr, dtype: np.dtype) -> np.ndarray:
 
 @converts("stablehlo.divide")
 def divide(op, cx):
+    """Div. Integer division truncates toward zero, in StableHLO as in ONNX; what the spec leaves to
+    the implementation is XLA's, as JAX computes it: x / 0 is -1 (all ones unsigned), and the
+    signed minimum over -1 is the minimum."""
     a, b = cx.inputs(op)
-    if cx.dtype(op.result) in FLOATS:
+    dtype = cx.dtype(op.result)
+    if dtype in FLOATS:
         return [cx.node("Div", [a, b])]
-    # StableHLO integer division truncates toward zero; ONNX Div on integers does too
-    return [cx.node("Div", [a, b])]
+    zero, safe, overflow = _integer_divisor(cx, a, b, dtype)
+    quotient = cx.node("Div", [a, safe])
+    if overflow is not None:
+        quotient = where(cx, overflow, a, quotient, dtype)
+    return [where(cx, zero, cx.const(np.asarray(-1).astype(dtype.numpy())), quotient, dtype)]
 
 
 @converts("stablehlo.remainder")
 def remainder(op, cx):
-    # the sign follows the dividend, as C's fmod: ONNX Mod with fmod=1
-    return [cx.node("Mod", cx.inputs(op), {"fmod": 1})]
+    """Mod with fmod=1: the sign follows the dividend, as C's fmod. For integers, XLA's x % 0 = x,
+    and the signed minimum % -1 = 0."""
+    a, b = cx.inputs(op)
+    dtype = cx.dtype(op.result)
+    if dtype in FLOATS:
+        return [cx.node("Mod", [a, b], {"fmod": 1})]
+    zero, safe, overflow = _integer_divisor(cx, a, b, dtype)
+    rest = cx.node("Mod", [a, safe], {"fmod": 1})
+    if overflow is not None:
+        rest = where(cx, overflow, cx.const(np.zeros((), dtype.numpy())), rest, dtype)
+    return [where(cx, zero, a, rest, dtype)]
+
+
+def _integer_divisor(cx, a, b, dtype):
+    """(b == 0, b with its zeros made ones, a == min and b == -1 for signed types else None): the
+    cases the converters answer themselves, and a divisor that triggers neither."""
+    numpy_type = dtype.numpy()
+    zero = cx.node("Equal", [b, cx.const(np.zeros((), numpy_type))])
+    safe = where(cx, zero, cx.const(np.ones((), numpy_type)), b, dtype)
+    if np.iinfo(numpy_type).min == 0:
+        return zero, safe, None
+    overflow = cx.node("And", [cx.node("Equal", [a, cx.const(np.asarray(np.iinfo(numpy_type).min, numpy_type))]),
+                               cx.node("Equal", [safe, cx.const(np.asarray(-1, numpy_type))])])
+    safe = where(cx, overflow, cx.const(np.ones((), numpy_type)), safe, dtype)
+    return zero, safe, overflow
 
 
 @converts("stablehlo.rsqrt")
