@@ -151,7 +151,8 @@ def _integer_divisor(cx, a, b, dtype):
     numpy_type = dtype.numpy()
     zero = cx.node("Equal", [b, cx.const(np.zeros((), numpy_type))])
     safe = where(cx, zero, cx.const(np.ones((), numpy_type)), b, dtype)
-    if np.iinfo(numpy_type).min == 0:
+    if np.iinfo(numpy_type).min == 0 or np.dtype(numpy_type).itemsize == 8:
+        # unsigned: nothing overflows; 64-bit: backends carry it in int32, where its minimum is no value
         return zero, safe, None
     overflow = cx.node("And", [cx.node("Equal", [a, cx.const(np.asarray(np.iinfo(numpy_type).min, numpy_type))]),
                                cx.node("Equal", [safe, cx.const(np.asarray(-1, numpy_type))])])
