@@ -66,14 +66,14 @@ def test_an_operand_from_the_shape_of_an_unfixed_input_names_the_operand_and_the
     assert (error.node, error.op_type) == ("n", "OneHot")
 
 
-def test_resize_sizes_from_run_time_data_names_the_input():
+def test_resize_to_run_time_sizes_with_antialias_names_the_attribute():
+    """Run-time sizes lower through a sampling grid built in the graph; antialias there does not."""
     proto = model_of(
-        [oh.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="up", mode="nearest")],
+        [oh.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="up", mode="linear", antialias=1)],
         [tensor("x", F, [1, 1, 2, 2]), tensor("sizes", I64, [4])], [tensor("y")],
     )
     error = declined(proto)
-    assert "node 'up' (Resize)" in error.message and "sizes must be a constant" in error.message
-    assert "run-time data of the graph input 'sizes'" in error.message
+    assert "node 'up' (Resize)" in error.message and "antialias" in error.message
 
 
 def test_ceil_mode_pooling_of_a_flexible_size_names_the_attribute():
@@ -209,11 +209,12 @@ def test_a_mark_on_an_op_that_has_a_lowering_changes_nothing():
 # -- every declined node in one error, for run and plan -----------------------------------------------
 
 def _two_declined_forms():
-    """A ceil_mode MaxPool over flexible sizes (and a Relu reading it) and a Resize to run-time sizes."""
+    """A ceil_mode MaxPool over flexible sizes (and a Relu reading it) and an antialiased Resize to
+    run-time sizes."""
     return model_of(
         [oh.make_node("MaxPool", ["img"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
          oh.make_node("Relu", ["p"], ["y"], name="after_pool"),
-         oh.make_node("Resize", ["img", "", "", "sizes"], ["z"], name="resize", mode="nearest")],
+         oh.make_node("Resize", ["img", "", "", "sizes"], ["z"], name="resize", mode="linear", antialias=1)],
         [tensor("img", F, [1, 3, "H", "W"]), tensor("sizes", I64, [4])], [tensor("y"), tensor("z")],
     )
 
@@ -225,7 +226,7 @@ def test_the_walk_goes_on_past_a_declined_node_and_names_every_one():
     lines = error.message.splitlines()
     assert lines[0] == "2 node(s) have a Core ML lowering that declines their form:"
     assert "node 'pool' (MaxPool): the Core ML lowering declines this form: ceil_mode" in lines[1]
-    assert "node 'resize' (Resize): the Core ML lowering declines this form: sizes must be a constant" in lines[2]
+    assert "node 'resize' (Resize): the Core ML lowering declines this form" in lines[2] and "antialias" in lines[2]
     assert "after_pool" not in error.message  # it reads the declined pool's output: not lowered, not named
     assert [(d["node"], d["op_type"]) for d in error.declined] == [("pool", "MaxPool"), ("resize", "Resize")]
     assert error.hint.count("pin the") == 2 and error.hint.endswith("see docs/plugins.md)")
