@@ -179,10 +179,16 @@ def _precision_warning(guard) -> str | None:
             f"{_described(precision)} are kept in fp32 (estimated cosine {precision.kept_cosine:.6f}): {shown}")
 
 
+def _ill_conditioned(guard):
+    """The guard's precision result when fp16 rounding alone, redrawn, moves the outputs past the limit."""
+    precision = getattr(guard, "precision", None)
+    return precision if precision is not None and precision.ill_conditioned else None
+
+
 def _conditioning_warning(guard) -> str | None:
     """The estimate cannot be trusted: fp16 rounding alone, redrawn, moves the outputs past the limit."""
-    precision = getattr(guard, "precision", None)
-    if precision is None or not precision.ill_conditioned:
+    precision = _ill_conditioned(guard)
+    if precision is None:
         return None
     low, high = precision.spread
     return (f"{LABEL}: fp16 results of this model vary between cosine {low:.6f} and {high:.6f} with the "
@@ -194,8 +200,8 @@ def _conditioning_warning(guard) -> str | None:
 
 def _conditioning_note(guard) -> str | None:
     """What a failed validation of an ill-conditioned fp16 model adds to its message."""
-    precision = getattr(guard, "precision", None)
-    if precision is None or not precision.ill_conditioned:
+    precision = _ill_conditioned(guard)
+    if precision is None:
         return None
     low, high = precision.spread
     return (f"the lower stage found this model ill-conditioned in fp16 (its fp16 results vary between cosine "
