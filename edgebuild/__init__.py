@@ -7,7 +7,11 @@
 import sys
 import types
 
+from edgebuild import deferred_sympy as _deferred_sympy
 from edgebuild._version import __version__
+
+# onnx_ir's core imports sympy (a second of a fresh process) for symbolic dims a pinned graph never makes
+_deferred_sympy.defer_in("onnx_ir")
 
 _API = ("load_recipe", "BuildResult", "VariantResult", "StageStatus", "Validation", "LoadedRecipe")
 __all__ = ["__version__", "build", *_API]

@@ -21,6 +21,7 @@ stage body needs and import their libraries when imported:
 from edgebuild.collections_scope import older_objects_frozen
 from edgebuild.conformance.cases import Case as ConformanceCase
 from edgebuild.custom_ops import OpReference
+from edgebuild import deferred_sympy
 from edgebuild.recipe.factories import check_factory_spelling, resolve_factory
 from edgebuild.errors import (
     BuildError,
@@ -73,4 +74,6 @@ __all__ = [
     # running inside a stage
     "report_progress", "cpu_threads", "blas_threads", "can_start_workers", "worker_context",
     "requested_sample_workers", "older_objects_frozen",
+    # importing a library that imports sympy without importing sympy
+    "deferred_sympy",
 ]

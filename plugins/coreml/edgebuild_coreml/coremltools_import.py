@@ -22,7 +22,7 @@ works later in the same process). The deliberate ``sys.modules``-level trick is 
   nothing in a conversion uses them, and about 50 ms of every process's import goes.
 - sympy, which coremltools' MIL types import for symbolic shapes (half of what is left of the
   import), is imported once something symbolic is asked for: while coremltools' modules execute,
-  ``import sympy`` gives them :data:`edgebuild_coreml.deferred_sympy.SYMPY` (that module says how
+  ``import sympy`` gives them ``edgebuild.plugin.deferred_sympy.SYMPY`` (that module says how
   it answers for sympy until then); every other importer gets sympy itself.
 
 A coremltools imported this way keeps no torch frontend for the rest of the process, even once
@@ -37,7 +37,7 @@ import os
 import sys
 import threading
 
-from edgebuild_coreml import deferred_sympy
+from edgebuild.plugin import deferred_sympy
 
 HIDDEN = frozenset({"torch", "torchvision", "torchaudio", "torchao", "executorch", "sklearn", "tensorflow",
                     "xgboost", "libsvm", "transformers", "scipy"})
@@ -52,6 +52,8 @@ def install() -> None:
     """Put the finder first on ``sys.meta_path`` (once); a no-op when coremltools is imported already."""
     if "coremltools" in sys.modules or any(isinstance(f, _LeanCoremltoolsFinder) for f in sys.meta_path):
         return
+    if not full_import_requested():
+        deferred_sympy.defer_in("coremltools", wrap_loaders=False)
     sys.meta_path.insert(0, _LeanCoremltoolsFinder())
 
 
@@ -73,8 +75,6 @@ class _LeanCoremltoolsFinder(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(
                 f"{fullname} is not imported while coremltools is "
                 f"(set {FULL_IMPORT_ENV}=1 for coremltools with every frontend)", name=fullname)
-        if fullname == "sympy" and _hiding() and not deferred_sympy.wanted():
-            return importlib.util.spec_from_loader("sympy", _DeferredSympyLoader())
         if top != "coremltools":
             return None
         spec = self._spec_from_other_finders(fullname, path, target)
@@ -109,21 +109,10 @@ class _LeanLoader(importlib.abc.Loader):
             return
         _executing.depth = getattr(_executing, "depth", 0) + 1
         try:
-            self._loader.exec_module(module)
+            with deferred_sympy.deferring():
+                self._loader.exec_module(module)
         finally:
             _executing.depth -= 1
-            if _executing.depth == 0 and sys.modules.get("sympy") is deferred_sympy.SYMPY:
-                del sys.modules["sympy"]  # coremltools' modules keep it; anyone else imports sympy itself
 
     def __getattr__(self, name):  # resources, source, file names: the wrapped loader's
         return getattr(self._loader, name)
-
-
-class _DeferredSympyLoader(importlib.abc.Loader):
-    """Gives coremltools' modules the one deferred sympy module (``deferred_sympy.SYMPY``)."""
-
-    def create_module(self, spec):
-        return deferred_sympy.SYMPY
-
-    def exec_module(self, module):
-        pass
