@@ -6,7 +6,8 @@ oneDNN (twice OpenBLAS's speed on AVX-512), softmax, SiLU, and erf / exact GELU 
 numpy reference computes them in float64 series, most of a transformer's time).
 
 The validate stage's samples in the build's own process turn them on for their own thread's
-calls alone (``for_calls``), on one of torch's threads. Elsewhere (the fp16 guard, tests, a
+calls alone (``for_calls``), on one of torch's threads, where the process has imported torch
+already; worker processes turn them on for good. Elsewhere (the fp16 guard, tests, a
 machine without torch) the numpy kernels run, with onnxruntime's casts (``half_casts``); all give
 the same casts bit for bit and the same convolutions and products up to summation order. Nothing
 here runs a model: each function is one kernel on arrays the interpreter hands it.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
 
 import numpy as np
@@ -23,7 +25,7 @@ import numpy as np
 from . import half_casts
 
 _torch = None  # the torch module once enabled for good (``enable``)
-_borrowed = None  # the torch module for the threads inside ``for_calls`` blocks; False: not installed
+_borrowed = None  # the torch module for the threads inside ``for_calls`` blocks, once this process has it
 _thread = threading.local()  # .blocks: how many ``for_calls`` blocks this thread is inside
 
 
@@ -47,6 +49,16 @@ def disable() -> None:
     _torch = None
 
 
+def _imported_torch():
+    """torch if this process has imported it completely already (a PyTorch source, a test), else
+    None: importing it here costs 1.5-2 s of a fresh process, ten times what a small net's samples
+    take on numpy's kernels; a validation with enough samples to pay for it runs them in workers,
+    whose forkserver imports torch on the other core meanwhile (``artifact_runner._preload``)."""
+    module = sys.modules.get("torch")
+    spec = getattr(module, "__spec__", None)
+    return None if module is None or getattr(spec, "_initializing", False) else module
+
+
 def _active():
     """The torch module where its kernels are on for the calling thread, else None."""
     if _torch is not None:
@@ -66,8 +78,8 @@ _saved_threads = None  # torch's pool size before the first of them
 @contextlib.contextmanager
 def for_calls(threads: int = 1):
     """torch's kernels for the calls the calling thread makes inside the block, on ``threads`` of
-    torch's intra-op pool, where torch is installed and its kernels are not on for good already
-    (a worker process has them on): the build's own process runs validation samples in one thread
+    torch's intra-op pool, where this process has imported torch (``_imported_torch``) and its
+    kernels are not on for good already (a worker process has them on): the build's own process runs validation samples in one thread
     while another may run the reference, as its BLAS calls do (``map_samples``). Other threads keep
     numpy's kernels meanwhile (the fp16 guard of another build's stage decides by its errors, which
     must not depend on when a validation runs), and torch's pool size comes back when the last
@@ -79,13 +91,9 @@ def for_calls(threads: int = 1):
         yield
         return
     with _calls_lock:
-        if _borrowed is None:
-            try:
-                import torch
-            except ImportError:
-                torch = False
-            _borrowed = torch
-        turned_on = _borrowed is not False
+        if not _borrowed:
+            _borrowed = _imported_torch()
+        turned_on = bool(_borrowed)
         if turned_on:
             if _calls == 0:
                 _saved_threads = _borrowed.get_num_threads()
