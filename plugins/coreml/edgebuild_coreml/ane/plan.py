@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Mapping
+from functools import partial
+from typing import Callable, Mapping
 
 from edgebuild.plugin.recipe import Compute, ComputePolicy
 
@@ -39,10 +40,23 @@ class OpPlan:
     fused_into: str | None
     reasons: list[Reason]
     ane_reasons: list[Reason] = field(default_factory=list, repr=False)
-    gpu_reasons: list[Reason] = field(default_factory=list, repr=False)
+    gpu_reasons: list[Reason] = field(default_factory=list, repr=False)  # see reasons_against
     allowed: tuple[str, ...] = field(default=(), repr=False)  # units the policy, rules and overrides left it
     # estimated ms of its node on each allowed unit, transfers to and from its neighbours included
     unit_ms: dict[str, float] = field(default_factory=dict, repr=False)
+
+    # Under a policy without the GPU its rules do not decide the plan: they are evaluated only when
+    # asked for (why the op is not on the GPU, say), not for every op of every plan. Asked after
+    # the program changed (a per-shape plan's retyping is undone), they describe the program now.
+    unasked_gpu_reasons: Callable[[], list[Reason]] | None = field(default=None, repr=False, compare=False)
+
+    def reasons_against(self, unit: str) -> list[Reason]:
+        """The rules' reasons about this op on ``unit`` (``ane`` or ``gpu``)."""
+        if unit != "gpu":
+            return self.ane_reasons
+        if self.unasked_gpu_reasons is not None:
+            self.gpu_reasons, self.unasked_gpu_reasons = self.unasked_gpu_reasons(), None
+        return self.gpu_reasons
 
     def to_json(self) -> dict:
         return {
@@ -110,7 +124,7 @@ class Plan:
 
     def why_not(self, op: OpPlan, unit: str) -> list[Reason]:
         """Why ``op`` is not on ``unit``: the rules that forbid it there, else why the plan chose otherwise."""
-        blocking = [r for r in (op.ane_reasons if unit == "ane" else op.gpu_reasons) if r.blocking]
+        blocking = [r for r in op.reasons_against(unit) if r.blocking]
         if blocking:
             return blocking
         name, there, placed = f"{op.op} '{op.name}'", unit.upper(), op.unit.upper()
@@ -352,7 +366,10 @@ def plan_program(
     ops = [op for op in function.operations if op.op_type not in skip]
     fused_into = fused_groups(ops, function.outputs)
     ane_reasons = {op.name: eligibility(op, profile, dynamic_symbols=dynamic) for op in ops}
-    gpu_reasons = {op.name: gpu_eligibility(op, profile, dynamic_symbols=dynamic) for op in ops}
+    # the GPU's rules decide nothing under a policy without it (ANE's still feed range_fallback)
+    gpu_decides = "gpu" in policy_units
+    gpu_reasons = {op.name: gpu_eligibility(op, profile, dynamic_symbols=dynamic) if gpu_decides else []
+                   for op in ops}
 
     nodes: list[_Node] = []
     node_of_op: dict[str, int] = {}
@@ -408,6 +425,8 @@ def plan_program(
                 gpu_reasons=gpu_reasons[member.name],
                 allowed=node.allowed,
                 unit_ms=unit_ms,
+                unasked_gpu_reasons=None if gpu_decides else partial(
+                    gpu_eligibility, member, profile, dynamic_symbols=dynamic),
             ))
     order = {op.name: i for i, op in enumerate(ops)}
     plans.sort(key=lambda p: order[p.name])
