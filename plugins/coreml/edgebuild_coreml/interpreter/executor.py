@@ -151,24 +151,22 @@ class _Interpreter:
     # -- inputs ---------------------------------------------------------------------------
 
     def bind_function_inputs(self, func, inputs: Mapping[str, np.ndarray], states: Mapping | None = None) -> dict:
-        from coremltools.converters.mil.mil import types
-
-        state_vars = {name: var for name, var in func.inputs.items() if types.is_state(var.sym_type)}
-        missing = [name for name in func.inputs if name not in inputs and name not in state_vars]
+        declared_inputs = self.plan.inputs_of(func)
+        missing = [name for name, _, is_state, _, _ in declared_inputs if name not in inputs and not is_state]
         if missing:
             raise BuildError(
                 f"MIL program input(s) {', '.join(map(repr, missing))} not given",
                 hint=f"the program expects: {', '.join(map(repr, func.inputs))}",
             )
         env: dict = {}
-        for name, var in state_vars.items():
-            given = (states or {}).get(name)
-            env[var] = _state_value(var, inputs.get(name) if given is None else given)
-        for name, var in func.inputs.items():
-            if name in state_vars:
+        for name, var, is_state, _, _ in declared_inputs:
+            if is_state:
+                given = (states or {}).get(name)
+                env[var] = _state_value(var, inputs.get(name) if given is None else given)
+        for name, var, is_state, declared, _ in declared_inputs:
+            if is_state:
                 continue
             value = np.asarray(inputs[name])
-            declared = tensor_type_of(var)
             if declared is not None:
                 dtype, shape = declared
                 if not shape_matches(value.shape, shape):

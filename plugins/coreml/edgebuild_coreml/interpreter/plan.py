@@ -104,7 +104,7 @@ class Plan:
 
     def __init__(self, func, *, fp16: bool):
         self.fp16 = fp16
-        self._operations = tuple(func.operations)
+        self._operations = operations_of(func)
         self._release = last_readers(func)
         self._steps: dict = {}
         self._constants: dict = {}  # {Var: conformed value}, filled on first read
@@ -113,6 +113,7 @@ class Plan:
         self._widened: dict = {}  # {Var: (its fp16 value, that value as fp32)}
         self._is_constant: dict = {}  # {Var: whether its value is a constant's}
         self._compiled: Any = _NOT_COMPILED  # see compiled_function
+        self._inputs: tuple = ()  # see inputs_of
 
     def compiled_function(self, func, compile: Callable[[], Any]) -> Any:
         """``compile()``-d once for this plan (a CompiledFunction, or None when ``func`` does
@@ -125,12 +126,29 @@ class Plan:
                 compiled = self._compiled
         return compiled
 
+    def inputs_of(self, func) -> tuple:
+        """``((name, Var, whether it is a state, its declared type, the type read), ...)`` of
+        ``func``'s inputs, read through coremltools' types once while they are the same Vars of
+        the same types: on a small net that reading cost a few percent of a sample, every call."""
+        current = func.inputs
+        entries = self._inputs
+        if len(entries) == len(current) and all(
+                entry[0] == name and entry[1] is var and entry[4] is var.sym_type
+                for entry, (name, var) in zip(entries, current.items())):
+            return entries
+        from coremltools.converters.mil.mil import types
+
+        entries = tuple((name, var, types.is_state(var.sym_type), tensor_type_of(var), var.sym_type)
+                        for name, var in current.items())
+        self._inputs = entries
+        return entries
+
     def release_of(self, op) -> tuple:
         """The Vars no op after top-level ``op`` reads."""
         return tuple(self._release.get(op, ()))
 
     def matches(self, func) -> bool:
-        return self._operations == tuple(func.operations)
+        return self._operations == operations_of(func)
 
     def steps(self, block) -> list[Step]:
         """The ops of ``block`` to evaluate, in order (constants and lazily expanded weights left out)."""
@@ -221,6 +239,21 @@ def _new_bytes(value, var) -> int:
     if isinstance(known, np.ndarray) and np.shares_memory(value, known):
         return 0
     return value.nbytes
+
+
+def operations_of(func) -> tuple:
+    """What identifies ``func``'s operations in their order, to tell a plan is still its own.
+
+    coremltools keeps a block's ops in a linked list, walked a node at a time in Python (a
+    small net's validation spent a sample's time a call on it); its index {op: node} is a dict
+    read at C speed. Every edit goes through that index, and an op inserted again (moved) gets a
+    new node, so the same nodes in the same order mean the same program: the nodes are compared
+    (held by the plan, so their ids stay theirs). Elsewhere the ops themselves are."""
+    operations = func.operations
+    index = getattr(operations, "op_to_node", None)
+    if type(index) is dict:
+        return tuple(index.values())
+    return tuple(operations)
 
 
 def is_constant_op(op) -> bool:
