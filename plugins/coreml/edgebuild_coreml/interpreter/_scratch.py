@@ -6,13 +6,16 @@ fault: on a small conv net that doubled the time of its depthwise convs. Kept he
 touched once per thread. A kernel never returns a scratch buffer (or a view of one): its results
 are its own arrays.
 
-The validate stage runs its samples in threads it starts for each validation: a set of buffers
-outlives its thread in a small pool, so the next thread to ask takes it over instead of faulting
-its pages in again (a small conv net's first call in a fresh thread ran 20-60% slower).
+The validate stage runs its samples in threads it starts for each validation, which would fault
+every page in again (a small conv net's first call in a fresh thread ran 20-80% slower). So a run
+of a program leases a set from a small pool for its length (``lease``): whichever thread ran the
+last one, the next run finds its buffers warm. Outside a lease (an evaluator called directly) a
+thread keeps a set of its own, handed to the pool when the thread ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -34,19 +37,45 @@ class _ThreadBuffers(dict):
 
     def __del__(self):
         try:
-            with _pool_lock:
-                if len(_pool) < POOLED_SETS:
-                    _pool.append(dict(self))
+            _handed_back(dict(self))
         except Exception:  # noqa: BLE001, S110 - the interpreter shutting down: nothing to keep
             pass
 
 
+def _taken() -> dict:
+    with _pool_lock:
+        return _pool.pop() if _pool else {}
+
+
+def _handed_back(buffers: dict) -> None:
+    with _pool_lock:
+        if len(_pool) < POOLED_SETS:
+            _pool.append(buffers)
+
+
+@contextlib.contextmanager
+def lease():
+    """The calling thread's scratch buffers for the block: a set from the pool, handed back at
+    its end (a block inside another keeps the outer one's). Nothing returned from the block
+    may be a scratch buffer: the next lease may hand it to another thread."""
+    if getattr(_local, "leased", None) is not None:
+        yield
+        return
+    buffers = _local.leased = _taken()
+    try:
+        yield
+    finally:
+        _local.leased = None
+        _handed_back(buffers)
+
+
 def _thread_buffers() -> dict:
+    buffers = getattr(_local, "leased", None)
+    if buffers is not None:
+        return buffers
     buffers = getattr(_local, "buffers", None)
     if buffers is None:
-        with _pool_lock:
-            inherited = _pool.pop() if _pool else {}
-        buffers = _local.buffers = _ThreadBuffers(inherited)
+        buffers = _local.buffers = _ThreadBuffers(_taken())
     return buffers
 
 

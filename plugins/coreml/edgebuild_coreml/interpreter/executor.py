@@ -18,6 +18,7 @@ import numpy as np
 from edgebuild.plugin import BuildError, EdgebuildError
 
 from . import torch_kernels as kernels
+from ._scratch import lease as scratch_lease
 from .compiled import CompiledFunction
 from .control_flow import BLOCK_EVALUATORS
 from .loading import load_evaluators
@@ -66,12 +67,13 @@ def run_program(
     interpreter = _Interpreter(plan, observer=observer)
     env = interpreter.bind_function_inputs(func, inputs, states)
     outputs = None
-    if observer is None:  # the observer sees every op on the generic loop
-        compiled = plan.compiled_function(func, lambda: _compile(plan, func))
-        if compiled is not None:
-            outputs = compiled.run(env)  # None: a constant past the cache's cap, run generically
-    if outputs is None:
-        outputs = interpreter.run_block(func, env)
+    with scratch_lease():
+        if observer is None:  # the observer sees every op on the generic loop
+            compiled = plan.compiled_function(func, lambda: _compile(plan, func))
+            if compiled is not None:
+                outputs = compiled.run(env)  # None: a constant past the cache's cap, run generically
+        if outputs is None:
+            outputs = interpreter.run_block(func, env)
     if states is not None:
         states.update(interpreter.states_written)
     return {var.name: value for var, value in zip(func.outputs, outputs)}
@@ -85,10 +87,11 @@ def run_program_samples(prog, samples: list[Mapping[str, np.ndarray]], *, fp16: 
     func = _function(prog, function)
     plan = plan_for(func, fp16=fp16)
     envs = [_Interpreter(plan).bind_function_inputs(func, sample) for sample in samples]
-    compiled = plan.compiled_function(func, lambda: _compile(plan, func))
-    outputs = None if compiled is None else compiled.run_many(envs)
-    if outputs is None:  # not compiled, or a constant past the cache's cap
-        outputs = [_Interpreter(plan).run_block(func, env) for env in envs]
+    with scratch_lease():
+        compiled = plan.compiled_function(func, lambda: _compile(plan, func))
+        outputs = None if compiled is None else compiled.run_many(envs)
+        if outputs is None:  # not compiled, or a constant past the cache's cap
+            outputs = [_Interpreter(plan).run_block(func, env) for env in envs]
     return [{var.name: value for var, value in zip(func.outputs, values)} for values in outputs]
 
 
