@@ -26,6 +26,7 @@ from edgebuild.errors import BuildError
 from edgebuild.graph.external_data import iter_graphs
 from edgebuild.graph.folding import fold_and_clean
 from edgebuild.graph.frontend import DATA_FILE, MODEL_FILE
+from edgebuild.graph.loop_carried import forget_varying_carried_dims
 from edgebuild.graph.weight_files import load_stage_model, save_reusing_data
 from edgebuild.graph.quantized.activations import FloatActivations, count_weight_dequantizers
 from edgebuild.recipe.model import Quantization
@@ -193,6 +194,7 @@ def optimize(model_path: Path, out_dir: Path, passes: Mapping[str, bool] | None 
     before = op_counts(model)
     rules: dict[str, int] = {}
     activations = _activations(quantization)
+    forget_varying_carried_dims(model)  # before folding, which trusts declared shapes
 
     for name, graph_pass in selected:
         if graph_pass.before_folding:
