@@ -26,6 +26,12 @@ Here (``validate.detections``, :class:`edgebuild.recipe.validation.DetectionOutp
 
 Every output of the group then gets the ordinary metrics (:func:`edgebuild.verify.metrics.compare_output`)
 over the matched pairs, in matched order: the boxes' cosine is that of the boxes that found each other.
+That holds for any ``attached`` output with one row per detection, whatever the row is: an instance
+mask ([N, 1, H, W], its cosine over the masks of matched pairs), keypoints ([N, K, 3]) and their
+scores ([N, K]). An unmatched box takes its rows with it. An ``attached`` output with no row per
+detection on either side (a per-image map or count: its shape does not start with the boxes'
+``[..., N]``) is compared element by element, as an output outside the group; one with rows on one
+side only is an error naming both shapes (the candidate computes a different number of rows).
 Leading dimensions before ``N`` are batch dimensions, matched image by image.
 """
 
@@ -151,15 +157,16 @@ def compare_detections(group, reference: Mapping[str, np.ndarray], candidate: Ma
                        compare_output: Callable[..., dict], *, where: str = "validate.detections",
                        rel_floor: float) -> dict[str, dict[str, float]]:
     """Metrics for every output of one detector ``group`` (a ``DetectionOutputs``) on one sample."""
-    ref_images = _images(group, reference, "reference", where)
-    cand_images = _images(group, candidate, "candidate", where)
+    whole = image_level(group, reference, candidate, where)
+    ref_images = _images(group, reference, "reference", where, whole)
+    cand_images = _images(group, candidate, "candidate", where, whole)
     if len(ref_images) != len(cand_images):
         raise BuildError(f"{where}: output '{group.boxes}' holds {len(ref_images)} images in the reference and "
                          f"{len(cand_images)} in the candidate (the dims before N must agree)")
     totals = dict(ref=0, cand=0, ref_matched=0, cand_matched=0, borderline=0)
     ious: list[float] = []
     score_diffs: list[float] = []
-    gathered: dict[str, tuple[list, list]] = {name: ([], []) for name in group.outputs}
+    gathered: dict[str, tuple[list, list]] = {name: ([], []) for name in group.outputs if name not in whole}
     for (ref_side, ref_rows), (cand_side, cand_rows) in zip(ref_images, cand_images):
         found = match(ref_side, cand_side, iou=group.iou, score_threshold=group.score_threshold,
                       score_margin=group.score_margin, max_detections=group.max_detections, nms_iou=group.nms_iou,
@@ -173,7 +180,7 @@ def compare_detections(group, reference: Mapping[str, np.ndarray], candidate: Ma
         r_index = [r for r, _ in found.pairs]
         c_index = [c for _, c in found.pairs]
         score_diffs += list(np.abs(ref_side.scores[r_index] - cand_side.scores[c_index]))
-        for name in group.outputs:
+        for name in gathered:
             gathered[name][0].append(ref_rows[name][r_index])
             gathered[name][1].append(cand_rows[name][c_index])
     recall = totals["ref_matched"] / totals["ref"] if totals["ref"] else 1.0
@@ -194,26 +201,71 @@ def compare_detections(group, reference: Mapping[str, np.ndarray], candidate: Ma
         for k in ("top1_agreement", "top5_agreement"):  # a box's or mask's last dim is no class score
             metrics.pop(k, None)
         result[name] = metrics
+    for name in whole:  # one value per image, not per detection: element by element, as outside the group
+        result[name] = compare_output(name, np.asarray(reference[name]),
+                                      np.asarray(candidate[name]).reshape(np.shape(reference[name])), rel_floor=rel_floor)
     result[group.boxes].update(box_metrics)
     return result
 
 
-def _images(group, outputs: Mapping[str, np.ndarray], side: str, where: str) -> list[tuple[Side, dict]]:
-    """Per image (the dims before N flattened): its detections and its rows of every output of the group."""
-    for name in group.outputs:
-        if name not in outputs:
-            raise BuildError(f"{where}: names output '{name}', which the {side} does not have "
-                             f"(it has: {', '.join(outputs) or 'none'})",
-                             hint="name the model's outputs (edgebuild inspect lists them)")
-    boxes = np.asarray(outputs[group.boxes])
+def per_detection(array: np.ndarray, lead: tuple[int, ...]) -> bool:
+    """Whether ``array`` has one row per detection: its shape starts with the boxes' batch dims and N."""
+    return tuple(np.shape(array)[:len(lead)]) == tuple(lead)
+
+
+def image_level(group, reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray],
+                where: str) -> list[str]:
+    """The ``attached`` outputs that hold no row per detection on either side (a per-image map, a
+    count): compared element by element. One that has rows on one side only is an error."""
+    ref_lead, cand_lead = _lead(group, reference, "reference", where), _lead(group, candidate, "candidate", where)
+    whole = []
+    for name in group.attached:
+        ref, cand = _named(reference, name, "reference", where), _named(candidate, name, "candidate", where)
+        ref_rows, cand_rows = per_detection(ref, ref_lead), per_detection(cand, cand_lead)
+        if ref_rows and cand_rows:
+            continue
+        if not ref_rows and not cand_rows and (ref.shape == cand.shape or ref.size == cand.size):
+            whole.append(name)
+            continue
+        raise BuildError(
+            f"{where}: output '{name}' has shape {list(ref.shape)} in the reference and {list(cand.shape)} in the "
+            f"candidate, beside boxes {list(ref_lead)} and {list(cand_lead)}: "
+            + ("one row per detection in the reference only" if ref_rows else
+               "one row per detection in the candidate only" if cand_rows else "the two shapes differ"),
+            hint="the candidate computes a different number of rows than the source: inspect the step that makes "
+                 "this output (edgebuild inspect); list in 'attached' only outputs with one row per detection")
+    return whole
+
+
+def _named(outputs: Mapping[str, np.ndarray], name: str, side: str, where: str) -> np.ndarray:
+    if name not in outputs:
+        raise BuildError(f"{where}: names output '{name}', which the {side} does not have "
+                         f"(it has: {', '.join(outputs) or 'none'})",
+                         hint="name the model's outputs (edgebuild inspect lists them)")
+    return np.asarray(outputs[name])
+
+
+def _lead(group, outputs: Mapping[str, np.ndarray], side: str, where: str) -> tuple[int, ...]:
+    """The boxes' batch dims and N."""
+    boxes = _named(outputs, group.boxes, side, where)
     if boxes.ndim < 2 or boxes.shape[-1] != 4:
         raise BuildError(f"{where}: output '{group.boxes}' has shape {list(boxes.shape)} in the {side}; "
                          "boxes are [..., N, 4] (x1, y1, x2, y2)")
-    lead = boxes.shape[:-1]  # batch dims and N
-    arrays = {group.boxes: boxes}
+    return tuple(boxes.shape[:-1])
+
+
+def _images(group, outputs: Mapping[str, np.ndarray], side: str, where: str,
+            whole: Sequence[str] = ()) -> list[tuple[Side, dict]]:
+    """Per image (the dims before N flattened): its detections and its rows of every per-detection output."""
+    for name in group.outputs:
+        _named(outputs, name, side, where)
+    lead = _lead(group, outputs, side, where)
+    arrays = {group.boxes: np.asarray(outputs[group.boxes])}
     for name in group.outputs[1:]:
+        if name in whole:
+            continue
         array = np.asarray(outputs[name])
-        if array.shape[:len(lead)] != lead:
+        if not per_detection(array, lead):
             raise BuildError(f"{where}: output '{name}' has shape {list(array.shape)} in the {side}, which does "
                              f"not start with the boxes' {list(lead)} (batch dims, then one row per detection)")
         arrays[name] = array
