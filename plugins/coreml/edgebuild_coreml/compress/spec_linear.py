@@ -30,6 +30,8 @@ from pathlib import Path
 import numpy as np
 from coremltools.proto import MIL_pb2
 
+from edgebuild_coreml.memory import freed_blocks_kept
+
 from . import blob_file
 from .config import CompressionSection, LinearWeights
 from .packing import pack_indices
@@ -94,7 +96,8 @@ def quantize_package(src: Path, dst: Path, section: CompressionSection | Mapping
     except blob_file.BadBlob as error:
         raise NotEditable(f"{src}: {error}") from error
 
-    write_edited_package(src, dst, model, lambda weights: _rewrite(program, jobs, reader, weights))
+    with freed_blocks_kept():  # each tensor's temporaries reuse the last one's memory
+        write_edited_package(src, dst, model, lambda weights: _rewrite(program, jobs, reader, weights))
     return before, weight_uses_from_spec(program)
 
 
@@ -231,15 +234,21 @@ def _quantize_blockwise(weight: np.ndarray, config: LinearWeights, block_sizes: 
             blocked_shape.append(dim)
             scale_shape.append(1)
             reduce_axes.append(len(blocked_shape) - 1)
-    values = np.array(weight, dtype=np.float32).reshape(blocked_shape)  # a copy: the map is read-only
     low_q, high_q = quant_range(config.dtype, config.symmetric)
-    low = block_extreme(values, tuple(reduce_axes), np.minimum)
-    high = block_extreme(values, tuple(reduce_axes), np.maximum)
     offset = None
-    if config.symmetric:
-        bound = np.maximum(-low, high)
+    if config.symmetric and weight.dtype == np.float16:
+        # the bound straight from the fp16 weight, before any float32 copy is made
+        values = None
+        bound = half_block_magnitude(np.reshape(weight, blocked_shape), tuple(reduce_axes))
         low, high = -bound, bound
     else:
+        values = np.array(weight, dtype=np.float32).reshape(blocked_shape)  # a copy: the map is read-only
+        low = block_extreme(values, tuple(reduce_axes), np.minimum)
+        high = block_extreme(values, tuple(reduce_axes), np.maximum)
+    if values is not None and config.symmetric:
+        bound = np.maximum(-low, high)
+        low, high = -bound, bound
+    elif not config.symmetric:
         low, high = np.minimum(low, 0.0), np.maximum(high, 0.0)
     scale = (high - low) / (high_q - low_q)
     scale = np.where(scale > 0, scale, 1.0).astype(weight.dtype).astype(np.float32)  # all-zero block: any scale
@@ -247,7 +256,10 @@ def _quantize_blockwise(weight: np.ndarray, config: LinearWeights, block_sizes: 
         offset = np.full(scale.shape, (high_q + 1) // 2, dtype=np.float32)
     elif not config.symmetric:
         offset = np.clip(np.round(low_q - low / scale), low_q, high_q)
-    data = np.divide(values, scale, out=values)  # in place: one float32 copy of the tensor at a time
+    if values is None:  # fp16 widened exactly inside the division: the float32 copy is its result
+        data = np.divide(np.reshape(weight, blocked_shape), scale, dtype=np.float32)
+    else:
+        data = np.divide(values, scale, out=values)  # in place: one float32 copy of the tensor at a time
     np.round(data, out=data)
     if offset is not None:
         data += offset
@@ -274,6 +286,18 @@ def block_extreme(values: np.ndarray, axes: tuple[int, ...], op) -> np.ndarray:
             half = values.shape[last] // 2
             values = op(values[..., :half], values[..., half:])
     return op.reduce(values, axis=axes, keepdims=True)
+
+
+def half_block_magnitude(values: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """The largest ``|x|`` of each block of fp16 ``values`` over ``axes``, as float32 (kept dims).
+
+    Below the sign bit, an fp16 value's bits order its magnitude as an unsigned integer (inf above
+    every finite value, NaN above inf), so the block maxima are integer maxima over 16 bits, which
+    numpy vectorises, instead of a minimum and a maximum over a float32 copy. Each equals
+    ``max(-min, max)`` of the block exactly; a block holding a NaN gives a NaN, as that does.
+    """
+    magnitude = np.bitwise_and(values.view(np.uint16), 0x7FFF)
+    return block_extreme(magnitude, axes, np.maximum).view(np.float16).astype(np.float32)
 
 
 def stored_bytes(data: np.ndarray, dtype: str) -> np.ndarray:
