@@ -215,6 +215,8 @@ ENTRIES = [
                                                        score_thresh=0.01)),
     Entry("detection", "keypointrcnn_resnet50_fpn", _detection("keypointrcnn_resnet50_fpn", min_size=320, max_size=320,
                                                               num_keypoints=5)),
+    # its masks, [N, 1, 320, 320], pasted by a TorchScript Loop that grows one mask per detection
+    # from an empty start (the exported file declares the start's shape): compared over matched pairs
     Entry("detection", "maskrcnn_resnet50_fpn", _detection("maskrcnn_resnet50_fpn", min_size=320, max_size=320)),
     # optical flow
     Entry("optical-flow", "raft_small", _raft),
