@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache, reduce
 
 import numpy as np
@@ -59,7 +61,33 @@ def input_vars(op) -> Iterator[tuple[str, object]]:
 
 def data_inputs(op) -> list:
     """Non-constant tensor inputs: the activations the op reads at run time."""
+    remembered = getattr(_READ_ONCE, "inputs", None)
+    if remembered is None:
+        return _data_inputs(op)
+    known = remembered.get(id(op))  # within inputs_read_once: asked by several rules per op
+    if known is None or known[0] is not op:
+        known = remembered[id(op)] = (op, _data_inputs(op))
+    return list(known[1])
+
+
+def _data_inputs(op) -> list:
     return [var for _, var in input_vars(op) if is_tensor_like(var) and not is_constant(var)]
+
+
+_READ_ONCE = threading.local()
+
+
+@contextmanager
+def inputs_read_once():
+    """Within (on this thread): each op's ``data_inputs`` are worked out once and then remembered,
+    for a reader that does not change the program meanwhile (a plan asks for them from five rules,
+    the cost model and the edges between nodes: 8 times per op)."""
+    outer = getattr(_READ_ONCE, "inputs", None)
+    _READ_ONCE.inputs = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _READ_ONCE.inputs = outer
 
 
 def tensor_outputs(op) -> list:

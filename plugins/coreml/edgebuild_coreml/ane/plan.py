@@ -356,6 +356,11 @@ def plan_program(
     ``policy`` and ``overrides`` are the recipe's, validated at load; ``chip`` may also come
     from ``edgebuild plan --chip``, so an unknown one is a UsageError (``get_chip``).
     """
+    with mil_view.inputs_read_once():  # the program stays as it is while it is planned
+        return _plan_program(prog, chip=chip, policy=policy, overrides=overrides, shapes_dynamic=shapes_dynamic)
+
+
+def _plan_program(prog, *, chip: str, policy: ComputePolicy, overrides, shapes_dynamic: set[str] | None) -> Plan:
     profile = get_chip(chip)
     policy_units = PLACEMENTS[policy].units
     parsed_overrides = _parse_overrides(overrides)
