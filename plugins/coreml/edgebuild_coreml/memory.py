@@ -15,7 +15,7 @@ from contextlib import contextmanager
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter number
 GLIBC_DEFAULT_THRESHOLD = 128 * 1024  # both thresholds' values before glibc adjusts them
-KEPT_HEAP_BYTES = 256 << 20  # freed_blocks_kept: freed heap kept this far above its top
+KEPT_HEAP_BYTES = 64 << 20  # freed_blocks_kept: freed heap kept this far above its top
 MAPPED_BLOCK_BYTES = 256 * 1024  # map_large_blocks: blocks this large are mapped on their own
 REUSED_BLOCK_BYTES = 32 << 20  # heap_blocks_reused: up to this (glibc's largest threshold) from the heap
 _large_blocks_mapped = False
