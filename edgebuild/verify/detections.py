@@ -202,8 +202,8 @@ def compare_detections(group, reference: Mapping[str, np.ndarray], candidate: Ma
             metrics.pop(k, None)
         result[name] = metrics
     for name in whole:  # one value per image, not per detection: element by element, as outside the group
-        result[name] = compare_output(name, np.asarray(reference[name]),
-                                      np.asarray(candidate[name]).reshape(np.shape(reference[name])), rel_floor=rel_floor)
+        ref = np.asarray(reference[name])
+        result[name] = compare_output(name, ref, np.asarray(candidate[name]).reshape(ref.shape), rel_floor=rel_floor)
     result[group.boxes].update(box_metrics)
     return result
 
