@@ -21,12 +21,18 @@ the cosine's scale (a box_match at its limit counts as a cosine at cosine_min). 
 over boxes after NMS measures their order, which a last bit changes, and kept everything fp32.
 
 The estimate is one draw of a chaotic quantity for a badly conditioned net: the artifact's
-kernels round and sum in their own order, and a net that amplifies last-bit differences lands
-anywhere in a range. So the guard also runs the worst sample twice with each op's outputs
-rounded stochastically (an unbiased rounding with the same step as round-to-nearest): where the
-three estimates spread by more than the recipe's whole allowed deficit, rounding alone decides
-whether the artifact passes, and the result says so (``ill_conditioned``) instead of trusting
-one of them. A well-conditioned net spreads by about its deficit, which the search kept to half.
+kernels round and sum in their own order (the interpreter's numpy and torch kernels differ, a
+Mac's Core ML differs again), and a net that amplifies last-bit differences lands anywhere in a
+range. So the search judges every candidate by the LOWER END of that range: the worst sample
+rounded to nearest and STOCHASTIC_DRAWS more times stochastically (an unbiased rounding with the
+same step), the lowest of those. Runs are ranked by the same measure, so a run whose deficit
+shows only under another rounding (an SE gate on large logits, say) is found too. The islands
+are capped at MAX_KEPT_SHARE of the float ops: past that, fp16 buys little, and the estimate
+itself grows optimistic (each island's fp16 readers see its fp32 values), so a net that needs
+more is named instead (``ill_conditioned``) with the nearest-rounding choice kept. Fresh
+draws (other seeds than the search used) then measure the chosen islands' range: where its lower
+end misses the recipe's cosine_min, rounding alone decides whether the artifact passes, and the
+result says so instead of trusting one estimate.
 
 The budget is half the recipe's allowed deficit (``1 - cosine_min``): the estimate sees the
 calibration samples, not every validation sample, and rounds where the artifact's kernels round
@@ -44,7 +50,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-STOCHASTIC_DRAWS = 2  # stochastic-rounding runs of the worst sample that measure the estimate's spread
+STOCHASTIC_DRAWS = 2  # stochastic-rounding runs of the worst sample behind each lower end (and the final range)
+MAX_KEPT_SHARE = 0.5  # of the float ops, the most the search keeps in fp32 for the lower end to meet its budget
 SEGMENTS = 16  # contiguous runs of ops the search ranks; more cost a run each, fewer keep coarser islands
 BUDGET_SHARE = 0.5  # of the recipe's cosine deficit the estimate may use; the rest is for what it does not see
 
@@ -58,11 +65,16 @@ class PrecisionResult:
     # the worst sample's estimate with ``kept`` in fp32, lowest and highest over the roundings
     spread: tuple[float, float] | None = None
     judged_as: str = "cosine"  # or "detections": boxes matched as validation matches them
+    # the lower end the most islands the search may keep (MAX_KEPT_SHARE) reach, when fewer do not meet
+    # the budget; None when the chosen islands meet it
+    capped_cosine: float | None = None
+    cap: int = 0  # that most: how many ops
 
     @property
     def ill_conditioned(self) -> bool:
-        """Rounding alone moves the outputs by more than the recipe allows: no estimate bounds the artifact."""
-        return self.spread is not None and self.spread[1] - self.spread[0] > 1.0 - self.cosine_min
+        """No island set within the cap holds the lower end, or rounding alone, redrawn, takes the outputs
+        below the recipe's limit with the islands kept: no estimate bounds the artifact."""
+        return self.capped_cosine is not None or (self.spread is not None and self.spread[0] < self.cosine_min)
 
     def kinds(self) -> dict[str, int]:
         return dict(Counter(self.kept.values()).most_common())
@@ -75,6 +87,8 @@ class PrecisionResult:
         if self.spread is not None:
             found["estimate_range"] = [round(value, 7) for value in self.spread]
             found["ill_conditioned"] = self.ill_conditioned
+        if self.capped_cosine is not None:
+            found["capped_islands"] = {"max_ops": self.cap, "estimated_lower_cosine": round(self.capped_cosine, 7)}
         return found
 
 
@@ -260,57 +274,98 @@ def segments_of(ops: list, count: int = SEGMENTS) -> list[list]:
 def find_sensitive_ops(program, samples: Sequence[Mapping[str, np.ndarray]],
                        references: Sequence[Mapping[str, np.ndarray]], *, cosine_min: float,
                        keep: set[str], judge: Judge | None = None) -> PrecisionResult:
-    """The fewest ops (besides ``keep``, already fp32) whose fp32 keeps the estimated fp16 cosine on
-    ``samples`` (whose fp32 outputs are ``references``) within the budget for ``cosine_min``, as
-    ``judge`` scores outputs (default: cosine over every float output); and the estimate's spread."""
+    """The fewest ops (besides ``keep``, already fp32) whose fp32 keeps the lower end of the estimated
+    fp16 cosine on ``samples`` (whose fp32 outputs are ``references``) within the budget for
+    ``cosine_min``, as ``judge`` scores outputs (default: cosine over every float output); and the
+    range fresh roundings give with them."""
     judge = judge or Judge(cosine_min)
-    target = 1.0 - (1.0 - cosine_min) * BUDGET_SHARE
-    weights = RoundedWeights(program)
-
-    def cosine_with(kept: set[str], which=range(len(samples)), rounding=None) -> float:
-        with weights.applied(kept):
-            return worst_cosine([references[i] for i in which],
-                                [emulated_fp16(program, samples[i], kept, rounding) for i in which], judge)
-
-    per_sample = [cosine_with(keep, [i]) for i in range(len(samples))]
+    estimate = _Estimate(program, samples, references, judge)
+    per_sample = estimate.per_sample(keep)
+    estimate.worst = int(np.argmin(per_sample)) if per_sample else 0
     start = min(per_sample, default=1.0)
     result = PrecisionResult(cosine_min=cosine_min, fp16_cosine=start, kept_cosine=start,
                              judged_as="detections" if judge.detections else "cosine")
     if not samples:
         return result
-    worst = int(np.argmin(per_sample))
-    if start < target:
-        _search(result, program, keep, per_sample, target, cosine_with)
-    # the same estimate under other roundings of the same step: how far one draw can be trusted
+    target = 1.0 - (1.0 - cosine_min) * BUDGET_SHARE
+    search_draws = range(STOCHASTIC_DRAWS)
+    if estimate.lower_end(keep, search_draws) < target:
+        _search(result, program, keep, target, estimate, search_draws)
+    # fresh draws on the chosen islands: the search's own were what it chose them to pass
     chosen = keep | set(result.kept)
-    nearest = per_sample[worst] if not result.kept else cosine_with(chosen, [worst])
-    draws = [cosine_with(chosen, [worst], stochastic_rounding(seed)) for seed in range(STOCHASTIC_DRAWS)]
+    nearest = estimate.nearest(chosen, [estimate.worst])
+    draws = [estimate.drawn(chosen, seed) for seed in range(STOCHASTIC_DRAWS, 2 * STOCHASTIC_DRAWS)]
     result.spread = (min(nearest, *draws), max(nearest, *draws))
     return result
 
 
-def _search(result: PrecisionResult, program, keep: set[str], per_sample: list[float], target: float,
-            cosine_with) -> None:
-    """Fill ``result.kept`` with the most sensitive runs of ops, as few as meet ``target``."""
+class _Estimate:
+    """The emulated fp16 run's score for a set of ops kept in fp32: rounded to nearest on every sample,
+    or stochastically on the worst (the sample the nearest rounding of ``keep`` alone scores lowest)."""
+
+    def __init__(self, program, samples, references, judge: Judge):
+        self.program, self.samples, self.references, self.judge = program, samples, references, judge
+        self.weights = RoundedWeights(program)
+        self.worst = 0
+
+    def _score(self, kept: set[str], which, rounding=None) -> float:
+        with self.weights.applied(kept):
+            return worst_cosine([self.references[i] for i in which],
+                                [emulated_fp16(self.program, self.samples[i], kept, rounding) for i in which],
+                                self.judge)
+
+    def per_sample(self, kept: set[str]) -> list[float]:
+        return [self._score(kept, [i]) for i in range(len(self.samples))]
+
+    def nearest(self, kept: set[str], which=None) -> float:
+        return self._score(kept, range(len(self.samples)) if which is None else which)
+
+    def drawn(self, kept: set[str], seed: int) -> float:
+        return self._score(kept, [self.worst], stochastic_rounding(seed))
+
+    def lower_end(self, kept: set[str], seeds, which_nearest=None) -> float:
+        """The lowest of the nearest rounding (every sample, or ``which_nearest``) and the draws ``seeds``."""
+        nearest = self.nearest(kept, which_nearest)
+        return min(nearest, *(self.drawn(kept, seed) for seed in seeds))
+
+
+def _search(result: PrecisionResult, program, keep: set[str], target: float, estimate: _Estimate, seeds) -> None:
+    """Fill ``result.kept`` with the most sensitive runs of ops, as few as bring the lower end to ``target``
+    within MAX_KEPT_SHARE of the ops; past that, as few as bring the nearest rounding there."""
     candidates = float_ops(program, keep)
     every = {op.name for op in candidates}
-    # ranked on the worst sample: the deficit of rounding one run alone, the rest in fp32
-    worst = int(np.argmin(per_sample))
     runs = segments_of(candidates)
-    deficits = [1.0 - cosine_with(keep | (every - {op.name for op in run}), [worst]) for run in runs]
+    # ranked on the worst sample by the lower end of rounding one run alone, the rest in fp32
+    worst = [estimate.worst]
+    deficits = [1.0 - estimate.lower_end(keep | (every - {op.name for op in run}), seeds, worst) for run in runs]
     ranked = [runs[i] for i in np.argsort(deficits, kind="stable")[::-1]]
 
     def kept_by(count: int) -> set[str]:
         return {op.name for run in ranked[:count] for op in run}
 
-    low, high, cosine_at_high = 0, len(ranked), 1.0  # all runs kept: the fp32 program itself
+    sizes = np.cumsum([len(run) for run in ranked])
+    cap = int(np.searchsorted(sizes, MAX_KEPT_SHARE * len(candidates), side="right"))  # runs within the share
+    count, at_cap = _fewest(lambda n: estimate.lower_end(keep | kept_by(n), seeds), 0, cap, target)
+    if count is None:  # no island set within the cap holds the lower end: say so, keep what nearest needs
+        result.cap, result.capped_cosine = (int(sizes[cap - 1]) if cap else 0), at_cap
+        count, _ = _fewest(lambda n: estimate.nearest(keep | kept_by(n)), 0, len(ranked), target)
+        count = len(ranked) if count is None else count  # None: only the fp32 program itself meets it
+    chosen = kept_by(count)
+    result.kept = {op.name: op.op_type for op in candidates if op.name in chosen}
+    result.kept_cosine = estimate.nearest(keep | chosen)
+
+
+def _fewest(score, low: int, high: int, target: float) -> tuple[int | None, float]:
+    """The least count in (low, high] whose ``score`` meets ``target`` (a bisection: more kept, higher
+    scores), with that score; (None, score at high) when even ``high`` misses it."""
+    at_high = score(high)
+    if at_high < target:
+        return None, at_high
     while high - low > 1:
         middle = (low + high) // 2
-        cosine = cosine_with(keep | kept_by(middle))
+        cosine = score(middle)
         if cosine >= target:
-            high, cosine_at_high = middle, cosine
+            high, at_high = middle, cosine
         else:
             low = middle
-    chosen = kept_by(high)
-    result.kept = {op.name: op.op_type for op in candidates if op.name in chosen}
-    result.kept_cosine = cosine_at_high
+    return high, at_high

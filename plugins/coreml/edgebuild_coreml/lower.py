@@ -192,10 +192,10 @@ def _conditioning_warning(guard) -> str | None:
         return None
     low, high = precision.spread
     return (f"{LABEL}: fp16 results of this model vary between cosine {low:.6f} and {high:.6f} with the "
-            f"rounding alone (the fp16 estimate redrawn with stochastic rounding, on the calibration inputs), "
-            f"more than validate.thresholds.cosine_min {precision.cosine_min} allows: it is ill-conditioned in "
-            "fp16, and whether the artifact passes depends on how its kernels round; build target.precision: "
-            "float32, or set a lower cosine_min")
+            f"rounding alone (the fp16 estimate redrawn with stochastic rounding, on the calibration inputs)"
+            f"{_capped(precision)}, more than validate.thresholds.cosine_min {precision.cosine_min} allows: it is "
+            "ill-conditioned in fp16, and whether the artifact passes depends on how its kernels round; build "
+            "target.precision: float32, or set a lower cosine_min")
 
 
 def _conditioning_note(guard) -> str | None:
@@ -205,8 +205,16 @@ def _conditioning_note(guard) -> str | None:
         return None
     low, high = precision.spread
     return (f"the lower stage found this model ill-conditioned in fp16 (its fp16 results vary between cosine "
-            f"{low:.6f} and {high:.6f} with the rounding alone): build target.precision: float32, or set a "
-            "lower cosine_min")
+            f"{low:.6f} and {high:.6f} with the rounding alone{_capped(precision)}): build target.precision: "
+            "float32, or set a lower cosine_min")
+
+
+def _capped(precision) -> str:
+    """Where no island set within the guard's cap held the estimate's lower end: how far the cap got."""
+    if precision.capped_cosine is None:
+        return ""
+    return (f"; keeping up to {precision.cap} ops in fp32, the most the guard keeps for precision, the lowest "
+            f"redrawn estimate reaches only {precision.capped_cosine:.6f}")
 
 
 def check_kept_fp32(program, guard, artifact_name: str):
