@@ -233,6 +233,8 @@ def _compile_step(step: Step, slot_of: dict, plan: Plan, activation: Activation 
     preparable = (epoch is not None and not donors and getattr(entry.obj, "prepare", None) is not None
                   and source is not None and not isinstance(source, tuple) and _only_input_varies(step))
     input_slot = slot_of.get(source) if preparable else None
+    if input_slot is None and not donors and activation is None:
+        return _plain_run(op, entry, gather, store, frees)
     prepared = _PreparedCall()
 
     def run(slots: list) -> None:
@@ -259,6 +261,27 @@ def _compile_step(step: Step, slot_of: dict, plan: Plan, activation: Activation 
                     results = evaluator(op, args)
                 if input_slot is not None and prepared.wanted(evaluator, epoch[0]):
                     prepared.keep(evaluator, op, args, activation, epoch[0])
+        except EdgebuildError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - report which op broke, keep the cause
+            raise evaluation_failed(op, exc) from exc
+        store(slots, results)
+        for slot in frees:
+            slots[slot] = None
+
+    return run
+
+
+def _plain_run(op, entry, gather, store, frees: tuple) -> Callable[[list], None]:
+    """``_compile_step``'s closure for a step with nothing to prepare, donate or fuse (most
+    small ops): the same gather, evaluate, conform and free, with none of the others' checks."""
+
+    def run(slots: list) -> None:
+        try:
+            evaluator = entry.obj
+            if evaluator is None:
+                raise no_evaluator(op)
+            results = evaluator(op, gather(slots))
         except EdgebuildError:
             raise
         except Exception as exc:  # noqa: BLE001 - report which op broke, keep the cause
