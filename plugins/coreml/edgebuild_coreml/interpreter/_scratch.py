@@ -16,6 +16,7 @@ thread keeps a set of its own, handed to the pool when the thread ends.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 
 import numpy as np
@@ -83,7 +84,7 @@ def scratch(name: str, shape: tuple, dtype) -> np.ndarray:
     """An uninitialised array of ``shape`` and ``dtype``, valid until this thread asks for
     ``name`` again."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = int(math.prod(shape)) * dtype.itemsize  # numpy's prod costs a small kernel's call more
     if nbytes > KEPT_BYTES:
         return np.empty(shape, dtype)
     buffers = _thread_buffers()

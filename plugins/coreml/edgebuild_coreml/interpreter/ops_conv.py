@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import string
 from functools import partial
 
@@ -440,7 +441,7 @@ def _depthwise_call(in_shape, weight, strides, dilations, pads, out_sizes, dtype
             offset = start * (pitches[0] if flat else pitches[0] * strides[0])
             view = as_strided(source[:, :, offset:], shape, (*source.strides[:2], *tap_strides, *out_strides),
                               writeable=False)
-            gathered = cols.reshape(-1)[:int(np.prod(shape))].reshape(shape)  # a shorter last band: a prefix
+            gathered = cols.reshape(-1)[:int(math.prod(shape))].reshape(shape)  # a shorter last band: a prefix
             np.copyto(gathered, view)
             np.matmul(w, gathered.reshape(n, channels, taps, -1),
                       out=acc[:, :, start * row:stop * row].reshape(n, channels, 1, -1))
