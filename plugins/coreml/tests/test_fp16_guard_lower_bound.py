@@ -119,6 +119,7 @@ def _artifact_cosines(package: Path, model: Path, low: float) -> dict[str, float
 
     from edgebuild_coreml.interpreter import torch_kernels
     from edgebuild_coreml.interpreter.artifact_runner import ArtifactRunner
+    from edgebuild_coreml.interpreter.plan import forget_plans
 
     rng = np.random.default_rng(7)  # other samples than the guard calibrated on
     samples = [{"x": (low + rng.random(SHAPE)).astype(np.float32)} for _ in range(3)]
@@ -131,10 +132,12 @@ def _artifact_cosines(package: Path, model: Path, low: float) -> dict[str, float
             torch_kernels.disable()
             if kernels == "torch":
                 assert torch_kernels.enable(1)
+            forget_plans(runner.program)  # a plan holds the kernels it prepared
             found[kernels] = min(_cosine(reference, runner(sample)["logits"])
                                  for reference, sample in zip(references, samples))
     finally:
         torch_kernels.disable()
+        forget_plans(runner.program)
     return found
 
 
