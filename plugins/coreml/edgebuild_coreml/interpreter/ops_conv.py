@@ -127,8 +127,10 @@ def _numpy_conv_call(inp, weight, bias, strides, dilations, groups, pads, out_si
     elif c_in == groups and c_out == groups:
         compute = _depthwise_call(inp.shape, weight, strides, dilations, pads, out_sizes, out_dtype)
     elif n * c_in * int(np.prod(out_sizes, dtype=np.int64)) >= IM2COL_TAP_MIN_ELEMENTS:
+        placements = _tap_placements(inp.shape, weight.shape, out_sizes, strides, dilations, pads)
+
         def compute(value, out):
-            _im2col(value, weight, strides, dilations, pads, groups, out)
+            _im2col(value, weight, strides, dilations, pads, groups, out, placements)
     else:
         def compute(value, out):
             _im2col_windows(value, weight, strides, dilations, pads, groups, out)
@@ -262,11 +264,19 @@ def _band_windows(inp, pads, out_sizes, kernel, strides, dilations, start, stop)
 IM2COL_BAND_ELEMENTS = 1 << 18
 
 
-def _im2col(inp, weight, strides, dilations, pads, groups, out):
+def _tap_placements(in_shape, weight_shape, out_sizes, strides, dilations, pads) -> list:
+    """``_tap_placement`` of every kernel tap, in ``_im2col``'s order: they depend on the
+    geometry alone, so a conv's call works them out once."""
+    return [_tap_placement(in_shape[2:], list(out_sizes[1:]), tap, strides, dilations, pads)
+            for tap in itertools.product(*(range(k) for k in weight_shape[2:]))]
+
+
+def _im2col(inp, weight, strides, dilations, pads, groups, out, placements=None):
     """Windows gathered one kernel tap at a time into a ``[N, C, K, rows, *O_rest]`` band (rows
     of the matrix are (channel, tap), as weight's ``[Cg, *K]`` flattens; columns the output
     pixels), each tap a strided copy of the input itself: no padded copy, and no 6-D transposed
-    copy, which numpy does an element at a time. The product goes straight into ``out``."""
+    copy, which numpy does an element at a time. The product goes straight into ``out``.
+    ``placements``: ``_tap_placements`` of this geometry, when worked out already."""
     n, c_in = inp.shape[:2]
     c_out, kernel = out.shape[1], list(weight.shape[2:])
     out_sizes, rest_sizes = list(out.shape[2:]), list(out.shape[3:])
@@ -278,7 +288,8 @@ def _im2col(inp, weight, strides, dilations, pads, groups, out):
     # zeros: where a tap reads the padding of the dims after the first, every band leaves them be
     cols = np.zeros((n, c_in, len(taps), band_rows, *rest_sizes), out.dtype)
     matrix = cols.reshape(n, groups, w.shape[2], band_rows * rest)  # a shorter last band: its leading columns
-    placements = [_tap_placement(inp.shape[2:], rest_sizes, tap, strides, dilations, pads) for tap in taps]
+    if placements is None:
+        placements = _tap_placements(inp.shape, weight.shape, out_sizes, strides, dilations, pads)
     for start in range(0, out_sizes[0], band_rows):
         stop = min(start + band_rows, out_sizes[0])
         for index, placement in enumerate(placements):
