@@ -210,7 +210,7 @@ ENTRIES = [
     # thresholds (0.05, 0.2): nothing would be detected, so nothing after the NMS compared
     Entry("detection", "retinanet_resnet50_fpn", _detection("retinanet_resnet50_fpn", min_size=320, max_size=320,
                                                            score_thresh=0.01)),
-    Entry("detection", "ssdlite320_mobilenet_v3_large", _detection("ssdlite320_mobilenet_v3_large")),
+    Entry("detection", "ssdlite320_mobilenet_v3_large", _detection("ssdlite320_mobilenet_v3_large"), ci=True),
     Entry("detection", "fcos_resnet50_fpn", _detection("fcos_resnet50_fpn", min_size=320, max_size=320,
                                                        score_thresh=0.01)),
     Entry("detection", "keypointrcnn_resnet50_fpn", _detection("keypointrcnn_resnet50_fpn", min_size=320, max_size=320,
@@ -219,9 +219,9 @@ ENTRIES = [
     # from an empty start (the exported file declares the start's shape): compared over matched pairs
     Entry("detection", "maskrcnn_resnet50_fpn", _detection("maskrcnn_resnet50_fpn", min_size=320, max_size=320)),
     # optical flow
-    Entry("optical-flow", "raft_small", _raft),
+    Entry("optical-flow", "raft_small", _raft, ci=True),
     # video
-    Entry("video", "r3d_18", _video("r3d_18", 4, 32)),
+    Entry("video", "r3d_18", _video("r3d_18", 4, 32), ci=True),
     Entry("video", "mc3_18", _video("mc3_18", 4, 32)),
     Entry("video", "r2plus1d_18", _video("r2plus1d_18", 4, 32)),
     Entry("video", "s3d", _video("s3d", 16, 224)),  # its smallest: the head pools a fixed 2x7x7 window
