@@ -6,7 +6,7 @@ and validated (the interpreter against onnxruntime) at the thresholds ``edgebuil
 cosine >= 0.9999 at fp32, >= 0.999 at fp16. An entry is xfail'ed only when its export or
 onnxruntime fails (the corpus excludes it); every failure after that is edgebuild's.
 
-The CI share (entries marked ``ci``: one text encoder and one decoder, at fp32) runs by default,
+The CI share (entries marked ``ci``: one cheap entry of every family, at fp32) runs by default,
 beside the torchvision share; every entry at both precisions under ``-m slow``.
 """
 
@@ -29,7 +29,8 @@ def _cases():
 def test_entries_named_once_and_a_share_in_ci():
     names = [entry.name for entry in ENTRIES]
     assert len(names) == len(set(names))
-    assert {entry.family for entry in ENTRIES if entry.ci} == {"text-encoder", "decoder"}
+    chosen = [entry.family for entry in ENTRIES if entry.ci]
+    assert sorted(chosen) == sorted({entry.family for entry in ENTRIES}), "one CI entry per family"
 
 
 @pytest.mark.parametrize(("entry", "precision"), list(_cases()))

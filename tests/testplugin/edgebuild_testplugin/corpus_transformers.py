@@ -336,7 +336,8 @@ DECODERS = {
               "conv_kernel": 4, "vocab_size": VOCAB, "use_cache": False},
 }
 
-CI = {"bert", "llama"}  # one text encoder, one decoder (torchvision's share holds the vision models)
+# one cheap entry of every family (its fp32 case), picked by build time in the corpus table
+CI = {"bert", "poolformer", "hubert", "siglip", "marian", "llama"}
 
 ENTRIES = [
     *(Entry("text-encoder", name, _text(config, "AutoModelForSequenceClassification", ("logits", "hidden_states[-1]"),
@@ -348,14 +349,14 @@ ENTRIES = [
     *(Entry("speech", name, _signal(config, model_class, "input_values", (1, 800), ("last_hidden_state",),
                                     low=-3.0, high=3.0), ci=name in CI)
       for name, (config, model_class) in SPEECH.items()),
-    *(Entry("speech", name, _signal(config, model_class, input_name, shape, outputs, part=part))
+    *(Entry("speech", name, _signal(config, model_class, input_name, shape, outputs, part=part), ci=name in CI)
       for name, (config, model_class, input_name, shape, outputs, part) in FEATURES.items()),
     *(Entry("text-encoder", name, _text(config, model_class, outputs, pad=config.get("pad_token_id", 0)))
       for name, (config, model_class, outputs) in HEADS.items()),
-    Entry("clip", "clip", _text_image(CLIP, "CLIPModel")),
-    Entry("clip", "siglip", _text_image(SIGLIP, "SiglipModel")),
+    Entry("clip", "clip", _text_image(CLIP, "CLIPModel"), ci="clip" in CI),
+    Entry("clip", "siglip", _text_image(SIGLIP, "SiglipModel"), ci="siglip" in CI),
     *(Entry("seq2seq", name, _text(config, model_class, ("logits", "encoder_last_hidden_state"), pad=pad,
-                                   decoder_tokens=1, decoder_start=start))
+                                   decoder_tokens=1, decoder_start=start), ci=name in CI)
       for name, (config, model_class, pad, start) in SEQ2SEQ.items()),
     *(Entry("decoder", name, _text(config, "AutoModelForCausalLM", ("logits",)), ci=name in CI)
       for name, config in DECODERS.items()),
