@@ -16,13 +16,11 @@ cap reaches the budget, and the result says so, with the cap and the lower end i
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from recipe_runs import run_built
 
 from edgebuild_coreml import fp16_guard
 from edgebuild_coreml.fp16_sensitivity import BUDGET_SHARE, MAX_KEPT_SHARE
@@ -98,14 +96,8 @@ def _build(model: Path, place: str, workdir: Path) -> dict:
         f"  thresholds: {{cosine_min: {COSINE_MIN}}}\n"
         "outputs: {dir: out}\n"
     )
-    done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "run", str(recipe), "--json", "--cache-dir",
-                           str(workdir / "cache")], capture_output=True, text=True, cwd=workdir,
-                          env=dict(os.environ, PYTHONWARNINGS="ignore"), timeout=900)
-    assert done.stdout.strip(), f"no JSON on stdout (exit {done.returncode}):\n{done.stderr[-3000:]}"
-    [record] = json.loads(done.stdout)["variants"]
-    assert record["status"] == "built", f"{record.get('error')}\n{done.stderr[-3000:]}"
-    out = workdir / "out" / record["variant"]
-    return {"package": out / "model.mlpackage", "guard": json.loads((out / "report.json").read_text())["lower"]}
+    record, report = run_built(recipe, workdir)
+    return {"package": workdir / "out" / record["variant"] / "model.mlpackage", "guard": report["lower"]}
 
 
 def _cosine(a, b) -> float:

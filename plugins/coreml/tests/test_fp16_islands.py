@@ -12,13 +12,11 @@ encoders on raw int16-scale audio (slow).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from recipe_runs import run_built
 from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import types
 
@@ -187,13 +185,7 @@ def _build_fp16(model: Path, samples: int, workdir: Path) -> dict:
         "  thresholds: {cosine_min: 0.999}\n"
         "outputs: {dir: out}\n"
     )
-    done = subprocess.run([sys.executable, "-m", "edgebuild.cli.app", "run", str(recipe), "--json", "--cache-dir",
-                           str(workdir / "cache")], capture_output=True, text=True, cwd=workdir,
-                          env=dict(os.environ, PYTHONWARNINGS="ignore"), timeout=900)
-    assert done.stdout.strip(), f"no JSON on stdout (exit {done.returncode}):\n{done.stderr[-3000:]}"
-    [record] = json.loads(done.stdout)["variants"]
-    assert record["status"] == "built", f"{record.get('error')}\n{done.stderr[-3000:]}"
-    report = json.loads((workdir / "out" / record["variant"] / "report.json").read_text())
+    record, report = run_built(recipe, workdir)
     return {"record": record, "guard": report["lower"]["fp16_guard"], "islands": report["lower"]["fp16_islands"]}
 
 
