@@ -6,8 +6,9 @@ oneDNN (twice OpenBLAS's speed on AVX-512), softmax, SiLU, and erf / exact GELU 
 numpy reference computes them in float64 series, most of a transformer's time).
 
 The validate stage's samples in the build's own process turn them on for their own thread's
-calls alone (``for_calls``), on one of torch's threads, where the process has imported torch
-already; worker processes turn them on for good. Elsewhere (the fp16 guard, tests, a
+calls alone (``for_calls``), on one of torch's threads, once the process has torch (or the
+samples on numpy's kernels have taken as long as importing it); worker processes turn them on
+for good. Elsewhere (the fp16 guard, tests, a
 machine without torch) the numpy kernels run, with onnxruntime's casts (``half_casts``); all give
 the same casts bit for bit and the same convolutions and products up to summation order. Nothing
 here runs a model: each function is one kernel on arrays the interpreter hands it.
@@ -19,6 +20,7 @@ import contextlib
 import functools
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -49,14 +51,32 @@ def disable() -> None:
     _torch = None
 
 
+#: what importing torch costs a fresh process (1.5-2 s here): ``for_calls`` blocks run numpy's
+#: kernels until they have taken as long, then import it (rent or buy: never worse than twice the
+#: better choice); a small net's validation, ten times quicker than the import, never pays for it
+TORCH_IMPORT_SECONDS = 1.5
+_numpy_seconds = 0.0  # time ``for_calls`` blocks spent on numpy's kernels, torch not imported
+
+
 def _imported_torch():
     """torch if this process has imported it completely already (a PyTorch source, a test), else
-    None: importing it here costs 1.5-2 s of a fresh process, ten times what a small net's samples
-    take on numpy's kernels; a validation with enough samples to pay for it runs them in workers,
-    whose forkserver imports torch on the other core meanwhile (``artifact_runner._preload``)."""
+    None."""
     module = sys.modules.get("torch")
     spec = getattr(module, "__spec__", None)
     return None if module is None or getattr(spec, "_initializing", False) else module
+
+
+def _torch_to_borrow():
+    """torch once it is imported, or once the blocks on numpy's kernels have taken as long as
+    importing it would (imported then); None before; False where it is not installed."""
+    module = _imported_torch()
+    if module is not None or _numpy_seconds < TORCH_IMPORT_SECONDS:
+        return module
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch
 
 
 def _active():
@@ -78,21 +98,22 @@ _saved_threads = None  # torch's pool size before the first of them
 @contextlib.contextmanager
 def for_calls(threads: int = 1):
     """torch's kernels for the calls the calling thread makes inside the block, on ``threads`` of
-    torch's intra-op pool, where this process has imported torch (``_imported_torch``) and its
-    kernels are not on for good already (a worker process has them on): the build's own process runs validation samples in one thread
-    while another may run the reference, as its BLAS calls do (``map_samples``). Other threads keep
+    torch's intra-op pool, where this process has imported torch or the blocks before have run
+    long enough to pay for importing it (``TORCH_IMPORT_SECONDS``), and its kernels are not on for
+    good already (a worker process has them on): the build's own process runs validation
+    samples in one thread while another may run the reference, as its BLAS calls do (``map_samples``). Other threads keep
     numpy's kernels meanwhile (the fp16 guard of another build's stage decides by its errors, which
     must not depend on when a validation runs), and torch's pool size comes back when the last
     block ends (a PyTorch source's reference keeps its own pool). A pool of more threads than the
     cores left free spins: on a busy 2-core machine two threads ran a small conv net six times
     slower than one."""
-    global _calls, _saved_threads, _borrowed
+    global _calls, _saved_threads, _borrowed, _numpy_seconds
     if _torch is not None:  # on for good here
         yield
         return
     with _calls_lock:
-        if not _borrowed:
-            _borrowed = _imported_torch()
+        if _borrowed is None:
+            _borrowed = _torch_to_borrow()
         turned_on = bool(_borrowed)
         if turned_on:
             if _calls == 0:
@@ -100,7 +121,12 @@ def for_calls(threads: int = 1):
                 _borrowed.set_num_threads(threads)
             _calls += 1
     if not turned_on:
-        yield
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            with _calls_lock:
+                _numpy_seconds += time.perf_counter() - started
         return
     _thread.blocks = getattr(_thread, "blocks", 0) + 1
     try:
