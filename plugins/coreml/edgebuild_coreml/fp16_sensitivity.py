@@ -307,12 +307,21 @@ class _Estimate:
         self.program, self.samples, self.references, self.judge = program, samples, references, judge
         self.weights = RoundedWeights(program)
         self.worst = 0
+        self._scores: dict[tuple, float] = {}  # (kept, sample, seed or None) -> score: each run once
 
-    def _score(self, kept: set[str], which, rounding=None) -> float:
-        with self.weights.applied(kept):
-            return worst_cosine([self.references[i] for i in which],
-                                [emulated_fp16(self.program, self.samples[i], kept, rounding) for i in which],
-                                self.judge)
+    def _score(self, kept: set[str], which, seed: int | None = None) -> float:
+        """The lowest score over the samples ``which`` (a judge scores each sample alone)."""
+        frozen = frozenset(kept)
+        worst = 1.0
+        for i in which:
+            key = (frozen, i, seed)
+            if key not in self._scores:
+                rounding = None if seed is None else stochastic_rounding(seed)
+                with self.weights.applied(kept):
+                    outputs = emulated_fp16(self.program, self.samples[i], kept, rounding)
+                self._scores[key] = worst_cosine([self.references[i]], [outputs], self.judge)
+            worst = min(worst, self._scores[key])
+        return worst
 
     def per_sample(self, kept: set[str]) -> list[float]:
         return [self._score(kept, [i]) for i in range(len(self.samples))]
@@ -321,7 +330,7 @@ class _Estimate:
         return self._score(kept, range(len(self.samples)) if which is None else which)
 
     def drawn(self, kept: set[str], seed: int) -> float:
-        return self._score(kept, [self.worst], stochastic_rounding(seed))
+        return self._score(kept, [self.worst], seed)
 
     def lower_end(self, kept: set[str], seeds, which_nearest=None) -> float:
         """The lowest of the nearest rounding (every sample, or ``which_nearest``) and the draws ``seeds``."""
