@@ -275,8 +275,7 @@ def _paste_masks_model(n: int):
 
 @pytest.mark.parametrize("n", [0, 1, 3])
 def test_torchvisions_pasted_masks_keep_one_row_per_detection_through_optimize(tmp_path, n):
-    import torch
-
+    torch = pytest.importorskip("torch")
     module, masks, boxes = _paste_masks_model(n)
     source = tmp_path / "paste.onnx"
     with warnings.catch_warnings(), torch.no_grad():
