@@ -4,7 +4,9 @@ compress stage's temporaries reuse freed heap memory: the stored bytes are the p
 from __future__ import annotations
 
 import itertools
+import json
 import resource
+import subprocess
 import sys
 
 import numpy as np
@@ -12,7 +14,6 @@ import pytest
 
 from edgebuild_coreml.compress import spec_linear
 from edgebuild_coreml.compress.config import LinearWeights
-from edgebuild_coreml.memory import freed_blocks_kept, map_large_blocks
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
 from test_compress_speed_equivalence import LAYOUTS, _same_bytes, plain_quantize  # noqa: E402
@@ -80,7 +81,13 @@ def test_a_transposed_half_weight_is_bounded_as_its_copy():
 ELEMENTS = 1 << 18  # 1 MB of float32: mapped on its own, below a transparent huge page
 
 
-def _faults_of_repeated_temporaries(steps: int = 24, elements: int = ELEMENTS) -> int:
+FAULTS = """
+import json, resource, sys
+import numpy as np
+from edgebuild_coreml.memory import freed_blocks_kept, map_large_blocks
+
+
+def faults_of_repeated_temporaries(steps=24, elements=%d):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(steps):
         scratch = np.ones(elements, np.float32)  # every page written
@@ -88,14 +95,22 @@ def _faults_of_repeated_temporaries(steps: int = 24, elements: int = ELEMENTS) -
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
+map_large_blocks()  # as the lower stage leaves the process: every such block its own mapping
+mapped = faults_of_repeated_temporaries()
+with freed_blocks_kept():
+    kept = faults_of_repeated_temporaries()
+after = faults_of_repeated_temporaries()
+print(json.dumps([mapped, kept, after]))
+""" % ELEMENTS
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator and page-fault counts")
 def test_freed_blocks_kept_reuses_memory_instead_of_faulting_it_in_again():
-    map_large_blocks()  # as the lower stage leaves the process: every such block its own mapping
+    # a fresh process: the allocator's thresholds move with what the process freed before
+    done = subprocess.run([sys.executable, "-c", FAULTS], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    mapped, kept, after = json.loads(done.stdout.strip().splitlines()[-1])
     pages = ELEMENTS * 4 // resource.getpagesize()
-    mapped = _faults_of_repeated_temporaries()
-    with freed_blocks_kept():
-        kept = _faults_of_repeated_temporaries()
-    after = _faults_of_repeated_temporaries()
     assert mapped >= 20 * pages  # each step faults its pages in anew
     assert kept <= 3 * pages  # the first step's pages, then reused
     assert after >= 20 * pages  # the block's setting ends with it
