@@ -304,19 +304,24 @@ def verify(
     seed: int = typer.Option(0, "--seed", min=0),
     shape: list[str] = typer.Option([], "--shape", metavar="NAME=D,D,...",
                                     help="the size to feed an input at (a symbolic dim the artifact does not size)"),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", metavar="FILE",
+                                          help="a YAML file of input sources, as under a recipe's validate.inputs"),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Compare an artifact with its source model on random inputs (exit 3 if a threshold fails)."""
-    from edgebuild.cli.verify import verify_artifact
+    from edgebuild.cli.verify import inputs_section, verify_artifact
     from edgebuild.report.write import to_jsonable
     from edgebuild.recipe.validation import ValidateSection
     from edgebuild.verify.against import parse_shapes
 
     pins = parse_shapes(shape)
     thresholds = {k: v for k, v in {"cosine_min": cosine_min, "max_abs_max": max_abs_max}.items() if v is not None}
-    section = ValidateSection.model_validate({"samples": samples, "thresholds": thresholds})
+    if inputs is None:
+        section = ValidateSection.model_validate({"samples": samples, "thresholds": thresholds})
+    else:
+        section = inputs_section(inputs, samples, thresholds)
     record = verify_artifact(artifact, reference, section, registry=_registry(), runtime=_runtime_for(artifact),
-                             shapes=pins)
+                             shapes=pins, base_dir=inputs.parent if inputs else None)
     if as_json:
         sys.stdout.write(json.dumps(to_jsonable(record)) + "\n")
     else:

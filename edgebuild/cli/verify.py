@@ -25,6 +25,33 @@ def runtime_for(artifact: Path, registry):
                      hint="check `edgebuild plugins` for a backend that produces it", file=str(artifact))
 
 
+def inputs_section(path: Path, samples: int, thresholds: dict):
+    """The ``ValidateSection`` of ``verify --inputs FILE``: FILE is a YAML mapping from input name
+    to source, as under a recipe's ``validate.inputs`` (``tokens``, ``random``, ``value``, ``file``,
+    ``images``); paths in it are resolved against FILE's folder. Errors name FILE's line."""
+    from pydantic import ValidationError
+
+    from edgebuild.errors import UsageError
+    from edgebuild.recipe.errors import format_errors
+    from edgebuild.recipe.locations import load_yaml
+    from edgebuild.recipe.validation import ValidateSection
+
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"--inputs {path}: no such file" if not path.exists() else f"--inputs {path}: is a directory",
+                         hint="give a YAML file mapping each input name to its source, as under validate.inputs")
+    data, locations = load_yaml(path, str(path))
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}:1:1 --inputs: a mapping from input name to source (tokens, random, value, file, "
+                         "images) is expected", hint="e.g. `input_ids: {tokens: {vocab: 1000}}`")
+    section = {"samples": samples, "thresholds": thresholds, "inputs": data}
+    try:
+        return ValidateSection.model_validate(section)
+    except ValidationError as exc:
+        located = {("inputs", *where): loc for where, loc in locations.items()}
+        raise format_errors(exc, section, located, ValidateSection) from None
+
+
 def verify_artifact(artifact: Path, reference: Path, section, *, registry=None, runtime=None,
                     shapes: Mapping[str, list[int]] | None = None, base_dir: Path | None = None) -> dict:
     """The judged ``validation`` record of ``artifact`` against ``reference`` on ``section``'s

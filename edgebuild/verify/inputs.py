@@ -89,7 +89,8 @@ def iter_inputs(spec: ValidateSection, input_specs: Mapping[str, Mapping[str, An
         else:
             raise UsageError(
                 f"validate.inputs.{name}: the model input '{name}' is {dtype.name}; random values are rarely valid ids",
-                hint=f"describe it under validate.inputs.{name} (tokens, random with low/high, value or file)",
+                hint=f"describe it under validate.inputs.{name} (tokens, random with low/high, value or file); "
+                     "for `edgebuild verify`, in a YAML file given with --inputs",
             )
     order = [name for name in (*spec.inputs, *input_specs) if name in columns or name in companions]
     fields = {name: f"validate.inputs.{name}" + (f".{spec.inputs[name].kind}" if name in spec.inputs else "")

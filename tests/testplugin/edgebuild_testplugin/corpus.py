@@ -421,7 +421,8 @@ def build(exported: Exported, entry: Entry, workdir: Path, precision: str, cache
 
 def coremltools_convert(entry: Entry, exported: Exported, workdir: Path) -> Converted:
     """``ct.convert`` of ``torch.jit.trace`` of the module (fp32 ML program, the ONNX file's input
-    names), then ``edgebuild verify`` of the package against the ONNX file."""
+    names), then ``edgebuild verify`` of the package against the ONNX file on the inputs the
+    edgebuild build validates on."""
     import warnings
 
     import torch
@@ -449,7 +450,10 @@ def coremltools_convert(entry: Entry, exported: Exported, workdir: Path) -> Conv
         return Converted(False, None, first_line(f"{type(error).__name__}: {error}")
                          or first_line(traceback.format_exc()), time.perf_counter() - started)
     seconds = time.perf_counter() - started
-    done = _edgebuild("verify", package, "--reference", exported.path, "--samples", SAMPLES, "--json", cwd=workdir)
+    sources = workdir / "inputs.yaml"  # the same input sources the edgebuild build validates on
+    sources.write_text(json.dumps(_validate_inputs(exported, example), indent=1) + "\n")  # JSON is YAML
+    done = _edgebuild("verify", package, "--reference", exported.path, "--samples", SAMPLES, "--inputs", sources,
+                      "--json", cwd=workdir)
     try:
         answer = json.loads(done.stdout)
     except ValueError:
