@@ -25,11 +25,10 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from edgebuild_coreml.compute import FP16_GUARD_SAMPLES as MAX_CALIBRATION_SAMPLES
-from edgebuild_coreml.fp16_sensitivity import PrecisionResult, find_sensitive_ops
+from edgebuild_coreml.fp16_sensitivity import FP16_MAX, PrecisionResult, find_sensitive_ops
 from edgebuild_coreml.interpreter.executor import input_vars
 from edgebuild_coreml.memory import heap_blocks_reused, return_freed_memory
 
-FP16_MAX = 65504.0
 # Constants this large (attention masks built from float32's min, say) stand for infinity, as
 # coremltools also assumes. The guard turns them into SATURATED: still "minus infinity" to a softmax,
 # with headroom for the scores a mask is added to.

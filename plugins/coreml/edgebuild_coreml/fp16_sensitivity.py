@@ -50,6 +50,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+FP16_MAX = 65504.0  # fp16's largest finite value
 STOCHASTIC_DRAWS = 2  # stochastic-rounding runs of the worst sample behind each lower end (and the final range)
 MAX_KEPT_SHARE = 0.5  # of the float ops, the most the search keeps in fp32 for the lower end to meet its budget
 SEGMENTS = 16  # contiguous runs of ops the search ranks; more cost a run each, fewer keep coarser islands
@@ -164,13 +165,25 @@ def stochastic_rounding(seed: int):
     rng = np.random.default_rng(seed)
 
     def rounded(value: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # beyond fp16: inf, as a cast gives
-            nearest = value.astype(np.float16)
-            residual = value - nearest.astype(np.float32)
-            other = np.nextafter(nearest, np.where(residual > 0, np.float16(np.inf), np.float16(-np.inf)))
-            step = other.astype(np.float32) - nearest.astype(np.float32)
-            chance = np.where(step != 0, residual / step, 0.0)  # in [0, 1/2]; NaN at inf: nearest
-        return np.where(rng.random(value.shape, dtype=np.float32) < chance, other, nearest).astype(np.float32)
+        flat = np.array(value, np.float32).reshape(-1)  # a copy: the result is computed in it
+        # fp16's spacing at each value, a power of two built from its exponent bits: 10 mantissa
+        # bits below the leading one, and the smallest normal's spacing across the subnormals
+        spacing = flat.view(np.uint32) >> 23
+        spacing &= 0xFF
+        np.maximum(spacing, 127 - 14, out=spacing)
+        spacing -= 10
+        spacing <<= 23
+        spacing = spacing.view(np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf and NaN: nearest, below
+            beyond = ~(np.abs(flat) <= FP16_MAX)  # overflow, inf and NaN: as a cast rounds them
+            steps = np.divide(flat, spacing, out=flat)  # exact: a power of two
+            below = np.floor(steps)
+            steps -= below  # the fraction of a step above the lower neighbour: the chance of the upper
+            below += rng.random(below.shape, dtype=np.float32) < steps
+            below *= spacing
+            if beyond.any():
+                below[beyond] = np.asarray(value, np.float32).reshape(-1)[beyond].astype(np.float16)
+        return below.reshape(np.shape(value))
 
     return rounded
 

@@ -80,25 +80,36 @@ def test_well_conditioned_programs_raise_nothing(make, width, steps, rate):
     assert guard.to_json()["precision"]["ill_conditioned"] is False
 
 
-@pytest.mark.parametrize("shape", [(1000,), (8, 64), (3, 5, 7)])
-@pytest.mark.parametrize("scale", [1e-3, 1.0, 300.0])
+@pytest.mark.parametrize("shape", [(), (1000,), (8, 64), (3, 5, 7)])
+@pytest.mark.parametrize("scale", [1e-7, 1e-5, 1e-3, 1.0, 300.0, 30000.0])
 def test_stochastic_rounding_picks_a_neighbour_and_is_unbiased(shape, scale):
     values = (np.random.default_rng(0).standard_normal(shape) * scale).astype(np.float32)
     rounded = stochastic_rounding(0)(values)
-    nearest = values.astype(np.float16)
+    with np.errstate(over="ignore"):  # beyond fp16's range both round to inf
+        nearest = values.astype(np.float16)
     below = np.where(nearest.astype(np.float32) <= values, nearest, np.nextafter(nearest, np.float16(-np.inf)))
     above = np.where(nearest.astype(np.float32) >= values, nearest, np.nextafter(nearest, np.float16(np.inf)))
     assert rounded.dtype == np.float32 and rounded.shape == values.shape
     assert np.all((rounded == below.astype(np.float32)) | (rounded == above.astype(np.float32)))
     assert np.array_equal(rounded.astype(np.float16).astype(np.float32), rounded)  # fp16 values
     # many draws of one value average to it (round-to-nearest would keep its whole error)
-    value = np.full(20000, values.ravel()[1], np.float32)
+    value = np.full(20000, values.ravel()[-1], np.float32)
     step = float(np.abs(np.spacing(value[:1].astype(np.float16)))[0])
     assert abs(float(stochastic_rounding(1)(value).mean()) - float(value[0])) < 0.05 * step
 
 
+def test_a_strided_view_is_rounded_and_left_unchanged():
+    values = (np.random.default_rng(2).standard_normal((6, 8)) * 10).astype(np.float32)
+    view = values[::2, ::3].T
+    before = view.copy()
+    rounded = stochastic_rounding(0)(view)
+    assert rounded.shape == view.shape and np.array_equal(view, before)
+    assert np.all(np.abs(rounded - view) <= np.abs(np.spacing(view.astype(np.float16))).astype(np.float32))
+
+
 def test_exact_and_non_finite_values_stay_as_nearest_rounds_them():
-    values = np.array([0.0, 1.0, -2.5, 65504.0, 1e6, -np.inf, np.nan], np.float32)
+    values = np.array([0.0, -0.0, 1.0, -2.5, 2.0**-24, 65504.0, 65510.0, -65519.0, 65520.0, 1e6, -np.inf, np.nan],
+                      np.float32)
     rounded = stochastic_rounding(0)(values)
     with np.errstate(over="ignore"):
         nearest = values.astype(np.float16).astype(np.float32)
