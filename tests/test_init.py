@@ -107,3 +107,30 @@ def test_not_a_model_is_a_usage_error(tmp_path):
     assert done.returncode == 2 and "not a readable ONNX model" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "r.yaml").exists()
     assert edgebuild("init", tmp_path / "missing.onnx").returncode == 2
+
+
+def only_one_fits(path: Path) -> Path:
+    """x [1, M] reshaped to [1]: onnxruntime runs it only at M = 1, which nothing in the graph says."""
+    inits = [numpy_helper.from_array(np.array([1], dtype=np.int64), "one")]
+    nodes = [helper.make_node("Reshape", ["x", "one"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "M"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]
+    return save_model(path, nodes, inputs, outputs, inits)
+
+
+def test_a_dim_pinned_without_evidence_falls_back_to_one_where_onnxruntime_runs_only_that(tmp_path):
+    from edgebuild.start.init import start
+
+    model = only_one_fits(tmp_path / "m.onnx")
+    for report_check in (True, False):  # a build after it (convert) still needs the size that runs
+        started = start(str(model), tmp_path / "cache", report_check=report_check)
+        assert started.suggestion.inputs[0].shape == [1, 1]
+        assert started.checked == "onnxruntime runs the model on a sample of these inputs"
+
+
+def test_a_build_after_it_skips_the_check_where_no_dim_is_a_guess(tmp_path):
+    from edgebuild.start.init import start
+
+    model = branchy(tmp_path / "m.onnx")  # its one dynamic dim is a batch: 1 by rule
+    assert start(str(model), tmp_path / "cache").checked.startswith("onnxruntime runs the model")
+    assert start(str(model), tmp_path / "cache", report_check=False).checked.startswith("not checked")

@@ -166,7 +166,7 @@ def convert(model: str, out: Path, *, precision: str = "fp16", compress: str | N
     precision, compression, target = options(precision, compress, deployment_target)
     layout = Layout(out.absolute(), artifact)
     layout.check_ownership()
-    started = start(model, cache_dir, sha256)
+    started = start(model, cache_dir, sha256, report_check=False)
     argv = f"edgebuild convert {model} -o {out} --precision {'fp16' if precision == 'float16' else 'fp32'}" + (
         f" --sha256 {sha256}" if sha256 else "") + (
         f" --compress {compress}" if compress else "") + (f" --deployment-target {deployment_target}" if deployment_target else "")

@@ -71,14 +71,18 @@ def _is_sha256(text: str) -> bool:
     return len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
-def start(model: str, cache_dir=None, sha256: str | None = None) -> Started:
+def start(model: str, cache_dir=None, sha256: str | None = None, *, report_check: bool = True) -> Started:
     """Read ``model`` (a path or a pypi:/https: URI, checked against ``sha256`` when given) and
-    suggest the recipe's choices."""
+    suggest the recipe's choices. Without ``report_check`` (a build follows, whose validation runs
+    onnxruntime anyway) onnxruntime runs only where it chooses a size for a dim pinned without evidence."""
     path, uri, sha256 = _resolve(model, cache_dir, sha256)
     facts = probe_onnx(path)
     stem = Path(uri.split("#")[-1] if uri else path).stem
     suggestion = suggest(facts, recipe_name(stem))
-    checked = check_with_onnxruntime(suggestion, path)
+    if report_check or any(choice.unknown_axes for choice in suggestion.inputs):
+        checked = check_with_onnxruntime(suggestion, path)
+    else:
+        checked = "not checked (the build's validation runs onnxruntime)"
     return Started(facts, suggestion, path, uri, sha256, checked)
 
 
