@@ -25,7 +25,8 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from edgebuild_coreml.compute import FP16_GUARD_SAMPLES as MAX_CALIBRATION_SAMPLES
-from edgebuild_coreml.fp16_sensitivity import FP16_MAX, PrecisionResult, find_sensitive_ops
+from edgebuild_coreml.fp16_sensitivity import PrecisionResult, find_sensitive_ops
+from edgebuild_coreml.interpreter.half_rounding import FP16_MAX
 from edgebuild_coreml.interpreter.executor import input_vars
 from edgebuild_coreml.memory import heap_blocks_reused, return_freed_memory
 

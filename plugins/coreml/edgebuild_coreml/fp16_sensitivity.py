@@ -50,7 +50,6 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-FP16_MAX = 65504.0  # fp16's largest finite value
 STOCHASTIC_DRAWS = 2  # stochastic-rounding runs of the worst sample behind each lower end (and the final range)
 MAX_KEPT_SHARE = 0.5  # of the float ops, the most the search keeps in fp32 for the lower end to meet its budget
 SEGMENTS = 16  # contiguous runs of ops the search ranks; more cost a run each, fewer keep coarser islands
@@ -162,37 +161,17 @@ def judge_for(section, cosine_min: float, output_names: Mapping[str, str]) -> Ju
 def stochastic_rounding(seed: int):
     """A rounding of fp32 arrays to fp16 values that picks either neighbour, the nearer more often
     (unbiased: the mean is the value), from a generator seeded with ``seed``."""
+    from edgebuild_coreml.interpreter.half_rounding import stochastic_round_to_half
+
     rng = np.random.default_rng(seed)
-
-    def rounded(value: np.ndarray) -> np.ndarray:
-        flat = np.array(value, np.float32).reshape(-1)  # a copy: the result is computed in it
-        # fp16's spacing at each value, a power of two built from its exponent bits: 10 mantissa
-        # bits below the leading one, and the smallest normal's spacing across the subnormals
-        spacing = flat.view(np.uint32) >> 23
-        spacing &= 0xFF
-        np.maximum(spacing, 127 - 14, out=spacing)
-        spacing -= 10
-        spacing <<= 23
-        spacing = spacing.view(np.float32)
-        with np.errstate(invalid="ignore", over="ignore"):  # inf and NaN: nearest, below
-            beyond = ~(np.abs(flat) <= FP16_MAX)  # overflow, inf and NaN: as a cast rounds them
-            steps = np.divide(flat, spacing, out=flat)  # exact: a power of two
-            below = np.floor(steps)
-            steps -= below  # the fraction of a step above the lower neighbour: the chance of the upper
-            below += rng.random(below.shape, dtype=np.float32) < steps
-            below *= spacing
-            if beyond.any():
-                below[beyond] = np.asarray(value, np.float32).reshape(-1)[beyond].astype(np.float16)
-        return below.reshape(np.shape(value))
-
-    return rounded
+    return lambda value: stochastic_round_to_half(value, rng)
 
 
 class RoundedWeights:
     """The fp32 constants of ``program`` with their fp16-rounded values, swapped in for a run."""
 
     def __init__(self, program):
-        from edgebuild_coreml.interpreter.torch_kernels import round_to_half
+        from edgebuild_coreml.interpreter.half_rounding import round_to_half
 
         self.program = program
         self.constants = [(var, var.val, round_to_half(np.asarray(var.val, np.float32)))
@@ -224,7 +203,7 @@ def emulated_fp16(program, sample: Mapping[str, np.ndarray], keep: set[str], rou
     all of them (the estimate's one optimism). ``rounding``: how the ops' outputs are rounded
     (default: to nearest, as a cast does); the inputs are always rounded to nearest."""
     from edgebuild_coreml.interpreter import run_program
-    from edgebuild_coreml.interpreter.torch_kernels import round_to_half
+    from edgebuild_coreml.interpreter.half_rounding import round_to_half
 
     def rounded(value, rounding=round_to_half):
         return rounding(value) if isinstance(value, np.ndarray) and value.dtype == np.float32 else value

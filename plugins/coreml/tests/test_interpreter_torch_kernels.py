@@ -40,7 +40,6 @@ def test_half_casts_match_numpy_bit_for_bit(enabled):
     wide = wide.astype(np.float32)
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(torch_kernels.cast(wide, np.float16), wide.astype(np.float16))
-        np.testing.assert_array_equal(torch_kernels.round_to_half(wide), wide.astype(np.float16).astype(np.float32))
     assert torch_kernels.cast(wide, np.float16).base is None  # numpy's own: later ops may write into it
 
 

@@ -30,6 +30,7 @@ from edgebuild.plugin import BuildError, EdgebuildError
 
 from . import torch_kernels as kernels
 from .control_flow import BLOCK_EVALUATORS
+from .half_rounding import round_to_half
 from .fusion import Activation, conv_activations
 from . import plan as plan_module
 from .plan import Plan, Step, decompresses, is_constant_op, shape_matches, tensor_type_of
@@ -430,7 +431,7 @@ def _conformer(op, var, declared, fp16: bool) -> Callable[[Any], Any]:
     dtype, shape = declared
     rounds = fp16 and dtype == np.float32
     static = tuple(int(d) for d in shape) if all(isinstance(d, (int, np.integer)) for d in shape) else None
-    ndarray, cast, round_to_half = np.ndarray, kernels.cast, kernels.round_to_half
+    ndarray, cast = np.ndarray, kernels.cast
 
     def conform(value):
         array = value if isinstance(value, ndarray) else np.asarray(value)

@@ -19,6 +19,7 @@ from edgebuild.plugin import BuildError, EdgebuildError
 
 from . import torch_kernels as kernels
 from ._scratch import lease as scratch_lease
+from .half_rounding import round_to_half
 from .compiled import CompiledFunction
 from .control_flow import BLOCK_EVALUATORS
 from .loading import load_evaluators
@@ -179,7 +180,7 @@ class _Interpreter:
                     )
                 value = value if value.dtype == dtype else kernels.cast(value, dtype)
                 if self.fp16 and dtype == np.float32:
-                    value = kernels.round_to_half(value)
+                    value = round_to_half(value)
             env[var] = value
         return env
 
@@ -301,7 +302,7 @@ def _conform(var, declared, value, fp16: bool, op=None):
     if array.dtype != dtype:
         array = kernels.cast(array, dtype)
     if fp16 and dtype == np.float32:
-        array = kernels.round_to_half(array)
+        array = round_to_half(array)
     return array
 
 

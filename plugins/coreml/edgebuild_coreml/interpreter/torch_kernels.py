@@ -177,9 +177,6 @@ def half_binary(op_type: str, a, b) -> np.ndarray | None:
     return getattr(torch, _HALF_BINARY[op_type])(torch.from_numpy(a), torch.from_numpy(b)).numpy()
 
 
-def round_to_half(array: np.ndarray) -> np.ndarray:
-    """fp32 ``array`` rounded through fp16 (fp16 emulation), as a new fp32 array."""
-    return cast(cast(array, np.float16), np.float32)
 
 
 #: activations oneDNN applies to a convolution's result as it writes it (``conv2d_prepared``):
