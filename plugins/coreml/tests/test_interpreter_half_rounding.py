@@ -51,6 +51,8 @@ def test_any_layout_is_rounded_and_left_unchanged(layout):
     np.testing.assert_array_equal(got, cast_round(view))
     drawn = stochastic_round_to_half(view, np.random.default_rng(0))
     assert drawn.shape == view.shape and np.array_equal(view, before)
+    if layout == "channels_last":  # the kernels pick their channels-last paths by the layout
+        assert got.transpose(0, 2, 3, 1).flags.c_contiguous and drawn.transpose(0, 2, 3, 1).flags.c_contiguous
 
 
 def test_spacing_is_fp16s_distance_to_the_next_value_up():
@@ -80,3 +82,14 @@ def test_stochastic_rounding_of_values_a_cast_overflows_or_keeps_nan_is_the_cast
     assert np.signbit(got[-1])
     tiny = np.full(1000, -1e-9, np.float32)  # below fp16's smallest subnormal: -0.0 or -2**-24
     assert np.all(np.signbit(stochastic_round_to_half(tiny, np.random.default_rng(0))))
+
+
+def test_stochastic_rounding_on_the_bits_and_below_fp16s_normals_agree_in_distribution():
+    """The two paths meet at fp16's smallest normal, 2**-14: just below it the spacing is fixed
+    (2**-24), just above it is the same, so both sides pick the upper neighbour as often."""
+    below = np.full(20000, np.float32(2.0**-14) - np.float32(2.0**-26), np.float32)  # 3/4 of a step above
+    above = np.full(20000, np.float32(2.0**-14) + np.float32(2.0**-26), np.float32)  # 1/4 of a step above
+    rng = np.random.default_rng(2)
+    up_below = (stochastic_round_to_half(below, rng) > below).mean()
+    up_above = (stochastic_round_to_half(above, rng) > above).mean()
+    assert abs(up_below - 0.75) < 0.02 and abs(up_above - 0.25) < 0.02
