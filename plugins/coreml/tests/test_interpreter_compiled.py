@@ -150,30 +150,35 @@ def _conv_reference(x, weight):
     return np.einsum("nchwij,fcij->nfhw", windows, weight)
 
 
-def test_a_conv_step_calls_what_it_prepared_on_later_runs_until_its_weight_is_swapped(monkeypatch):
-    """The compiled step keeps the call the conv evaluator prepared for its constants and input
-    shape: later runs skip the evaluator, and a weight swapped in place (compression's
-    sensitivity analysis) is read again."""
+def test_a_conv_step_calls_what_it_prepared_on_every_run_until_its_weight_is_swapped(monkeypatch):
+    """The compiled step asks the conv evaluator for a call prepared for its constants and input
+    shape before its first run, and keeps it: no run calls the evaluator itself (so the first run
+    computes as the later ones do), and a weight swapped in place (compression's sensitivity
+    analysis) is prepared for again."""
     prog, weight = _conv_program()
     x = np.random.default_rng(0).standard_normal((1, 3, 5, 5)).astype(np.float32)
     np.testing.assert_allclose(run_program(prog, {"x": x})["out"], _conv_reference(x, weight), rtol=1e-5, atol=1e-5)
     entry = EVALUATORS.entry("conv")
-    calls = []
+    calls, prepared = [], []
     evaluator = entry.obj
 
     def counted(op, args, **kwargs):
         calls.append(op.name)
         return evaluator(op, args, **kwargs)
 
-    counted.prepare = evaluator.prepare
-    monkeypatch.setattr(entry, "obj", counted)  # a new evaluator: prepared again on its first run
+    def prepare(op, args, *rest):
+        prepared.append(op.name)
+        return evaluator.prepare(op, args, *rest)
+
+    counted.prepare = prepare
+    monkeypatch.setattr(entry, "obj", counted)  # a new evaluator: prepared again before its first run
     for _ in range(3):
         np.testing.assert_allclose(run_program(prog, {"x": x})["out"], _conv_reference(x, weight), rtol=1e-5, atol=1e-5)
-    assert calls == ["out"]
+    assert (calls, prepared) == ([], ["out"])
     [const] = [op for op in prog.functions["main"].operations if op.op_type == "const" and np.ndim(op.outputs[0].val) == 4]
     const.outputs[0]._sym_val.val = swapped = weight * -2
     np.testing.assert_allclose(run_program(prog, {"x": x})["out"], _conv_reference(x, swapped), rtol=1e-5, atol=1e-5)
-    assert calls == ["out", "out"]
+    assert (calls, prepared) == ([], ["out", "out"])
 
 
 def test_compiled_path_names_the_op_of_a_wrong_shape(monkeypatch):

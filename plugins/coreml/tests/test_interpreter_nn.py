@@ -59,14 +59,19 @@ def onnx_pads(mil_pad):
 # -- convolution -------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["numpy", "torch"])
+@pytest.fixture(params=["numpy", "onnxruntime", "torch"])
 def conv_kernels(request):
-    """Each conv case on the interpreter's own numpy kernels and on torch's (what validation's
-    worker processes use where torch is installed)."""
-    from edgebuild_coreml.interpreter import torch_kernels
+    """Each conv case on the interpreter's own numpy kernels, on onnxruntime's (the validate
+    stage's samples in the build's own process) and on torch's (what validation's worker
+    processes use where torch is installed)."""
+    from edgebuild_coreml.interpreter import ort_kernels, torch_kernels
 
     if request.param == "numpy":
         yield "numpy"
+        return
+    if request.param == "onnxruntime":
+        with ort_kernels.for_calls():
+            yield "onnxruntime"
         return
     torch = pytest.importorskip("torch")
     threads = torch.get_num_threads()

@@ -69,10 +69,11 @@ class ArtifactRunner:
     def run_many(self, samples: list[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         """``[self(sample) for sample in samples]``, each op run on every sample before the next
         (``run_program_samples``)."""
-        from . import torch_kernels
+        from . import ort_kernels, torch_kernels
         from .executor import run_program_samples
 
-        with torch_kernels.for_calls():  # torch's kernels here too, on one thread (see for_calls)
+        # torch's kernels here too, on one thread, or onnxruntime's convolutions (see for_calls)
+        with torch_kernels.for_calls(), ort_kernels.for_calls():
             outputs = run_program_samples(self.program, [{self.to_mil.get(k, k): v for k, v in sample.items()}
                                                          for sample in samples], fp16=self.emulate_fp16)
         return [{self.to_onnx.get(k, k): v for k, v in one.items()} for one in outputs]

@@ -28,6 +28,7 @@ import numpy as np
 
 from edgebuild.plugin import BuildError, EdgebuildError
 
+from . import ort_kernels
 from . import torch_kernels as kernels
 from .control_flow import BLOCK_EVALUATORS
 from .half_rounding import round_to_half
@@ -243,6 +244,9 @@ def _compile_step(step: Step, slot_of: dict, plan: Plan, activation: Activation 
             evaluator = entry.obj
             if evaluator is None:
                 raise no_evaluator(op)
+            if (input_slot is not None and not prepared.fits(evaluator, slots[input_slot], epoch[0])
+                    and prepared.wanted(evaluator, epoch[0])):  # made before its first call: every run takes it
+                prepared.keep(evaluator, op, gather(slots), activation, epoch[0])
             if input_slot is not None and prepared.fits(evaluator, slots[input_slot], epoch[0]):
                 results = prepared.call(slots[input_slot])
             else:
@@ -260,8 +264,6 @@ def _compile_step(step: Step, slot_of: dict, plan: Plan, activation: Activation 
                     results = evaluator(op, args, activation=activation)
                 else:
                     results = evaluator(op, args)
-                if input_slot is not None and prepared.wanted(evaluator, epoch[0]):
-                    prepared.keep(evaluator, op, args, activation, epoch[0])
         except EdgebuildError:
             raise
         except Exception as exc:  # noqa: BLE001 - report which op broke, keep the cause
@@ -295,6 +297,7 @@ def _plain_run(op, entry, gather, store, frees: tuple) -> Callable[[list], None]
 
 
 _FLOAT32 = np.dtype(np.float32)
+_PREPARED_TYPES = (_FLOAT32, np.dtype(np.float16))  # an fp16 program's activations too: its ops widen them
 
 
 def _only_input_varies(step: Step) -> bool:
@@ -309,20 +312,26 @@ def _only_input_varies(step: Step) -> bool:
     return True
 
 
+def _kernel_choice() -> tuple[bool, bool]:
+    """Whether torch's and onnxruntime's kernels are on for the calling thread: what a prepared
+    call chose its kernels by."""
+    return kernels.enabled(), ort_kernels.active()
+
+
 class _PreparedCall:
     """The call an evaluator's ``prepare`` gave a step (see ``_compile_step``), and what it was
-    made for: the evaluator, the constants' template, the float32 input's shape and whether
-    torch's kernels were on (the call chose between theirs and numpy's)."""
+    made for: the evaluator, the constants' template, the float input's type and shape and
+    whether torch's and onnxruntime's kernels were on (the call chose between theirs and numpy's)."""
 
-    __slots__ = ("evaluator", "epoch", "shape", "torch", "call")
+    __slots__ = ("evaluator", "epoch", "dtype", "shape", "kernel_choice", "call")
 
     def __init__(self):
-        self.evaluator = self.epoch = self.shape = self.torch = self.call = None
+        self.evaluator = self.epoch = self.dtype = self.shape = self.kernel_choice = self.call = None
 
     def fits(self, evaluator, value, epoch: int) -> bool:
         return (self.call is not None and self.evaluator is evaluator and self.epoch == epoch
-                and getattr(value, "dtype", None) == _FLOAT32 and value.shape == self.shape
-                and kernels.enabled() == self.torch)
+                and getattr(value, "dtype", None) == self.dtype and value.shape == self.shape
+                and _kernel_choice() == self.kernel_choice)
 
     def wanted(self, evaluator, epoch: int) -> bool:
         """Whether to ask ``evaluator`` for a call: not again once it declined for this template."""
@@ -331,10 +340,11 @@ class _PreparedCall:
     def keep(self, evaluator, op, args: dict, activation: Activation | None, epoch: int) -> None:
         value, prepare = args.get("x"), getattr(evaluator, "prepare", None)
         call = None
-        if prepare is not None and getattr(value, "dtype", None) == _FLOAT32:
+        if prepare is not None and getattr(value, "dtype", None) in _PREPARED_TYPES:
             call = prepare(op, args, activation) if activation is not None else prepare(op, args)
         self.evaluator, self.epoch, self.call = evaluator, epoch, call
-        self.shape, self.torch = getattr(value, "shape", None), kernels.enabled()
+        self.dtype, self.shape = getattr(value, "dtype", None), getattr(value, "shape", None)
+        self.kernel_choice = _kernel_choice()
 
 
 def _gatherer(step: Step, slot_of: dict, plan: Plan) -> Callable[[list], dict]:

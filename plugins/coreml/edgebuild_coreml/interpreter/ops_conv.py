@@ -10,6 +10,7 @@ from functools import partial
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from . import ort_kernels
 from . import torch_kernels as kernels
 from .fusion import Activation, apply_in_place
 from ._params import as_float, channel_bias, ints, param, per_channel, per_op, scalar
@@ -60,11 +61,13 @@ def _add_bias(out: np.ndarray, bias) -> np.ndarray:
     return out
 
 
-def _conv_call(op, x, inp, weight, bias, activation: Activation | None = None):
+def _conv_call(op, x, inp, weight, bias, activation: Activation | None = None, onnxruntime: bool = False):
     """``value -> conv(value)`` for inputs of ``inp``'s shape and type, ``activation`` applied to
     its result (see ``fusion``): what depends only on the op's constants and that shape (its
     geometry, the kernel that computes it, torch's tensors, the bias's channel shape) is worked
-    out here, once per op, as it costs a small conv about as much as its arithmetic."""
+    out here, once per op, as it costs a small conv about as much as its arithmetic.
+    ``onnxruntime``: onnxruntime's kernel may compute it (``ort_kernels``: a session holding the
+    weights, for a caller whose weights stay the same every run)."""
     strides, dilations, groups, pads, out_sizes = _geometry(op, x, inp.shape, weight.shape)
     kernel = list(weight.shape[2:])
     pointwise = groups == 1 and all(k == 1 for k in kernel) and not any(b or a for b, a in pads)
@@ -75,6 +78,10 @@ def _conv_call(op, x, inp, weight, bias, activation: Activation | None = None):
         if prepared is not None and inp.ndim == 4 and inp.dtype == np.float32:
             call = partial(kernels.conv2d, prepared=prepared)
             return call if fused is not None else _then(call, activation)
+        if onnxruntime and inp.dtype == np.float32 and np.result_type(inp, weight) == np.float32:
+            call = ort_kernels.conv_call(inp.shape, weight, bias, strides, dilations, groups, pads)
+            if call is not None:
+                return _then(call, activation)
     call = _numpy_conv_call(inp, weight, bias, strides, dilations, groups, pads, out_sizes, pointwise)
     return _then(call, activation)
 
@@ -164,28 +171,32 @@ def conv(op, x, activation: Activation | None = None):
     (``_depthwise_call``).
     Where torch's kernels are enabled (``torch_kernels``), every 2-D conv but a small 1x1 one
     (``TORCH_POINTWISE_MIN_MACS``) is its, channels last, bias and a ReLU or hard-swish after it
-    included. The call for the op's constants and the
+    included; else, in the validate stage's calls (``ort_kernels``), those float32 convs are
+    onnxruntime's. The call for the op's constants and the
     input's shape is made once per op (``_conv_call``). ``activation``: one the compiled plan
     fused into the conv (``fusion``), applied to its result."""
     inp, call = _input_and_call(op, x, activation)
     return call(inp)
 
 
-def _input_and_call(op, x, activation: Activation | None):
+def _input_and_call(op, x, activation: Activation | None, constant_weights: bool = False):
     inp, weight, bias = as_float(x["x"]), as_float(x["weight"]), x.get("bias")
+    onnxruntime = constant_weights and ort_kernels.active()
     call = per_op(op, "_edgebuild_conv_call", (weight, bias, *map(x.get, _GEOMETRY_PARAMS)),
-                  (inp.shape, inp.dtype, kernels.enabled(), activation),
-                  lambda: _conv_call(op, x, inp, weight, bias, activation))
+                  (inp.shape, inp.dtype, kernels.enabled(), onnxruntime, activation),
+                  lambda: _conv_call(op, x, inp, weight, bias, activation, onnxruntime))
     return inp, call
 
 
 def _prepare(op, x, activation: Activation | None = None):
     """``input -> conv(...)`` for these args, for a caller that keeps it while the op's constants
-    stay the same objects and its float32 input keeps its shape (the compiled plan); None for
-    another input type."""
-    if getattr(x["x"], "dtype", None) != np.float32:
+    stay the same objects and its float32 (or fp16, widened as ``conv`` widens it) input keeps
+    its type and shape (the compiled plan); None for another input type."""
+    dtype = getattr(x["x"], "dtype", None)
+    if dtype not in (np.float32, np.float16):
         return None
-    return _input_and_call(op, x, activation)[1]
+    call = _input_and_call(op, x, activation, constant_weights=True)[1]
+    return call if dtype == np.float32 else lambda value: call(as_float(value))
 
 
 conv.takes_activation = True  # the compiled plan may hand it one (see fusion)
