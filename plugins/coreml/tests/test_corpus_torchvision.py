@@ -65,3 +65,20 @@ def test_ci_share_covers_every_family_and_stays_small():
     assert FP16_IN_CI <= {entry.name for entry in chosen}
     assert any(name.startswith(("vit", "swin")) for name in FP16_IN_CI)
     assert "segmentation" in {entry.family for entry in chosen if entry.name in FP16_IN_CI}
+
+
+def test_a_build_past_its_time_limit_is_a_failed_row(monkeypatch, tmp_path):
+    """A build that outlasts ``BUILD_TIMEOUT`` is recorded as not built, naming the limit, and the
+    corpus run goes on to the next entry instead of stopping."""
+    import subprocess
+
+    def times_out(*args, cwd, timeout=corpus.BUILD_TIMEOUT):
+        raise subprocess.TimeoutExpired(cmd=["edgebuild", *map(str, args)], timeout=timeout)
+
+    monkeypatch.setattr(corpus, "_edgebuild", times_out)
+    entry = next(entry for entry in ENTRIES if entry.name == "resnet18")
+    exported = corpus.Exported(tmp_path / "model.onnx", "dynamo", ("x",), {"x": [1, 3, 64, 64]}, {"x": "float32"}, 0.0)
+    monkeypatch.setattr(corpus, "recipe", lambda exported, entry, precision: {"source": {}})
+    built = corpus.build(exported, entry, tmp_path, "fp16")
+    assert (built.built, built.validated, built.cosine) == (False, False, None)
+    assert built.error == f"timed out after {corpus.BUILD_TIMEOUT} s"

@@ -405,7 +405,11 @@ def build(exported: Exported, entry: Entry, workdir: Path, precision: str, cache
     path = workdir / f"{precision}.yaml"
     path.write_text(json.dumps(recipe(exported, entry, precision), indent=1) + "\n")  # JSON is YAML
     started = time.perf_counter()
-    done = _edgebuild("run", path, "--cache-dir", cache or workdir / "cache", "--json", cwd=workdir)
+    try:
+        done = _edgebuild("run", path, "--cache-dir", cache or workdir / "cache", "--json", cwd=workdir)
+    except subprocess.TimeoutExpired as expired:  # a row like any failed build's: the run goes on
+        return Built(precision, False, False, None, f"timed out after {expired.timeout:.0f} s",
+                     time.perf_counter() - started)
     seconds = time.perf_counter() - started
     try:
         [record] = json.loads(done.stdout)["variants"]
