@@ -9,8 +9,9 @@ copy every tap into a matrix first): on a MobileNet-style classifier, most of a 
 Only the validate stage's calls take them: the fp16 guard, tests and every other caller keep the
 numpy kernels, so a build's lowering (what the guard keeps in fp32 is chosen by measured errors)
 never depends on which kernels another thread's validation ran. The session's weights are the
-plan's own arrays, handed over in memory (``add_external_initializers``: no copy in the model's bytes; onnxruntime's blocked layout is its one
-copy of them); the op's activation is applied by the caller, as on numpy's path.
+plan's own arrays, handed over in memory (``add_external_initializers``: no copy in the model's
+bytes; onnxruntime's blocked layout is its one copy of them); the op's activation is applied by
+the caller, as on numpy's path.
 """
 
 from __future__ import annotations
