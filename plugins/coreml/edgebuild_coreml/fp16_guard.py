@@ -251,6 +251,7 @@ def find_overflows(program, samples, *, limit: float = FP16_MAX, cosine_min: flo
     ``cosine_min``, also the ops to keep in fp32 for the outputs to stay within it, as ``judge``
     (a ``fp16_sensitivity.Judge``: validation's detection matching, say) scores them."""
     from edgebuild.plugin import blas_threads
+    from edgebuild_coreml.interpreter import ort_kernels
 
     checked = 0
     kept_samples: list | None = [] if cosine_min is not None else None  # the search reruns them
@@ -264,7 +265,10 @@ def find_overflows(program, samples, *, limit: float = FP16_MAX, cosine_min: flo
                 kept_samples.append(sample)
             yield sample
 
-    ranges = activation_ranges(program, counted(), references)
+    # onnxruntime's convolutions for every run of the guard, the references' and the estimate's alike
+    # (a detector's heads: 4-6x numpy's); the choice is the guard's own, whatever else runs
+    with ort_kernels.for_calls():
+        ranges = activation_ranges(program, counted(), references)
     overflowing = {name: peak for name, peak in ranges.items() if peak > limit}
     for name, peak in constant_overflows(program, limit).items():
         overflowing.setdefault(name, peak)
@@ -273,7 +277,7 @@ def find_overflows(program, samples, *, limit: float = FP16_MAX, cosine_min: flo
     if cosine_min is not None and kept_samples:
         from edgebuild_coreml.interpreter.plan import forget_plans
 
-        with blas_threads(1), heap_blocks_reused():
+        with blas_threads(1), heap_blocks_reused(), ort_kernels.for_calls():
             try:
                 precision = find_sensitive_ops(program, kept_samples, references, cosine_min=cosine_min,
                                                keep=set(overflowing) | set(readers), judge=judge)

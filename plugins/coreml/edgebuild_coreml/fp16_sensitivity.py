@@ -9,7 +9,10 @@ finds that on its calibration samples, before the fp16 cast pass runs:
   fp16 as it computes (the interpreter's ``observer`` replaces them), except the ops kept in fp32
   and the weights only they read; the outputs' cosine against the plain fp32 run estimates the
   artifact's. The weights count as much as the activations: a convolution with a batch norm
-  folded in, whose bias cancels most of its product, loses to both alike;
+  folded in, whose bias cancels most of its product, loses to both alike. An op that only moves
+  values already on fp16's grid (``GRID_PRESERVING``: reshape, gather, concat, relu...) is not
+  rounded again: the same values, without a detector's RoI gathers' gigabyte of rounding. The
+  convolutions are onnxruntime's (``ort_kernels``), as validation's in the build's process are;
 - when that estimate misses the budget, the ops are cut, in program order, into SEGMENTS
   contiguous runs; each run's sensitivity is the cosine deficit of rounding it alone;
 - the most sensitive runs are kept in fp32, as few as meet the budget on every sample (a
@@ -216,14 +219,42 @@ def emulated_fp16(program, sample: Mapping[str, np.ndarray], keep: set[str], rou
         return op.name in keep and any(var.name in returned or any(reader.name in keep for reader in var.child_ops)
                                        for var in op.outputs)
 
-    def observe(op, outputs):
-        return None if read_in_fp32(op) else [rounded(value, rounding or round_to_half) for value in outputs]
-
     inputs = function.inputs
     # an input only fp32 ops read is not cast (the cast pass casts it for fp16 readers)
     cast = {name for name, var in inputs.items() if not all(reader.name in keep for reader in var.child_ops)}
+    on_grid = {id(inputs[name]) for name in cast}  # values holding fp16 values only (the vars' ids)
+
+    def observe(op, outputs):
+        if read_in_fp32(op):
+            return None
+        on_grid.update(map(id, op.outputs))
+        if op.op_type in GRID_PRESERVING and all(id(var) in on_grid for var in _float_inputs(op)):
+            return None  # its values are its inputs' fp16 values: rounding them again changes nothing
+        return [rounded(value, rounding or round_to_half) for value in outputs]
+
     return run_program(program, {name: rounded(np.asarray(value)) if name in cast else value
                                  for name, value in sample.items()}, observer=observe)
+
+
+#: ops each of whose float outputs is one of its float inputs' elements (or zero): on fp16's grid
+#: when those are, so either rounding leaves them as they are (a constant input counts as off it)
+GRID_PRESERVING = frozenset({
+    "reshape", "reshape_like", "transpose", "squeeze", "expand_dims", "flatten2d", "identity",
+    "slice_by_index", "slice_by_size", "gather", "gather_nd", "gather_along_axis", "concat", "stack",
+    "split", "tile", "reverse", "reverse_sequence", "depth_to_space", "space_to_depth", "pixel_shuffle",
+    "pixel_unshuffle", "sliding_windows", "upsample_nearest_neighbor", "band_part", "select", "relu",
+    "maximum", "minimum", "max_pool", "reduce_max", "reduce_min", "topk",
+})
+
+
+def _float_inputs(op):
+    """The float vars ``op`` reads (list-valued inputs flattened)."""
+    from coremltools.converters.mil.mil import types
+
+    for value in op.inputs.values():
+        for var in value if isinstance(value, (list, tuple)) else (value,):
+            if var.dtype in (types.fp16, types.fp32):
+                yield var
 
 
 def worst_cosine(references: Sequence[Mapping[str, np.ndarray]], got: Sequence[Mapping[str, np.ndarray]],

@@ -104,3 +104,47 @@ def test_the_guard_holds_the_recipes_strictest_cosine_min():
     assert strictest_cosine_min(ValidateSection(thresholds={"max_abs_max": 0.1})) is None
     section = ValidateSection(thresholds={"cosine_min": 0.99}, per_output={"logits": {"thresholds": {"cosine_min": 0.999}}})
     assert strictest_cosine_min(section) == pytest.approx(0.999)
+
+
+def moving():
+    """A product, then ops that only move its values (and a relu), then another product."""
+    @mb.program(input_specs=[mb.TensorSpec(shape=SHAPE)])
+    def prog(x):
+        scaled = mb.mul(x=x, y=np.float32(1.2345), name="scaled")
+        moved = mb.transpose(x=mb.reshape(x=scaled, shape=[16, 16], name="square"), perm=[1, 0], name="turned")
+        picked = mb.gather(x=moved, indices=np.array([3, 1, 4, 1, 5], np.int32), axis=0, name="picked")
+        joined = mb.concat(values=[picked, mb.relu(x=picked, name="rectified")], axis=0, name="joined")
+        return mb.mul(x=joined, y=np.float32(0.777), name="out")
+    return prog
+
+
+def test_values_on_fp16s_grid_are_not_rounded_again(monkeypatch):
+    """An op that only moves fp16 values (reshape, transpose, gather, concat, relu) leaves them on
+    fp16's grid: the emulation skips rounding them, with the very same outputs; after an op kept
+    in fp32 they are off it and rounded."""
+    from edgebuild_coreml import fp16_sensitivity
+    from edgebuild_coreml.fp16_sensitivity import GRID_PRESERVING, emulated_fp16
+    from edgebuild_coreml.interpreter import half_rounding
+
+    rounded_ops = []
+    original = half_rounding.round_to_half
+
+    def counting(value):
+        rounded_ops.append(value.shape)
+        return original(value)
+
+    monkeypatch.setattr(half_rounding, "round_to_half", counting)
+    sample = SAMPLES[0]
+    skipped = emulated_fp16(moving(), sample, set())
+    rounds_skipping = len(rounded_ops)
+    monkeypatch.setattr(fp16_sensitivity, "GRID_PRESERVING", frozenset())
+    rounded_ops.clear()
+    every = emulated_fp16(moving(), sample, set())
+    assert rounds_skipping == len(rounded_ops) - 5  # square, turned, picked, rectified, joined
+    np.testing.assert_array_equal(skipped["out"], every["out"])
+
+    # picked kept and read by a kept op: fp32, so the relu reading it is rounded though it only moves
+    monkeypatch.setattr(fp16_sensitivity, "GRID_PRESERVING", GRID_PRESERVING)
+    rounded_ops.clear()
+    emulated_fp16(moving(), sample, {"picked", "joined"})
+    assert len(rounded_ops) == 5  # the input, scaled, rectified, joined (fp16 ops read it), out

@@ -2,8 +2,8 @@
 (1-D, 2-D and 3-D; dense, grouped, depthwise and channel multipliers; strides, dilations,
 asymmetric padding; batches; with and without bias; a fused activation; fp32 and fp16 programs)
 agrees with the numpy kernels, and only the calls that asked for them take them: the thread inside
-``for_calls``, a conv whose weights are the plan's constants, an ``ArtifactRunner``'s samples. Outside, the
-fp16 guard's runs among them, numpy's kernels compute every conv."""
+``for_calls``, a conv whose weights are the program's constants, an ``ArtifactRunner``'s samples, the
+fp16 guard's runs. Outside, numpy's kernels compute every conv."""
 
 from __future__ import annotations
 
@@ -169,3 +169,34 @@ def test_what_onnxruntime_does_not_compute_is_left_to_numpy():
     assert ort_kernels.conv_call((0, 4, 8, 8), *args[1:]) is None  # an empty batch
     assert ort_kernels.conv_call((1, 4, 8, 8, 8, 8), np.ones((4, 4, 3, 3, 3, 3), np.float32), None, [1] * 4,
                                  [1] * 4, 1, [(1, 1)] * 4) is None  # a spatial rank onnxruntime has no conv of
+
+
+def test_the_fp16_guards_runs_take_onnxruntimes_convs(sessions):
+    """The guard's reference and emulated runs compute convs by onnxruntime, its own choice
+    whatever thread it runs in: its estimate reads what validation's kernels compute."""
+    from edgebuild_coreml import fp16_guard
+
+    weight = RNG.standard_normal((8, 4, 3, 3)).astype(np.float32) / 6
+    prog = _program((1, 4, 10, 10), weight, None, [1, 1], [1, 1], [1, 1, 1, 1], 1)
+    samples = [{"x": RNG.standard_normal((1, 4, 10, 10)).astype(np.float32)} for _ in range(2)]
+    assert not ort_kernels.active()
+    result = fp16_guard.find_overflows(prog, samples, cosine_min=0.999)
+    assert sessions and set(sessions) == {threading.get_ident()}
+    assert result.precision is not None and result.precision.fp16_cosine > 0.999
+    assert not ort_kernels.active()  # the block ends with the guard
+
+
+def test_a_weight_computed_at_run_time_keeps_numpy(sessions):
+    """A session holds its weights: a conv whose weight is computed in the run would make one per
+    run, so it stays on numpy's kernels, inside the block too."""
+    weight = RNG.standard_normal((8, 4, 3, 3)).astype(np.float32) / 6
+    prog = Program()
+    with Function({"x": mb.placeholder(shape=(1, 4, 10, 10)), "w": mb.placeholder(shape=weight.shape)}) as func:
+        func.set_outputs([mb.conv(x=func.inputs["x"], weight=func.inputs["w"], pad_type="same")])
+        prog.add_function("main", func)
+    x = RNG.standard_normal((1, 4, 10, 10)).astype(np.float32)
+    with ort_kernels.for_calls():
+        [got] = run_program(prog, {"x": x, "w": weight}).values()
+    assert sessions == []
+    [expected] = run_program(_program((1, 4, 10, 10), weight, None, [1, 1], [1, 1], [1, 1, 1, 1], 1), {"x": x}).values()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

@@ -171,12 +171,20 @@ def conv(op, x, activation: Activation | None = None):
     (``_depthwise_call``).
     Where torch's kernels are enabled (``torch_kernels``), every 2-D conv but a small 1x1 one
     (``TORCH_POINTWISE_MIN_MACS``) is its, channels last, bias and a ReLU or hard-swish after it
-    included; else, in the validate stage's calls (``ort_kernels``), those float32 convs are
+    included; else, in the calls of a ``ort_kernels.for_calls`` block (the validate stage's, the
+    fp16 guard's), those float32 convs whose weights are the program's constants are
     onnxruntime's. The call for the op's constants and the
     input's shape is made once per op (``_conv_call``). ``activation``: one the compiled plan
     fused into the conv (``fusion``), applied to its result."""
-    inp, call = _input_and_call(op, x, activation)
+    inp, call = _input_and_call(op, x, activation, constant_weights=ort_kernels.active() and _constant_weights(op))
     return call(inp)
+
+
+def _constant_weights(op) -> bool:
+    """Whether ``op``'s weight (and bias) are the program's constants: the same arrays every run,
+    so a session holding them is made once (a weight computed at run time would make one a run)."""
+    inputs = getattr(op, "inputs", {})
+    return all(inputs[name].val is not None for name in ("weight", "bias") if name in inputs)
 
 
 def _input_and_call(op, x, activation: Activation | None, constant_weights: bool = False):

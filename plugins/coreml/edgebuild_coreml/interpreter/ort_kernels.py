@@ -6,9 +6,10 @@ validation's reference; a session of one ``Conv`` node per op and input shape co
 millisecond to make and runs a depthwise or dense conv 3-6x faster than the numpy kernels (which
 copy every tap into a matrix first): on a MobileNet-style classifier, most of a sample's time.
 
-Only the validate stage's calls take them: the fp16 guard, tests and every other caller keep the
-numpy kernels, so a build's lowering (what the guard keeps in fp32 is chosen by measured errors)
-never depends on which kernels another thread's validation ran. The session's weights are the
+Only the calls inside a block take them: the validate stage's, and the fp16 guard's, which opens
+its own, so what it keeps in fp32 (chosen by measured errors) never depends on which kernels
+another thread's validation ran; tests and every other caller keep the numpy kernels. A conv
+whose weight is computed at run time keeps them too (a session a run). The session's weights are the
 plan's own arrays, handed over in memory (``add_external_initializers``: no copy in the model's
 bytes; onnxruntime's blocked layout is its one copy of them); the op's activation is applied by
 the caller, as on numpy's path.
