@@ -251,10 +251,9 @@ def _float_inputs(op):
     """The float vars ``op`` reads (list-valued inputs flattened)."""
     from coremltools.converters.mil.mil import types
 
-    for value in op.inputs.values():
-        for var in value if isinstance(value, (list, tuple)) else (value,):
-            if var.dtype in (types.fp16, types.fp32):
-                yield var
+    from edgebuild_coreml.interpreter.plan import input_vars
+
+    return (var for var in input_vars(op) if var.dtype in (types.fp16, types.fp32))
 
 
 def worst_cosine(references: Sequence[Mapping[str, np.ndarray]], got: Sequence[Mapping[str, np.ndarray]],
