@@ -28,6 +28,7 @@ from edgebuild.stage import Result, Stage
 from edgebuild.errors import BuildError, EdgebuildError
 from edgebuild.store.local import Store
 
+WAIT_SLICE_SECONDS = 0.2  # how late a Ctrl-C the kernel gave a worker thread is seen
 _EXCLUSIVE: dict[str, threading.Lock] = {}  # see Executor._exclusive
 _EXCLUSIVE_GUARD = threading.Lock()
 
@@ -106,11 +107,11 @@ class Executor:
             threading.Thread(target=work, args=(event,), name=f"edgebuild-jobs-{i}", daemon=True).start()
         try:
             for event in finished:
-                event.wait()
+                _wait_interruptibly(event)
         except KeyboardInterrupt:
             self._interrupts.request()
             for event in finished:  # a second Ctrl-C raises out of this wait
-                event.wait()
+                _wait_interruptibly(event)
             raise
         errors = [exc for exc in failures if not isinstance(exc, KeyboardInterrupt)]
         if errors:
@@ -225,3 +226,11 @@ class Executor:
             yield
         finally:
             lock.release()
+
+
+def _wait_interruptibly(event: threading.Event) -> None:
+    """Wait in short slices: the kernel may hand a process's SIGINT to any of its threads, and
+    Python runs the handler only when the main thread next executes bytecode, which a wait
+    without a timeout never returns to."""
+    while not event.wait(WAIT_SLICE_SECONDS):
+        pass

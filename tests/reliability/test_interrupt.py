@@ -52,11 +52,15 @@ def test_an_interrupt_a_stage_body_swallows_still_stops_the_run():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_ctrl_c_interrupts_stages_running_on_worker_threads():
+@pytest.mark.parametrize("target", ["process", "worker-thread"])
+def test_ctrl_c_interrupts_stages_running_on_worker_threads(target):
     """-j 2: both running stage bodies stop, and the run raises KeyboardInterrupt. In a process of
     its own, whose main thread runs the executor as the CLI's does (a test runner's worker may
-    handle SIGINT itself)."""
-    done = subprocess.run([sys.executable, "-c", WORKER_THREADS_INTERRUPTED], capture_output=True, text=True, timeout=120)
+    handle SIGINT itself). The kernel hands a process's SIGINT to any thread that does not block
+    it: "worker-thread" sends it to a busy worker's thread, where only its flag is set and the
+    main thread must still come round to run the handler."""
+    script = WORKER_THREADS_INTERRUPTED.replace("TARGET", target)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     stopped, alive, seconds, handler_restored = json.loads(done.stdout)
     assert sorted(stopped) == ["edgebuild-jobs-0", "edgebuild-jobs-1"]  # both workers, not the main thread
@@ -69,13 +73,14 @@ import json, os, signal, threading, time
 from edgebuild.dag.executor import Executor, Job
 from edgebuild.stage import Stage
 
-started, finished, running = set(), set(), threading.Semaphore(0)
+started, finished, running, workers_ids = set(), set(), threading.Semaphore(0), []
 
 def busy(params, inputs, out):
     # A body that was stopped is one that started and never reached its end: nothing is recorded
     # inside an except clause, where the interrupt repeated every 0.1 s could land again first.
     name = threading.current_thread().name
     started.add(name)
+    workers_ids.append(threading.get_ident())
     running.release()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # Python work: an interrupt reaches it between bytecodes
@@ -85,7 +90,10 @@ def busy(params, inputs, out):
 
 def interrupt_once_both_run():  # not after a fixed delay: a loaded machine may start the second body late
     if all(running.acquire(timeout=120) for _ in range(2)):
-        os.kill(os.getpid(), signal.SIGINT)
+        if "TARGET" == "process":
+            os.kill(os.getpid(), signal.SIGINT)
+        else:
+            signal.pthread_kill(workers_ids[0], signal.SIGINT)
 
 jobs = [Job(f"t:{name}", [Stage("work", {"variant": name}, [], busy)]) for name in ("a", "b")]
 threading.Thread(target=interrupt_once_both_run, daemon=True).start()
